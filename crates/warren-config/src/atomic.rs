@@ -1,0 +1,225 @@
+//! Atomic, durable file replacement (SPEC CFG-4, CFG-5).
+//!
+//! Order: temp file in the same directory (created 0600, `O_EXCL`, never through a symlink) →
+//! write → fsync → keep the previous file as `<name>.bak` (a hard link to the old inode, so no
+//! bytes are copied) → fsync the directory → rename over the target → fsync the directory.
+//! A failure before the rename removes the temp file and leaves the target untouched. A
+//! directory-sync failure after the rename still returns `Ok`, with a warning: `Ok` means "the
+//! replacement is visible", not "the rename is durable"; `.bak` stays for recovery.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::failpoint::crash_point;
+
+/// Prefix of temp files, so a later save can sweep the ones a crash left behind.
+const TEMP_MARK: &str = ".tmp-";
+
+/// A failed durable write; the target file is unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot save {path}: {step}: {source}")]
+pub struct AtomicWriteError {
+    pub path: PathBuf,
+    pub step: &'static str,
+    #[source]
+    pub source: io::Error,
+}
+
+/// What a successful write wants the caller to know.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Non-fatal problems (a directory sync after the rename failed, ...).
+    pub warnings: Vec<String>,
+}
+
+/// Crash-point names for the four steps of one kind of file.
+#[derive(Debug, Clone, Copy)]
+pub struct CrashPoints {
+    pub after_temp_write: &'static str,
+    pub after_temp_fsync: &'static str,
+    pub after_rename: &'static str,
+    pub after_dir_sync: &'static str,
+}
+
+impl CrashPoints {
+    pub const CONFIG: Self = Self {
+        after_temp_write: crate::failpoint::CONFIG_SAVE[0],
+        after_temp_fsync: crate::failpoint::CONFIG_SAVE[1],
+        after_rename: crate::failpoint::CONFIG_SAVE[2],
+        after_dir_sync: crate::failpoint::CONFIG_SAVE[3],
+    };
+}
+
+/// Replaces `target` with `bytes` durably (see the module docs). Keeps `<target>.bak` when a
+/// previous file existed. `mode` applies to the new file.
+pub fn write_durable(
+    target: &Path,
+    bytes: &[u8],
+    mode: u32,
+    points: CrashPoints,
+) -> Result<WriteOutcome, AtomicWriteError> {
+    let err = |step: &'static str| {
+        move |source: io::Error| AtomicWriteError { path: target.to_path_buf(), step, source }
+    };
+    let dir = parent_dir(target);
+    let name = target
+        .file_name()
+        .ok_or_else(|| err("target has no file name")(io::ErrorKind::InvalidInput.into()))?
+        .to_string_lossy()
+        .into_owned();
+    sweep_stale_temps(dir, &name);
+
+    let temp = dir.join(format!(".{name}{TEMP_MARK}{}-{:016x}", std::process::id(), random_u64()));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temp)
+            .map_err(err("create temp file"))?;
+        file.write_all(bytes).map_err(err("write temp file"))?;
+        crash_point(points.after_temp_write);
+        file.sync_all().map_err(err("fsync temp file"))?;
+        crash_point(points.after_temp_fsync);
+        drop(file);
+        keep_backup(target).map_err(err("keep .bak"))?;
+        sync_dir(dir).map_err(err("sync directory before rename"))?;
+        fs::rename(&temp, target).map_err(err("rename temp file over target"))
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
+    crash_point(points.after_rename);
+    let mut outcome = WriteOutcome::default();
+    if let Err(e) = sync_dir(dir) {
+        let warning = format!(
+            "{} was replaced but its directory could not be synced ({e}); after a crash the previous \
+             version may reappear; {} keeps it",
+            target.display(),
+            backup_path(target).display()
+        );
+        tracing::warn!("{warning}");
+        outcome.warnings.push(warning);
+    }
+    crash_point(points.after_dir_sync);
+    Ok(outcome)
+}
+
+/// `<target>.bak`.
+pub fn backup_path(target: &Path) -> PathBuf {
+    let mut name = target.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".bak");
+    target.with_file_name(name)
+}
+
+/// Makes `<target>.bak` another name of the current target (no copy, atomic replace).
+fn keep_backup(target: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(target) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_file() => {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "target is not a regular file"));
+        }
+        Ok(_) => {}
+    }
+    let bak = backup_path(target);
+    let staged = bak.with_file_name(format!(
+        ".{}{TEMP_MARK}{}-{:016x}",
+        bak.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id(),
+        random_u64()
+    ));
+    fs::hard_link(target, &staged)?;
+    fs::rename(&staged, &bak).inspect_err(|_| {
+        let _ = fs::remove_file(&staged);
+    })
+}
+
+/// fsyncs a directory so renames and creations inside it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Removes temp files a crashed writer left beside `name`. Callers hold the file's write lock,
+/// so no live writer owns them.
+fn sweep_stale_temps(dir: &Path, name: &str) {
+    let prefixes = [format!(".{name}{TEMP_MARK}"), format!(".{name}.bak{TEMP_MARK}")];
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        if prefixes.iter().any(|p| file_name.starts_with(p.as_str())) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // A failed RNG only weakens the uniqueness of a name that is also O_EXCL-protected.
+    let _ = getrandom::fill(&mut buf);
+    u64::from_ne_bytes(buf) ^ u64::from(std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const NO_POINTS: CrashPoints = CrashPoints::CONFIG;
+
+    #[test]
+    fn replaces_keeps_backup_and_sets_mode() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let target = dir.path().join("config.toml");
+        write_durable(&target, b"one", 0o600, NO_POINTS)?;
+        assert!(!backup_path(&target).exists(), "no .bak without a previous file");
+        write_durable(&target, b"two", 0o600, NO_POINTS)?;
+        assert_eq!(fs::read(&target)?, b"two");
+        assert_eq!(fs::read(backup_path(&target))?, b"one");
+        assert_eq!(fs::metadata(&target)?.permissions().mode() & 0o777, 0o600);
+        let leftovers: Vec<_> = fs::read_dir(dir.path())?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(TEMP_MARK))
+            .collect();
+        assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn failure_before_rename_leaves_target_untouched() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let target = dir.path().join("config.toml");
+        fs::write(&target, "old")?;
+        // A directory in place of the .bak name makes the backup step fail before the rename.
+        fs::create_dir(backup_path(&target))?;
+        fs::write(backup_path(&target).join("x"), "")?;
+        let err = write_durable(&target, b"new", 0o600, NO_POINTS);
+        assert!(err.is_err());
+        assert_eq!(fs::read_to_string(&target)?, "old");
+        Ok(())
+    }
+
+    #[test]
+    fn sweeps_temp_files_a_crashed_writer_left() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let target = dir.path().join("config.toml");
+        let stale = dir.path().join(".config.toml.tmp-1-00");
+        fs::write(&stale, "torn")?;
+        write_durable(&target, b"fresh", 0o600, NO_POINTS)?;
+        assert!(!stale.exists(), "stale temp swept");
+        assert_eq!(fs::read_to_string(&target)?, "fresh");
+        Ok(())
+    }
+}

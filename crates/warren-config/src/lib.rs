@@ -1,0 +1,24 @@
+//! Warren's configuration: the install layout ([`InstallRoot`], LAYOUT-1/2), the schema of
+//! `config.toml` ([`Config`]), its validation (CFG-7), the one in-process owner
+//! ([`ConfigStore`], CFG-1..5) and encrypted secrets ([`Secret`], CFG-6).
+
+pub mod atomic;
+mod edit;
+mod error;
+pub mod failpoint;
+mod keypath;
+mod load;
+mod paths;
+pub mod schema;
+mod secrets;
+mod starter;
+mod store;
+mod validate;
+
+pub use error::{ConfigError, Problem};
+pub use keypath::{KeyPath, KeyPathError, Segment};
+pub use paths::{HOME_ENV, InstallRoot, LegacyMigration, PathError};
+pub use schema::Config;
+pub use secrets::{ENC_PREFIX, Secret, SecretError, SecretKey};
+pub use starter::{InitOutcome, STARTER_CONFIG, init};
+pub use store::{CommitOutcome, ConfigStore, Snapshot, WriteTxn};

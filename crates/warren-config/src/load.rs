@@ -1,0 +1,133 @@
+//! Text → validated `Config`: TOML syntax, schema (serde, unknown keys denied), decryption of
+//! secrets, then the semantic rules of `validate`. Every failure becomes a [`Problem`] that names
+//! the key path and, where the text has it, line and column (CFG-7).
+
+use std::path::Path;
+
+use toml_edit::{Document, DocumentMut};
+
+use crate::error::{ConfigError, Problem, did_you_mean, line_col};
+use crate::keypath::{KeyPath, Segment};
+use crate::schema::Config;
+use crate::secrets::LazyKey;
+
+/// A validated config and the editable document it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Parsed {
+    pub config: Config,
+    pub doc: DocumentMut,
+}
+
+/// Parses and validates `text`, the content of `file`. `key_file` is `.secret_key`.
+pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, ConfigError> {
+    let spanned = Document::parse(text.to_owned()).map_err(|e| {
+        ConfigError::invalid(
+            file,
+            Problem {
+                key: None,
+                position: e.span().map(|s| line_col(text, s.start)),
+                message: format!("TOML syntax error: {}", e.message().trim_end()),
+                hint: e
+                    .message()
+                    .contains("duplicate key")
+                    .then(|| "a key or [table] (such as [agents.<alias>]) may be defined only once".to_string()),
+            },
+        )
+    })?;
+
+    let de = toml_edit::de::Deserializer::from(spanned.clone());
+    let mut config: Config = serde_path_to_error::deserialize(de)
+        .map_err(|e| ConfigError::invalid(file, schema_problem(text, e)))?;
+
+    let mut key = LazyKey::new(key_file);
+    let mut problems = Vec::new();
+    for (path, secret) in config.secrets_mut() {
+        if !secret.is_encrypted() {
+            continue;
+        }
+        match key.existing().and_then(|k| k.decrypt(secret.expose())) {
+            Ok(plain) => secret.replace(plain),
+            Err(e) => problems.push(Problem::at(path, e.to_string())),
+        }
+    }
+    problems.extend(crate::validate::validate(&config));
+    if !problems.is_empty() {
+        for p in &mut problems {
+            if p.position.is_none() {
+                p.position = p
+                    .key
+                    .as_deref()
+                    .and_then(|k| k.parse::<KeyPath>().ok())
+                    .and_then(|k| span_of(&spanned, &k))
+                    .map(|offset| line_col(text, offset));
+            }
+        }
+        return Err(ConfigError::Invalid { file: file.to_path_buf(), problems });
+    }
+    Ok(Parsed { config, doc: spanned.into_mut() })
+}
+
+/// Turns a serde error into a problem with key path, position and a "did you mean" hint.
+fn schema_problem(text: &str, err: serde_path_to_error::Error<toml_edit::de::Error>) -> Problem {
+    let mut path = KeyPath(
+        err.path()
+            .iter()
+            .filter_map(|seg| match seg {
+                serde_path_to_error::Segment::Map { key } => Some(Segment::Key(key.clone())),
+                serde_path_to_error::Segment::Seq { index } => Some(Segment::Index(*index)),
+                serde_path_to_error::Segment::Enum { variant } => Some(Segment::Key(variant.clone())),
+                _ => None,
+            })
+            .collect(),
+    );
+    let inner = err.into_inner();
+    let message = inner.message().trim_end().to_string();
+    let position = inner.span().map(|s| line_col(text, s.start));
+    let mut hint = None;
+    let mut shown = message.clone();
+    for (prefix, what) in [("unknown field `", "unknown key"), ("unknown variant `", "unknown value")] {
+        let Some(rest) = message.strip_prefix(prefix) else { continue };
+        let Some((word, expected)) = rest.split_once('`') else { continue };
+        let candidates = backticked(expected);
+        hint = did_you_mean(word, candidates.iter().copied());
+        if what == "unknown key" {
+            if path.0.last() != Some(&Segment::Key(word.to_string())) {
+                path.0.push(Segment::Key(word.to_string()));
+            }
+            shown = format!("unknown key `{word}`");
+        } else {
+            shown = format!("unknown value `{word}`; expected one of {}", candidates.join(", "));
+        }
+        if hint.is_none() && what == "unknown key" && !candidates.is_empty() {
+            hint = Some(format!("known keys here: {}", candidates.join(", ")));
+        }
+    }
+    Problem { key: (!path.is_empty()).then(|| path.to_string()), position, message: shown, hint }
+}
+
+/// The words between backticks in serde's "expected one of `a`, `b`" lists.
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// Byte offset of the key (or value) at `path` in a parsed document.
+fn span_of(doc: &Document<String>, path: &KeyPath) -> Option<usize> {
+    let mut item = doc.as_item();
+    let mut offset = None;
+    for seg in path.segments() {
+        match seg {
+            Segment::Key(k) => {
+                let table = item.as_table_like()?;
+                let (key, next) = table.get_key_value(k)?;
+                offset = key.span().map(|s| s.start).or_else(|| next.span().map(|s| s.start)).or(offset);
+                item = next;
+            }
+            Segment::Index(i) => {
+                let value = item.as_array()?.get(*i)?;
+                offset = value.span().map(|s| s.start).or(offset);
+                return offset;
+            }
+        }
+    }
+    offset
+}

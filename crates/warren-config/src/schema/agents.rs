@@ -1,0 +1,185 @@
+//! `[agents.<alias>]`, `[risk_profiles.<p>]` and `[runtime_profiles.<p>]` (PERM-1, PERM-2,
+//! LOOP-3, MEM-1, MEM-3).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::default_profile_name;
+
+/// One agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// A name from `[providers.*]`.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// A name from `[risk_profiles.*]`, or the built-in `default`.
+    pub risk_profile: String,
+    /// A name from `[runtime_profiles.*]`; unset = built-in defaults.
+    pub runtime_profile: Option<String>,
+    pub workspace: AgentWorkspaceConfig,
+    pub memory: AgentMemoryConfig,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            provider: None,
+            model: None,
+            risk_profile: default_profile_name(),
+            runtime_profile: None,
+            workspace: AgentWorkspaceConfig::default(),
+            memory: AgentMemoryConfig::default(),
+        }
+    }
+}
+
+/// `[agents.<alias>.workspace]` (PERM-2 steps 3 and 4).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentWorkspaceConfig {
+    /// Sibling alias → access level on that sibling's workspace.
+    pub access: BTreeMap<String, AccessLevel>,
+    /// Turns `workspace_only` off.
+    pub unrestricted_filesystem: bool,
+}
+
+/// A grant on a sibling's workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AccessLevel {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// `[agents.<alias>.memory]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentMemoryConfig {
+    /// Unset = `[memory] backend`.
+    pub backend: Option<MemoryBackendKind>,
+    /// Siblings whose memory this agent may recall: `"alias"` (every category) or
+    /// `{ agent = "alias", categories = ["notes"] }` (exact category names, MEM-3/MEM-8).
+    pub read_memory_from: Vec<MemoryGrant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryBackendKind {
+    Sqlite,
+    Postgres,
+    Markdown,
+    None,
+}
+
+/// One entry of `read_memory_from`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum MemoryGrant {
+    All(String),
+    Categories { agent: String, categories: Vec<String> },
+}
+
+impl MemoryGrant {
+    pub fn agent(&self) -> &str {
+        match self {
+            Self::All(agent) | Self::Categories { agent, .. } => agent,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryGrant {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct GrantVisitor;
+        impl<'de> Visitor<'de> for GrantVisitor {
+            type Value = MemoryGrant;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"an agent alias or { agent = "alias", categories = ["..."] }"#)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MemoryGrant, E> {
+                Ok(MemoryGrant::All(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<MemoryGrant, A::Error> {
+                #[derive(Deserialize)]
+                #[serde(deny_unknown_fields)]
+                struct Scoped {
+                    agent: String,
+                    categories: Vec<String>,
+                }
+                let s = Scoped::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(MemoryGrant::Categories { agent: s.agent, categories: s.categories })
+            }
+        }
+        d.deserialize_any(GrantVisitor)
+    }
+}
+
+/// `[risk_profiles.<p>]` (PERM-2 step 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RiskProfile {
+    pub autonomy: Autonomy,
+    /// Commands the shell tool may start (first word).
+    pub allowed_commands: Vec<String>,
+    /// Paths no tool may touch, even inside granted roots.
+    pub forbidden_paths: Vec<String>,
+    pub max_actions_per_hour: u32,
+    pub max_cost_per_day_usd: f64,
+    /// Sandbox backend for child processes (SBX-1).
+    pub sandbox: SandboxKind,
+    /// Allow running unconfined when the sandbox backend is unavailable (SBX-3).
+    pub allow_noop_fallback: bool,
+}
+
+impl Default for RiskProfile {
+    fn default() -> Self {
+        Self {
+            autonomy: Autonomy::Supervised,
+            allowed_commands: ["ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "git"]
+                .map(String::from)
+                .to_vec(),
+            forbidden_paths: ["/etc/shadow", "/root", "~/.ssh", "~/.gnupg", "~/.aws"].map(String::from).to_vec(),
+            max_actions_per_hour: 120,
+            max_cost_per_day_usd: 5.0,
+            sandbox: SandboxKind::Auto,
+            allow_noop_fallback: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Autonomy {
+    ReadOnly,
+    Supervised,
+    Full,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxKind {
+    /// Landlock when the kernel has it, else bubblewrap, else refuse (unless noop fallback).
+    Auto,
+    Landlock,
+    Bubblewrap,
+    Firejail,
+    Noop,
+}
+
+/// `[runtime_profiles.<p>]` (LOOP-2, LOOP-3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeProfile {
+    pub single_tool_rounds: bool,
+    pub parallel_tools: bool,
+    pub max_tool_iterations: u32,
+}
+
+impl Default for RuntimeProfile {
+    fn default() -> Self {
+        Self { single_tool_rounds: false, parallel_tools: false, max_tool_iterations: 10 }
+    }
+}

@@ -1,0 +1,166 @@
+//! The config schema: every section SPEC.md names, with defaults that run with nothing but one
+//! `[agents.<alias>]` table (STATE-1, CFG-1).
+//!
+//! Every struct denies unknown keys, so a typo is an error with a "did you mean" hint rather
+//! than a silently ignored setting (CFG-7). Secret fields use [`Secret`]; [`Config::secrets_mut`]
+//! is the one list of them (encryption on save, decryption on load, redaction).
+
+mod agents;
+mod sections;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use warren_core::AgentAlias;
+
+pub use agents::{
+    AccessLevel, AgentConfig, AgentMemoryConfig, AgentWorkspaceConfig, Autonomy, MemoryBackendKind,
+    MemoryGrant, RiskProfile, RuntimeProfile, SandboxKind,
+};
+pub use sections::{
+    ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig, LogConfig,
+    LogPersistence, MemoryConfig, ModelRate, PostgresConfig, ProviderConfig, ProviderKind,
+    RuntimeConfig, RuntimeKind, SessionBackendKind, SessionDurability, SopConfig,
+};
+
+use crate::secrets::Secret;
+
+/// Name of the built-in risk and runtime profile every agent gets unless it names another.
+pub const DEFAULT_PROFILE: &str = "default";
+
+/// The whole of `config.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub runtime: RuntimeConfig,
+    pub agents: BTreeMap<String, AgentConfig>,
+    pub risk_profiles: BTreeMap<String, RiskProfile>,
+    pub runtime_profiles: BTreeMap<String, RuntimeProfile>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub memory: MemoryConfig,
+    pub channels: ChannelsConfig,
+    pub gateway: GatewayConfig,
+    pub cron: CronConfig,
+    pub sop: SopConfig,
+    pub cost: CostConfig,
+    pub log: LogConfig,
+}
+
+impl Config {
+    /// Agents with their validated aliases, in alias order. Only call on a validated config
+    /// (every `ConfigStore` config is); invalid keys are skipped.
+    pub fn agents(&self) -> impl Iterator<Item = (AgentAlias, &AgentConfig)> {
+        self.agents.iter().filter_map(|(k, v)| AgentAlias::new(k.as_str()).ok().map(|a| (a, v)))
+    }
+
+    pub fn agent(&self, alias: &AgentAlias) -> Option<&AgentConfig> {
+        self.agents.get(alias.as_str())
+    }
+
+    /// The risk profile an agent uses: its named profile, or the built-in default.
+    pub fn risk_profile_of(&self, agent: &AgentConfig) -> RiskProfile {
+        self.risk_profiles.get(&agent.risk_profile).cloned().unwrap_or_default()
+    }
+
+    /// The runtime profile an agent uses: its named profile, or the built-in default.
+    pub fn runtime_profile_of(&self, agent: &AgentConfig) -> RuntimeProfile {
+        agent
+            .runtime_profile
+            .as_deref()
+            .and_then(|p| self.runtime_profiles.get(p))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The memory backend an agent uses: its own choice, else `[memory] backend` (MEM-1).
+    pub fn memory_backend_of(&self, agent: &AgentConfig) -> MemoryBackendKind {
+        agent.memory.backend.unwrap_or(self.memory.backend)
+    }
+
+    /// The default agent: `[runtime] default_agent`, else `main` if it exists, else the only
+    /// agent. Receives the legacy workspace (LAYOUT-2) and commands given no alias.
+    pub fn default_agent(&self) -> Option<AgentAlias> {
+        if let Some(name) = &self.runtime.default_agent {
+            return AgentAlias::new(name.as_str()).ok();
+        }
+        if self.agents.contains_key("main") {
+            return AgentAlias::new("main").ok();
+        }
+        let mut agents = self.agents();
+        match (agents.next(), agents.next()) {
+            (Some((alias, _)), None) => Some(alias),
+            _ => None,
+        }
+    }
+
+    /// Every secret field with its key path. The one list: load decrypts these, saves encrypt
+    /// the dirty ones, and `Serialize` redacts them.
+    pub fn secrets_mut(&mut self) -> Vec<(String, &mut Secret)> {
+        let mut out = Vec::new();
+        for (name, provider) in &mut self.providers {
+            if let Some(key) = provider.api_key.as_mut() {
+                out.push((format!("providers.{}.api_key", crate::keypath::quote(name)), key));
+            }
+        }
+        if let Some(key) = self.memory.embedder.api_key.as_mut() {
+            out.push(("memory.embedder.api_key".to_string(), key));
+        }
+        if let Some(url) = self.memory.postgres.url.as_mut() {
+            out.push(("memory.postgres.url".to_string(), url));
+        }
+        for (i, token) in self.gateway.paired_tokens.iter_mut().enumerate() {
+            out.push((format!("gateway.paired_tokens[{i}]"), token));
+        }
+        out
+    }
+}
+
+pub(crate) fn default_profile_name() -> String {
+    DEFAULT_PROFILE.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field that serialises as `[redacted]` is listed by `secrets_mut`, and vice versa:
+    /// a new secret field cannot be forgotten by the encrypt/decrypt passes.
+    #[test]
+    fn secrets_mut_lists_every_secret_field() {
+        let mut config = Config::default();
+        config.providers.insert(
+            "openai".into(),
+            ProviderConfig { api_key: Some(Secret::new("x")), ..ProviderConfig::default() },
+        );
+        config.memory.embedder.api_key = Some(Secret::new("x"));
+        config.memory.postgres.url = Some(Secret::new("x"));
+        config.gateway.paired_tokens = vec![Secret::new("a"), Secret::new("b")];
+        let listed = config.secrets_mut().len();
+
+        let value = toml::Value::try_from(&config).unwrap_or(toml::Value::Boolean(false));
+        fn count(v: &toml::Value) -> usize {
+            match v {
+                toml::Value::String(s) => usize::from(s == "[redacted]"),
+                toml::Value::Array(a) => a.iter().map(count).sum(),
+                toml::Value::Table(t) => t.values().map(count).sum(),
+                _ => 0,
+            }
+        }
+        assert_eq!(count(&value), listed);
+        assert_eq!(listed, 5);
+    }
+
+    #[test]
+    fn default_agent_rules() {
+        let mut config = Config::default();
+        assert_eq!(config.default_agent(), None);
+        config.agents.insert("solo".into(), AgentConfig::default());
+        assert_eq!(config.default_agent().map(|a| a.to_string()), Some("solo".into()));
+        config.agents.insert("zeta".into(), AgentConfig::default());
+        assert_eq!(config.default_agent(), None, "two agents, no main: ambiguous");
+        config.agents.insert("main".into(), AgentConfig::default());
+        assert_eq!(config.default_agent().map(|a| a.to_string()), Some("main".into()));
+        config.runtime.default_agent = Some("zeta".into());
+        assert_eq!(config.default_agent().map(|a| a.to_string()), Some("zeta".into()));
+    }
+}

@@ -1,0 +1,267 @@
+//! The install-wide sections: `[runtime]`, `[providers.<name>]`, `[memory]`, `[channels]`,
+//! `[gateway]`, `[cron]`, `[sop]`, `[cost]`, `[log]`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::agents::MemoryBackendKind;
+use crate::secrets::Secret;
+
+/// `[runtime]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Where tools run: on the host (`native`) or in a container (`docker`, GIT-9).
+    pub kind: RuntimeKind,
+    /// The agent commands address when given no alias; receives the legacy workspace (LAYOUT-2).
+    pub default_agent: Option<String>,
+    /// How long a reload or shutdown lets in-flight turns finish before cancelling them.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { kind: RuntimeKind::Native, default_agent: None, shutdown_grace_secs: 10 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeKind {
+    Native,
+    Docker,
+}
+
+/// `[providers.<name>]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    pub base_url: Option<String>,
+    /// Stored encrypted (`warren config set providers.<name>.api_key --secret`).
+    pub api_key: Option<Secret>,
+    /// Read the key from this environment variable instead.
+    pub api_key_env: Option<String>,
+    /// Provider names tried in order when this one fails.
+    pub fallbacks: Vec<String>,
+    /// For `kind = "script"`: the scripted conversation file.
+    pub script: Option<PathBuf>,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        Self {
+            kind: ProviderKind::Openai,
+            base_url: None,
+            api_key: None,
+            api_key_env: None,
+            fallbacks: Vec::new(),
+            script: None,
+            timeout_secs: 120,
+            max_retries: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+    Script,
+}
+
+/// `[memory]`: the install-wide memory defaults (MEM).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Backend of agents that do not choose one.
+    pub backend: MemoryBackendKind,
+    pub embedder: EmbedderConfig,
+    pub postgres: PostgresConfig,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            backend: MemoryBackendKind::Sqlite,
+            embedder: EmbedderConfig::default(),
+            postgres: PostgresConfig::default(),
+        }
+    }
+}
+
+/// `[memory.embedder]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbedderConfig {
+    pub kind: EmbedderKind,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key: Option<Secret>,
+    pub dimensions: Option<u32>,
+    /// Weight of the vector score against the keyword score in hybrid recall (0..=1).
+    pub vector_weight: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderKind {
+    #[default]
+    None,
+    Openai,
+}
+
+/// `[memory.postgres]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connection URL; a secret because it may carry a password.
+    pub url: Option<Secret>,
+    pub schema: String,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self { url: None, schema: "warren".to_string() }
+    }
+}
+
+/// `[channels]` (SESS-1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsConfig {
+    pub session_backend: SessionBackendKind,
+    pub session_durability: SessionDurability,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionBackendKind {
+    #[default]
+    Sqlite,
+    Jsonl,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionDurability {
+    /// fsync per acknowledged turn.
+    #[default]
+    Turn,
+    Batched,
+}
+
+/// `[gateway]` (STATE-15, STATE-21).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    pub bind: String,
+    pub port: u16,
+    /// SHA-256 hashes of paired bearer tokens (never the tokens themselves), stored encrypted.
+    pub paired_tokens: Vec<Secret>,
+    pub allow_remote_admin: bool,
+}
+
+/// Default gateway port: unassigned by IANA and unused by common services.
+pub const DEFAULT_GATEWAY_PORT: u16 = 42617;
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1".to_string(),
+            port: DEFAULT_GATEWAY_PORT,
+            paired_tokens: Vec::new(),
+            allow_remote_admin: false,
+        }
+    }
+}
+
+/// `[cron]` (STATE-9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CronConfig {
+    pub enabled: bool,
+    pub poll_interval_secs: u64,
+}
+
+impl Default for CronConfig {
+    fn default() -> Self {
+        Self { enabled: true, poll_interval_secs: 15 }
+    }
+}
+
+/// `[sop]` (STATE-10).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SopConfig {
+    pub enabled: bool,
+    /// Keep SOP runs in `data/sop/runs.db` (else in memory only).
+    pub durable_runs: bool,
+}
+
+impl Default for SopConfig {
+    fn default() -> Self {
+        Self { enabled: false, durable_runs: true }
+    }
+}
+
+/// `[cost]` (STATE-14).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CostConfig {
+    pub enabled: bool,
+    pub daily_limit_usd: Option<f64>,
+    pub monthly_limit_usd: Option<f64>,
+    pub warn_at_percent: u8,
+    /// Model name → price (quote names with dots: `[cost.rates."gpt-4.1"]`).
+    pub rates: BTreeMap<String, ModelRate>,
+}
+
+impl Default for CostConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            daily_limit_usd: None,
+            monthly_limit_usd: None,
+            warn_at_percent: 80,
+            rates: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[cost.rates.<model>]`, in US dollars per million tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelRate {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// `[log]` (STATE-13).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub persistence: LogPersistence,
+    /// Size at which a rolling trace file is trimmed.
+    pub max_bytes: u64,
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { persistence: LogPersistence::Rolling, max_bytes: 10 * 1024 * 1024, level: "info".to_string() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogPersistence {
+    Rolling,
+    Full,
+    None,
+}
