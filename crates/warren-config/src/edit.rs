@@ -39,11 +39,20 @@ pub(crate) fn set(doc: &mut DocumentMut, path: &KeyPath, value: Value) -> Result
 }
 
 /// Sets `path` to a whole item (a `[table]` or a value).
+///
+/// New `[tables]` go to the end of the file (after any trailing comments, which stay with the
+/// section above them), separated by a blank line.
 pub(crate) fn set_item(doc: &mut DocumentMut, path: &KeyPath, new: Item) -> Result<(), ConfigError> {
     let Some((last, parents)) = path.segments().split_last() else {
         return Err(edit_err(path, "empty key path"));
     };
-    let parent = walk_mut(doc.as_item_mut(), parents, path)?;
+    let first_new = next_position(doc.as_item());
+    let mut position = first_new;
+    let mut new = new;
+    if let Item::Table(t) = &mut new {
+        t.set_position(Some(position + isize::try_from(parents.len()).unwrap_or(0)));
+    }
+    let parent = walk_mut(doc.as_item_mut(), parents, path, &mut position)?;
     match last {
         Segment::Key(k) => {
             // Inline tables hold values only: convert a table item when needed.
@@ -56,7 +65,7 @@ pub(crate) fn set_item(doc: &mut DocumentMut, path: &KeyPath, new: Item) -> Resu
                 *v.decor_mut() = old.decor().clone();
             }
             table.insert(k, new);
-            Ok(())
+            Ok::<(), ConfigError>(())
         }
         Segment::Index(i) => {
             let array = parent.as_array_mut().ok_or_else(|| edit_err(path, "not an array"))?;
@@ -67,6 +76,43 @@ pub(crate) fn set_item(doc: &mut DocumentMut, path: &KeyPath, new: Item) -> Resu
             *v.decor_mut() = old.decor().clone();
             array.replace(*i, v);
             Ok(())
+        }
+    }?;
+    decorate_new_table(doc, path, first_new);
+    Ok(())
+}
+
+/// One past the highest table position in the document.
+fn next_position(item: &Item) -> isize {
+    fn max_pos(item: &Item) -> isize {
+        match item {
+            Item::Table(t) => t.iter().map(|(_, i)| max_pos(i)).fold(t.position().unwrap_or(0), isize::max),
+            Item::ArrayOfTables(a) => a.iter().map(|t| t.position().unwrap_or(0)).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    max_pos(item) + 1
+}
+
+/// Gives the deepest table created by an edit a blank line (or the document's trailing
+/// comments) before its header.
+fn decorate_new_table(doc: &mut DocumentMut, path: &KeyPath, first_new: isize) {
+    let segs = path.segments();
+    let trailing = doc.trailing().as_str().unwrap_or("").to_string();
+    for len in (1..=segs.len()).rev() {
+        let Some(Item::Table(t)) = walk_existing_mut(doc.as_item_mut(), &segs[..len]) else { continue };
+        let printed = !t.is_implicit() || t.iter().any(|(_, i)| i.is_value());
+        if t.position().is_some_and(|p| p >= first_new) && printed {
+            let prefix = if trailing.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("{}\n\n", trailing.trim_end())
+            };
+            t.decor_mut().set_prefix(prefix);
+            if !trailing.trim().is_empty() {
+                doc.set_trailing("");
+            }
+            return;
         }
     }
 }
@@ -97,7 +143,12 @@ fn into_value_item(item: Item) -> Item {
 }
 
 /// Walks to `segs`, creating implicit tables (or inline tables inside inline tables).
-fn walk_mut<'a>(mut item: &'a mut Item, segs: &[Segment], full: &KeyPath) -> Result<&'a mut Item, ConfigError> {
+fn walk_mut<'a>(
+    mut item: &'a mut Item,
+    segs: &[Segment],
+    full: &KeyPath,
+    position: &mut isize,
+) -> Result<&'a mut Item, ConfigError> {
     for seg in segs {
         item = match seg {
             Segment::Key(k) => {
@@ -111,6 +162,8 @@ fn walk_mut<'a>(mut item: &'a mut Item, segs: &[Segment], full: &KeyPath) -> Res
                     } else {
                         let mut t = Table::new();
                         t.set_implicit(true);
+                        t.set_position(Some(*position));
+                        *position += 1;
                         Item::Table(t)
                     };
                     table.insert(k, fresh);

@@ -116,7 +116,7 @@ pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// "did you mean `x`?" for the closest of `candidates`, if any is close enough.
-pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(word, c), c))

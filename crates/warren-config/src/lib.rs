@@ -15,10 +15,11 @@ mod starter;
 mod store;
 mod validate;
 
-pub use error::{ConfigError, Problem};
+pub use error::{ConfigError, Problem, did_you_mean};
 pub use keypath::{KeyPath, KeyPathError, Segment};
 pub use paths::{HOME_ENV, InstallRoot, LegacyMigration, PathError};
 pub use schema::Config;
 pub use secrets::{ENC_PREFIX, Secret, SecretError, SecretKey};
 pub use starter::{InitOutcome, STARTER_CONFIG, init};
 pub use store::{CommitOutcome, ConfigStore, Snapshot, WriteTxn};
+

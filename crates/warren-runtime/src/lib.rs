@@ -1,1 +1,6 @@
+//! Warren's runtime. For now: the daemon, its install-root lock (LAYOUT-4) and the outer reload
+//! loop (STATE-19). Later issues add agents, the turn loop, the scheduler and supervision.
 
+pub mod daemon;
+
+pub use daemon::{DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking};

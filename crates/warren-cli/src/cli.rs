@@ -1,0 +1,77 @@
+//! The command line (clap). Only argument shapes live here; behaviour is in `commands`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "warren", version, about = "Warren: a self-hosted multi-agent AI runtime")]
+pub struct Cli {
+    /// Install root (default: $WARREN_HOME, else ~/.warren)
+    #[arg(long, global = true, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Machine-readable JSON output for listing commands
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log detail on stderr (-v debug, -vv trace)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the install layout and a commented starter config with one agent, `main`
+    Init,
+    /// Run the daemon (one per install root; SIGHUP reloads config, SIGTERM/SIGINT stop it)
+    Daemon,
+    /// Read, change and check config.toml
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// List and add agents
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+    /// Install root, config generation and whether a daemon runs
+    Status,
+    /// Print a shell completion script
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the path of config.toml
+    Path,
+    /// Print the effective value of KEY (defaults included; secrets show as [redacted])
+    Get { key: String },
+    /// Set KEY to VALUE, keeping the rest of the file as it is
+    Set {
+        key: String,
+        /// A TOML literal (8080, true, ["a","b"]) or plain text; with --secret, read from stdin when omitted
+        value: Option<String>,
+        /// KEY is a secret: store it encrypted (VALUE may come from stdin, out of shell history)
+        #[arg(long)]
+        secret: bool,
+    },
+    /// Check config.toml and report every problem with its key and line
+    Validate,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// List configured agents
+    List,
+    /// Add an agent (its workspace is created when it first starts)
+    Add {
+        alias: String,
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long, value_name = "PROFILE")]
+        risk_profile: Option<String>,
+    },
+}

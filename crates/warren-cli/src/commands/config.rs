@@ -1,0 +1,129 @@
+//! `warren config path|get|set|validate`.
+
+use std::io::{BufRead, IsTerminal};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use warren_config::{ConfigError, ConfigStore, InstallRoot, KeyPath, Segment};
+
+use crate::cli::ConfigCommand;
+
+pub fn run(root: &InstallRoot, cmd: ConfigCommand, json: bool) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ConfigCommand::Path => {
+            if json {
+                super::print_json(&serde_json::json!({ "path": root.config_file() }))?;
+            } else {
+                println!("{}", root.config_file().display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Get { key } => get(root, &key, json),
+        ConfigCommand::Set { key, value, secret } => set(root, &key, value, secret),
+        ConfigCommand::Validate => validate(root, json),
+    }
+}
+
+fn get(root: &InstallRoot, key: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let path: KeyPath = key.parse()?;
+    let store = ConfigStore::load(root.clone())?;
+    // Serialised through serde: secrets come out as "[redacted]", unset options as null.
+    let mut value = serde_json::to_value(store.snapshot().config()).context("serialising config")?;
+    let mut walked = KeyPath::default();
+    for seg in path.segments() {
+        let next = match (seg, &mut value) {
+            (Segment::Key(k), serde_json::Value::Object(map)) => match map.remove(k) {
+                Some(v) => v,
+                None => {
+                    let known: Vec<&str> = map.keys().map(String::as_str).collect();
+                    let hint = warren_config::did_you_mean(k, known.iter().copied()).map(|h| format!(" ({h})")).unwrap_or_default();
+                    let under = if walked.is_empty() { String::new() } else { format!(" under `{walked}`") };
+                    bail!("unknown key `{k}`{under}{hint}");
+                }
+            },
+            (Segment::Index(i), serde_json::Value::Array(items)) if *i < items.len() => items.swap_remove(*i),
+            _ => bail!("`{walked}` has no `{}`", KeyPath(vec![seg.clone()])),
+        };
+        walked.0.push(seg.clone());
+        value = next;
+    }
+    if json {
+        super::print_json(&value)?;
+    } else {
+        match value {
+            serde_json::Value::Null => println!("(not set)"),
+            serde_json::Value::String(s) => println!("{s}"),
+            serde_json::Value::Object(_) | serde_json::Value::Array(_) => {
+                let text = toml::to_string_pretty(&value).or_else(|_| serde_json::to_string_pretty(&value).map_err(anyhow::Error::from))?;
+                print!("{text}");
+            }
+            other => println!("{other}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn set(root: &InstallRoot, key: &str, value: Option<String>, secret: bool) -> anyhow::Result<ExitCode> {
+    let path: KeyPath = key.parse()?;
+    let value = match (value, secret) {
+        (Some(v), _) => v,
+        (None, true) => read_secret_from_stdin(key)?,
+        (None, false) => bail!("missing VALUE: warren config set {key} VALUE"),
+    };
+    let store = ConfigStore::load(root.clone())?;
+    let mut txn = store.write_blocking()?;
+    if secret {
+        txn.set_secret(&path, &value)?;
+    } else {
+        txn.set_from_str(&path, &value)?;
+    }
+    let outcome = txn.commit()?;
+    for warning in &outcome.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let shown = if secret { "[redacted], stored encrypted".to_string() } else { value };
+    println!("set {path} = {shown} (config generation {})", outcome.generation);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_secret_from_stdin(key: &str) -> anyhow::Result<String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("value for {key} (input is read from stdin): ");
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line).context("reading the secret from stdin")?;
+    let value = line.trim_end_matches(['\r', '\n']).to_string();
+    if value.is_empty() {
+        bail!("no value on stdin for {key}");
+    }
+    Ok(value)
+}
+
+fn validate(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
+    match ConfigStore::load(root.clone()) {
+        Ok(store) => {
+            let n = store.snapshot().agents.len();
+            if json {
+                super::print_json(&serde_json::json!({ "valid": true, "path": root.config_file(), "agents": n, "problems": [] }))?;
+            } else {
+                println!("{} is valid ({n} agent{})", root.config_file().display(), if n == 1 { "" } else { "s" });
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(ConfigError::Invalid { file, problems }) if json => {
+            let problems: Vec<_> = problems
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "key": p.key, "line": p.position.map(|x| x.0), "column": p.position.map(|x| x.1),
+                        "message": p.message, "hint": p.hint,
+                    })
+                })
+                .collect();
+            super::print_json(&serde_json::json!({ "valid": false, "path": file, "problems": problems }))?;
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

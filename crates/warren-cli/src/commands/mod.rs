@@ -1,0 +1,59 @@
+//! Command dispatch: resolve the install root, call the library, print.
+
+mod agents;
+mod config;
+mod status;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::CommandFactory;
+use warren_config::{InitOutcome, InstallRoot};
+
+use crate::cli::{Cli, Command};
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Completions { shell } = cli.command {
+        let mut cmd = Cli::command();
+        clap_complete::generate(shell, &mut cmd, "warren", &mut std::io::stdout());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let root = InstallRoot::from_env(cli.config_dir.as_deref())?;
+    match cli.command {
+        Command::Init => init(&root, cli.json),
+        Command::Daemon => {
+            warren_runtime::run_blocking(root)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(cmd) => config::run(&root, cmd, cli.json),
+        Command::Agents(cmd) => agents::run(&root, cmd, cli.json),
+        Command::Status => status::run(&root, cli.json),
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn init(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
+    let outcome = warren_config::init(root)?;
+    let path = root.config_file();
+    if json {
+        print_json(&serde_json::json!({
+            "install_root": root.root(),
+            "config": path,
+            "created": outcome == InitOutcome::Created,
+        }))?;
+    } else if outcome == InitOutcome::Created {
+        println!("initialised Warren at {}", root.root().display());
+        println!("config: {} (one agent: main)", path.display());
+    } else {
+        println!("config already exists at {}; left unchanged", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value).context("writing JSON to stdout")?;
+    writeln!(out)?;
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! `warren status`: install root, config, and whether a daemon owns the root.
+
+use std::process::ExitCode;
+
+use warren_config::{ConfigStore, InstallRoot};
+use warren_runtime::DaemonStatus;
+
+pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
+    let daemon = warren_runtime::probe(root)?;
+    let config = ConfigStore::load(root.clone());
+    let (config_state, agents) = match &config {
+        Ok(store) => ("valid".to_string(), store.snapshot().agents.len()),
+        Err(e) => (format!("{e}"), 0),
+    };
+    let generation = match &daemon {
+        DaemonStatus::Running { state: Some(s), .. } => Some(s.config_generation),
+        _ => None,
+    };
+    if json {
+        super::print_json(&serde_json::json!({
+            "install_root": root.root(),
+            "config_file": root.config_file(),
+            "config": if config.is_ok() { serde_json::Value::from("valid") } else { serde_json::Value::from(config_state.clone()) },
+            "agents": agents,
+            "daemon": daemon,
+            "config_generation": generation,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("install root:      {}", root.root().display());
+    println!("config:            {} ({})", root.config_file().display(), first_line(&config_state));
+    println!("agents:            {agents}");
+    match daemon {
+        DaemonStatus::NotRunning => {
+            println!("daemon:            not running");
+            println!("config generation: - (no daemon)");
+        }
+        DaemonStatus::Running { pid, .. } => {
+            let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+            println!("daemon:            running (pid {pid})");
+            match generation {
+                Some(g) => println!("config generation: {g}"),
+                None => println!("config generation: unknown (daemon is starting)"),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
