@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "warren", version, about = "Warren: a self-hosted multi-agent AI runtime")]
+#[command(
+    name = "warren",
+    version,
+    about = "Warren: a self-hosted multi-agent AI runtime"
+)]
 pub struct Cli {
     /// Install root (default: $WARREN_HOME, else ~/.warren)
     #[arg(long, global = true, value_name = "DIR")]

@@ -31,9 +31,15 @@ fn init_logging(cli: &cli::Cli) {
         (1, _) => LevelFilter::DEBUG,
         _ => LevelFilter::TRACE,
     };
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
-        .with_target(false)
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false);
+    // One-shot commands print bare lines; the daemon's log lines carry timestamps.
+    if matches!(cli.command, cli::Command::Daemon) {
+        builder.init();
+    } else {
+        builder.without_time().init();
+    }
 }

@@ -1,15 +1,16 @@
 //! Atomic, durable file replacement (SPEC CFG-4, CFG-5).
 //!
 //! Order: temp file in the same directory (created 0600, `O_EXCL`, never through a symlink) →
-//! write → fsync → keep the previous file as `<name>.bak` (a hard link to the old inode, so no
-//! bytes are copied) → fsync the directory → rename over the target → fsync the directory.
+//! write → keep the previous file as `<name>.bak` (a hard link to the old inode, so no bytes are
+//! copied) → fsync the temp file → fsync the directory → rename over the target → fsync the
+//! directory.
 //! A failure before the rename removes the temp file and leaves the target untouched. A
 //! directory-sync failure after the rename still returns `Ok`, with a warning: `Ok` means "the
 //! replacement is visible", not "the rename is durable"; `.bak` stays for recovery.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::failpoint::crash_point;
@@ -41,6 +42,8 @@ pub struct CrashPoints {
     pub after_temp_fsync: &'static str,
     pub after_rename: &'static str,
     pub after_dir_sync: &'static str,
+    /// Error injection: pretend the directory sync after the rename failed.
+    pub dir_sync_error: &'static str,
 }
 
 impl CrashPoints {
@@ -49,6 +52,7 @@ impl CrashPoints {
         after_temp_fsync: crate::failpoint::CONFIG_SAVE[1],
         after_rename: crate::failpoint::CONFIG_SAVE[2],
         after_dir_sync: crate::failpoint::CONFIG_SAVE[3],
+        dir_sync_error: crate::failpoint::CONFIG_DIR_SYNC_ERROR,
     };
 }
 
@@ -61,7 +65,11 @@ pub fn write_durable(
     points: CrashPoints,
 ) -> Result<WriteOutcome, AtomicWriteError> {
     let err = |step: &'static str| {
-        move |source: io::Error| AtomicWriteError { path: target.to_path_buf(), step, source }
+        move |source: io::Error| AtomicWriteError {
+            path: target.to_path_buf(),
+            step,
+            source,
+        }
     };
     let dir = parent_dir(target);
     let name = target
@@ -69,9 +77,12 @@ pub fn write_durable(
         .ok_or_else(|| err("target has no file name")(io::ErrorKind::InvalidInput.into()))?
         .to_string_lossy()
         .into_owned();
-    sweep_stale_temps(dir, &name);
 
-    let temp = dir.join(format!(".{name}{TEMP_MARK}{}-{:016x}", std::process::id(), random_u64()));
+    let temp = dir.join(format!(
+        ".{name}{TEMP_MARK}{}-{:016x}",
+        std::process::id(),
+        random_u64()
+    ));
     let result = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -82,10 +93,12 @@ pub fn write_durable(
             .map_err(err("create temp file"))?;
         file.write_all(bytes).map_err(err("write temp file"))?;
         crash_point(points.after_temp_write);
+        // Link .bak before the fsync: on journaling filesystems the file fsync then commits the
+        // new directory entries too, and the directory sync below has little left to do.
+        keep_backup(target).map_err(err("keep .bak"))?;
         file.sync_all().map_err(err("fsync temp file"))?;
         crash_point(points.after_temp_fsync);
         drop(file);
-        keep_backup(target).map_err(err("keep .bak"))?;
         sync_dir(dir).map_err(err("sync directory before rename"))?;
         fs::rename(&temp, target).map_err(err("rename temp file over target"))
     })();
@@ -95,7 +108,12 @@ pub fn write_durable(
     }
     crash_point(points.after_rename);
     let mut outcome = WriteOutcome::default();
-    if let Err(e) = sync_dir(dir) {
+    let synced = if crate::failpoint::injected_error(points.dir_sync_error) {
+        Err(io::Error::other("injected directory sync failure"))
+    } else {
+        sync_dir(dir)
+    };
+    if let Err(e) = synced {
         let warning = format!(
             "{} was replaced but its directory could not be synced ({e}); after a crash the previous \
              version may reappear; {} keeps it",
@@ -111,32 +129,48 @@ pub fn write_durable(
 
 /// `<target>.bak`.
 pub fn backup_path(target: &Path) -> PathBuf {
-    let mut name = target.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = target
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     name.push(".bak");
     target.with_file_name(name)
 }
 
 /// Makes `<target>.bak` another name of the current target (no copy, atomic replace).
 fn keep_backup(target: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(target) {
+    let current = match fs::symlink_metadata(target) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
         Ok(m) if !m.is_file() => {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "target is not a regular file"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "target is not a regular file",
+            ));
         }
-        Ok(_) => {}
-    }
+        Ok(m) => m,
+    };
     let bak = backup_path(target);
+    // After a crash between this step and the rename, .bak may already be the current file
+    // (and rename() between two names of one inode is a no-op that would leave `staged` behind).
+    if fs::symlink_metadata(&bak)
+        .is_ok_and(|b| b.dev() == current.dev() && b.ino() == current.ino())
+    {
+        return Ok(());
+    }
     let staged = bak.with_file_name(format!(
         ".{}{TEMP_MARK}{}-{:016x}",
-        bak.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        bak.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         std::process::id(),
         random_u64()
     ));
     fs::hard_link(target, &staged)?;
-    fs::rename(&staged, &bak).inspect_err(|_| {
-        let _ = fs::remove_file(&staged);
-    })
+    let renamed = fs::rename(&staged, &bak);
+    // Normally gone after the rename; removed here if the rename failed.
+    let _ = fs::remove_file(&staged);
+    renamed
 }
 
 /// fsyncs a directory so renames and creations inside it are durable.
@@ -151,11 +185,20 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// Removes temp files a crashed writer left beside `name`. Callers hold the file's write lock,
-/// so no live writer owns them.
-fn sweep_stale_temps(dir: &Path, name: &str) {
-    let prefixes = [format!(".{name}{TEMP_MARK}"), format!(".{name}.bak{TEMP_MARK}")];
-    let Ok(entries) = fs::read_dir(dir) else { return };
+/// Removes temp files a crashed writer left beside `target`. Call while holding the file's
+/// write lock, so no live writer owns them.
+pub fn sweep_stale_temps(target: &Path) {
+    let dir = parent_dir(target);
+    let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let prefixes = [
+        format!(".{name}{TEMP_MARK}"),
+        format!(".{name}.bak{TEMP_MARK}"),
+    ];
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
         let file_name = file_name.to_string_lossy();
@@ -184,7 +227,10 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let target = dir.path().join("config.toml");
         write_durable(&target, b"one", 0o600, NO_POINTS)?;
-        assert!(!backup_path(&target).exists(), "no .bak without a previous file");
+        assert!(
+            !backup_path(&target).exists(),
+            "no .bak without a previous file"
+        );
         write_durable(&target, b"two", 0o600, NO_POINTS)?;
         assert_eq!(fs::read(&target)?, b"two");
         assert_eq!(fs::read(backup_path(&target))?, b"one");
@@ -217,6 +263,7 @@ mod tests {
         let target = dir.path().join("config.toml");
         let stale = dir.path().join(".config.toml.tmp-1-00");
         fs::write(&stale, "torn")?;
+        sweep_stale_temps(&target);
         write_durable(&target, b"fresh", 0o600, NO_POINTS)?;
         assert!(!stale.exists(), "stale temp swept");
         assert_eq!(fs::read_to_string(&target)?, "fresh");

@@ -7,7 +7,10 @@ use crate::error::ConfigError;
 use crate::keypath::{KeyPath, Segment};
 
 fn edit_err(path: &KeyPath, message: impl Into<String>) -> ConfigError {
-    ConfigError::Edit { key: path.to_string(), message: message.into() }
+    ConfigError::Edit {
+        key: path.to_string(),
+        message: message.into(),
+    }
 }
 
 /// The item at `path`, if present (key segments only; array elements are not items).
@@ -42,7 +45,11 @@ pub(crate) fn set(doc: &mut DocumentMut, path: &KeyPath, value: Value) -> Result
 ///
 /// New `[tables]` go to the end of the file (after any trailing comments, which stay with the
 /// section above them), separated by a blank line.
-pub(crate) fn set_item(doc: &mut DocumentMut, path: &KeyPath, new: Item) -> Result<(), ConfigError> {
+pub(crate) fn set_item(
+    doc: &mut DocumentMut,
+    path: &KeyPath,
+    new: Item,
+) -> Result<(), ConfigError> {
     let Some((last, parents)) = path.segments().split_last() else {
         return Err(edit_err(path, "empty key path"));
     };
@@ -68,11 +75,15 @@ pub(crate) fn set_item(doc: &mut DocumentMut, path: &KeyPath, new: Item) -> Resu
             Ok::<(), ConfigError>(())
         }
         Segment::Index(i) => {
-            let array = parent.as_array_mut().ok_or_else(|| edit_err(path, "not an array"))?;
+            let array = parent
+                .as_array_mut()
+                .ok_or_else(|| edit_err(path, "not an array"))?;
             let Item::Value(mut v) = into_value_item(new) else {
                 return Err(edit_err(path, "array elements must be values"));
             };
-            let old = array.get(*i).ok_or_else(|| edit_err(path, format!("index {i} is out of range")))?;
+            let old = array
+                .get(*i)
+                .ok_or_else(|| edit_err(path, format!("index {i} is out of range")))?;
             *v.decor_mut() = old.decor().clone();
             array.replace(*i, v);
             Ok(())
@@ -86,8 +97,15 @@ pub(crate) fn set_item(doc: &mut DocumentMut, path: &KeyPath, new: Item) -> Resu
 fn next_position(item: &Item) -> isize {
     fn max_pos(item: &Item) -> isize {
         match item {
-            Item::Table(t) => t.iter().map(|(_, i)| max_pos(i)).fold(t.position().unwrap_or(0), isize::max),
-            Item::ArrayOfTables(a) => a.iter().map(|t| t.position().unwrap_or(0)).max().unwrap_or(0),
+            Item::Table(t) => t
+                .iter()
+                .map(|(_, i)| max_pos(i))
+                .fold(t.position().unwrap_or(0), isize::max),
+            Item::ArrayOfTables(a) => a
+                .iter()
+                .map(|t| t.position().unwrap_or(0))
+                .max()
+                .unwrap_or(0),
             _ => 0,
         }
     }
@@ -100,7 +118,9 @@ fn decorate_new_table(doc: &mut DocumentMut, path: &KeyPath, first_new: isize) {
     let segs = path.segments();
     let trailing = doc.trailing().as_str().unwrap_or("").to_string();
     for len in (1..=segs.len()).rev() {
-        let Some(Item::Table(t)) = walk_existing_mut(doc.as_item_mut(), &segs[..len]) else { continue };
+        let Some(Item::Table(t)) = walk_existing_mut(doc.as_item_mut(), &segs[..len]) else {
+            continue;
+        };
         let printed = !t.is_implicit() || t.iter().any(|(_, i)| i.is_value());
         if t.position().is_some_and(|p| p >= first_new) && printed {
             let prefix = if trailing.trim().is_empty() {
@@ -122,9 +142,14 @@ pub(crate) fn remove(doc: &mut DocumentMut, path: &KeyPath) -> Result<bool, Conf
     let Some((last, parents)) = path.segments().split_last() else {
         return Err(edit_err(path, "empty key path"));
     };
-    let Some(parent) = walk_existing_mut(doc.as_item_mut(), parents) else { return Ok(false) };
+    let Some(parent) = walk_existing_mut(doc.as_item_mut(), parents) else {
+        return Ok(false);
+    };
     Ok(match last {
-        Segment::Key(k) => parent.as_table_like_mut().and_then(|t| t.remove(k)).is_some(),
+        Segment::Key(k) => parent
+            .as_table_like_mut()
+            .and_then(|t| t.remove(k))
+            .is_some(),
         Segment::Index(i) => match parent.as_array_mut() {
             Some(a) if *i < a.len() => {
                 a.remove(*i);
@@ -153,9 +178,12 @@ fn walk_mut<'a>(
         item = match seg {
             Segment::Key(k) => {
                 let is_inline = matches!(item, Item::Value(Value::InlineTable(_)));
-                let table = item
-                    .as_table_like_mut()
-                    .ok_or_else(|| edit_err(full, format!("cannot create '{k}': its parent is a value, not a table")))?;
+                let table = item.as_table_like_mut().ok_or_else(|| {
+                    edit_err(
+                        full,
+                        format!("cannot create '{k}': its parent is a value, not a table"),
+                    )
+                })?;
                 if table.get(k).is_none() {
                     let fresh = if is_inline {
                         Item::Value(Value::InlineTable(InlineTable::new()))
@@ -168,10 +196,15 @@ fn walk_mut<'a>(
                     };
                     table.insert(k, fresh);
                 }
-                table.get_mut(k).ok_or_else(|| edit_err(full, "internal: inserted key vanished"))?
+                table
+                    .get_mut(k)
+                    .ok_or_else(|| edit_err(full, "internal: inserted key vanished"))?
             }
             Segment::Index(_) => {
-                return Err(edit_err(full, "editing inside arrays is not supported; set the whole array"));
+                return Err(edit_err(
+                    full,
+                    "editing inside arrays is not supported; set the whole array",
+                ));
             }
         };
     }

@@ -23,7 +23,12 @@ pub struct Problem {
 
 impl Problem {
     pub fn at(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { key: Some(key.into()), position: None, message: message.into(), hint: None }
+        Self {
+            key: Some(key.into()),
+            position: None,
+            message: message.into(),
+            hint: None,
+        }
     }
     pub fn with_hint(mut self, hint: Option<String>) -> Self {
         self.hint = hint;
@@ -36,7 +41,10 @@ impl Problem {
 pub enum ConfigError {
     /// The file (or an edit) does not pass parsing, schema or validation; nothing was changed.
     #[error("{}", render_problems(file, problems))]
-    Invalid { file: PathBuf, problems: Vec<Problem> },
+    Invalid {
+        file: PathBuf,
+        problems: Vec<Problem>,
+    },
     #[error("no config at {path}; run `warren init` (or pass --config-dir DIR)")]
     Missing { path: PathBuf },
     #[error("cannot read {path}: {source}")]
@@ -67,7 +75,10 @@ pub enum ConfigError {
 
 impl ConfigError {
     pub(crate) fn invalid(file: impl Into<PathBuf>, problem: Problem) -> Self {
-        Self::Invalid { file: file.into(), problems: vec![problem] }
+        Self::Invalid {
+            file: file.into(),
+            problems: vec![problem],
+        }
     }
 }
 
@@ -111,12 +122,20 @@ pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
     (line, col)
 }
 
 /// "did you mean `x`?" for the closest of `candidates`, if any is close enough.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(word, c), c))
@@ -138,7 +157,10 @@ mod tests {
 
     #[test]
     fn suggestions_only_when_close() {
-        assert_eq!(did_you_mean("prot", ["bind", "port"]), Some("did you mean `port`?".into()));
+        assert_eq!(
+            did_you_mean("prot", ["bind", "port"]),
+            Some("did you mean `port`?".into())
+        );
         assert_eq!(did_you_mean("zzzz", ["bind", "port"]), None);
     }
 }

@@ -1,10 +1,10 @@
 //! Named crash points (ARCHITECTURE "Crash safety").
 //!
-//! With the `failpoints` feature, `FAILPOINTS=<name>=return` makes the process abort (SIGABRT, no
+//! With the `failpoints` feature, `FAILPOINTS=<name>=return` makes the process abort at a crash point (SIGABRT, no
 //! destructors, no flushing) when it reaches `<name>`: the same as being killed there. Without the
-//! feature every call compiles to nothing. Names are listed in [`NAMES`] so tests iterate them.
+//! feature every call compiles to nothing. Names are constants here so tests iterate them.
 
-/// Every crash point of a durable save, in the order a save reaches them.
+/// Every crash point of a durable config save, in the order a save reaches them.
 pub const CONFIG_SAVE: [&str; 4] = [
     "config-save-after-temp-write",
     "config-save-after-temp-fsync",
@@ -12,8 +12,8 @@ pub const CONFIG_SAVE: [&str; 4] = [
     "config-save-after-dir-sync",
 ];
 
-/// All crash points known to this crate.
-pub const NAMES: &[&str] = &CONFIG_SAVE;
+/// Error injection (not a crash): the directory sync after the rename fails (CFG-5).
+pub const CONFIG_DIR_SYNC_ERROR: &str = "config-save-dir-sync-error";
 
 /// Aborts the process if the crash point `name` is armed.
 #[cfg(feature = "failpoints")]
@@ -27,6 +27,18 @@ pub fn crash_point(name: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn crash_point(_name: &str) {}
+
+/// Whether the error-injection point `name` is armed (`FAILPOINTS=<name>=return`).
+#[cfg(feature = "failpoints")]
+pub fn injected_error(name: &str) -> bool {
+    fail::eval(name, |_| ()).is_some()
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn injected_error(_name: &str) -> bool {
+    false
+}
 
 /// Arms the crash points named in `FAILPOINTS`; keep the guard alive for the process lifetime.
 #[cfg(feature = "failpoints")]

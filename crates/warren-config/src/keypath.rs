@@ -18,7 +18,9 @@ pub struct KeyPath(pub Vec<Segment>);
 
 /// A key path that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid key path '{path}': {reason} (write keys as section.key, quoting keys with dots: cost.rates.\"gpt-4.1\")")]
+#[error(
+    "invalid key path '{path}': {reason} (write keys as section.key, quoting keys with dots: cost.rates.\"gpt-4.1\")"
+)]
 pub struct KeyPathError {
     pub path: String,
     pub reason: &'static str,
@@ -45,17 +47,29 @@ impl KeyPath {
 
     /// The keys only, dropping array indexes (`gateway.paired_tokens[0]` → `gateway.paired_tokens`).
     pub fn without_indexes(&self) -> KeyPath {
-        KeyPath(self.0.iter().filter(|s| matches!(s, Segment::Key(_))).cloned().collect())
+        KeyPath(
+            self.0
+                .iter()
+                .filter(|s| matches!(s, Segment::Key(_)))
+                .cloned()
+                .collect(),
+        )
     }
 }
 
 /// Quotes a key when it is not a bare TOML key.
 pub fn quote(key: &str) -> Cow<'_, str> {
-    let bare = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if bare {
         Cow::Borrowed(key)
     } else {
-        Cow::Owned(format!("\"{}\"", key.replace('\\', "\\\\").replace('"', "\\\"")))
+        Cow::Owned(format!(
+            "\"{}\"",
+            key.replace('\\', "\\\\").replace('"', "\\\"")
+        ))
     }
 }
 
@@ -76,7 +90,10 @@ impl FromStr for KeyPath {
     type Err = KeyPathError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let fail = |reason| KeyPathError { path: s.to_string(), reason };
+        let fail = |reason| KeyPathError {
+            path: s.to_string(),
+            reason,
+        };
         let mut segs = Vec::new();
         let mut chars = s.chars().peekable();
         let mut expect_key = true;
@@ -95,7 +112,9 @@ impl FromStr for KeyPath {
                         }
                         digits.push(d);
                     }
-                    let n = digits.parse().map_err(|_| fail("array index must be a number in [..]"))?;
+                    let n = digits
+                        .parse()
+                        .map_err(|_| fail("array index must be a number in [..]"))?;
                     segs.push(Segment::Index(n));
                 }
                 '"' if expect_key => {
@@ -140,7 +159,11 @@ impl FromStr for KeyPath {
             }
         }
         if expect_key {
-            return Err(fail(if segs.is_empty() { "empty path" } else { "path ends with '.'" }));
+            return Err(fail(if segs.is_empty() {
+                "empty path"
+            } else {
+                "path ends with '.'"
+            }));
         }
         Ok(KeyPath(segs))
     }
@@ -152,13 +175,25 @@ mod tests {
 
     #[test]
     fn parses_and_prints_round_trip() {
-        for p in ["gateway.port", "cost.rates.\"gpt-4.1\".input_per_mtok", "gateway.paired_tokens[0]", "a"] {
-            assert_eq!(p.parse::<KeyPath>().map(|k| k.to_string()), Ok(p.to_string()));
+        for p in [
+            "gateway.port",
+            "cost.rates.\"gpt-4.1\".input_per_mtok",
+            "gateway.paired_tokens[0]",
+            "a",
+        ] {
+            assert_eq!(
+                p.parse::<KeyPath>().map(|k| k.to_string()),
+                Ok(p.to_string())
+            );
         }
         let k: Result<KeyPath, _> = "cost.rates.\"gpt-4.1\"".parse();
         assert_eq!(
             k.map(|k| k.0),
-            Ok(vec![Segment::Key("cost".into()), Segment::Key("rates".into()), Segment::Key("gpt-4.1".into())])
+            Ok(vec![
+                Segment::Key("cost".into()),
+                Segment::Key("rates".into()),
+                Segment::Key("gpt-4.1".into())
+            ])
         );
     }
 

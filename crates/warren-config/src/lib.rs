@@ -22,4 +22,3 @@ pub use schema::Config;
 pub use secrets::{ENC_PREFIX, Secret, SecretError, SecretKey};
 pub use starter::{InitOutcome, STARTER_CONFIG, init};
 pub use store::{CommitOutcome, ConfigStore, Snapshot, WriteTxn};
-

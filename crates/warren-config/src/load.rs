@@ -27,10 +27,10 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
                 key: None,
                 position: e.span().map(|s| line_col(text, s.start)),
                 message: format!("TOML syntax error: {}", e.message().trim_end()),
-                hint: e
-                    .message()
-                    .contains("duplicate key")
-                    .then(|| "a key or [table] (such as [agents.<alias>]) may be defined only once".to_string()),
+                hint: e.message().contains("duplicate key").then(|| {
+                    "a key or [table] (such as [agents.<alias>]) may be defined only once"
+                        .to_string()
+                }),
             },
         )
     })?;
@@ -62,9 +62,15 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
                     .map(|offset| line_col(text, offset));
             }
         }
-        return Err(ConfigError::Invalid { file: file.to_path_buf(), problems });
+        return Err(ConfigError::Invalid {
+            file: file.to_path_buf(),
+            problems,
+        });
     }
-    Ok(Parsed { config, doc: spanned.into_mut() })
+    Ok(Parsed {
+        config,
+        doc: spanned.into_mut(),
+    })
 }
 
 /// Turns a serde error into a problem with key path, position and a "did you mean" hint.
@@ -75,7 +81,9 @@ fn schema_problem(text: &str, err: serde_path_to_error::Error<toml_edit::de::Err
             .filter_map(|seg| match seg {
                 serde_path_to_error::Segment::Map { key } => Some(Segment::Key(key.clone())),
                 serde_path_to_error::Segment::Seq { index } => Some(Segment::Index(*index)),
-                serde_path_to_error::Segment::Enum { variant } => Some(Segment::Key(variant.clone())),
+                serde_path_to_error::Segment::Enum { variant } => {
+                    Some(Segment::Key(variant.clone()))
+                }
                 _ => None,
             })
             .collect(),
@@ -85,9 +93,16 @@ fn schema_problem(text: &str, err: serde_path_to_error::Error<toml_edit::de::Err
     let position = inner.span().map(|s| line_col(text, s.start));
     let mut hint = None;
     let mut shown = message.clone();
-    for (prefix, what) in [("unknown field `", "unknown key"), ("unknown variant `", "unknown value")] {
-        let Some(rest) = message.strip_prefix(prefix) else { continue };
-        let Some((word, expected)) = rest.split_once('`') else { continue };
+    for (prefix, what) in [
+        ("unknown field `", "unknown key"),
+        ("unknown variant `", "unknown value"),
+    ] {
+        let Some(rest) = message.strip_prefix(prefix) else {
+            continue;
+        };
+        let Some((word, expected)) = rest.split_once('`') else {
+            continue;
+        };
         let candidates = backticked(expected);
         hint = did_you_mean(word, candidates.iter().copied());
         if what == "unknown key" {
@@ -96,13 +111,21 @@ fn schema_problem(text: &str, err: serde_path_to_error::Error<toml_edit::de::Err
             }
             shown = format!("unknown key `{word}`");
         } else {
-            shown = format!("unknown value `{word}`; expected one of {}", candidates.join(", "));
+            shown = format!(
+                "unknown value `{word}`; expected one of {}",
+                candidates.join(", ")
+            );
         }
         if hint.is_none() && what == "unknown key" && !candidates.is_empty() {
             hint = Some(format!("known keys here: {}", candidates.join(", ")));
         }
     }
-    Problem { key: (!path.is_empty()).then(|| path.to_string()), position, message: shown, hint }
+    Problem {
+        key: (!path.is_empty()).then(|| path.to_string()),
+        position,
+        message: shown,
+        hint,
+    }
 }
 
 /// The words between backticks in serde's "expected one of `a`, `b`" lists.
@@ -119,7 +142,11 @@ fn span_of(doc: &Document<String>, path: &KeyPath) -> Option<usize> {
             Segment::Key(k) => {
                 let table = item.as_table_like()?;
                 let (key, next) = table.get_key_value(k)?;
-                offset = key.span().map(|s| s.start).or_else(|| next.span().map(|s| s.start)).or(offset);
+                offset = key
+                    .span()
+                    .map(|s| s.start)
+                    .or_else(|| next.span().map(|s| s.start))
+                    .or(offset);
                 item = next;
             }
             Segment::Index(i) => {

@@ -21,7 +21,9 @@ pub enum PathError {
     EmptyConfigDir,
     #[error("{HOME_ENV} is set but empty; unset it or point it at a directory")]
     EmptyHomeEnv,
-    #[error("cannot find a home directory for the default install root ~/.warren; pass --config-dir DIR or set {HOME_ENV}")]
+    #[error(
+        "cannot find a home directory for the default install root ~/.warren; pass --config-dir DIR or set {HOME_ENV}"
+    )]
     NoHome,
     #[error("cannot determine the current directory to resolve '{path}': {source}")]
     CurrentDir { path: PathBuf, source: io::Error },
@@ -60,7 +62,10 @@ impl InstallRoot {
             chosen
         } else {
             std::env::current_dir()
-                .map_err(|source| PathError::CurrentDir { path: chosen.clone(), source })?
+                .map_err(|source| PathError::CurrentDir {
+                    path: chosen.clone(),
+                    source,
+                })?
                 .join(chosen)
         };
         Ok(Self { root })
@@ -171,7 +176,9 @@ impl InstallRoot {
     /// Creates `<install>` (mode 0700), `data/`, `shared/` and `agents/` if missing.
     pub fn ensure_layout(&self) -> Result<(), PathError> {
         if self.root.exists() && !self.root.is_dir() {
-            return Err(PathError::NotADirectory { path: self.root.clone() });
+            return Err(PathError::NotADirectory {
+                path: self.root.clone(),
+            });
         }
         let prepare = |path: PathBuf| {
             fs::DirBuilder::new()
@@ -185,10 +192,15 @@ impl InstallRoot {
         prepare(self.shared_dir())?;
         prepare(self.agents_dir())?;
         // Probe writability now, so an unwritable root is reported by name before any work.
-        let probe = self.data_dir().join(format!(".write-probe-{}", std::process::id()));
+        let probe = self
+            .data_dir()
+            .join(format!(".write-probe-{}", std::process::id()));
         fs::write(&probe, b"")
             .and_then(|()| fs::remove_file(&probe))
-            .map_err(|source| PathError::Prepare { path: self.root.clone(), source })?;
+            .map_err(|source| PathError::Prepare {
+                path: self.root.clone(),
+                source,
+            })?;
         Ok(())
     }
 
@@ -203,8 +215,15 @@ impl InstallRoot {
     ) -> Result<LegacyMigration, PathError> {
         let legacy = self.legacy_workspace();
         match fs::symlink_metadata(&legacy) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LegacyMigration::NothingToDo),
-            Err(source) => return Err(PathError::Prepare { path: legacy, source }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(LegacyMigration::NothingToDo);
+            }
+            Err(source) => {
+                return Err(PathError::Prepare {
+                    path: legacy,
+                    source,
+                });
+            }
             Ok(meta) if !meta.is_dir() => {
                 return Ok(LegacyMigration::Skipped {
                     reason: format!("{} is not a directory; left in place", legacy.display()),
@@ -241,20 +260,34 @@ impl InstallRoot {
             .recursive(true)
             .mode(0o700)
             .create(&parent)
-            .map_err(|source| PathError::Prepare { path: parent.clone(), source })?;
+            .map_err(|source| PathError::Prepare {
+                path: parent.clone(),
+                source,
+            })?;
         if dest.exists() {
             // An empty directory: replace it by the legacy tree.
-            fs::remove_dir(&dest).map_err(|source| PathError::Prepare { path: dest.clone(), source })?;
+            fs::remove_dir(&dest).map_err(|source| PathError::Prepare {
+                path: dest.clone(),
+                source,
+            })?;
         }
-        fs::rename(&legacy, &dest).map_err(|source| PathError::Prepare { path: legacy.clone(), source })?;
+        fs::rename(&legacy, &dest).map_err(|source| PathError::Prepare {
+            path: legacy.clone(),
+            source,
+        })?;
         crate::atomic::sync_dir(self.root()).ok();
         crate::atomic::sync_dir(&parent).ok();
-        Ok(LegacyMigration::Moved { from: legacy, to: dest })
+        Ok(LegacyMigration::Moved {
+            from: legacy,
+            to: dest,
+        })
     }
 
     /// Whether `path` is readable by others (used to warn about a world-readable config).
     pub fn is_group_or_world_readable(path: &Path) -> bool {
-        fs::metadata(path).map(|m| m.permissions().mode() & 0o044 != 0).unwrap_or(false)
+        fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o044 != 0)
+            .unwrap_or(false)
     }
 }
 
@@ -275,28 +308,65 @@ mod tests {
         let flag = Path::new("/a/flag");
         let env = Some(OsString::from("/b/env"));
         let home = Some(PathBuf::from("/c/home"));
-        assert_eq!(InstallRoot::resolve(Some(flag), env.clone(), home.clone()).ok().map(|r| r.root), Some(PathBuf::from("/a/flag")));
-        assert_eq!(InstallRoot::resolve(None, env, home.clone()).ok().map(|r| r.root), Some(PathBuf::from("/b/env")));
-        assert_eq!(InstallRoot::resolve(None, None, home).ok().map(|r| r.root), Some(PathBuf::from("/c/home/.warren")));
-        assert!(matches!(InstallRoot::resolve(None, None, None), Err(PathError::NoHome)));
-        assert!(matches!(InstallRoot::resolve(Some(Path::new("")), None, None), Err(PathError::EmptyConfigDir)));
-        assert!(matches!(InstallRoot::resolve(None, Some(OsString::new()), None), Err(PathError::EmptyHomeEnv)));
+        assert_eq!(
+            InstallRoot::resolve(Some(flag), env.clone(), home.clone())
+                .ok()
+                .map(|r| r.root),
+            Some(PathBuf::from("/a/flag"))
+        );
+        assert_eq!(
+            InstallRoot::resolve(None, env, home.clone())
+                .ok()
+                .map(|r| r.root),
+            Some(PathBuf::from("/b/env"))
+        );
+        assert_eq!(
+            InstallRoot::resolve(None, None, home).ok().map(|r| r.root),
+            Some(PathBuf::from("/c/home/.warren"))
+        );
+        assert!(matches!(
+            InstallRoot::resolve(None, None, None),
+            Err(PathError::NoHome)
+        ));
+        assert!(matches!(
+            InstallRoot::resolve(Some(Path::new("")), None, None),
+            Err(PathError::EmptyConfigDir)
+        ));
+        assert!(matches!(
+            InstallRoot::resolve(None, Some(OsString::new()), None),
+            Err(PathError::EmptyHomeEnv)
+        ));
     }
 
     #[test]
     fn layout_paths_match_layout_1() {
         let r = InstallRoot::at("/w");
         let main = AgentAlias::new("main").ok();
-        assert_eq!(r.sessions_db(), PathBuf::from("/w/data/sessions/sessions.db"));
-        assert_eq!(r.acp_sessions_db(), PathBuf::from("/w/data/sessions/acp-sessions.db"));
+        assert_eq!(
+            r.sessions_db(),
+            PathBuf::from("/w/data/sessions/sessions.db")
+        );
+        assert_eq!(
+            r.acp_sessions_db(),
+            PathBuf::from("/w/data/sessions/acp-sessions.db")
+        );
         assert_eq!(r.cron_db(), PathBuf::from("/w/data/cron/jobs.db"));
         assert_eq!(r.sop_runs_db(), PathBuf::from("/w/data/sop/runs.db"));
-        assert_eq!(r.control_plane_db(), PathBuf::from("/w/data/control_plane.db"));
-        assert_eq!(r.runtime_trace(), PathBuf::from("/w/data/state/runtime-trace.jsonl"));
+        assert_eq!(
+            r.control_plane_db(),
+            PathBuf::from("/w/data/control_plane.db")
+        );
+        assert_eq!(
+            r.runtime_trace(),
+            PathBuf::from("/w/data/state/runtime-trace.jsonl")
+        );
         assert_eq!(r.costs_ledger(), PathBuf::from("/w/data/state/costs.jsonl"));
         assert_eq!(r.devices_db(), PathBuf::from("/w/data/devices.db"));
         assert_eq!(r.skills_dir(), PathBuf::from("/w/shared/skills"));
-        assert_eq!(main.map(|a| r.agent_workspace(&a)), Some(PathBuf::from("/w/agents/main/workspace")));
+        assert_eq!(
+            main.map(|a| r.agent_workspace(&a)),
+            Some(PathBuf::from("/w/agents/main/workspace"))
+        );
     }
 
     #[test]
@@ -309,15 +379,27 @@ mod tests {
         fs::write(root.legacy_workspace().join("notes/a.md"), "hello")?;
         let moved = root.migrate_legacy_workspace(Some(&main))?;
         assert!(matches!(moved, LegacyMigration::Moved { .. }));
-        assert_eq!(fs::read_to_string(root.agent_workspace(&main).join("notes/a.md"))?, "hello");
+        assert_eq!(
+            fs::read_to_string(root.agent_workspace(&main).join("notes/a.md"))?,
+            "hello"
+        );
         assert!(!root.legacy_workspace().exists());
-        assert_eq!(root.migrate_legacy_workspace(Some(&main))?, LegacyMigration::NothingToDo);
+        assert_eq!(
+            root.migrate_legacy_workspace(Some(&main))?,
+            LegacyMigration::NothingToDo
+        );
 
         // A second legacy tree with a populated target is left alone.
         fs::create_dir_all(root.legacy_workspace())?;
         fs::write(root.legacy_workspace().join("b.md"), "other")?;
-        assert!(matches!(root.migrate_legacy_workspace(Some(&main))?, LegacyMigration::Skipped { .. }));
-        assert_eq!(fs::read_to_string(root.legacy_workspace().join("b.md"))?, "other");
+        assert!(matches!(
+            root.migrate_legacy_workspace(Some(&main))?,
+            LegacyMigration::Skipped { .. }
+        ));
+        assert_eq!(
+            fs::read_to_string(root.legacy_workspace().join("b.md"))?,
+            "other"
+        );
         Ok(())
     }
 }

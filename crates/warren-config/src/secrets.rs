@@ -78,7 +78,9 @@ pub enum SecretError {
          secrets again)"
     )]
     KeyMissing { path: PathBuf },
-    #[error("refusing key file {path}: it is a symlink (the key is never read or written through a symlink)")]
+    #[error(
+        "refusing key file {path}: it is a symlink (the key is never read or written through a symlink)"
+    )]
     KeySymlink { path: PathBuf },
     #[error(
         "key file {path} is corrupt: expected {} hex characters, found {found}; encrypted values cannot be \
@@ -108,14 +110,20 @@ pub struct SecretKey {
 
 impl fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SecretKey").field("path", &self.path).field("key", &REDACTED).finish()
+        f.debug_struct("SecretKey")
+            .field("path", &self.path)
+            .field("key", &REDACTED)
+            .finish()
     }
 }
 
 impl SecretKey {
     /// Reads the key at `path`; `Ok(None)` when no key file exists.
     pub fn load(path: &Path) -> Result<Option<Self>, SecretError> {
-        let io_err = |source| SecretError::KeyIo { path: path.to_path_buf(), source };
+        let io_err = |source| SecretError::KeyIo {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = match OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -124,13 +132,17 @@ impl SecretKey {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(SecretError::KeySymlink { path: path.to_path_buf() });
+                return Err(SecretError::KeySymlink {
+                    path: path.to_path_buf(),
+                });
             }
             Err(e) => return Err(io_err(e)),
         };
         let meta = file.metadata().map_err(io_err)?;
         if !meta.is_file() {
-            return Err(SecretError::KeyNotAFile { path: path.to_path_buf() });
+            return Err(SecretError::KeyNotAFile {
+                path: path.to_path_buf(),
+            });
         }
         if meta.mode() & 0o077 != 0 {
             tracing::warn!(path = %path.display(), "secret key file is readable by other users; run chmod 600 on it");
@@ -144,7 +156,10 @@ impl SecretKey {
                 path: path.to_path_buf(),
                 found: format!("{} characters", trimmed.len()),
             })?;
-        Ok(Some(Self { path: path.to_path_buf(), cipher: ChaCha20Poly1305::new(Key::from_slice(&bytes)) }))
+        Ok(Some(Self {
+            path: path.to_path_buf(),
+            cipher: ChaCha20Poly1305::new(Key::from_slice(&bytes)),
+        }))
     }
 
     /// Reads the key at `path`, creating it (0600, no-replace) when absent.
@@ -152,13 +167,20 @@ impl SecretKey {
         if let Some(key) = Self::load(path)? {
             return Ok(key);
         }
-        let io_err = |source| SecretError::KeyIo { path: path.to_path_buf(), source };
+        let io_err = |source| SecretError::KeyIo {
+            path: path.to_path_buf(),
+            source,
+        };
         let mut raw = [0u8; KEY_LEN];
         getrandom::fill(&mut raw).map_err(|e| SecretError::Random(e.to_string()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut nonce = [0u8; 8];
         getrandom::fill(&mut nonce).map_err(|e| SecretError::Random(e.to_string()))?;
-        let temp = dir.join(format!(".secret_key.tmp-{}-{}", std::process::id(), hex_encode(&nonce)));
+        let temp = dir.join(format!(
+            ".secret_key.tmp-{}-{}",
+            std::process::id(),
+            hex_encode(&nonce)
+        ));
         let write = || -> io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -212,8 +234,12 @@ impl SecretKey {
         let plain = self
             .cipher
             .decrypt(Nonce::from_slice(nonce), sealed)
-            .map_err(|_| SecretError::Decrypt { path: self.path.clone() })?;
-        String::from_utf8(plain).map_err(|_| SecretError::Decrypt { path: self.path.clone() })
+            .map_err(|_| SecretError::Decrypt {
+                path: self.path.clone(),
+            })?;
+        String::from_utf8(plain).map_err(|_| SecretError::Decrypt {
+            path: self.path.clone(),
+        })
     }
 }
 
@@ -230,8 +256,9 @@ impl<'a> LazyKey<'a> {
     /// The existing key (for decryption): missing is an error.
     pub(crate) fn existing(&mut self) -> Result<&SecretKey, SecretError> {
         if self.key.is_none() {
-            let key = SecretKey::load(self.path)?
-                .ok_or_else(|| SecretError::KeyMissing { path: self.path.to_path_buf() })?;
+            let key = SecretKey::load(self.path)?.ok_or_else(|| SecretError::KeyMissing {
+                path: self.path.to_path_buf(),
+            })?;
             self.key = Some(key);
         }
         self.key.as_ref().ok_or(SecretError::Malformed)
@@ -256,7 +283,7 @@ fn hex_encode(bytes: &[u8]) -> String {
 }
 
 fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     text.as_bytes()
@@ -299,12 +326,22 @@ mod tests {
         let one = SecretKey::load_or_create(&dir.path().join("k1"))?;
         let two = SecretKey::load_or_create(&dir.path().join("k2"))?;
         let sealed = one.encrypt("hunter2")?;
-        let err = two.decrypt(&sealed).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("cannot be recovered without the original key"), "{err}");
+        let err = two
+            .decrypt(&sealed)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("cannot be recovered without the original key"),
+            "{err}"
+        );
         let mut tampered = sealed.clone();
         tampered.pop();
         tampered.push(if sealed.ends_with('0') { '1' } else { '0' });
-        assert!(matches!(one.decrypt(&tampered), Err(SecretError::Decrypt { .. })));
+        assert!(matches!(
+            one.decrypt(&tampered),
+            Err(SecretError::Decrypt { .. })
+        ));
         Ok(())
     }
 
@@ -315,16 +352,32 @@ mod tests {
         SecretKey::load_or_create(&real)?;
         let link = dir.path().join(".secret_key");
         std::os::unix::fs::symlink(&real, &link)?;
-        assert!(matches!(SecretKey::load(&link), Err(SecretError::KeySymlink { .. })));
-        assert!(matches!(SecretKey::load_or_create(&link), Err(SecretError::KeySymlink { .. })));
+        assert!(matches!(
+            SecretKey::load(&link),
+            Err(SecretError::KeySymlink { .. })
+        ));
+        assert!(matches!(
+            SecretKey::load_or_create(&link),
+            Err(SecretError::KeySymlink { .. })
+        ));
 
         let short = dir.path().join("short");
         fs::write(&short, "abcd")?;
-        assert!(matches!(SecretKey::load(&short), Err(SecretError::KeyCorrupt { .. })));
+        assert!(matches!(
+            SecretKey::load(&short),
+            Err(SecretError::KeyCorrupt { .. })
+        ));
 
         let missing = dir.path().join("missing");
-        let err = LazyKey::new(&missing).existing().err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("cannot be recovered without the original key"), "{err}");
+        let err = LazyKey::new(&missing)
+            .existing()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("cannot be recovered without the original key"),
+            "{err}"
+        );
         assert!(!missing.exists(), "decryption never creates a key");
         Ok(())
     }
@@ -337,6 +390,8 @@ mod tests {
     }
 
     fn serde_json_like(s: &Secret) -> String {
-        toml::Value::try_from(s).map(|v| v.to_string()).unwrap_or_default()
+        toml::Value::try_from(s)
+            .map(|v| v.to_string())
+            .unwrap_or_default()
     }
 }

@@ -10,8 +10,9 @@
 //! - A store that was not loaded from a file refuses to save (see [`ConfigError::Unbound`]).
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use toml_edit::{DocumentMut, Item, Table, Value};
@@ -52,9 +53,25 @@ impl std::ops::Deref for Snapshot {
     }
 }
 
+/// The in-process write mutex and, for a bound store, the cross-process lock file.
+type Locks<'a> = (tokio::sync::MutexGuard<'a, ()>, Option<FileLock>);
+
+/// The held cross-process lock; released on drop. The file handle stays open in the store.
+struct FileLock(Arc<File>);
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
 struct Shared {
     root: InstallRoot,
     bound: bool,
+    /// Whether this store already swept temp files a crashed writer left (once per store).
+    swept: AtomicBool,
+    /// `data/config.lock`, opened on first write and kept open.
+    lock_file: std::sync::Mutex<Option<Arc<File>>>,
     live: RwLock<Arc<Snapshot>>,
     writer: tokio::sync::Mutex<()>,
 }
@@ -94,13 +111,31 @@ impl ConfigStore {
             tracing::warn!(path = %path.display(), "config file is readable by other users; run chmod 600 on it");
         }
         let Parsed { config, doc } = load::parse(&path, &text, &root.secret_key())?;
-        Ok(Self::new(root, true, Snapshot { generation: 1, config, doc, disk: Some(text) }))
+        Ok(Self::new(
+            root,
+            true,
+            Snapshot {
+                generation: 1,
+                config,
+                doc,
+                disk: Some(text),
+            },
+        ))
     }
 
     /// An in-memory store (embedded defaults, tests). Every commit is refused with
     /// [`ConfigError::Unbound`]: such a config must never overwrite a file.
     pub fn unbound(root: InstallRoot, config: Config) -> Self {
-        Self::new(root, false, Snapshot { generation: 1, config, doc: DocumentMut::new(), disk: None })
+        Self::new(
+            root,
+            false,
+            Snapshot {
+                generation: 1,
+                config,
+                doc: DocumentMut::new(),
+                disk: None,
+            },
+        )
     }
 
     fn new(root: InstallRoot, bound: bool, snapshot: Snapshot) -> Self {
@@ -108,6 +143,8 @@ impl ConfigStore {
             shared: Arc::new(Shared {
                 root,
                 bound,
+                swept: AtomicBool::new(false),
+                lock_file: std::sync::Mutex::new(None),
                 live: RwLock::new(Arc::new(snapshot)),
                 writer: tokio::sync::Mutex::new(()),
             }),
@@ -133,56 +170,77 @@ impl ConfigStore {
     /// Starts a write from async code: async mutex, then the cross-process lock (off the
     /// async workers).
     pub async fn write(&self) -> Result<WriteTxn<'_>, ConfigError> {
-        let guard = self.shared.writer.lock().await;
-        let file_lock = if self.shared.bound {
-            let root = self.shared.root.clone();
-            Some(
-                tokio::task::spawn_blocking(move || lock_config_file(&root))
-                    .await
-                    .map_err(|e| ConfigError::Lock {
-                        path: self.shared.root.config_lock(),
-                        source: io::Error::other(e.to_string()),
-                    })??,
-            )
-        } else {
-            None
-        };
+        let (guard, file_lock) = self.lock_async().await?;
         self.begin(guard, file_lock)
     }
 
     /// Starts a write from synchronous code (the CLI). Must not be called on an async worker.
     pub fn write_blocking(&self) -> Result<WriteTxn<'_>, ConfigError> {
-        let guard = self.shared.writer.blocking_lock();
-        let file_lock = if self.shared.bound { Some(lock_config_file(&self.shared.root)?) } else { None };
+        let (guard, file_lock) = self.lock_blocking()?;
         self.begin(guard, file_lock)
+    }
+
+    async fn lock_async(&self) -> Result<Locks<'_>, ConfigError> {
+        let guard = self.shared.writer.lock().await;
+        if !self.shared.bound {
+            return Ok((guard, None));
+        }
+        let shared = Arc::clone(&self.shared);
+        let file = tokio::task::spawn_blocking(move || shared.lock_config_file())
+            .await
+            .map_err(|e| ConfigError::Lock {
+                path: self.shared.root.config_lock(),
+                source: io::Error::other(e.to_string()),
+            })??;
+        Ok((guard, Some(file)))
+    }
+
+    fn lock_blocking(&self) -> Result<Locks<'_>, ConfigError> {
+        let guard = self.shared.writer.blocking_lock();
+        let file = if self.shared.bound {
+            Some(self.shared.lock_config_file()?)
+        } else {
+            None
+        };
+        Ok((guard, file))
     }
 
     fn begin<'a>(
         &'a self,
         guard: tokio::sync::MutexGuard<'a, ()>,
-        file_lock: Option<File>,
+        file_lock: Option<FileLock>,
     ) -> Result<WriteTxn<'a>, ConfigError> {
         let base = self.snapshot();
         if let Some(loaded) = &base.disk {
             let now = read_config(&self.shared.root)?;
             if &now != loaded {
-                return Err(ConfigError::Stale { path: self.shared.root.config_file(), generation: base.generation });
+                return Err(ConfigError::Stale {
+                    path: self.shared.root.config_file(),
+                    generation: base.generation,
+                });
             }
         }
-        Ok(WriteTxn { store: self, _guard: guard, _file_lock: file_lock, doc: base.doc.clone(), base, dirty: Vec::new() })
+        Ok(WriteTxn {
+            store: self,
+            _guard: guard,
+            _file_lock: file_lock,
+            doc: base.doc.clone(),
+            base,
+            dirty: Vec::new(),
+            validated: None,
+        })
     }
 
     /// STATE-19: re-reads config.toml and publishes it as a new generation. On any error the
     /// running generation stays and the error is returned.
     pub async fn reload(&self) -> Result<u64, ConfigError> {
-        let txn = self.write().await?;
-        txn.store.reload_locked()
+        let _locks = self.lock_async().await?;
+        self.reload_locked()
     }
 
     /// [`Self::reload`] for synchronous callers.
     pub fn reload_blocking(&self) -> Result<u64, ConfigError> {
-        let _guard = self.shared.writer.blocking_lock();
-        let _lock = if self.shared.bound { Some(lock_config_file(&self.shared.root)?) } else { None };
+        let _locks = self.lock_blocking()?;
         self.reload_locked()
     }
 
@@ -202,7 +260,12 @@ impl ConfigStore {
             Err(poisoned) => poisoned.into_inner(),
         };
         let generation = live.generation + 1;
-        *live = Arc::new(Snapshot { generation, config, doc, disk });
+        *live = Arc::new(Snapshot {
+            generation,
+            config,
+            doc,
+            disk,
+        });
         generation
     }
 }
@@ -211,10 +274,12 @@ impl ConfigStore {
 pub struct WriteTxn<'a> {
     store: &'a ConfigStore,
     _guard: tokio::sync::MutexGuard<'a, ()>,
-    _file_lock: Option<File>,
+    _file_lock: Option<FileLock>,
     base: Arc<Snapshot>,
     doc: DocumentMut,
     dirty: Vec<KeyPath>,
+    /// The last text that passed validation and its parse, so commit does not redo it.
+    validated: Option<(String, Parsed)>,
 }
 
 impl WriteTxn<'_> {
@@ -223,9 +288,10 @@ impl WriteTxn<'_> {
         &self.base.config
     }
 
-    /// Sets `path` to a TOML value.
+    /// Sets `path` to a TOML value (validated on commit).
     pub fn set(&mut self, path: &KeyPath, value: Value) -> Result<(), ConfigError> {
         edit::set(&mut self.doc, path, value)?;
+        self.validated = None;
         self.mark(path);
         Ok(())
     }
@@ -237,23 +303,29 @@ impl WriteTxn<'_> {
         let as_string = Value::from(raw);
         let literal = raw.parse::<Value>().ok().filter(|v| !v.is_str());
         let Some(literal) = literal else {
-            return self.try_set(path, as_string);
+            return self.try_edit(path, |doc| edit::set(doc, path, as_string));
         };
-        match self.try_set(path, literal) {
+        match self.try_edit(path, |doc| edit::set(doc, path, literal)) {
             Ok(()) => Ok(()),
-            Err(first) => self.try_set(path, as_string).map_err(|_| first),
+            Err(first) => self
+                .try_edit(path, |doc| edit::set(doc, path, as_string))
+                .map_err(|_| first),
         }
     }
 
     /// Sets a secret field (stored encrypted on commit). Refuses paths that are not secrets.
     pub fn set_secret(&mut self, path: &KeyPath, plaintext: &str) -> Result<(), ConfigError> {
-        let before = self.doc.clone();
-        self.try_set(path, Value::from(plaintext))?;
-        let mut preview = self.preview()?;
-        let is_secret = preview.config.secrets_mut().iter().any(|(p, _)| p.parse::<KeyPath>().ok().as_ref() == Some(path));
+        let checkpoint = self.checkpoint();
+        self.try_edit(path, |doc| edit::set(doc, path, Value::from(plaintext)))?;
+        let is_secret = self
+            .validate()?
+            .config
+            .secrets_mut()
+            .iter()
+            .any(|(p, _)| p.parse::<KeyPath>().ok().as_ref() == Some(path));
         if !is_secret {
-            self.doc = before;
-            self.dirty.pop();
+            self.restore(checkpoint);
+            self.dirty.retain(|d| d != path);
             return Err(ConfigError::Edit {
                 key: path.to_string(),
                 message: "not a secret field (secret fields: providers.<name>.api_key, memory.embedder.api_key, \
@@ -268,18 +340,26 @@ impl WriteTxn<'_> {
     pub fn remove(&mut self, path: &KeyPath) -> Result<bool, ConfigError> {
         let removed = edit::remove(&mut self.doc, path)?;
         if removed {
+            self.validated = None;
             self.mark(path);
         }
         Ok(removed)
     }
 
     /// Adds `[agents.<alias>]` with the given fields; refuses an alias that exists.
-    pub fn add_agent(&mut self, alias: &AgentAlias, fields: &[(&str, &str)]) -> Result<(), ConfigError> {
+    pub fn add_agent(
+        &mut self,
+        alias: &AgentAlias,
+        fields: &[(&str, &str)],
+    ) -> Result<(), ConfigError> {
+        let path = KeyPath::default()
+            .push_key("agents")
+            .push_key(alias.as_str());
         if self.base.config.agents.contains_key(alias.as_str())
-            || edit::get(&self.doc, &KeyPath::default().push_key("agents").push_key(alias.as_str())).is_some()
+            || edit::get(&self.doc, &path).is_some()
         {
             return Err(ConfigError::Edit {
-                key: format!("agents.{alias}"),
+                key: path.to_string(),
                 message: format!("agent '{alias}' already exists"),
             });
         }
@@ -287,15 +367,7 @@ impl WriteTxn<'_> {
         for (k, v) in fields {
             table.insert(k, Item::Value(Value::from(*v)));
         }
-        let path = KeyPath::default().push_key("agents").push_key(alias.as_str());
-        let before = self.doc.clone();
-        edit::set_item(&mut self.doc, &path, Item::Table(table))?;
-        if let Err(e) = self.preview() {
-            self.doc = before;
-            return Err(e);
-        }
-        self.mark(&path);
-        Ok(())
+        self.try_edit(&path, |doc| edit::set_item(doc, &path, Item::Table(table)))
     }
 
     /// The key paths changed so far.
@@ -307,30 +379,49 @@ impl WriteTxn<'_> {
     /// generation. With nothing dirty, returns the current generation and writes nothing.
     pub fn commit(mut self) -> Result<CommitOutcome, ConfigError> {
         if self.dirty.is_empty() {
-            return Ok(CommitOutcome { generation: self.base.generation, changed: Vec::new(), warnings: Vec::new() });
+            return Ok(CommitOutcome {
+                generation: self.base.generation,
+                changed: Vec::new(),
+                warnings: Vec::new(),
+            });
         }
         if !self.store.shared.bound {
             return Err(ConfigError::Unbound);
         }
         let root = self.store.root().clone();
-        let mut preview = self.preview()?;
+        self.validate()?;
+        let Some((mut text, mut parsed)) = self.validated.take() else {
+            return Err(ConfigError::Unbound);
+        };
         let key_file = root.secret_key();
         let mut key = LazyKey::new(&key_file);
-        for (secret_path, _) in preview.config.secrets_mut() {
-            let Ok(secret_path) = secret_path.parse::<KeyPath>() else { continue };
+        let mut encrypted = false;
+        for (secret_path, _) in parsed.config.secrets_mut() {
+            let Ok(secret_path) = secret_path.parse::<KeyPath>() else {
+                continue;
+            };
             if !self.dirty.iter().any(|d| secret_path.starts_with(d)) {
                 continue; // untouched secrets keep their ciphertext byte-identical
             }
-            let Some(plain) = edit::get_str(&self.doc, &secret_path).map(str::to_owned) else { continue };
+            let Some(plain) = edit::get_str(&self.doc, &secret_path).map(str::to_owned) else {
+                continue;
+            };
             if plain.starts_with(ENC_PREFIX) || plain.is_empty() {
                 continue;
             }
             let sealed = key.create_if_missing()?.encrypt(&plain)?;
             edit::set(&mut self.doc, &secret_path, Value::from(sealed))?;
+            encrypted = true;
         }
-        let text = self.doc.to_string();
         let path = root.config_file();
-        let Parsed { config, doc } = load::parse(&path, &text, &root.secret_key())?;
+        if encrypted {
+            text = self.doc.to_string();
+            parsed = load::parse(&path, &text, &root.secret_key())?;
+        }
+        let Parsed { config, doc } = parsed;
+        if !self.store.shared.swept.swap(true, Ordering::Relaxed) {
+            atomic::sweep_stale_temps(&path);
+        }
         let outcome = atomic::write_durable(&path, text.as_bytes(), 0o600, CrashPoints::CONFIG)?;
         let generation = self.store.publish(config, doc, Some(text));
         Ok(CommitOutcome {
@@ -340,32 +431,68 @@ impl WriteTxn<'_> {
         })
     }
 
-    fn try_set(&mut self, path: &KeyPath, value: Value) -> Result<(), ConfigError> {
-        let before = self.doc.clone();
-        edit::set(&mut self.doc, path, value)?;
-        match self.preview() {
-            Ok(_) => {
+    /// Applies `change` and validates the result; on any error the document is restored.
+    fn try_edit(
+        &mut self,
+        path: &KeyPath,
+        change: impl FnOnce(&mut DocumentMut) -> Result<(), ConfigError>,
+    ) -> Result<(), ConfigError> {
+        let checkpoint = self.checkpoint();
+        self.validated = None;
+        match change(&mut self.doc).and_then(|()| self.validate().map(|_| ())) {
+            Ok(()) => {
                 self.mark(path);
                 Ok(())
             }
             Err(e) => {
-                self.doc = before;
+                self.restore(checkpoint);
                 Err(e)
             }
         }
     }
 
-    fn preview(&self) -> Result<Parsed, ConfigError> {
-        let root = self.store.root();
-        let text = self.doc.to_string();
-        load::parse(&root.config_file(), &text, &root.secret_key()).map_err(|e| match e {
-            // Line numbers of an edited document would not match the file; keep the key path.
-            ConfigError::Invalid { file, problems } => ConfigError::Invalid {
-                file,
-                problems: problems.into_iter().map(|p| Problem { position: None, ..p }).collect(),
-            },
-            other => other,
-        })
+    /// The current document as text, cheaply when it is already known.
+    fn checkpoint(&self) -> String {
+        match (&self.validated, &self.base.disk) {
+            (Some((text, _)), _) => text.clone(),
+            (None, Some(disk)) if self.dirty.is_empty() => disk.clone(),
+            _ => self.doc.to_string(),
+        }
+    }
+
+    fn restore(&mut self, checkpoint: String) {
+        self.validated = None;
+        // The checkpoint was produced from a document, so it parses; fall back to the base.
+        self.doc = checkpoint.parse().unwrap_or_else(|_| self.base.doc.clone());
+    }
+
+    /// Validates the edited document once; later calls reuse the result until the next edit.
+    fn validate(&mut self) -> Result<&mut Parsed, ConfigError> {
+        if self.validated.is_none() {
+            let root = self.store.root();
+            let text = self.doc.to_string();
+            let parsed = load::parse(&root.config_file(), &text, &root.secret_key()).map_err(
+                |e| match e {
+                    // Line numbers of an edited document would not match the file; keep the key path.
+                    ConfigError::Invalid { file, problems } => ConfigError::Invalid {
+                        file,
+                        problems: problems
+                            .into_iter()
+                            .map(|p| Problem {
+                                position: None,
+                                ..p
+                            })
+                            .collect(),
+                    },
+                    other => other,
+                },
+            )?;
+            self.validated = Some((text, parsed));
+        }
+        match self.validated.as_mut() {
+            Some((_, parsed)) => Ok(parsed),
+            None => Err(ConfigError::Unbound),
+        }
     }
 
     fn mark(&mut self, path: &KeyPath) {
@@ -375,30 +502,73 @@ impl WriteTxn<'_> {
     }
 }
 
-/// Reads config.toml; a missing file is [`ConfigError::Missing`].
+/// Reads config.toml; a missing file is [`ConfigError::Missing`]. Reads do not update the
+/// access time where the kernel allows it, so a stale check costs the next save no journal work.
 fn read_config(root: &InstallRoot) -> Result<String, ConfigError> {
     let path = root.config_file();
-    match fs::read_to_string(&path) {
-        Ok(text) => Ok(text),
+    let open = |flags| {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(&path)
+    };
+    let file = match open(libc::O_CLOEXEC | libc::O_NOATIME) {
+        // O_NOATIME is refused (EPERM) on files owned by another user; read them normally.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(libc::O_CLOEXEC),
+        other => other,
+    };
+    let mut text = String::new();
+    match file.and_then(|mut f| f.read_to_string(&mut text)) {
+        Ok(_) => Ok(text),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ConfigError::Missing { path }),
         Err(source) => Err(ConfigError::Read { path, source }),
     }
 }
 
-/// Takes the cross-process config write lock (blocking until other writers finish).
-fn lock_config_file(root: &InstallRoot) -> Result<File, ConfigError> {
-    let path = root.config_lock();
-    let lock_err = |source| ConfigError::Lock { path: path.clone(), source };
-    fs::create_dir_all(root.data_dir()).map_err(lock_err)?;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(lock_err)?;
-    file.lock().map_err(lock_err)?;
-    Ok(file)
+impl Shared {
+    /// Takes the cross-process config write lock (blocking until other writers finish). Called
+    /// with the in-process mutex held. If the lock file was replaced while we waited (someone
+    /// deleted it), the lock is retaken on the file now at the path.
+    fn lock_config_file(&self) -> Result<FileLock, ConfigError> {
+        let path = self.root.config_lock();
+        let lock_err = |source| ConfigError::Lock {
+            path: path.clone(),
+            source,
+        };
+        let mut cached = match self.lock_file.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        loop {
+            let file = match cached.as_ref() {
+                Some(file) => Arc::clone(file),
+                None => {
+                    fs::create_dir_all(self.root.data_dir()).map_err(lock_err)?;
+                    let file = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .mode(0o600)
+                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                        .open(&path)
+                        .map_err(lock_err)?;
+                    let file = Arc::new(file);
+                    *cached = Some(Arc::clone(&file));
+                    file
+                }
+            };
+            file.lock().map_err(lock_err)?;
+            let held = file.metadata().map_err(lock_err)?;
+            match fs::symlink_metadata(&path) {
+                Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
+                    return Ok(FileLock(file));
+                }
+                _ => {
+                    let _ = file.unlock();
+                    *cached = None;
+                }
+            }
+        }
+    }
 }

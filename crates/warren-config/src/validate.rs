@@ -8,13 +8,17 @@ use warren_core::AgentAlias;
 
 use crate::error::{Problem, did_you_mean};
 use crate::keypath::quote;
-use crate::schema::{Config, DEFAULT_PROFILE, EmbedderKind, MemoryBackendKind, MemoryGrant, ProviderKind};
+use crate::schema::{
+    Config, DEFAULT_PROFILE, EmbedderKind, MemoryBackendKind, MemoryGrant, ProviderKind,
+};
 
 pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
     let agent_names: Vec<&str> = config.agents.keys().map(String::as_str).collect();
     let unknown = |kind: &str, name: &str, known: &[&str], define: String| {
-        did_you_mean(name, known.iter().copied()).or(Some(define)).map(|h| (format!("unknown {kind} '{name}'"), h))
+        did_you_mean(name, known.iter().copied())
+            .or(Some(define))
+            .map(|h| (format!("unknown {kind} '{name}'"), h))
     };
 
     for (name, agent) in &config.agents {
@@ -27,13 +31,28 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             && !config.providers.contains_key(provider)
         {
             let known: Vec<&str> = config.providers.keys().map(String::as_str).collect();
-            if let Some((msg, hint)) = unknown("provider", provider, &known, format!("define [providers.{}]", quote(provider))) {
+            if let Some((msg, hint)) = unknown(
+                "provider",
+                provider,
+                &known,
+                format!("define [providers.{}]", quote(provider)),
+            ) {
                 out.push(Problem::at(at(".provider"), msg).with_hint(Some(hint)));
             }
         }
-        if agent.risk_profile != DEFAULT_PROFILE && !config.risk_profiles.contains_key(&agent.risk_profile) {
+        if agent.risk_profile != DEFAULT_PROFILE
+            && !config.risk_profiles.contains_key(&agent.risk_profile)
+        {
             let known: Vec<&str> = config.risk_profiles.keys().map(String::as_str).collect();
-            if let Some((msg, hint)) = unknown("risk profile", &agent.risk_profile, &known, format!("define [risk_profiles.{}] or use \"default\"", quote(&agent.risk_profile))) {
+            if let Some((msg, hint)) = unknown(
+                "risk profile",
+                &agent.risk_profile,
+                &known,
+                format!(
+                    "define [risk_profiles.{}] or use \"default\"",
+                    quote(&agent.risk_profile)
+                ),
+            ) {
                 out.push(Problem::at(at(".risk_profile"), msg).with_hint(Some(hint)));
             }
         }
@@ -42,17 +61,31 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             && !config.runtime_profiles.contains_key(profile)
         {
             let known: Vec<&str> = config.runtime_profiles.keys().map(String::as_str).collect();
-            if let Some((msg, hint)) = unknown("runtime profile", profile, &known, format!("define [runtime_profiles.{}]", quote(profile))) {
+            if let Some((msg, hint)) = unknown(
+                "runtime profile",
+                profile,
+                &known,
+                format!("define [runtime_profiles.{}]", quote(profile)),
+            ) {
                 out.push(Problem::at(at(".runtime_profile"), msg).with_hint(Some(hint)));
             }
         }
         for sibling in agent.workspace.access.keys() {
             let key = at(&format!(".workspace.access.{}", quote(sibling)));
             if sibling == name {
-                out.push(Problem::at(key, "an agent cannot grant itself access to its own workspace (it always has it)"));
+                out.push(Problem::at(
+                    key,
+                    "an agent cannot grant itself access to its own workspace (it always has it)",
+                ));
             } else if !config.agents.contains_key(sibling) {
                 let hint = did_you_mean(sibling, agent_names.iter().copied());
-                out.push(Problem::at(key, format!("grant names agent '{sibling}', which does not exist")).with_hint(hint));
+                out.push(
+                    Problem::at(
+                        key,
+                        format!("grant names agent '{sibling}', which does not exist"),
+                    )
+                    .with_hint(hint),
+                );
             }
         }
         let own_backend = config.memory_backend_of(agent);
@@ -61,16 +94,28 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             let key = at(&format!(".memory.read_memory_from[{i}]"));
             let sibling = grant.agent();
             if !seen.insert(sibling) {
-                out.push(Problem::at(key, format!("agent '{sibling}' is granted twice")));
+                out.push(Problem::at(
+                    key,
+                    format!("agent '{sibling}' is granted twice"),
+                ));
                 continue;
             }
             if sibling == name {
-                out.push(Problem::at(key, "an agent always reads its own memory; remove this entry"));
+                out.push(Problem::at(
+                    key,
+                    "an agent always reads its own memory; remove this entry",
+                ));
                 continue;
             }
             let Some(other) = config.agents.get(sibling) else {
                 let hint = did_you_mean(sibling, agent_names.iter().copied());
-                out.push(Problem::at(key, format!("grant names agent '{sibling}', which does not exist")).with_hint(hint));
+                out.push(
+                    Problem::at(
+                        key,
+                        format!("grant names agent '{sibling}', which does not exist"),
+                    )
+                    .with_hint(hint),
+                );
                 continue;
             };
             let other_backend = config.memory_backend_of(other);
@@ -85,7 +130,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             }
             if let MemoryGrant::Categories { categories, .. } = grant {
                 if categories.is_empty() {
-                    out.push(Problem::at(key.clone(), "categories is empty; grant the plain alias to share every category"));
+                    out.push(Problem::at(
+                        key.clone(),
+                        "categories is empty; grant the plain alias to share every category",
+                    ));
                 }
                 if own_backend == MemoryBackendKind::Markdown {
                     out.push(Problem::at(key, "the markdown memory backend keeps no categories; only plain alias grants are accepted (MEM-4)"));
@@ -96,7 +144,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
 
     for (name, profile) in &config.runtime_profiles {
         if profile.max_tool_iterations == 0 {
-            out.push(Problem::at(format!("runtime_profiles.{}.max_tool_iterations", quote(name)), "must be at least 1"));
+            out.push(Problem::at(
+                format!("runtime_profiles.{}.max_tool_iterations", quote(name)),
+                "must be at least 1",
+            ));
         }
     }
 
@@ -104,17 +155,32 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     for (name, provider) in &config.providers {
         let at = |rest: &str| format!("providers.{}{rest}", quote(name));
         if provider.api_key.is_some() && provider.api_key_env.is_some() {
-            out.push(Problem::at(at(".api_key_env"), "set either api_key or api_key_env, not both"));
+            out.push(Problem::at(
+                at(".api_key_env"),
+                "set either api_key or api_key_env, not both",
+            ));
         }
         if provider.kind == ProviderKind::Script && provider.script.is_none() {
-            out.push(Problem::at(at(".script"), "a provider of kind \"script\" needs script = \"<path to the script file>\""));
+            out.push(Problem::at(
+                at(".script"),
+                "a provider of kind \"script\" needs script = \"<path to the script file>\"",
+            ));
         }
         for (i, fallback) in provider.fallbacks.iter().enumerate() {
             if fallback == name {
-                out.push(Problem::at(at(&format!(".fallbacks[{i}]")), "a provider cannot be its own fallback"));
+                out.push(Problem::at(
+                    at(&format!(".fallbacks[{i}]")),
+                    "a provider cannot be its own fallback",
+                ));
             } else if !config.providers.contains_key(fallback) {
                 let hint = did_you_mean(fallback, provider_names.iter().copied());
-                out.push(Problem::at(at(&format!(".fallbacks[{i}]")), format!("unknown provider '{fallback}'")).with_hint(hint));
+                out.push(
+                    Problem::at(
+                        at(&format!(".fallbacks[{i}]")),
+                        format!("unknown provider '{fallback}'"),
+                    )
+                    .with_hint(hint),
+                );
             }
         }
     }
@@ -123,31 +189,73 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
         && !config.agents.contains_key(default)
     {
         let hint = did_you_mean(default, agent_names.iter().copied());
-        out.push(Problem::at("runtime.default_agent", format!("agent '{default}' does not exist")).with_hint(hint));
+        out.push(
+            Problem::at(
+                "runtime.default_agent",
+                format!("agent '{default}' does not exist"),
+            )
+            .with_hint(hint),
+        );
     }
     if config.gateway.bind.parse::<IpAddr>().is_err() {
-        out.push(Problem::at("gateway.bind", format!("'{}' is not an IP address", config.gateway.bind)).with_hint(Some("use 127.0.0.1 for local access only".into())));
+        out.push(
+            Problem::at(
+                "gateway.bind",
+                format!("'{}' is not an IP address", config.gateway.bind),
+            )
+            .with_hint(Some("use 127.0.0.1 for local access only".into())),
+        );
     }
     if config.gateway.port == 0 {
-        out.push(Problem::at("gateway.port", "port 0 is not allowed; pick a fixed port"));
+        out.push(Problem::at(
+            "gateway.port",
+            "port 0 is not allowed; pick a fixed port",
+        ));
     }
     if config.cost.warn_at_percent > 100 {
-        out.push(Problem::at("cost.warn_at_percent", "must be between 0 and 100"));
+        out.push(Problem::at(
+            "cost.warn_at_percent",
+            "must be between 0 and 100",
+        ));
     }
-    for (key, limit) in [("cost.daily_limit_usd", config.cost.daily_limit_usd), ("cost.monthly_limit_usd", config.cost.monthly_limit_usd)] {
+    for (key, limit) in [
+        ("cost.daily_limit_usd", config.cost.daily_limit_usd),
+        ("cost.monthly_limit_usd", config.cost.monthly_limit_usd),
+    ] {
         if limit.is_some_and(|l| !l.is_finite() || l < 0.0) {
             out.push(Problem::at(key, "must be a non-negative number"));
         }
     }
     if !["error", "warn", "info", "debug", "trace"].contains(&config.log.level.as_str()) {
-        out.push(Problem::at("log.level", format!("unknown level '{}'; use error, warn, info, debug or trace", config.log.level)));
+        out.push(Problem::at(
+            "log.level",
+            format!(
+                "unknown level '{}'; use error, warn, info, debug or trace",
+                config.log.level
+            ),
+        ));
     }
-    if config.memory.embedder.kind == EmbedderKind::Openai && config.memory.embedder.model.is_none() {
-        out.push(Problem::at("memory.embedder.model", "the openai embedder needs a model name"));
+    if config.memory.embedder.kind == EmbedderKind::Openai && config.memory.embedder.model.is_none()
+    {
+        out.push(Problem::at(
+            "memory.embedder.model",
+            "the openai embedder needs a model name",
+        ));
     }
-    let uses_postgres = config.agents.values().any(|a| config.memory_backend_of(a) == MemoryBackendKind::Postgres);
+    let uses_postgres = config
+        .agents
+        .values()
+        .any(|a| config.memory_backend_of(a) == MemoryBackendKind::Postgres);
     if uses_postgres && config.memory.postgres.url.is_none() {
-        out.push(Problem::at("memory.postgres.url", "an agent uses the postgres memory backend but no URL is set").with_hint(Some("warren config set memory.postgres.url --secret".into())));
+        out.push(
+            Problem::at(
+                "memory.postgres.url",
+                "an agent uses the postgres memory backend but no URL is set",
+            )
+            .with_hint(Some(
+                "warren config set memory.postgres.url --secret".into(),
+            )),
+        );
     }
     out
 }

@@ -101,7 +101,10 @@ mod tests {
     #[test]
     fn accepts_the_documented_alphabet() {
         for ok in ["main", "a", "ops-2", "research_bot", &"x".repeat(32)] {
-            assert_eq!(AgentAlias::new(ok).map(|a| a.to_string()), Ok(ok.to_string()));
+            assert_eq!(
+                AgentAlias::new(ok).map(|a| a.to_string()),
+                Ok(ok.to_string())
+            );
         }
     }
 
@@ -109,10 +112,25 @@ mod tests {
     fn refuses_traversal_separators_case_and_reserved() {
         assert_eq!(AgentAlias::new(""), Err(AliasError::Empty));
         assert_eq!(AgentAlias::new("default"), Err(AliasError::Reserved));
-        assert!(matches!(AgentAlias::new("a/b"), Err(AliasError::BadChar { ch: '/', .. })));
-        assert!(matches!(AgentAlias::new(".."), Err(AliasError::BadChar { ch: '.', .. })));
-        assert!(matches!(AgentAlias::new("Main"), Err(AliasError::BadChar { ch: 'M', .. })));
-        assert!(matches!(AgentAlias::new("a b"), Err(AliasError::BadChar { ch: ' ', .. })));
-        assert!(matches!(AgentAlias::new("x".repeat(33)), Err(AliasError::TooLong(_))));
+        assert!(matches!(
+            AgentAlias::new("a/b"),
+            Err(AliasError::BadChar { ch: '/', .. })
+        ));
+        assert!(matches!(
+            AgentAlias::new(".."),
+            Err(AliasError::BadChar { ch: '.', .. })
+        ));
+        assert!(matches!(
+            AgentAlias::new("Main"),
+            Err(AliasError::BadChar { ch: 'M', .. })
+        ));
+        assert!(matches!(
+            AgentAlias::new("a b"),
+            Err(AliasError::BadChar { ch: ' ', .. })
+        ));
+        assert!(matches!(
+            AgentAlias::new("x".repeat(33)),
+            Err(AliasError::TooLong(_))
+        ));
     }
 }

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Notify;
 use warren_config::atomic::{self, CrashPoints};
-use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot, LegacyMigration, PathError};
+use warren_config::{
+    ConfigError, ConfigStore, InitOutcome, InstallRoot, LegacyMigration, PathError,
+};
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +49,10 @@ impl DaemonLock {
     /// Takes the exclusive lock on `data/daemon.lock` and records this process's PID in it.
     pub fn acquire(root: &InstallRoot) -> Result<Self, DaemonError> {
         let path = root.daemon_lock();
-        let lock_err = |source| DaemonError::Lock { path: path.clone(), source };
+        let lock_err = |source| DaemonError::Lock {
+            path: path.clone(),
+            source,
+        };
         fs::create_dir_all(root.data_dir()).map_err(lock_err)?;
         let mut file = open_lock_file(&path).map_err(lock_err)?;
         // A `warren status` probe holds a shared lock for microseconds; retry briefly past it.
@@ -60,7 +65,10 @@ impl DaemonLock {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(TryLockError::WouldBlock) => {
-                    return Err(DaemonError::AlreadyRunning { pid: read_pid(&mut file), root: root.root().to_path_buf() });
+                    return Err(DaemonError::AlreadyRunning {
+                        pid: read_pid(&mut file),
+                        root: root.root().to_path_buf(),
+                    });
                 }
                 Err(TryLockError::Error(e)) => return Err(lock_err(e)),
             }
@@ -109,13 +117,20 @@ pub struct DaemonState {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum DaemonStatus {
     NotRunning,
-    Running { pid: Option<u32>, state: Option<DaemonState> },
+    Running {
+        pid: Option<u32>,
+        state: Option<DaemonState>,
+    },
 }
 
 /// Asks the lock (not the state file) whether a daemon runs on `root`.
 pub fn probe(root: &InstallRoot) -> Result<DaemonStatus, DaemonError> {
     let path = root.daemon_lock();
-    let mut file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path) {
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DaemonStatus::NotRunning),
         Err(source) => return Err(DaemonError::Lock { path, source }),
@@ -123,8 +138,13 @@ pub fn probe(root: &InstallRoot) -> Result<DaemonStatus, DaemonError> {
     match file.try_lock_shared() {
         Ok(()) => Ok(DaemonStatus::NotRunning),
         Err(TryLockError::WouldBlock) => {
-            let state = fs::read(root.daemon_state()).ok().and_then(|b| serde_json::from_slice::<DaemonState>(&b).ok());
-            Ok(DaemonStatus::Running { pid: read_pid(&mut file), state })
+            let state = fs::read(root.daemon_state())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<DaemonState>(&b).ok());
+            Ok(DaemonStatus::Running {
+                pid: read_pid(&mut file),
+                state,
+            })
         }
         Err(TryLockError::Error(source)) => Err(DaemonError::Lock { path, source }),
     }
@@ -167,7 +187,9 @@ pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonE
         LegacyMigration::Moved { from, to } => {
             tracing::info!(from = %from.display(), to = %to.display(), "migrated the legacy workspace into the default agent's workspace");
         }
-        LegacyMigration::Skipped { reason } => tracing::warn!("legacy workspace not migrated: {reason}"),
+        LegacyMigration::Skipped { reason } => {
+            tracing::warn!("legacy workspace not migrated: {reason}")
+        }
         LegacyMigration::NothingToDo => {}
     }
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
@@ -177,12 +199,15 @@ pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonE
 
     loop {
         let snapshot = store.snapshot();
-        publish_state(&root, &DaemonState {
-            pid: std::process::id(),
-            config_generation: snapshot.generation(),
-            started_at_unix: started,
-            generation_since_unix: unix_now(),
-        });
+        publish_state(
+            &root,
+            &DaemonState {
+                pid: std::process::id(),
+                config_generation: snapshot.generation(),
+                started_at_unix: started,
+                generation_since_unix: unix_now(),
+            },
+        );
         // Subsystems of this generation are built from `snapshot` here (later issues: gateway,
         // agents, sessions, memory, cost, scheduler) and torn down when the loop turns.
         tracing::info!(
@@ -224,19 +249,29 @@ const STATE_POINTS: CrashPoints = CrashPoints {
     after_temp_fsync: "daemon-state-after-temp-fsync",
     after_rename: "daemon-state-after-rename",
     after_dir_sync: "daemon-state-after-dir-sync",
+    dir_sync_error: "daemon-state-dir-sync-error",
 };
 
 fn publish_state(root: &InstallRoot, state: &DaemonState) {
     let result = serde_json::to_vec_pretty(state)
         .map_err(io::Error::other)
-        .and_then(|bytes| atomic::write_durable(&root.daemon_state(), &bytes, 0o600, STATE_POINTS).map_err(io::Error::other));
+        .and_then(|bytes| {
+            atomic::write_durable(&root.daemon_state(), &bytes, 0o600, STATE_POINTS)
+                .map_err(io::Error::other)
+        });
     if let Err(e) = result {
-        tracing::warn!("cannot publish daemon state to {}: {e}", root.daemon_state().display());
+        tracing::warn!(
+            "cannot publish daemon state to {}: {e}",
+            root.daemon_state().display()
+        );
     }
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -249,7 +284,9 @@ mod tests {
         let root = InstallRoot::at(dir.path());
         let first = DaemonLock::acquire(&root)?;
         match DaemonLock::acquire(&root) {
-            Err(DaemonError::AlreadyRunning { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+            Err(DaemonError::AlreadyRunning { pid, .. }) => {
+                assert_eq!(pid, Some(std::process::id()))
+            }
             other => panic!("expected AlreadyRunning, got {other:?}"),
         }
         assert!(matches!(probe(&root)?, DaemonStatus::Running { .. }));

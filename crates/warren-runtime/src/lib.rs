@@ -3,4 +3,6 @@
 
 pub mod daemon;
 
-pub use daemon::{DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking};
+pub use daemon::{
+    DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking,
+};

@@ -1,1 +1,189 @@
+//! Test helpers shared by Warren's crates (dev-dependency only): temporary install roots, a
+//! runner for the real `warren` binary, the failpoint crash runner and a daemon child handle.
+//!
+//! Nothing here mutates the test process's environment: every child gets its environment
+//! explicitly (`WARREN_HOME` and `FAILPOINTS` removed unless a test sets them).
 
+use std::fs;
+use std::io::{self, BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A temporary install root that is removed when dropped.
+pub struct TempRoot {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl TempRoot {
+    pub fn new() -> io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("warren");
+        Ok(Self { _dir: dir, root })
+    }
+
+    /// The install root (not created until `init` or a write).
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+
+    /// Writes config.toml (creating the root).
+    pub fn write_config(&self, text: &str) -> io::Result<()> {
+        fs::create_dir_all(&self.root)?;
+        fs::write(self.config_path(), text)
+    }
+
+    pub fn read_config(&self) -> io::Result<String> {
+        fs::read_to_string(self.config_path())
+    }
+
+    /// `warren --config-dir <root> args...` with a clean environment for Warren's variables.
+    pub fn warren(&self, bin: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config-dir").arg(&self.root).args(args);
+        cmd.env_remove("WARREN_HOME")
+            .env_remove("FAILPOINTS")
+            .env_remove("RUST_BACKTRACE");
+        cmd
+    }
+
+    /// Runs `warren args...` with `stdin` fed in, and returns its output.
+    pub fn run(&self, bin: &Path, args: &[&str]) -> io::Result<Output> {
+        self.warren(bin, args).stdin(Stdio::null()).output()
+    }
+}
+
+/// Output as text, for assertions and failure messages.
+pub fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs `cmd` with the crash point `failpoint` armed and checks the child died by SIGABRT
+/// there (not earlier, not later). Returns the output.
+pub fn run_until_crash(mut cmd: Command, failpoint: &str) -> io::Result<Output> {
+    cmd.env("FAILPOINTS", format!("{failpoint}=return"))
+        .stdin(Stdio::null());
+    let output = cmd.output()?;
+    let signal = output.status.signal();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if signal != Some(libc_sigabrt()) || !stderr.contains(failpoint) {
+        return Err(io::Error::other(format!(
+            "expected a crash at {failpoint}; got status {:?}, stderr: {stderr}",
+            output.status
+        )));
+    }
+    Ok(output)
+}
+
+const fn libc_sigabrt() -> i32 {
+    6
+}
+
+/// A running `warren daemon` whose stderr is read line by line in the background.
+pub struct DaemonChild {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl DaemonChild {
+    pub fn spawn(mut cmd: Command) -> io::Result<Self> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stderr: ChildStderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| io::Error::other("no stderr"))?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until a stderr line contains `needle`; returns it.
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> io::Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return Ok(line);
+                    }
+                }
+                Err(_) => {
+                    return Err(io::Error::other(format!(
+                        "daemon did not print {needle:?} within {timeout:?}; stderr so far:\n{}",
+                        self.seen.join("\n")
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGHUP`) with the `kill` command.
+    pub fn signal(&self, signal: &str) -> io::Result<()> {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("kill -{signal} failed")))
+        }
+    }
+
+    /// Waits for exit (up to `timeout`).
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other("daemon did not exit in time"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every stderr line read so far.
+    pub fn stderr_seen(&self) -> &[String] {
+        &self.seen
+    }
+}
+
+impl Drop for DaemonChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -11,11 +11,20 @@ use crate::cli::AgentsCommand;
 pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
         AgentsCommand::List => list(root, json),
-        AgentsCommand::Add { alias, provider, model, risk_profile } => {
+        AgentsCommand::Add {
+            alias,
+            provider,
+            model,
+            risk_profile,
+        } => {
             let alias = AgentAlias::new(alias)?;
             let store = ConfigStore::load(root.clone())?;
             let mut fields = Vec::new();
-            for (key, value) in [("provider", &provider), ("model", &model), ("risk_profile", &risk_profile)] {
+            for (key, value) in [
+                ("provider", &provider),
+                ("model", &model),
+                ("risk_profile", &risk_profile),
+            ] {
                 if let Some(v) = value {
                     fields.push((key, v.as_str()));
                 }
@@ -31,7 +40,10 @@ pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result
                     "alias": alias, "workspace": root.agent_workspace(&alias), "config_generation": outcome.generation,
                 }))?;
             } else {
-                println!("added agent '{alias}' (workspace {} is created when it first starts)", root.agent_workspace(&alias).display());
+                println!(
+                    "added agent '{alias}' (workspace {} is created when it first starts)",
+                    root.agent_workspace(&alias).display()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -67,17 +79,33 @@ fn list(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
     if rows.is_empty() {
         bail!("no agents configured; add one with `warren agents add ALIAS`");
     }
-    println!("{:<20} {:<12} {:<20} {:<12} GRANTS", "ALIAS", "PROVIDER", "MODEL", "RISK");
+    println!(
+        "{:<20} {:<12} {:<20} {:<12} GRANTS",
+        "ALIAS", "PROVIDER", "MODEL", "RISK"
+    );
     for (alias, agent) in config.agents() {
-        let grants: Vec<String> = agent.workspace.access.iter().map(|(k, v)| format!("{k}:{v:?}")).collect();
-        let mark = if config.default_agent().as_ref() == Some(&alias) { "*" } else { "" };
+        let grants: Vec<String> = agent
+            .workspace
+            .access
+            .iter()
+            .map(|(k, v)| format!("{k}:{v:?}"))
+            .collect();
+        let mark = if config.default_agent().as_ref() == Some(&alias) {
+            "*"
+        } else {
+            ""
+        };
         println!(
             "{:<20} {:<12} {:<20} {:<12} {}",
             format!("{alias}{mark}"),
             agent.provider.as_deref().unwrap_or("-"),
             agent.model.as_deref().unwrap_or("-"),
             agent.risk_profile,
-            if grants.is_empty() { "-".to_string() } else { grants.join(",") }
+            if grants.is_empty() {
+                "-".to_string()
+            } else {
+                grants.join(",")
+            }
         );
     }
     Ok(ExitCode::SUCCESS)

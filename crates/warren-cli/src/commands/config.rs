@@ -28,7 +28,8 @@ fn get(root: &InstallRoot, key: &str, json: bool) -> anyhow::Result<ExitCode> {
     let path: KeyPath = key.parse()?;
     let store = ConfigStore::load(root.clone())?;
     // Serialised through serde: secrets come out as "[redacted]", unset options as null.
-    let mut value = serde_json::to_value(store.snapshot().config()).context("serialising config")?;
+    let mut value =
+        serde_json::to_value(store.snapshot().config()).context("serialising config")?;
     let mut walked = KeyPath::default();
     for seg in path.segments() {
         let next = match (seg, &mut value) {
@@ -36,12 +37,20 @@ fn get(root: &InstallRoot, key: &str, json: bool) -> anyhow::Result<ExitCode> {
                 Some(v) => v,
                 None => {
                     let known: Vec<&str> = map.keys().map(String::as_str).collect();
-                    let hint = warren_config::did_you_mean(k, known.iter().copied()).map(|h| format!(" ({h})")).unwrap_or_default();
-                    let under = if walked.is_empty() { String::new() } else { format!(" under `{walked}`") };
+                    let hint = warren_config::did_you_mean(k, known.iter().copied())
+                        .map(|h| format!(" ({h})"))
+                        .unwrap_or_default();
+                    let under = if walked.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" under `{walked}`")
+                    };
                     bail!("unknown key `{k}`{under}{hint}");
                 }
             },
-            (Segment::Index(i), serde_json::Value::Array(items)) if *i < items.len() => items.swap_remove(*i),
+            (Segment::Index(i), serde_json::Value::Array(items)) if *i < items.len() => {
+                items.swap_remove(*i)
+            }
             _ => bail!("`{walked}` has no `{}`", KeyPath(vec![seg.clone()])),
         };
         walked.0.push(seg.clone());
@@ -54,7 +63,9 @@ fn get(root: &InstallRoot, key: &str, json: bool) -> anyhow::Result<ExitCode> {
             serde_json::Value::Null => println!("(not set)"),
             serde_json::Value::String(s) => println!("{s}"),
             serde_json::Value::Object(_) | serde_json::Value::Array(_) => {
-                let text = toml::to_string_pretty(&value).or_else(|_| serde_json::to_string_pretty(&value).map_err(anyhow::Error::from))?;
+                let text = toml::to_string_pretty(&value).or_else(|_| {
+                    serde_json::to_string_pretty(&value).map_err(anyhow::Error::from)
+                })?;
                 print!("{text}");
             }
             other => println!("{other}"),
@@ -63,7 +74,12 @@ fn get(root: &InstallRoot, key: &str, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn set(root: &InstallRoot, key: &str, value: Option<String>, secret: bool) -> anyhow::Result<ExitCode> {
+fn set(
+    root: &InstallRoot,
+    key: &str,
+    value: Option<String>,
+    secret: bool,
+) -> anyhow::Result<ExitCode> {
     let path: KeyPath = key.parse()?;
     let value = match (value, secret) {
         (Some(v), _) => v,
@@ -81,8 +97,15 @@ fn set(root: &InstallRoot, key: &str, value: Option<String>, secret: bool) -> an
     for warning in &outcome.warnings {
         eprintln!("warning: {warning}");
     }
-    let shown = if secret { "[redacted], stored encrypted".to_string() } else { value };
-    println!("set {path} = {shown} (config generation {})", outcome.generation);
+    let shown = if secret {
+        "[redacted], stored encrypted".to_string()
+    } else {
+        value
+    };
+    println!(
+        "set {path} = {shown} (config generation {})",
+        outcome.generation
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -92,7 +115,10 @@ fn read_secret_from_stdin(key: &str) -> anyhow::Result<String> {
         eprint!("value for {key} (input is read from stdin): ");
     }
     let mut line = String::new();
-    stdin.lock().read_line(&mut line).context("reading the secret from stdin")?;
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .context("reading the secret from stdin")?;
     let value = line.trim_end_matches(['\r', '\n']).to_string();
     if value.is_empty() {
         bail!("no value on stdin for {key}");
@@ -105,9 +131,15 @@ fn validate(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         Ok(store) => {
             let n = store.snapshot().agents.len();
             if json {
-                super::print_json(&serde_json::json!({ "valid": true, "path": root.config_file(), "agents": n, "problems": [] }))?;
+                super::print_json(
+                    &serde_json::json!({ "valid": true, "path": root.config_file(), "agents": n, "problems": [] }),
+                )?;
             } else {
-                println!("{} is valid ({n} agent{})", root.config_file().display(), if n == 1 { "" } else { "s" });
+                println!(
+                    "{} is valid ({n} agent{})",
+                    root.config_file().display(),
+                    if n == 1 { "" } else { "s" }
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -121,7 +153,9 @@ fn validate(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .collect();
-            super::print_json(&serde_json::json!({ "valid": false, "path": file, "problems": problems }))?;
+            super::print_json(
+                &serde_json::json!({ "valid": false, "path": file, "problems": problems }),
+            )?;
             Ok(ExitCode::FAILURE)
         }
         Err(e) => Err(e.into()),

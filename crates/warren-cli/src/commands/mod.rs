@@ -46,7 +46,10 @@ fn init(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         println!("initialised Warren at {}", root.root().display());
         println!("config: {} (one agent: main)", path.display());
     } else {
-        println!("config already exists at {}; left unchanged", path.display());
+        println!(
+            "config already exists at {}; left unchanged",
+            path.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

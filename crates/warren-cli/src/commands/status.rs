@@ -28,7 +28,11 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("install root:      {}", root.root().display());
-    println!("config:            {} ({})", root.config_file().display(), first_line(&config_state));
+    println!(
+        "config:            {} ({})",
+        root.config_file().display(),
+        first_line(&config_state)
+    );
     println!("agents:            {agents}");
     match daemon {
         DaemonStatus::NotRunning => {

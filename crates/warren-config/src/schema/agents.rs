@@ -80,7 +80,10 @@ pub enum MemoryBackendKind {
 #[serde(untagged)]
 pub enum MemoryGrant {
     All(String),
-    Categories { agent: String, categories: Vec<String> },
+    Categories {
+        agent: String,
+        categories: Vec<String>,
+    },
 }
 
 impl MemoryGrant {
@@ -110,7 +113,10 @@ impl<'de> Deserialize<'de> for MemoryGrant {
                     categories: Vec<String>,
                 }
                 let s = Scoped::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(MemoryGrant::Categories { agent: s.agent, categories: s.categories })
+                Ok(MemoryGrant::Categories {
+                    agent: s.agent,
+                    categories: s.categories,
+                })
             }
         }
         d.deserialize_any(GrantVisitor)
@@ -138,10 +144,14 @@ impl Default for RiskProfile {
     fn default() -> Self {
         Self {
             autonomy: Autonomy::Supervised,
-            allowed_commands: ["ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "git"]
+            allowed_commands: [
+                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "git",
+            ]
+            .map(String::from)
+            .to_vec(),
+            forbidden_paths: ["/etc/shadow", "/root", "~/.ssh", "~/.gnupg", "~/.aws"]
                 .map(String::from)
                 .to_vec(),
-            forbidden_paths: ["/etc/shadow", "/root", "~/.ssh", "~/.gnupg", "~/.aws"].map(String::from).to_vec(),
             max_actions_per_hour: 120,
             max_cost_per_day_usd: 5.0,
             sandbox: SandboxKind::Auto,
@@ -180,6 +190,10 @@ pub struct RuntimeProfile {
 
 impl Default for RuntimeProfile {
     fn default() -> Self {
-        Self { single_tool_rounds: false, parallel_tools: false, max_tool_iterations: 10 }
+        Self {
+            single_tool_rounds: false,
+            parallel_tools: false,
+            max_tool_iterations: 10,
+        }
     }
 }

@@ -50,7 +50,9 @@ impl Config {
     /// Agents with their validated aliases, in alias order. Only call on a validated config
     /// (every `ConfigStore` config is); invalid keys are skipped.
     pub fn agents(&self) -> impl Iterator<Item = (AgentAlias, &AgentConfig)> {
-        self.agents.iter().filter_map(|(k, v)| AgentAlias::new(k.as_str()).ok().map(|a| (a, v)))
+        self.agents
+            .iter()
+            .filter_map(|(k, v)| AgentAlias::new(k.as_str()).ok().map(|a| (a, v)))
     }
 
     pub fn agent(&self, alias: &AgentAlias) -> Option<&AgentConfig> {
@@ -59,7 +61,10 @@ impl Config {
 
     /// The risk profile an agent uses: its named profile, or the built-in default.
     pub fn risk_profile_of(&self, agent: &AgentConfig) -> RiskProfile {
-        self.risk_profiles.get(&agent.risk_profile).cloned().unwrap_or_default()
+        self.risk_profiles
+            .get(&agent.risk_profile)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The runtime profile an agent uses: its named profile, or the built-in default.
@@ -99,7 +104,10 @@ impl Config {
         let mut out = Vec::new();
         for (name, provider) in &mut self.providers {
             if let Some(key) = provider.api_key.as_mut() {
-                out.push((format!("providers.{}.api_key", crate::keypath::quote(name)), key));
+                out.push((
+                    format!("providers.{}.api_key", crate::keypath::quote(name)),
+                    key,
+                ));
             }
         }
         if let Some(key) = self.memory.embedder.api_key.as_mut() {
@@ -130,7 +138,10 @@ mod tests {
         let mut config = Config::default();
         config.providers.insert(
             "openai".into(),
-            ProviderConfig { api_key: Some(Secret::new("x")), ..ProviderConfig::default() },
+            ProviderConfig {
+                api_key: Some(Secret::new("x")),
+                ..ProviderConfig::default()
+            },
         );
         config.memory.embedder.api_key = Some(Secret::new("x"));
         config.memory.postgres.url = Some(Secret::new("x"));
@@ -155,12 +166,25 @@ mod tests {
         let mut config = Config::default();
         assert_eq!(config.default_agent(), None);
         config.agents.insert("solo".into(), AgentConfig::default());
-        assert_eq!(config.default_agent().map(|a| a.to_string()), Some("solo".into()));
+        assert_eq!(
+            config.default_agent().map(|a| a.to_string()),
+            Some("solo".into())
+        );
         config.agents.insert("zeta".into(), AgentConfig::default());
-        assert_eq!(config.default_agent(), None, "two agents, no main: ambiguous");
+        assert_eq!(
+            config.default_agent(),
+            None,
+            "two agents, no main: ambiguous"
+        );
         config.agents.insert("main".into(), AgentConfig::default());
-        assert_eq!(config.default_agent().map(|a| a.to_string()), Some("main".into()));
+        assert_eq!(
+            config.default_agent().map(|a| a.to_string()),
+            Some("main".into())
+        );
         config.runtime.default_agent = Some("zeta".into());
-        assert_eq!(config.default_agent().map(|a| a.to_string()), Some("zeta".into()));
+        assert_eq!(
+            config.default_agent().map(|a| a.to_string()),
+            Some("zeta".into())
+        );
     }
 }

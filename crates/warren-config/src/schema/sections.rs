@@ -23,7 +23,11 @@ pub struct RuntimeConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        Self { kind: RuntimeKind::Native, default_agent: None, shutdown_grace_secs: 10 }
+        Self {
+            kind: RuntimeKind::Native,
+            default_agent: None,
+            shutdown_grace_secs: 10,
+        }
     }
 }
 
@@ -127,7 +131,10 @@ pub struct PostgresConfig {
 
 impl Default for PostgresConfig {
     fn default() -> Self {
-        Self { url: None, schema: "warren".to_string() }
+        Self {
+            url: None,
+            schema: "warren".to_string(),
+        }
     }
 }
 
@@ -191,7 +198,10 @@ pub struct CronConfig {
 
 impl Default for CronConfig {
     fn default() -> Self {
-        Self { enabled: true, poll_interval_secs: 15 }
+        Self {
+            enabled: true,
+            poll_interval_secs: 15,
+        }
     }
 }
 
@@ -206,7 +216,10 @@ pub struct SopConfig {
 
 impl Default for SopConfig {
     fn default() -> Self {
-        Self { enabled: false, durable_runs: true }
+        Self {
+            enabled: false,
+            durable_runs: true,
+        }
     }
 }
 
@@ -254,7 +267,11 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { persistence: LogPersistence::Rolling, max_bytes: 10 * 1024 * 1024, level: "info".to_string() }
+        Self {
+            persistence: LogPersistence::Rolling,
+            max_bytes: 10 * 1024 * 1024,
+            level: "info".to_string(),
+        }
     }
 }
 

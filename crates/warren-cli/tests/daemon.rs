@@ -1,0 +1,109 @@
+//! The daemon: one per install root (LAYOUT-4), reload on SIGHUP in the same process
+//! (STATE-19), clean exit on SIGTERM/SIGINT, legacy workspace migration (LAYOUT-2).
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use warren_testkit::{DaemonChild, TempRoot, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+fn status(root: &TempRoot) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let out = root.run(bin(), &["status", "--json"])?;
+    Ok(serde_json::from_str(&text(&out).0)?)
+}
+
+#[test]
+fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
+    let root = TempRoot::new()?;
+    // Embedded defaults: an empty root gets the starter config.
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    assert!(root.config_path().exists(), "starter config written");
+    let pid = daemon.pid();
+
+    let s = status(&root)?;
+    assert_eq!(s["daemon"]["status"], "running");
+    assert_eq!(s["daemon"]["pid"], pid);
+    assert_eq!(s["config_generation"], 1);
+
+    // A second daemon on the same root is refused, naming the holder.
+    let second = root.run(bin(), &["daemon"])?;
+    let (_, stderr) = text(&second);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: another warren daemon (pid {pid}) owns {}",
+            root.path().display()
+        )),
+        "{stderr}"
+    );
+
+    // SIGHUP: re-read config, same PID, next generation.
+    let out = root.run(bin(), &["config", "set", "gateway.port", "4321"])?;
+    assert!(out.status.success());
+    daemon.signal("HUP")?;
+    daemon.wait_for("config reloaded", WAIT)?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let s = status(&root)?;
+    assert_eq!(
+        (s["daemon"]["pid"].clone(), s["config_generation"].clone()),
+        (serde_json::json!(pid), serde_json::json!(2))
+    );
+
+    // An invalid config on reload keeps the running generation and says why.
+    fs::write(root.config_path(), "[gateway]\nport = \"nope\"\n")?;
+    daemon.signal("HUP")?;
+    let refused = daemon.wait_for("reload refused", WAIT)?;
+    assert!(refused.contains("gateway.port"), "{refused}");
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    assert_eq!(status(&root)?["config_generation"], 2);
+
+    daemon.signal("TERM")?;
+    let exit = daemon.wait(WAIT)?;
+    assert_eq!(exit.code(), Some(0));
+    assert_eq!(status(&root)?["daemon"]["status"], "not_running");
+    Ok(())
+}
+
+#[test]
+fn a_killed_daemon_never_blocks_the_next_one() -> R {
+    let root = TempRoot::new()?;
+    let mut first = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    first.wait_for("warren daemon ready", WAIT)?;
+    first.signal("KILL")?;
+    first.wait(WAIT)?;
+    let mut second = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    second.wait_for("warren daemon ready", WAIT)?;
+    second.signal("INT")?;
+    assert_eq!(second.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn the_legacy_workspace_moves_into_the_default_agent_once_layout2() -> R {
+    let root = TempRoot::new()?;
+    root.write_config("[agents.main]\n")?;
+    fs::create_dir_all(root.path().join("workspace/notes"))?;
+    fs::write(root.path().join("workspace/notes/todo.md"), "ship it")?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    let line = daemon.wait_for("migrated the legacy workspace", WAIT)?;
+    assert!(line.contains("agents/main/workspace"), "{line}");
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    assert_eq!(
+        fs::read_to_string(root.path().join("agents/main/workspace/notes/todo.md"))?,
+        "ship it"
+    );
+    assert!(!root.path().join("workspace").exists());
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
+    Ok(())
+}
