@@ -38,6 +38,12 @@ pub enum Command {
     Agents(AgentsCommand),
     /// Install root, config generation and whether a daemon runs
     Status,
+    /// Inspect an agent's effective permissions
+    #[command(subcommand)]
+    Security(SecurityCommand),
+    /// Run one tool as an agent would, under its policy and sandbox
+    #[command(subcommand)]
+    Tools(ToolsCommand),
     /// Print a shell completion script
     Completions {
         #[arg(value_enum)]
@@ -77,5 +83,27 @@ pub enum AgentsCommand {
         model: Option<String>,
         #[arg(long, value_name = "PROFILE")]
         risk_profile: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecurityCommand {
+    /// Print the effective policy and the active sandbox backend of an agent
+    Posture { alias: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List the tools of an agent
+    List { alias: String },
+    /// Run TOOL for agent ALIAS with JSON arguments; prints the result as JSON
+    Run {
+        alias: String,
+        tool: String,
+        /// The arguments object, e.g. '{"path": "notes.md"}'
+        args: String,
+        /// Approve the call as the operator (for commands that need approval)
+        #[arg(long)]
+        approve: bool,
     },
 }

@@ -1,7 +1,13 @@
 //! Tools an agent acts through. Every tool implements [`Tool`]; each is constructed with the
-//! agent's own capabilities (its `SecurityPolicy`, its scoped memory handle), so a tool can never
-//! reach more than the agent it was built for (STYLE "one seam per decision").
+//! agent's own capabilities (its `SecurityPolicy`, its sandbox, its scoped memory handle), so a
+//! tool can never reach more than the agent it was built for (STYLE "one seam per decision").
 
+mod files;
+mod registry;
+mod shell;
 mod tool;
 
+pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
+pub use registry::agent_tools;
+pub use shell::{DEFAULT_OUTPUT_CAP, Shell};
 pub use tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, ToolSpec};

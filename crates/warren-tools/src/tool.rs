@@ -9,6 +9,13 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
+/// Parses model-supplied arguments into `T`, naming the problem on failure.
+pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(
+    args: serde_json::Value,
+) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments(e.to_string()))
+}
+
 /// A boxed future, so `Tool` stays object safe (`Arc<dyn Tool>`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -76,6 +83,15 @@ pub trait Tool: Send + Sync {
     fn risk(&self) -> RiskClass;
     /// Runs the call with model-supplied `args`.
     fn execute(&self, args: serde_json::Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>>;
+
+    /// Runs the call after the runtime obtained an approval from the operator (never from the
+    /// model: no argument can set it). Tools without approvals run as `execute`.
+    fn execute_approved(
+        &self,
+        args: serde_json::Value,
+    ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        self.execute(args)
+    }
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {

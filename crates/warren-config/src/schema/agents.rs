@@ -128,16 +128,24 @@ impl<'de> Deserialize<'de> for MemoryGrant {
 #[serde(default, deny_unknown_fields)]
 pub struct RiskProfile {
     pub autonomy: Autonomy,
-    /// Commands the shell tool may start (first word).
+    /// Commands the shell tool may start (first word of each segment; `"*"` = any).
     pub allowed_commands: Vec<String>,
-    /// Paths no tool may touch, even inside granted roots.
+    /// Paths no tool may touch outside the agent's own workspace and granted roots (`~` = $HOME).
     pub forbidden_paths: Vec<String>,
     pub max_actions_per_hour: u32,
     pub max_cost_per_day_usd: f64,
     /// Sandbox backend for child processes (SBX-1).
     pub sandbox: SandboxKind,
-    /// Allow running unconfined when the sandbox backend is unavailable (SBX-3).
-    pub allow_noop_fallback: bool,
+    /// What to do when `sandbox` is unavailable on this host (SBX-3): refuse to start the agent
+    /// (`"none"`, the default) or run children unconfined (`"noop"`).
+    pub fallback: SandboxFallback,
+    /// Whether children may open network connections (Landlock network rules, bwrap --unshare-net).
+    pub allow_network: bool,
+    /// Environment variables passed to child processes besides PATH, HOME, LANG, TERM, TMPDIR.
+    pub env_passthrough: Vec<String>,
+    pub shell_timeout_secs: u64,
+    /// Tools this profile may use; unset = every tool.
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 impl Default for RiskProfile {
@@ -145,7 +153,8 @@ impl Default for RiskProfile {
         Self {
             autonomy: Autonomy::Supervised,
             allowed_commands: [
-                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "git",
+                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "git", "sort",
+                "uniq", "diff", "date", "mkdir", "touch", "cp", "mv", "sed", "awk", "true", "test",
             ]
             .map(String::from)
             .to_vec(),
@@ -155,12 +164,24 @@ impl Default for RiskProfile {
             max_actions_per_hour: 120,
             max_cost_per_day_usd: 5.0,
             sandbox: SandboxKind::Auto,
-            allow_noop_fallback: false,
+            fallback: SandboxFallback::None,
+            allow_network: false,
+            env_passthrough: Vec::new(),
+            shell_timeout_secs: 60,
+            allowed_tools: None,
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxFallback {
+    #[default]
+    None,
+    Noop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Autonomy {
     ReadOnly,
@@ -171,11 +192,12 @@ pub enum Autonomy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxKind {
-    /// Landlock when the kernel has it, else bubblewrap, else refuse (unless noop fallback).
+    /// The strongest available: Landlock, else bubblewrap, else refuse (unless `fallback = "noop"`).
     Auto,
     Landlock,
     Bubblewrap,
     Firejail,
+    Docker,
     Noop,
 }
 

@@ -15,7 +15,7 @@ use warren_core::AgentAlias;
 
 pub use agents::{
     AccessLevel, AgentConfig, AgentMemoryConfig, AgentWorkspaceConfig, Autonomy, MemoryBackendKind,
-    MemoryGrant, RiskProfile, RuntimeProfile, SandboxKind,
+    MemoryGrant, RiskProfile, RuntimeProfile, SandboxFallback, SandboxKind,
 };
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig, LogConfig,

@@ -1,0 +1,94 @@
+//! `warren security posture ALIAS`, `warren tools list|run`.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use warren_config::{ConfigStore, InstallRoot};
+use warren_core::AgentAlias;
+use warren_runtime::AgentKit;
+
+use crate::cli::{SecurityCommand, ToolsCommand};
+
+fn kit(root: &InstallRoot, alias: &str) -> anyhow::Result<AgentKit> {
+    let alias = AgentAlias::new(alias)?;
+    let store = ConfigStore::load(root.clone())?;
+    Ok(AgentKit::build(store.snapshot().config(), root, &alias)?)
+}
+
+pub fn posture(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let SecurityCommand::Posture { alias } = cmd;
+    let kit = kit(root, &alias)?;
+    let value = serde_json::json!({ "policy": kit.policy().describe(), "sandbox": kit.sandbox().posture() });
+    if json {
+        super::print_json(&value)?;
+    } else {
+        let p = kit.policy();
+        println!("agent:            {}", p.alias());
+        println!("autonomy:         {:?}", p.autonomy());
+        println!("workspace:        {}", p.workspace().display());
+        println!("workspace_only:   {}", p.workspace_only());
+        for (tier, grants) in [
+            ("read-write", p.read_write_roots()),
+            ("read-only", p.read_only_roots()),
+            ("write-only", p.write_only_roots()),
+        ] {
+            for g in grants {
+                println!("{tier:<17} {} ({})", g.root.display(), g.alias);
+            }
+        }
+        println!("commands:         {}", p.allowed_commands().join(" "));
+        println!(
+            "network:          {}",
+            if p.allow_network() {
+                "allowed"
+            } else {
+                "denied"
+            }
+        );
+        let s = kit.sandbox().posture();
+        println!(
+            "sandbox:          {} (requested {})",
+            s["active"].as_str().unwrap_or("?"),
+            s["requested"].as_str().unwrap_or("?")
+        );
+        if let Some(abi) = s["landlock_abi"].as_i64() {
+            println!("landlock abi:     {abi}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn tools(root: &InstallRoot, cmd: ToolsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ToolsCommand::List { alias } => {
+            let kit = kit(root, &alias)?;
+            let specs: Vec<_> = kit.tools().iter().map(|t| t.spec()).collect();
+            super::print_json(&serde_json::to_value(specs)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ToolsCommand::Run {
+            alias,
+            tool,
+            args,
+            approve,
+        } => {
+            let args: serde_json::Value = serde_json::from_str(&args)
+                .with_context(|| format!("the arguments of {tool} are not valid JSON"))?;
+            let kit = kit(root, &alias)?;
+            match kit.run_tool_blocking(&tool, args, approve)? {
+                Ok(output) => {
+                    super::print_json(
+                        &serde_json::json!({ "ok": true, "result": output.content }),
+                    )?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    super::print_json(
+                        &serde_json::json!({ "ok": false, "error": e, "message": e.to_string() }),
+                    )?;
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}

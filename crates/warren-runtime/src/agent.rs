@@ -1,0 +1,116 @@
+//! The one constructor of an agent's capabilities (STYLE "one seam per decision"): its
+//! `SecurityPolicy` (PERM-2), its sandbox (SBX-3) and the tools bound to both. `AgentKit` has a
+//! private field, so no other code can assemble an agent's tools around a different policy.
+
+use std::sync::Arc;
+
+use warren_config::{Config, InstallRoot};
+use warren_core::AgentAlias;
+use warren_security::SecurityPolicy;
+use warren_security::sandbox::{Sandbox, SandboxError};
+use warren_tools::{Tool, ToolError, ToolOutput};
+
+/// Why an agent's capabilities cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Policy(#[from] warren_security::PolicyError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error("agent '{alias}' has no tool '{tool}' (available: {available})")]
+    UnknownTool {
+        alias: String,
+        tool: String,
+        available: String,
+    },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// An agent's policy, sandbox and tools, built together from config.
+pub struct AgentKit {
+    policy: SecurityPolicy,
+    sandbox: Sandbox,
+    tools: Vec<Arc<dyn Tool>>,
+    _sealed: (),
+}
+
+impl std::fmt::Debug for AgentKit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentKit")
+            .field("agent", self.policy.alias())
+            .field("sandbox", &self.sandbox.backend())
+            .finish()
+    }
+}
+
+impl AgentKit {
+    /// Builds `alias`'s capabilities (the agent "starts": its workspace is created) and fails
+    /// when its sandbox is unavailable (SBX-3).
+    pub fn build(
+        config: &Config,
+        root: &InstallRoot,
+        alias: &AgentAlias,
+    ) -> Result<Self, AgentError> {
+        let policy = SecurityPolicy::for_agent(config, root, alias)?;
+        policy.ensure_workspace()?; // PERM-1: created when the agent starts
+        let sandbox = Sandbox::for_policy(&policy)?;
+        let tools = warren_tools::agent_tools(&policy, &sandbox);
+        Ok(Self {
+            policy,
+            sandbox,
+            tools,
+            _sealed: (),
+        })
+    }
+
+    pub fn policy(&self) -> &SecurityPolicy {
+        &self.policy
+    }
+
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    pub fn tools(&self) -> &[Arc<dyn Tool>] {
+        &self.tools
+    }
+
+    pub fn tool(&self, name: &str) -> Result<&Arc<dyn Tool>, AgentError> {
+        self.tools
+            .iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| AgentError::UnknownTool {
+                alias: self.policy.alias().to_string(),
+                tool: name.to_string(),
+                available: self
+                    .tools
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Runs one tool call to completion on a private runtime (the CLI's `warren tools run`).
+    /// `approved` is the operator's approval, given on the command line.
+    pub fn run_tool_blocking(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+        approved: bool,
+    ) -> Result<Result<ToolOutput, ToolError>, AgentError> {
+        let tool = self.tool(name)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(AgentError::Runtime)?;
+        Ok(runtime.block_on(async {
+            if approved {
+                tool.execute_approved(args).await
+            } else {
+                tool.execute(args).await
+            }
+        }))
+    }
+}

@@ -1,0 +1,21 @@
+//! Warren's permission model (SPEC §2 PERM, §4 SBX).
+//!
+//! - [`SecurityPolicy`]: built only by [`SecurityPolicy::for_agent`] (PERM-2), immutable, cheap
+//!   to clone; narrowed for subagents by [`SecurityPolicy::narrow`] (PERM-7).
+//! - [`paths`]: every path decision (`can_read`, `can_write`, PERM-3..6) in one module.
+//! - [`confined`]: file access through directory handles opened on the allowed roots
+//!   (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so a symlink swapped in between the
+//!   check and the use cannot escape.
+//! - [`command`]: the shell command policy (allowlist, risk tiers, path-touching arguments).
+//! - [`sandbox`]: the one spawn module; every child process an agent starts is built here.
+
+pub mod command;
+pub mod confined;
+pub mod narrow;
+pub mod paths;
+mod policy;
+pub mod sandbox;
+
+pub use narrow::{NarrowRequest, NarrowViolation};
+pub use paths::{Denied, Resolved, Tier};
+pub use policy::{Grant, PolicyError, SecurityPolicy};

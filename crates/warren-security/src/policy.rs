@@ -1,0 +1,264 @@
+//! `SecurityPolicy::for_agent` (PERM-1, PERM-2): the only constructor of an agent's policy.
+//!
+//! Order: the agent's risk profile (autonomy, commands, forbidden paths, limits) → its own
+//! workspace as the boundary → each `[agents.<alias>.workspace.access]` grant onto the read-only,
+//! write-only or read-write tier → `unrestricted_filesystem` turns `workspace_only` off. The
+//! result is immutable (`Arc` inside, so clones are cheap and share nothing mutable).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use warren_config::schema::{AccessLevel, Autonomy, RuntimeKind, SandboxFallback, SandboxKind};
+use warren_config::{Config, InstallRoot};
+use warren_core::AgentAlias;
+
+/// Why a policy cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error(
+        "no agent '{alias}' in config (add [agents.{alias}] or run `warren agents add {alias}`)"
+    )]
+    UnknownAgent { alias: String },
+    #[error(
+        "agents.{alias}.workspace.access grants '{sibling}', which is not an agent (add [agents.{sibling}] or remove the grant)"
+    )]
+    UnknownSibling { alias: String, sibling: String },
+    #[error("cannot create the workspace {path}: {source}")]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A sibling root granted to the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    /// The sibling that owns the root.
+    pub alias: AgentAlias,
+    pub root: PathBuf,
+}
+
+#[derive(Debug, PartialEq)]
+pub(crate) struct Inner {
+    pub alias: AgentAlias,
+    pub autonomy: Autonomy,
+    pub allowed_commands: Vec<String>,
+    pub forbidden_paths: Vec<PathBuf>,
+    pub max_actions_per_hour: u32,
+    pub max_cost_per_day_usd: f64,
+    pub max_tool_iterations: u32,
+    pub workspace: PathBuf,
+    pub read_write: Vec<Grant>,
+    pub read_only: Vec<Grant>,
+    pub write_only: Vec<Grant>,
+    pub workspace_only: bool,
+    pub sandbox: SandboxKind,
+    pub fallback: SandboxFallback,
+    pub allow_network: bool,
+    pub env_passthrough: Vec<String>,
+    pub shell_timeout: Duration,
+    pub allowed_tools: Option<Vec<String>>,
+    pub runtime_kind: RuntimeKind,
+}
+
+/// An agent's effective permissions. Obtainable only from [`SecurityPolicy::for_agent`] (or by
+/// narrowing one, PERM-7): the field is private, so no other code can invent a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecurityPolicy {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl SecurityPolicy {
+    /// Builds `alias`'s policy from `config` in the order of PERM-2. The workspace is not
+    /// created here (PERM-1: lazily, by [`Self::ensure_workspace`] when the agent starts).
+    pub fn for_agent(
+        config: &Config,
+        root: &InstallRoot,
+        alias: &AgentAlias,
+    ) -> Result<Self, PolicyError> {
+        let agent = config
+            .agent(alias)
+            .ok_or_else(|| PolicyError::UnknownAgent {
+                alias: alias.to_string(),
+            })?;
+        // 1. risk profile
+        let risk = config.risk_profile_of(agent);
+        let runtime = config.runtime_profile_of(agent);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let forbidden_paths = risk
+            .forbidden_paths
+            .iter()
+            .map(|p| expand_home(p, home.as_deref()))
+            .collect();
+        // 2. boundary
+        let workspace = root.agent_workspace(alias);
+        // 3. grants
+        let (mut read_write, mut read_only, mut write_only) = (Vec::new(), Vec::new(), Vec::new());
+        for (sibling, level) in &agent.workspace.access {
+            let sibling_alias = AgentAlias::new(sibling.as_str())
+                .ok()
+                .filter(|a| config.agent(a).is_some())
+                .ok_or_else(|| PolicyError::UnknownSibling {
+                    alias: alias.to_string(),
+                    sibling: sibling.clone(),
+                })?;
+            let grant = Grant {
+                root: root.agent_workspace(&sibling_alias),
+                alias: sibling_alias,
+            };
+            match level {
+                AccessLevel::Read => read_only.push(grant),
+                AccessLevel::Write => write_only.push(grant),
+                AccessLevel::ReadWrite => read_write.push(grant),
+            }
+        }
+        // 4. unrestricted filesystem
+        let workspace_only = !agent.workspace.unrestricted_filesystem;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                alias: alias.clone(),
+                autonomy: risk.autonomy,
+                allowed_commands: risk.allowed_commands.clone(),
+                forbidden_paths,
+                max_actions_per_hour: risk.max_actions_per_hour,
+                max_cost_per_day_usd: risk.max_cost_per_day_usd,
+                max_tool_iterations: runtime.max_tool_iterations,
+                workspace,
+                read_write,
+                read_only,
+                write_only,
+                workspace_only,
+                sandbox: risk.sandbox,
+                fallback: risk.fallback,
+                allow_network: risk.allow_network,
+                env_passthrough: risk.env_passthrough.clone(),
+                shell_timeout: Duration::from_secs(risk.shell_timeout_secs.max(1)),
+                allowed_tools: risk.allowed_tools.clone(),
+                runtime_kind: config.runtime.kind,
+            }),
+        })
+    }
+
+    /// Creates the agent's workspace (and its private temp dir) if missing (PERM-1).
+    pub fn ensure_workspace(&self) -> Result<(), PolicyError> {
+        for dir in [self.workspace().to_path_buf(), self.temp_dir()] {
+            std::fs::create_dir_all(&dir).map_err(|source| PolicyError::Workspace {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn alias(&self) -> &AgentAlias {
+        &self.inner.alias
+    }
+    pub fn autonomy(&self) -> Autonomy {
+        self.inner.autonomy
+    }
+    pub fn workspace(&self) -> &Path {
+        &self.inner.workspace
+    }
+    /// The agent's private temp directory (`TMPDIR` of its children), inside its workspace, so
+    /// agents never share `/tmp` as a side channel.
+    pub fn temp_dir(&self) -> PathBuf {
+        self.inner.workspace.join(".tmp")
+    }
+    pub fn read_write_roots(&self) -> &[Grant] {
+        &self.inner.read_write
+    }
+    pub fn read_only_roots(&self) -> &[Grant] {
+        &self.inner.read_only
+    }
+    pub fn write_only_roots(&self) -> &[Grant] {
+        &self.inner.write_only
+    }
+    pub fn workspace_only(&self) -> bool {
+        self.inner.workspace_only
+    }
+    pub fn forbidden_paths(&self) -> &[PathBuf] {
+        &self.inner.forbidden_paths
+    }
+    pub fn allowed_commands(&self) -> &[String] {
+        &self.inner.allowed_commands
+    }
+    pub fn sandbox_kind(&self) -> SandboxKind {
+        self.inner.sandbox
+    }
+    pub fn fallback(&self) -> SandboxFallback {
+        self.inner.fallback
+    }
+    pub fn allow_network(&self) -> bool {
+        self.inner.allow_network
+    }
+    pub fn env_passthrough(&self) -> &[String] {
+        &self.inner.env_passthrough
+    }
+    pub fn shell_timeout(&self) -> Duration {
+        self.inner.shell_timeout
+    }
+    pub fn max_actions_per_hour(&self) -> u32 {
+        self.inner.max_actions_per_hour
+    }
+    pub fn max_cost_per_day_usd(&self) -> f64 {
+        self.inner.max_cost_per_day_usd
+    }
+    pub fn max_tool_iterations(&self) -> u32 {
+        self.inner.max_tool_iterations
+    }
+    pub fn runtime_kind(&self) -> RuntimeKind {
+        self.inner.runtime_kind
+    }
+    /// Whether the tool `name` is allowed by the risk profile.
+    pub fn tool_allowed(&self, name: &str) -> bool {
+        self.inner
+            .allowed_tools
+            .as_ref()
+            .is_none_or(|tools| tools.iter().any(|t| t == name))
+    }
+    pub fn allowed_tools(&self) -> Option<&[String]> {
+        self.inner.allowed_tools.as_deref()
+    }
+    /// Whether the agent may change anything (autonomy is not `read_only`).
+    pub fn can_act(&self) -> bool {
+        self.inner.autonomy != Autonomy::ReadOnly
+    }
+
+    /// The effective policy as JSON, for `warren security posture`.
+    pub fn describe(&self) -> serde_json::Value {
+        let i = &self.inner;
+        serde_json::json!({
+            "alias": i.alias,
+            "autonomy": i.autonomy,
+            "workspace": i.workspace,
+            "workspace_only": i.workspace_only,
+            "read_write": i.read_write,
+            "read_only": i.read_only,
+            "write_only": i.write_only,
+            "forbidden_paths": i.forbidden_paths,
+            "allowed_commands": i.allowed_commands,
+            "allowed_tools": i.allowed_tools,
+            "allow_network": i.allow_network,
+            "env_passthrough": i.env_passthrough,
+            "shell_timeout_secs": i.shell_timeout.as_secs(),
+            "max_actions_per_hour": i.max_actions_per_hour,
+            "max_cost_per_day_usd": i.max_cost_per_day_usd,
+            "max_tool_iterations": i.max_tool_iterations,
+            "sandbox": i.sandbox,
+            "fallback": i.fallback,
+            "runtime": i.runtime_kind,
+        })
+    }
+}
+
+fn expand_home(path: &str, home: Option<&Path>) -> PathBuf {
+    match (path.strip_prefix("~/"), home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ if path == "~" => home
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(path)),
+        _ => PathBuf::from(path),
+    }
+}

@@ -1,0 +1,189 @@
+//! The `shell` tool (PERM-4, SBX-3): the command policy first, then `/bin/sh -c` through the
+//! agent's sandbox (the one spawn module), with cwd = workspace, a cleared environment, stdin
+//! closed, its own process group (killed whole on timeout or cancel), and stdout/stderr each
+//! capped with a truncation marker. Approval comes from the runtime (`execute_approved`), never
+//! from an argument the model controls.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use warren_security::sandbox::Sandbox;
+
+use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, parse_args};
+
+/// Default cap of stdout and of stderr, each.
+pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
+const TRUNCATED: &str = "\n[output truncated]";
+
+/// Runs a shell command for one agent.
+pub struct Shell {
+    sandbox: Sandbox,
+    output_cap: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    command: String,
+    timeout_secs: Option<u64>,
+}
+
+impl Shell {
+    pub fn new(sandbox: Sandbox) -> Self {
+        Self {
+            sandbox,
+            output_cap: DEFAULT_OUTPUT_CAP,
+        }
+    }
+
+    pub fn with_output_cap(mut self, cap: usize) -> Self {
+        self.output_cap = cap;
+        self
+    }
+
+    async fn run(&self, args: serde_json::Value, approved: bool) -> Result<ToolOutput, ToolError> {
+        let a: Args = parse_args(args)?;
+        let policy = self.sandbox.policy();
+        let check = policy
+            .check_command(&a.command)
+            .map_err(|e| ToolError::Denied(e.to_string()))?;
+        if check.needs_approval && !approved {
+            return Err(ToolError::ApprovalRequired(format!(
+                "{:?}-risk command ({}) needs the operator's approval",
+                check.risk,
+                check.programs.join(", ")
+            )));
+        }
+        let limit = policy.shell_timeout();
+        let timeout = a
+            .timeout_secs
+            .map_or(limit, |s| Duration::from_secs(s).min(limit));
+        let std_cmd = self
+            .sandbox
+            .command("/bin/sh", &["-c".into(), a.command.clone().into()])
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ToolError::Failed(format!("cannot start the command: {e}")))?;
+        let pgid = child.id();
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::Failed("command output unavailable".into()));
+        };
+        let cap = self.output_cap;
+        let work = async {
+            let (out, err, status) = tokio::join!(
+                read_capped(stdout, cap),
+                read_capped(stderr, cap),
+                child.wait()
+            );
+            (out, err, status)
+        };
+        // Dropping `work` on timeout (or when the caller cancels this future) ends the wait; the
+        // guard kills the whole process group so no grandchild survives.
+        let guard = GroupKill(pgid);
+        let result = tokio::time::timeout(timeout, work).await;
+        match result {
+            Err(_) => {
+                drop(guard);
+                Err(ToolError::Failed(format!(
+                    "command timed out after {}s and was killed",
+                    timeout.as_secs()
+                )))
+            }
+            Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
+                std::mem::forget(guard);
+                let status = status.map_err(|e| {
+                    ToolError::Failed(format!("waiting for the command failed: {e}"))
+                })?;
+                let mut stdout = String::from_utf8_lossy(&stdout).into_owned();
+                let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+                if out_cut {
+                    stdout.push_str(TRUNCATED);
+                }
+                if err_cut {
+                    stderr.push_str(TRUNCATED);
+                }
+                use std::os::unix::process::ExitStatusExt;
+                Ok(ToolOutput::json(json!({
+                    "exit_code": status.code(),
+                    "signal": status.signal(),
+                    "stdout": stdout,
+                    "stderr": stderr,
+                    "stdout_truncated": out_cut,
+                    "stderr_truncated": err_cut,
+                    "risk": check.risk,
+                    "sandbox": self.sandbox.backend(),
+                })))
+            }
+        }
+    }
+}
+
+/// Kills the process group when dropped (timeout or cancellation).
+struct GroupKill(Option<u32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pid) = self
+            .0
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Reads a stream to its end, keeping at most `cap` bytes (the rest is drained and dropped).
+async fn read_capped(mut stream: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut truncated = false;
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                if n > room {
+                    truncated = true;
+                }
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+impl Tool for Shell {
+    fn name(&self) -> &'static str {
+        "shell"
+    }
+    fn description(&self) -> &'static str {
+        "Run a shell command in the agent's workspace, inside its sandbox. Only allowlisted commands; no variable or command substitution."
+    }
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object", "additionalProperties": false, "required": ["command"], "properties": {
+            "command": {"type": "string"},
+            "timeout_secs": {"type": "integer", "minimum": 1}
+        }})
+    }
+    fn risk(&self) -> RiskClass {
+        RiskClass::Execute
+    }
+    fn execute(&self, args: serde_json::Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(self.run(args, false))
+    }
+    fn execute_approved(
+        &self,
+        args: serde_json::Value,
+    ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(self.run(args, true))
+    }
+}
