@@ -452,10 +452,10 @@ impl SecurityPolicy {
         let result = match use_ {
             PathUse::Read => self.can_read(&path).map(|_| ()),
             PathUse::Write => self.can_write(&path).map(|_| ()),
-            PathUse::Any => self
-                .can_read(&path)
-                .map(|_| ())
-                .or_else(|_| self.can_write(&path).map(|_| ())),
+            PathUse::Any => match self.can_read(&path) {
+                Ok(_) => Ok(()),
+                Err(read_denied) => self.can_write(&path).map(|_| ()).map_err(|_| read_denied),
+            },
         };
         result.map_err(|d| deny(format!("path '{token}' is not allowed: {}", d.reason)))
     }

@@ -46,6 +46,8 @@ fn io_err(path: &Path) -> impl Fn(rustix::io::Errno) -> ConfinedError + '_ {
                 ConfinedError::SymlinkSwapped { path }
             }
             rustix::io::Errno::NOENT => ConfinedError::NotFound { path },
+            // Opening a socket fails with ENXIO.
+            rustix::io::Errno::NXIO => ConfinedError::NotAFile { path },
             other => ConfinedError::Io {
                 path,
                 source: other.into(),

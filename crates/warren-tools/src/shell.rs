@@ -1,4 +1,4 @@
-//! The `shell` tool (PERM-4, SBX-3): the command policy first, then `/bin/sh -c` through the
+//! The `shell` tool (PERM-4, SBX-3): the command policy first, then `bash -c` (or `sh -c`) through the
 //! agent's sandbox (the one spawn module), with cwd = workspace, a cleared environment, stdin
 //! closed, its own process group (killed whole on timeout or cancel), and stdout/stderr each
 //! capped with a truncation marker. Approval comes from the runtime (`execute_approved`), never
@@ -61,9 +61,14 @@ impl Shell {
         let timeout = a
             .timeout_secs
             .map_or(limit, |s| Duration::from_secs(s).min(limit));
+        let shell = if std::path::Path::new("/bin/bash").is_file() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        };
         let std_cmd = self
             .sandbox
-            .command("/bin/sh", &["-c".into(), a.command.clone().into()])
+            .command(shell, &["-c".into(), a.command.clone().into()])
             .map_err(|e| ToolError::Failed(e.to_string()))?;
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.stdout(Stdio::piped())

@@ -125,10 +125,8 @@ pub(crate) fn apply(policy: &SecurityPolicy, cmd: &mut Command) -> Result<(), St
             && !path.exists()
             && let Err(e) = std::fs::create_dir_all(path)
         {
-            {
-                tracing::warn!(agent = %policy.alias(), root = %path.display(), "sandbox root missing and cannot be created ({e}); skipped");
-                continue;
-            }
+            tracing::warn!(agent = %policy.alias(), root = %path.display(), "sandbox root missing and cannot be created ({e}); skipped");
+            continue;
         }
         let fd = match PathFd::new(path) {
             Ok(fd) => fd,

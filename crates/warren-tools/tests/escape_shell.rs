@@ -1,0 +1,675 @@
+//! Escape suite, shell tool and kernel sandbox (PERM-4, SBX-1..3). Each case runs the attack
+//! unguarded first (`sh -c` as the same root user: it works), then through Warren: the command
+//! policy refuses it, or the Landlock sandbox makes it fail. Cases marked "kernel" use the agent
+//! `wild`, whose command policy allows anything, so only Landlock stands in the way.
+
+mod common;
+
+use std::fs;
+
+use common::{Fixture, assert_kernel_blocks};
+use serde_json::json;
+use warren_tools::ToolError;
+
+#[track_caller]
+fn assert_refused(f: &Fixture, agent: &str, command: &str) -> String {
+    match f.shell(agent, command) {
+        Err(ToolError::Denied(msg)) => msg,
+        other => panic!("`{command}` should be refused by the command policy, got {other:?}"),
+    }
+}
+
+/// The unguarded attack works (shows the secret); the guarded one is refused by policy.
+#[track_caller]
+fn policy_blocks(f: &Fixture, command: &str, marker: &str) -> String {
+    let baseline = f.unguarded_shell("main", command);
+    assert!(
+        baseline.stdout.contains(marker) || baseline.ok(),
+        "baseline must work unguarded: {baseline:?}"
+    );
+    assert_refused(f, "main", command)
+}
+
+fn python(f: &Fixture, name: &str, code: &str) -> String {
+    fs::write(f.ws("wild").join(name), code).expect("script");
+    format!("python3 {name}")
+}
+
+// ---- matrix through the shell -------------------------------------------------------------------
+
+#[test]
+fn shell_cat_sibling_without_grant_perm4() {
+    let f = Fixture::new();
+    let msg = policy_blocks(
+        &f,
+        "cat ../../stranger/workspace/secret.txt",
+        "SECRET-stranger",
+    );
+    assert!(msg.contains("no Read grant on 'stranger'"), "{msg}");
+}
+
+#[test]
+fn shell_list_sibling_without_grant_perm4() {
+    let f = Fixture::new();
+    policy_blocks(&f, "ls ../../stranger/workspace", "secret.txt");
+}
+
+#[test]
+fn shell_write_sibling_without_grant_perm4() {
+    let f = Fixture::new();
+    let target = f.ws("stranger").join("pwn");
+    policy_blocks(&f, "echo pwned > ../../stranger/workspace/pwn", "");
+    fs::remove_file(&target).expect("baseline created it");
+    assert_refused(&f, "main", "echo pwned > ../../stranger/workspace/pwn");
+    assert!(!target.exists());
+}
+
+#[test]
+fn shell_read_of_a_write_only_root_is_stopped_by_landlock_perm3_sbx2() {
+    let f = Fixture::new();
+    // The path is writable for main, so the policy lets the token through; the kernel refuses the read.
+    let cmd = "cat ../../writer/workspace/secret.txt";
+    let guarded = f.shell("main", cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("main", cmd), "SECRET-writer");
+    assert!(guarded.stderr.contains("Permission denied"), "{guarded:?}");
+}
+
+#[test]
+fn shell_list_of_a_write_only_root_is_stopped_by_landlock_sbx2() {
+    let f = Fixture::new();
+    let cmd = "ls ../../writer/workspace";
+    let guarded = f.shell("main", cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("main", cmd), "secret.txt");
+}
+
+#[test]
+fn shell_write_into_a_write_only_root_works_sbx2() {
+    let f = Fixture::new();
+    let out = f
+        .shell("main", "echo delivered > ../../writer/workspace/drop.txt")
+        .expect("runs");
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        fs::read_to_string(f.ws("writer").join("drop.txt"))
+            .ok()
+            .as_deref(),
+        Some("delivered\n")
+    );
+}
+
+#[test]
+fn shell_write_into_a_read_only_root_is_refused_perm4() {
+    let f = Fixture::new();
+    let msg = assert_refused(&f, "main", "echo x >> ../../reader/workspace/secret.txt");
+    assert!(msg.contains("only a Read grant"), "{msg}");
+}
+
+#[test]
+fn kernel_write_into_a_read_only_root_sbx2() {
+    let f = Fixture::new();
+    let cmd = python(
+        &f,
+        "w.py",
+        "open('../../reader/workspace/secret.txt','a').write('pwned')\nprint('WROTE')\n",
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert!(
+        !guarded.ok() && !guarded.stdout.contains("WROTE"),
+        "{guarded:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(f.secret("reader")).ok().as_deref(),
+        Some("SECRET-reader\n")
+    );
+    let unguarded = f.unguarded_shell("wild", &cmd);
+    assert!(
+        unguarded.stdout.contains("WROTE"),
+        "baseline: {unguarded:?}"
+    );
+}
+
+#[test]
+fn kernel_exec_from_a_read_only_root_sbx2() {
+    let f = Fixture::new();
+    let script = f.ws("reader").join("run.sh");
+    fs::write(&script, "#!/bin/sh\necho EXECUTED\n").expect("script");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .expect("chmod");
+    let cmd = "../../reader/workspace/run.sh";
+    let guarded = f.shell("wild", cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("wild", cmd), "EXECUTED");
+}
+
+#[test]
+fn kernel_exec_in_a_read_write_root_is_allowed_sbx2() {
+    let f = Fixture::new();
+    let script = f.ws("both").join("run.sh");
+    fs::write(&script, "#!/bin/sh\necho EXECUTED\n").expect("script");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .expect("chmod");
+    let out = f
+        .shell("wild", "../../both/workspace/run.sh")
+        .expect("runs");
+    assert!(out.ok() && out.stdout.contains("EXECUTED"), "{out:?}");
+}
+
+#[test]
+fn shell_reads_granted_read_root_perm3() {
+    let f = Fixture::new();
+    let out = f
+        .shell("main", "cat ../../reader/workspace/secret.txt")
+        .expect("runs");
+    assert!(out.ok() && out.stdout.contains("SECRET-reader"), "{out:?}");
+}
+
+// ---- shell tricks ---------------------------------------------------------------------------------
+
+#[test]
+fn cd_up_then_cat_perm4() {
+    let f = Fixture::new();
+    policy_blocks(
+        &f,
+        "cd ../.. && cat stranger/workspace/secret.txt",
+        "SECRET-stranger",
+    );
+}
+
+#[test]
+fn command_substitution_builds_the_path_perm4() {
+    let f = Fixture::new();
+    let msg = policy_blocks(
+        &f,
+        "cat $(echo ../..)/stranger/workspace/secret.txt",
+        "SECRET-stranger",
+    );
+    assert!(msg.contains("expansion"), "{msg}");
+}
+
+#[test]
+fn backtick_substitution_perm4() {
+    let f = Fixture::new();
+    policy_blocks(
+        &f,
+        "cat `echo ../../stranger/workspace/secret.txt`",
+        "SECRET-stranger",
+    );
+}
+
+#[test]
+fn env_expansion_builds_the_path_perm4() {
+    let f = Fixture::new();
+    policy_blocks(
+        &f,
+        "cat $PWD/../../stranger/workspace/secret.txt",
+        "SECRET-stranger",
+    );
+}
+
+#[test]
+fn redirect_out_to_a_sibling_perm4() {
+    let f = Fixture::new();
+    let msg = assert_refused(&f, "main", "echo x > ../../stranger/workspace/x");
+    assert!(msg.contains("../../stranger/workspace/x"), "{msg}");
+}
+
+#[test]
+fn stderr_redirect_to_a_sibling_perm4() {
+    let f = Fixture::new();
+    assert_refused(&f, "main", "ls nothing 2>../../stranger/workspace/err");
+    assert!(!f.ws("stranger").join("err").exists());
+}
+
+#[test]
+fn input_redirect_from_a_sibling_perm4() {
+    let f = Fixture::new();
+    policy_blocks(
+        &f,
+        "cat < ../../stranger/workspace/secret.txt",
+        "SECRET-stranger",
+    );
+}
+
+#[test]
+fn here_string_is_data_not_a_path_perm4() {
+    let f = Fixture::new();
+    let out = f
+        .shell("main", "cat <<< ../../stranger/workspace/secret.txt")
+        .expect("runs");
+    assert!(out.ok() && !out.stdout.contains("SECRET"), "{out:?}");
+    assert_refused(
+        &f,
+        "main",
+        "cat <<< \"$(cat ../../stranger/workspace/secret.txt)\"",
+    );
+}
+
+#[test]
+fn bash_dash_c_is_refused_and_landlock_stops_it_anyway_sbx3() {
+    let f = Fixture::new();
+    assert_refused(
+        &f,
+        "wild",
+        "bash -c 'cat ../../stranger/workspace/secret.txt'",
+    );
+    // Through a script the policy cannot read, the kernel stops it.
+    fs::write(
+        f.ws("wild").join("s.sh"),
+        "cat ../../stranger/workspace/secret.txt\n",
+    )
+    .expect("script");
+    let guarded = f.shell("wild", "bash s.sh").expect("runs");
+    assert_kernel_blocks(
+        &guarded,
+        &f.unguarded_shell("wild", "bash s.sh"),
+        "SECRET-stranger",
+    );
+}
+
+#[test]
+fn python_dash_c_is_refused_perm4() {
+    let f = Fixture::new();
+    let msg = assert_refused(
+        &f,
+        "wild",
+        "python3 -c 'print(open(\"../../stranger/workspace/secret.txt\").read())'",
+    );
+    assert!(msg.contains("python3"), "{msg}");
+}
+
+#[test]
+fn kernel_python_script_reads_a_sibling_sbx2() {
+    let f = Fixture::new();
+    let cmd = python(
+        &f,
+        "r.py",
+        "print(open('../../stranger/workspace/secret.txt').read())\n",
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert_kernel_blocks(
+        &guarded,
+        &f.unguarded_shell("wild", &cmd),
+        "SECRET-stranger",
+    );
+    assert!(guarded.stderr.contains("PermissionError"), "{guarded:?}");
+}
+
+#[test]
+fn find_exec_is_refused_perm4() {
+    let f = Fixture::new();
+    let msg = assert_refused(
+        &f,
+        "main",
+        "find . -exec cat ../../stranger/workspace/secret.txt ;",
+    );
+    assert!(msg.contains("find"), "{msg}");
+}
+
+#[test]
+fn kernel_symlink_created_by_the_shell_then_read_sbx2() {
+    let f = Fixture::new();
+    let secret = f.secret("stranger");
+    let cmd = python(
+        &f,
+        "l.py",
+        &format!(
+            "import os\nos.symlink('{}', 'l')\nprint(open('l').read())\n",
+            secret.display()
+        ),
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    let _ = fs::remove_file(f.ws("wild").join("l"));
+    let unguarded = f.unguarded_shell("wild", &cmd);
+    // Root reads anything by file mode: the denial is Landlock's.
+    assert_kernel_blocks(&guarded, &unguarded, "SECRET-stranger");
+}
+
+#[test]
+fn shell_symlink_planted_in_the_workspace_is_resolved_perm6() {
+    let f = Fixture::new();
+    std::os::unix::fs::symlink(f.secret("stranger"), f.ws("main").join("innocent"))
+        .expect("symlink");
+    policy_blocks(&f, "cat innocent", "SECRET-stranger");
+}
+
+#[test]
+fn proc_self_root_through_the_shell_perm6() {
+    let f = Fixture::new();
+    let cmd = format!("cat /proc/self/root{}", f.secret("stranger").display());
+    policy_blocks(&f, &cmd, "SECRET-stranger");
+}
+
+#[test]
+fn tilde_paths_are_refused_perm4() {
+    let f = Fixture::new();
+    assert_refused(&f, "main", "cat ~/.ssh/id_rsa");
+}
+
+#[test]
+fn grep_recursive_over_the_install_root_perm4() {
+    let f = Fixture::new();
+    policy_blocks(&f, "grep -r SECRET ../..", "SECRET");
+}
+
+#[test]
+fn git_dash_c_option_injection_is_refused_git10() {
+    let f = Fixture::new();
+    assert_refused(&f, "main", "git -c core.pager=cat log");
+    assert_refused(&f, "main", "git config --global user.name x");
+}
+
+#[test]
+fn commands_outside_the_allowlist_are_refused_perm4() {
+    let f = Fixture::new();
+    let msg = assert_refused(&f, "main", "python3 x.py");
+    assert!(msg.contains("not in the allowed commands"), "{msg}");
+    assert_refused(&f, "main", "/usr/bin/cat x");
+}
+
+#[test]
+fn background_jobs_and_env_assignments_are_refused_perm4() {
+    let f = Fixture::new();
+    assert_refused(&f, "main", "sleep 100 &");
+    assert_refused(&f, "main", "LD_PRELOAD=/x.so cat a");
+}
+
+#[test]
+fn the_model_cannot_approve_its_own_command_perm7() {
+    let f = Fixture::new();
+    let err = f
+        .call(
+            "main",
+            "shell",
+            json!({"command": "mkdir d", "approved": true}),
+        )
+        .err();
+    assert!(
+        matches!(err, Some(ToolError::InvalidArguments(_))),
+        "{err:?}"
+    );
+    let err = f.call("main", "shell", json!({"command": "mkdir d"})).err();
+    assert!(
+        matches!(err, Some(ToolError::ApprovalRequired(_))),
+        "{err:?}"
+    );
+    assert!(!f.ws("main").join("d").exists());
+}
+
+#[test]
+fn high_risk_commands_are_blocked_at_supervised_perm4() {
+    let f = Fixture::new();
+    let mut config = f.config.clone();
+    config.risk_profiles.insert(
+        "default".into(),
+        warren_config::schema::RiskProfile {
+            allowed_commands: vec!["*".into()],
+            ..Default::default()
+        },
+    );
+    let policy =
+        warren_security::SecurityPolicy::for_agent(&config, &f.root, &common::alias("main"))
+            .expect("policy");
+    let err = policy
+        .check_command("curl http://example.com")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("high-risk"), "{err}");
+}
+
+#[test]
+fn read_only_autonomy_has_no_shell_perm2() {
+    let f = Fixture::new();
+    let msg = assert_refused(&f, "readonly", "ls");
+    assert!(msg.contains("read_only"), "{msg}");
+}
+
+// ---- sandbox ----------------------------------------------------------------------------------------
+
+#[test]
+fn kernel_write_outside_every_root_sbx2() {
+    let f = Fixture::new();
+    let outside = std::env::temp_dir().join(format!("warren-escape-{}", std::process::id()));
+    let cmd = python(
+        &f,
+        "o.py",
+        &format!(
+            "open('{}','w').write('x')\nprint('WROTE')\n",
+            outside.display()
+        ),
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert!(
+        !guarded.stdout.contains("WROTE") && !outside.exists(),
+        "{guarded:?}"
+    );
+    let unguarded = f.unguarded_shell("wild", &cmd);
+    assert!(
+        unguarded.stdout.contains("WROTE") && outside.exists(),
+        "baseline: {unguarded:?}"
+    );
+    let _ = fs::remove_file(&outside);
+}
+
+#[test]
+fn kernel_reading_etc_shadow_sbx2() {
+    let f = Fixture::new();
+    let cmd = python(
+        &f,
+        "sh.py",
+        "print(open('/etc/shadow').read()[:4] + 'READ')\n",
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("wild", &cmd), "READ");
+}
+
+#[test]
+fn kernel_reading_the_install_root_config_sbx2() {
+    let f = Fixture::new();
+    let cmd = python(
+        &f,
+        "c.py",
+        &format!("print(open('{}').read())\n", f.root.config_file().display()),
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("wild", &cmd), "[agents.main");
+}
+
+#[test]
+fn kernel_network_connect_is_denied_when_the_profile_denies_network_sbx1() {
+    let f = Fixture::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("addr").port();
+    let cmd = python(
+        &f,
+        "n.py",
+        &format!(
+            "import socket\ns=socket.create_connection(('127.0.0.1',{port}),timeout=3)\nprint('CONNECTED')\n"
+        ),
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("wild", &cmd), "CONNECTED");
+}
+
+#[test]
+fn kernel_dev_tcp_is_denied_sbx1() {
+    let f = Fixture::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("addr").port();
+    fs::write(
+        f.ws("wild").join("t.sh"),
+        format!("echo hi > /dev/tcp/127.0.0.1/{port} && echo CONNECTED\n"),
+    )
+    .expect("script");
+    let guarded = f.shell("wild", "bash t.sh").expect("runs");
+    assert_kernel_blocks(
+        &guarded,
+        &f.unguarded_shell("wild", "bash t.sh"),
+        "CONNECTED",
+    );
+}
+
+#[test]
+fn kernel_tmp_is_not_a_shared_side_channel_sbx2() {
+    let f = Fixture::new();
+    let cmd = python(
+        &f,
+        "tmp.py",
+        "import os\nprint(sorted(os.listdir('/tmp'))[:1], 'LISTED')\n",
+    );
+    let guarded = f.shell("wild", &cmd).expect("runs");
+    assert_kernel_blocks(&guarded, &f.unguarded_shell("wild", &cmd), "LISTED");
+    // Each agent has its own TMPDIR inside its workspace.
+    let out = f.shell("wild", "python3 -V").expect("runs");
+    assert!(out.ok(), "{out:?}");
+    let tmpdir = python(
+        &f,
+        "td.py",
+        "import tempfile\nprint(tempfile.gettempdir())\n",
+    );
+    let out = f.shell("wild", &tmpdir).expect("runs");
+    assert!(out.stdout.trim().ends_with("workspace/.tmp"), "{out:?}");
+}
+
+#[test]
+fn a_granted_sibling_root_that_does_not_exist_yet_does_not_disable_the_sandbox_sbx2() {
+    let f = Fixture::new();
+    let ghost = f.ws("ghost");
+    assert!(!ghost.exists());
+    let out = f.shell("main", "echo still-sandboxed").expect("runs");
+    assert!(
+        out.ok() && out.stdout.contains("still-sandboxed"),
+        "{out:?}"
+    );
+    // The Read grant on ghost is usable once ghost exists; it was created for the sandbox rule.
+    assert!(ghost.exists());
+    let denied = f
+        .shell("main", "cat ../../writer/workspace/secret.txt")
+        .expect("runs");
+    assert!(!denied.ok(), "sandbox still enforced: {denied:?}");
+}
+
+#[test]
+fn device_files_work_inside_the_sandbox_perm5() {
+    let f = Fixture::new();
+    let out = f.shell("main", "head -c 4 /dev/urandom | wc -c; cat /dev/null; echo ok > /dev/null; head -c 3 /dev/zero | wc -c").expect("runs");
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout.split_whitespace().collect::<Vec<_>>(),
+        vec!["4", "3"]
+    );
+}
+
+#[test]
+fn the_environment_is_cleared_sbx3() {
+    let f = Fixture::new();
+    fs::write(f.ws("wild").join("e.sh"), "env\n").expect("script");
+    let out = f.shell("wild", "bash e.sh").expect("runs");
+    let names: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split('=').next())
+        .collect();
+    for leaked in ["CARGO", "RUST_BACKTRACE", "WARREN_HOME", "HOSTNAME", "USER"] {
+        assert!(
+            !names.contains(&leaked),
+            "{leaked} leaked into the child: {names:?}"
+        );
+    }
+    assert!(out.stdout.contains("TMPDIR=") && out.stdout.contains("/workspace/.tmp"));
+}
+
+#[test]
+fn output_is_capped_with_a_marker() {
+    let f = Fixture::new();
+    let policy = f.policy("wild");
+    let sandbox = warren_security::sandbox::Sandbox::for_policy(&policy).expect("sandbox");
+    let shell = warren_tools::Shell::new(sandbox).with_output_cap(1000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    fs::write(
+        f.ws("wild").join("big.sh"),
+        "head -c 5000 /dev/zero | tr '\\0' a\n",
+    )
+    .expect("script");
+    let out = rt
+        .block_on(warren_tools::Tool::execute_approved(
+            &shell,
+            json!({"command": "bash big.sh"}),
+        ))
+        .expect("runs");
+    assert_eq!(out.content["stdout_truncated"], true);
+    assert!(
+        out.content["stdout"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("[output truncated]") && s.len() < 1100)
+    );
+}
+
+#[test]
+fn a_timeout_kills_the_whole_process_group() {
+    let f = Fixture::new();
+    let marker = f.ws("wild").join("survivor");
+    fs::write(
+        f.ws("wild").join("slow.sh"),
+        format!("(sleep 3; touch {}) &\nsleep 30\n", marker.display()),
+    )
+    .expect("script");
+    let started = std::time::Instant::now();
+    let err = f
+        .call_with(
+            "wild",
+            "shell",
+            json!({"command": "bash slow.sh", "timeout_secs": 1}),
+            true,
+        )
+        .err();
+    assert!(
+        matches!(&err, Some(ToolError::Failed(m)) if m.contains("timed out")),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(!marker.exists(), "a grandchild survived the timeout");
+}
+
+#[test]
+fn an_unavailable_sandbox_stops_the_agent_unless_noop_fallback_sbx3() {
+    let f = Fixture::new();
+    let mut config = f.config.clone();
+    config.risk_profiles.insert(
+        "default".into(),
+        warren_config::schema::RiskProfile {
+            sandbox: warren_config::schema::SandboxKind::Firejail,
+            ..Default::default()
+        },
+    );
+    let policy =
+        warren_security::SecurityPolicy::for_agent(&config, &f.root, &common::alias("main"))
+            .expect("policy");
+    let err = warren_security::sandbox::Sandbox::for_policy(&policy)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("firejail") && err.contains("not started") && err.contains("fallback"),
+        "{err}"
+    );
+    let mut with_fallback = config.clone();
+    if let Some(p) = with_fallback.risk_profiles.get_mut("default") {
+        p.fallback = warren_config::schema::SandboxFallback::Noop;
+    }
+    let policy =
+        warren_security::SecurityPolicy::for_agent(&with_fallback, &f.root, &common::alias("main"))
+            .expect("policy");
+    let sandbox = warren_security::sandbox::Sandbox::for_policy(&policy).expect("noop fallback");
+    assert_eq!(sandbox.backend(), warren_security::sandbox::Backend::Noop);
+    assert!(sandbox.posture()["fallback_used"].is_string());
+}
