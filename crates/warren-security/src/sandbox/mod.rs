@@ -160,9 +160,12 @@ impl Sandbox {
                 c.args(args);
                 c
             }
-            Backend::Bubblewrap => wrappers::bubblewrap(&self.policy, program, args),
-            Backend::Firejail => wrappers::firejail(&self.policy, program, args),
-            Backend::Docker => wrappers::docker(&self.policy, program, args),
+            wrapper => {
+                let argv = wrapper_argv(wrapper, &self.policy, program, args);
+                let mut c = Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                c
+            }
         };
         cmd.env_clear();
         for (key, value) in self.child_env() {
@@ -204,6 +207,29 @@ impl Sandbox {
         }
         env
     }
+}
+
+/// The argv a wrapper backend would run for `program args` (what `Sandbox::command` builds for
+/// `bubblewrap`, `firejail` and `docker`; `landlock` and `noop` run the program itself).
+pub fn wrapper_argv(
+    backend: Backend,
+    policy: &SecurityPolicy,
+    program: &OsStr,
+    args: &[OsString],
+) -> Vec<OsString> {
+    let cmd = match backend {
+        Backend::Bubblewrap => wrappers::bubblewrap(policy, program, args),
+        Backend::Firejail => wrappers::firejail(policy, program, args),
+        Backend::Docker => wrappers::docker(policy, program, args),
+        Backend::Landlock | Backend::Noop => {
+            let mut c = Command::new(program);
+            c.args(args);
+            c
+        }
+    };
+    std::iter::once(cmd.get_program().to_os_string())
+        .chain(cmd.get_args().map(OsStr::to_os_string))
+        .collect()
 }
 
 /// Whether `bwrap` exists and can build a namespace here (probed once per process).
