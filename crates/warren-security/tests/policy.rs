@@ -1,5 +1,8 @@
 //! `SecurityPolicy::for_agent` (PERM-2) and the subagent validator `narrow` (PERM-7).
 
+// Test helpers outside #[test] fns: a failed setup step should panic with its name.
+#![allow(clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,6 +1,9 @@
 //! Sandbox backends (SBX-1..3): bubblewrap confines for real on this host; firejail and docker
 //! are checked by the command they build (neither runs here).
 
+// Test helpers outside #[test] fns: a failed setup step should panic with its name.
+#![allow(clippy::expect_used)]
+
 use std::ffi::OsString;
 use std::fs;
 

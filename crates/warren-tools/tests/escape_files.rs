@@ -1,6 +1,9 @@
 //! Escape suite, file tools (PERM-3..6). Each case: the attack works with plain `std::fs`, and
 //! fails through Warren's `file_read` / `file_write` / `file_edit`.
 
+// Test helpers outside #[test] fns: a failed setup step should panic with its name.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::fs;

@@ -3,6 +3,9 @@
 //! policy refuses it, or the Landlock sandbox makes it fail. Cases marked "kernel" use the agent
 //! `wild`, whose command policy allows anything, so only Landlock stands in the way.
 
+// Test helpers outside #[test] fns: a failed setup step should panic with its name.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::fs;

@@ -4,6 +4,8 @@
 //! with the guard, so a denial is proven to come from Warren, not from file modes (the tests run
 //! as root, where file modes deny nothing).
 
+// Test helpers outside #[test] fns: a failed setup step should panic with its name.
+#![allow(clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::fs;
