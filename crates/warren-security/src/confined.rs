@@ -10,7 +10,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
@@ -56,8 +56,38 @@ fn io_err(path: &Path) -> impl Fn(rustix::io::Errno) -> ConfinedError + '_ {
     }
 }
 
-/// Opens the allowed root itself (no symlink may lead to it either).
-fn open_root(resolved: &Resolved) -> Result<OwnedFd, ConfinedError> {
+/// A handle on the allowed root: the policy's cached one, or one opened for this call.
+enum RootFd {
+    Shared(std::sync::Arc<OwnedFd>),
+    Owned(OwnedFd),
+}
+
+impl AsFd for RootFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Self::Shared(fd) => fd.as_fd(),
+            Self::Owned(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl RootFd {
+    fn into_owned(self, resolved: &Resolved) -> Result<OwnedFd, ConfinedError> {
+        match self {
+            Self::Owned(fd) => Ok(fd),
+            Self::Shared(fd) => fd.try_clone().map_err(|source| ConfinedError::Io {
+                path: resolved.root.display().to_string(),
+                source,
+            }),
+        }
+    }
+}
+
+/// The allowed root: the policy's cached handle, or opened now (no symlink may lead to it).
+fn open_root(resolved: &Resolved) -> Result<RootFd, ConfinedError> {
+    if let Some(handle) = &resolved.root_handle {
+        return Ok(RootFd::Shared(std::sync::Arc::clone(handle)));
+    }
     rustix::fs::openat2(
         rustix::fs::CWD,
         &resolved.root,
@@ -65,6 +95,7 @@ fn open_root(resolved: &Resolved) -> Result<OwnedFd, ConfinedError> {
         Mode::empty(),
         ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
+    .map(RootFd::Owned)
     .map_err(io_err(&resolved.root))
 }
 
@@ -95,14 +126,20 @@ pub fn read(resolved: &Resolved, limit: u64) -> Result<Vec<u8>, ConfinedError> {
             limit,
         });
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0));
-    File::from(fd)
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|source| ConfinedError::Io {
-            path: resolved.path.display().to_string(),
-            source,
-        })?;
+    let mut bytes = Vec::new();
+    let file = File::from(fd);
+    let read = if device {
+        // Devices report no size: the cap bounds the read.
+        file.take(limit.saturating_add(1)).read_to_end(&mut bytes)
+    } else {
+        // A regular file of known size: one read of the whole file (std sizes the buffer from
+        // fstat); a file that grew past the limit meanwhile is refused below.
+        (&file).read_to_end(&mut bytes)
+    };
+    read.map_err(|source| ConfinedError::Io {
+        path: resolved.path.display().to_string(),
+        source,
+    })?;
     if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit {
         if device {
             bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
@@ -135,7 +172,7 @@ pub fn write_atomic(
             path: path.display().to_string(),
         });
     };
-    let dir = open_dir_chain(root, parent, create_parents, path)?;
+    let dir = open_dir_chain(root.into_owned(resolved)?, parent, create_parents, path)?;
     let mode = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
             Mode::from_raw_mode(st.st_mode) & Mode::from_raw_mode(0o7777)

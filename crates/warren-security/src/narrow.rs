@@ -224,6 +224,7 @@ impl SecurityPolicy {
                 shell_timeout: Duration::from_secs(shell_timeout),
                 allowed_tools,
                 runtime_kind: p.runtime_kind,
+                root_cache: Default::default(),
             }),
         })
     }

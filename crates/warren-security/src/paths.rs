@@ -48,14 +48,24 @@ pub enum Tier {
 }
 
 /// An allowed, resolved path and the root it was allowed under (for handle-based access).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Resolved {
     /// Canonical absolute path (components that do not exist yet are appended as given).
     pub path: PathBuf,
     /// The allowed root that contains `path`.
     pub root: PathBuf,
     pub tier: Tier,
+    /// A directory handle on `root` kept by the policy (opened once per policy).
+    pub(crate) root_handle: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
+
+impl PartialEq for Resolved {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.path, &self.root, self.tier) == (&other.path, &other.root, other.tier)
+    }
+}
+
+impl Eq for Resolved {}
 
 impl Resolved {
     /// `path` relative to `root` (empty when they are equal).
@@ -113,6 +123,9 @@ impl SecurityPolicy {
         } else {
             self.workspace().join(raw)
         };
+        if let Some(fast) = resolve_fast(&absolute) {
+            return Ok(fast);
+        }
         resolve_components(&absolute).map_err(|reason| Denied::new(raw, reason))
     }
 
@@ -152,10 +165,16 @@ impl SecurityPolicy {
 
     fn decide(&self, raw: &Path, path: PathBuf, access: Access) -> Result<Resolved, Denied> {
         let ok = |root: PathBuf, tier| {
+            let root_handle = if tier == Tier::Device || tier == Tier::Unrestricted {
+                None
+            } else {
+                self.inner.root_cache.handle(&root)
+            };
             Ok(Resolved {
                 path: path.clone(),
                 root,
                 tier,
+                root_handle,
             })
         };
         if let Some(device) = READABLE_DEVICES.iter().find(|d| path == Path::new(d)) {
@@ -164,14 +183,14 @@ impl SecurityPolicy {
             }
             return Err(Denied::new(raw, format!("{device} is readable only")));
         }
-        let workspace = canonical_root(self.workspace());
+        let workspace = self.canonical_root(self.workspace());
         if path.starts_with(&workspace) {
             return ok(workspace, Tier::Workspace);
         }
         let under = |grants: &'_ [Grant]| -> Option<(Grant, PathBuf)> {
             grants
                 .iter()
-                .map(|g| (g.clone(), canonical_root(&g.root)))
+                .map(|g| (g.clone(), self.canonical_root(&g.root)))
                 .find(|(_, r)| path.starts_with(r))
         };
         let alias = self.alias();
@@ -270,12 +289,12 @@ impl SecurityPolicy {
             .parent()?
             .parent()?
             .parent()
-            .map(canonical_root)
+            .map(|p| self.canonical_root(p))
     }
 
     /// The sibling whose workspace contains `path`, if any (for error messages).
     fn sibling_owning(&self, path: &Path) -> Option<String> {
-        let agents = canonical_root(self.workspace().parent()?.parent()?);
+        let agents = self.canonical_root(self.workspace().parent()?.parent()?);
         let rest = path.strip_prefix(&agents).ok()?;
         let mut parts = rest.components();
         let name = parts.next()?.as_os_str().to_string_lossy().into_owned();
@@ -298,9 +317,41 @@ impl Access {
     }
 }
 
-/// A root resolved the same way as the paths compared against it.
-fn canonical_root(root: &Path) -> PathBuf {
-    resolve_components(root).unwrap_or_else(|_| root.to_path_buf())
+impl SecurityPolicy {
+    /// A root resolved the same way as the paths compared against it. Roots that exist are
+    /// cached for the life of the policy (a reload builds a new policy).
+    fn canonical_root(&self, root: &Path) -> PathBuf {
+        if let Some(hit) = self.inner.root_cache.get(root) {
+            return hit;
+        }
+        let canonical = resolve_fast(root)
+            .or_else(|| resolve_components(root).ok())
+            .unwrap_or_else(|| root.to_path_buf());
+        if canonical.is_dir() {
+            self.inner.root_cache.put(root, &canonical);
+        }
+        canonical
+    }
+}
+
+/// One `openat2(O_PATH, RESOLVE_NO_SYMLINKS)`: when it succeeds and the path has no `.` or `..`
+/// components, the path is already canonical (every component exists and none is a symlink).
+fn resolve_fast(absolute: &Path) -> Option<PathBuf> {
+    if absolute
+        .components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return None;
+    }
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        absolute,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()
+    .map(|_| absolute.components().collect())
 }
 
 /// Walks `absolute` component by component, following symlinks, tolerating a missing tail.

@@ -61,6 +61,69 @@ pub(crate) struct Inner {
     pub shell_timeout: Duration,
     pub allowed_tools: Option<Vec<String>>,
     pub runtime_kind: RuntimeKind,
+    pub root_cache: RootCache,
+}
+
+/// Canonical forms of existing roots and directory handles on them, memoised per policy (not
+/// part of its identity; a reload builds a new policy).
+#[derive(Debug, Default)]
+pub(crate) struct RootCache(std::sync::Mutex<RootCacheInner>);
+
+#[derive(Debug, Default)]
+pub(crate) struct RootCacheInner {
+    canonical: Vec<(PathBuf, PathBuf)>,
+    handles: Vec<(PathBuf, Arc<std::os::fd::OwnedFd>)>,
+}
+
+const ROOT_CACHE_LIMIT: usize = 64;
+
+impl RootCache {
+    pub(crate) fn get(&self, root: &Path) -> Option<PathBuf> {
+        let cache = self.0.lock().ok()?;
+        cache
+            .canonical
+            .iter()
+            .find(|(raw, _)| raw == root)
+            .map(|(_, c)| c.clone())
+    }
+    pub(crate) fn put(&self, root: &Path, canonical: &Path) {
+        if let Ok(mut cache) = self.0.lock()
+            && cache.canonical.len() < ROOT_CACHE_LIMIT
+            && !cache.canonical.iter().any(|(raw, _)| raw == root)
+        {
+            cache
+                .canonical
+                .push((root.to_path_buf(), canonical.to_path_buf()));
+        }
+    }
+    /// A directory handle on the canonical `root`, opened without following any symlink.
+    pub(crate) fn handle(&self, root: &Path) -> Option<Arc<std::os::fd::OwnedFd>> {
+        let mut cache = self.0.lock().ok()?;
+        if let Some((_, fd)) = cache.handles.iter().find(|(r, _)| r == root) {
+            return Some(Arc::clone(fd));
+        }
+        let fd = rustix::fs::openat2(
+            rustix::fs::CWD,
+            root,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()?;
+        let fd = Arc::new(fd);
+        if cache.handles.len() < ROOT_CACHE_LIMIT {
+            cache.handles.push((root.to_path_buf(), Arc::clone(&fd)));
+        }
+        Some(fd)
+    }
+}
+
+impl PartialEq for RootCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// An agent's effective permissions. Obtainable only from [`SecurityPolicy::for_agent`] (or by
@@ -137,6 +200,7 @@ impl SecurityPolicy {
                 shell_timeout: Duration::from_secs(risk.shell_timeout_secs.max(1)),
                 allowed_tools: risk.allowed_tools.clone(),
                 runtime_kind: config.runtime.kind,
+                root_cache: RootCache::default(),
             }),
         })
     }

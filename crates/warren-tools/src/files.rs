@@ -41,6 +41,14 @@ fn off_worker(
     })
 }
 
+/// Counts `\n` bytes in chunks small enough for byte-wide counters (vectorises well).
+fn count_newlines(bytes: &[u8]) -> usize {
+    bytes
+        .chunks(255)
+        .map(|c| usize::from(c.iter().fold(0u8, |n, b| n + u8::from(*b == b'\n'))))
+        .sum()
+}
+
 fn require_act(policy: &SecurityPolicy, tool: &str) -> Result<(), ToolError> {
     if policy.can_act() {
         Ok(())
@@ -89,7 +97,9 @@ impl FileRead {
         let text = String::from_utf8(bytes).map_err(|_| {
             ToolError::Failed(format!("{}: not UTF-8 text; not shown", a.path.display()))
         })?;
-        let total = text.lines().count();
+        // Count lines as `str::lines` would, without iterating line by line.
+        let newlines = count_newlines(text.as_bytes());
+        let total = newlines + usize::from(!text.is_empty() && !text.ends_with('\n'));
         let start = usize::try_from(a.offset.unwrap_or(1)).unwrap_or(usize::MAX);
         let limit = a
             .limit
@@ -104,13 +114,15 @@ impl FileRead {
                 .join("\n")
         };
         let end = total.min(start.saturating_sub(1).saturating_add(limit));
-        Ok(ToolOutput::json(json!({
+        let mut out = json!({
             "path": resolved.path,
-            "content": content,
             "start_line": start.min(total.saturating_add(1)),
             "end_line": end,
             "total_lines": total,
-        })))
+        });
+        // Moved in, not serialised: `json!` would copy the whole content.
+        out["content"] = serde_json::Value::String(content);
+        Ok(ToolOutput::json(out))
     }
 }
 
