@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
 use warren_security::SecurityPolicy;
-use warren_security::sandbox::{Backend, Sandbox};
+use warren_security::sandbox::{Backend, ChildIo, Sandbox};
 
 const RUNS: usize = 500;
 const TARGET: f64 = 1.3;
@@ -49,14 +49,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut boxed, mut bare) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         let t = Instant::now();
-        let status = sandbox.command("/bin/true", &[])?.status()?;
+        let status = sandbox.spawn("/bin/true", &[], ChildIo::Null)?.wait()?;
         boxed.push(t.elapsed());
         assert!(status.success());
         let t = Instant::now();
-        let status = plain().status()?;
+        let status = plain()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
         bare.push(t.elapsed());
         assert!(status.success());
     }
+    let mut forked = Vec::new();
+    for _ in 0..RUNS {
+        let mut c = plain();
+        #[allow(unsafe_code)]
+        // SAFETY: an empty hook; it only forces the fork+exec path for comparison.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || Ok(()));
+        }
+        let t = Instant::now();
+        c.status()?;
+        forked.push(t.elapsed());
+    }
+    println!(
+        "  (unsandboxed with an empty pre_exec hook, i.e. fork+exec: {:?})",
+        median(forked)
+    );
     let (boxed, bare) = (median(boxed), median(bare));
     let ratio = boxed.as_secs_f64() / bare.as_secs_f64();
     println!("spawn /bin/true (median of {RUNS}, build + spawn + wait)");

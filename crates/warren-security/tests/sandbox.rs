@@ -57,9 +57,7 @@ fn setup(kind: SandboxKind) -> (tempfile::TempDir, InstallRoot, SecurityPolicy) 
 
 fn run(sandbox: &Sandbox, script: &str) -> std::process::Output {
     sandbox
-        .command("/bin/sh", &["-c".into(), script.into()])
-        .expect("command")
-        .output()
+        .output("/bin/sh", &["-c".into(), script.into()])
         .expect("spawn")
 }
 
@@ -117,15 +115,13 @@ fn bubblewrap_has_no_network_unless_allowed_sbx1() {
     let port = listener.local_addr().expect("addr").port();
     let sandbox = Sandbox::for_policy(&policy).expect("bwrap");
     let out = sandbox
-        .command(
+        .output(
             "/bin/bash",
             &[
                 "-c".into(),
                 format!("echo x > /dev/tcp/127.0.0.1/{port} && echo CONNECTED").into(),
             ],
         )
-        .expect("command")
-        .output()
         .expect("spawn");
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("CONNECTED"),

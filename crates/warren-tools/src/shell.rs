@@ -4,13 +4,13 @@
 //! capped with a truncation marker. Approval comes from the runtime (`execute_approved`), never
 //! from an argument the model controls.
 
-use std::process::Stdio;
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use warren_security::sandbox::Sandbox;
+use warren_security::sandbox::{ChildIo, Sandbox};
 
 use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, parse_args};
 
@@ -66,28 +66,28 @@ impl Shell {
         } else {
             "/bin/sh"
         };
-        let std_cmd = self
+        let mut child = self
             .sandbox
-            .command(shell, &["-c".into(), a.command.clone().into()])
+            .spawn(
+                shell,
+                &["-c".into(), a.command.clone().into()],
+                ChildIo::Piped,
+            )
             .map_err(|e| ToolError::Failed(e.to_string()))?;
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| ToolError::Failed(format!("cannot start the command: {e}")))?;
-        let pgid = child.id();
+        let pgid = Some(child.id());
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(ToolError::Failed("command output unavailable".into()));
         };
+        let pipe = |fd: OwnedFd| {
+            tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                .map_err(|e| ToolError::Failed(format!("cannot read the command's output: {e}")))
+        };
+        let (stdout, stderr) = (pipe(OwnedFd::from(stdout))?, pipe(OwnedFd::from(stderr))?);
         let cap = self.output_cap;
+        let waiter = tokio::task::spawn_blocking(move || child.wait());
         let work = async {
-            let (out, err, status) = tokio::join!(
-                read_capped(stdout, cap),
-                read_capped(stderr, cap),
-                child.wait()
-            );
+            let (out, err, status) =
+                tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap), waiter);
             (out, err, status)
         };
         // Dropping `work` on timeout (or when the caller cancels this future) ends the wait; the
@@ -104,9 +104,11 @@ impl Shell {
             }
             Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
                 std::mem::forget(guard);
-                let status = status.map_err(|e| {
-                    ToolError::Failed(format!("waiting for the command failed: {e}"))
-                })?;
+                let status = status
+                    .map_err(|e| ToolError::Failed(format!("waiting for the command failed: {e}")))?
+                    .map_err(|e| {
+                        ToolError::Failed(format!("waiting for the command failed: {e}"))
+                    })?;
                 let mut stdout = String::from_utf8_lossy(&stdout).into_owned();
                 let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
                 if out_cut {

@@ -1,4 +1,5 @@
-//! The Landlock backend: kernel rules applied to the child between fork and exec.
+//! The Landlock backend: the agent's kernel rules, enforced on a spawner thread whose children
+//! inherit them.
 //!
 //! Rights per root (SBX-2): the workspace and `ReadWrite` roots get every file right; `Read`
 //! roots get read and list; `Write` roots get write, create and remove but neither read nor list;
@@ -9,10 +10,10 @@
 //! are created (they are Warren-owned workspace paths); a root that cannot be opened is skipped
 //! with a warning, never a silent fallback to no sandbox.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::OnceLock;
+use std::sync::mpsc;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
@@ -72,8 +73,8 @@ const SYSTEM_READ: [&str; 16] = [
     "/etc/os-release",
 ];
 
-/// Builds the ruleset in the parent and installs a `pre_exec` hook that restricts the child.
-pub(crate) fn apply(policy: &SecurityPolicy, cmd: &mut Command) -> Result<(), String> {
+/// Builds the agent's ruleset (once per sandbox; every child gets a duplicate of it).
+pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
     let abi = abi();
     let all = AccessFs::from_all(abi);
     let read = make_bitflags!(AccessFs::{ReadFile | ReadDir}) & all;
@@ -147,25 +148,55 @@ pub(crate) fn apply(policy: &SecurityPolicy, cmd: &mut Command) -> Result<(), St
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| e.to_string())?;
     }
-    install(cmd, created);
-    Ok(())
+    Ok(created)
 }
 
-/// Installs the hook that restricts the child right before `exec`.
-#[allow(unsafe_code)]
-fn install(cmd: &mut Command, created: RulesetCreated) {
-    let mut created = Some(created);
-    // SAFETY: the closure runs in the forked child before exec. It only calls
-    // `RulesetCreated::restrict_self` (prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self on an
-    // fd opened in the parent) and builds an io::Error from a raw errno; it takes no locks held by
-    // other parent threads. A failure makes `spawn()` return that error: the program never runs
-    // unconfined.
-    unsafe {
-        cmd.pre_exec(
-            move || match created.take().map(RulesetCreated::restrict_self) {
-                Some(Ok(status)) if status.ruleset != RulesetStatus::NotEnforced => Ok(()),
-                _ => Err(std::io::Error::from_raw_os_error(libc::EPERM)),
-            },
-        );
+/// A thread restricted by the agent's ruleset that spawns the agent's children. Landlock
+/// domains are per thread and inherited by children, so every process this thread starts is
+/// confined from its first instruction, without a `pre_exec` hook (and so without `fork`).
+#[derive(Debug)]
+pub(crate) struct Spawner {
+    requests: mpsc::Sender<(Command, mpsc::SyncSender<std::io::Result<Child>>)>,
+}
+
+impl Spawner {
+    /// Starts the thread and waits until it has restricted itself.
+    pub(crate) fn start(ruleset: RulesetCreated) -> Result<Self, String> {
+        let (requests, inbox) =
+            mpsc::channel::<(Command, mpsc::SyncSender<std::io::Result<Child>>)>();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("warren-landlock-spawner".into())
+            .spawn(move || {
+                let status = match ruleset.restrict_self() {
+                    Ok(s) if s.ruleset != RulesetStatus::NotEnforced => Ok(()),
+                    Ok(_) => Err("the kernel did not enforce the Landlock ruleset".to_string()),
+                    Err(e) => Err(format!("cannot enforce the Landlock ruleset: {e}")),
+                };
+                let ok = status.is_ok();
+                let _ = ready_tx.send(status);
+                if !ok {
+                    return;
+                }
+                for (mut cmd, reply) in inbox {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .map_err(|e| format!("cannot start the sandbox spawner thread: {e}"))?;
+        ready_rx
+            .recv()
+            .map_err(|_| "the sandbox spawner thread died".to_string())??;
+        Ok(Self { requests })
+    }
+
+    /// Spawns `cmd` from the restricted thread.
+    pub(crate) fn spawn(&self, cmd: Command) -> Result<std::io::Result<Child>, String> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.requests
+            .send((cmd, reply))
+            .map_err(|_| "the sandbox spawner thread stopped".to_string())?;
+        answer
+            .recv()
+            .map_err(|_| "the sandbox spawner thread stopped".to_string())
     }
 }

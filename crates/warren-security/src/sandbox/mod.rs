@@ -1,5 +1,5 @@
 //! The one spawn module (SBX-1..3): every child process the runtime starts for an agent (shell,
-//! git, scripts) is built by [`Sandbox::command`], which applies the agent's sandbox backend,
+//! git, scripts) is started by [`Sandbox::spawn`], which applies the agent's sandbox backend,
 //! clears the environment down to an explicit list, sets the working directory to the workspace
 //! and closes stdin.
 //!
@@ -15,8 +15,8 @@ mod wrappers;
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 use warren_config::schema::{SandboxFallback, SandboxKind};
@@ -24,6 +24,22 @@ use warren_config::schema::{SandboxFallback, SandboxKind};
 use crate::policy::SecurityPolicy;
 
 pub use landlock_rules::landlock_abi;
+
+/// Where a child's stdout and stderr go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildIo {
+    Piped,
+    Null,
+}
+
+impl ChildIo {
+    fn stdio(self) -> Stdio {
+        match self {
+            Self::Piped => Stdio::piped(),
+            Self::Null => Stdio::null(),
+        }
+    }
+}
 
 /// The backend a sandbox actually uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -63,6 +79,8 @@ pub struct Sandbox {
     backend: Backend,
     requested: SandboxKind,
     fallback_used: Option<String>,
+    /// The Landlock spawner thread, started on first use and shared by every clone.
+    landlock: Arc<OnceLock<Result<landlock_rules::Spawner, String>>>,
 }
 
 impl Sandbox {
@@ -74,6 +92,7 @@ impl Sandbox {
             backend,
             requested,
             fallback_used: None,
+            landlock: Arc::default(),
         };
         let unavailable = |reason: String| -> Result<Self, SandboxError> {
             if policy.fallback() == SandboxFallback::Noop {
@@ -140,19 +159,26 @@ impl Sandbox {
         })
     }
 
-    /// Builds the child process `program args...` confined for this agent: cwd = workspace,
-    /// cleared environment plus the passthrough list, stdin closed, its own process group.
-    pub fn command(
+    /// Starts `program args...` confined for this agent: cwd = workspace, cleared environment
+    /// plus the passthrough list, stdin closed, its own process group (pgid = its pid).
+    ///
+    /// This is the only way to start an agent's child: there is no unconfined `Command` to get
+    /// hold of. With Landlock, the child is spawned by a thread that restricted itself with the
+    /// agent's ruleset, so the child inherits the domain from its first instruction and std can
+    /// use `posix_spawn` (no `fork` of the daemon, no code between fork and exec).
+    pub fn spawn(
         &self,
         program: impl AsRef<OsStr>,
         args: &[OsString],
-    ) -> Result<Command, SandboxError> {
+        io: ChildIo,
+    ) -> Result<Child, SandboxError> {
+        let prepare_err = |reason: String| SandboxError::Prepare {
+            alias: self.policy.alias().to_string(),
+            reason,
+        };
         self.policy
             .ensure_workspace()
-            .map_err(|e| SandboxError::Prepare {
-                alias: self.policy.alias().to_string(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| prepare_err(e.to_string()))?;
         let program = program.as_ref();
         let mut cmd = match self.backend {
             Backend::Landlock | Backend::Noop => {
@@ -172,17 +198,38 @@ impl Sandbox {
             cmd.env(key, value);
         }
         cmd.current_dir(self.policy.workspace())
-            .stdin(Stdio::null());
+            .stdin(Stdio::null())
+            .stdout(io.stdio())
+            .stderr(io.stdio());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        if self.backend == Backend::Landlock {
-            landlock_rules::apply(&self.policy, &mut cmd).map_err(|reason| {
-                SandboxError::Prepare {
-                    alias: self.policy.alias().to_string(),
-                    reason,
-                }
-            })?;
+        let spawn_err = |e: std::io::Error| {
+            prepare_err(format!("cannot start {}: {e}", program.to_string_lossy()))
+        };
+        if self.backend != Backend::Landlock {
+            return cmd.spawn().map_err(spawn_err);
         }
-        Ok(cmd)
+        let spawner = self
+            .landlock
+            .get_or_init(|| {
+                landlock_rules::build(&self.policy).and_then(landlock_rules::Spawner::start)
+            })
+            .as_ref()
+            .map_err(|reason| prepare_err(reason.clone()))?;
+        spawner.spawn(cmd).map_err(prepare_err)?.map_err(spawn_err)
+    }
+
+    /// Runs `program args...` to completion and collects its output (tests, probes).
+    pub fn output(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: &[OsString],
+    ) -> Result<Output, SandboxError> {
+        self.spawn(program, args, ChildIo::Piped)?
+            .wait_with_output()
+            .map_err(|e| SandboxError::Prepare {
+                alias: self.policy.alias().to_string(),
+                reason: format!("waiting for the child failed: {e}"),
+            })
     }
 
     /// The environment of a child: Warren's fixed values plus the passthrough names that are set.
