@@ -121,7 +121,7 @@ pub(crate) fn set_fence(root: &InstallRoot) -> Result<(), SessionError> {
 /// MIG-4: restores the fence from persisted receipts. `sessions.db` is opened read-only and
 /// only if it exists; an unreadable receipt table fails closed.
 pub(crate) fn restore_fence_from_receipts(root: &InstallRoot) -> Result<bool, SessionError> {
-    if is_fenced(root) {
+    if root.sessions_jsonl_fence().exists() {
         return Ok(true);
     }
     let db = root.sessions_db();
