@@ -11,4 +11,4 @@ pub mod acp;
 pub mod failpoints;
 pub mod sessions;
 mod sqlite_util;
-mod timefmt;
+pub mod timefmt;

@@ -8,6 +8,7 @@ use time::{OffsetDateTime, UtcOffset};
 const STORED: &[time::format_description::BorrowedFormatItem<'static>] =
     format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
 
+/// The current time in UTC.
 pub fn now() -> OffsetDateTime {
     OffsetDateTime::now_utc()
 }

@@ -150,15 +150,12 @@ pub fn import(
         db: backend.path(),
         conn: &conn,
         runtime_sync: backend.runtime_sync(),
-        progress: Progress {
-            files_total: candidates.len(),
-            bytes_total: candidates.iter().map(|c| c.files.bytes).sum(),
-            ..Progress::default()
-        },
+        progress: totals(&candidates),
     };
     progress(&ctx.progress);
     for c in candidates {
         let bytes = c.files.bytes;
+        let counted = c.action != Action::Done;
         match ctx.run(&c) {
             Ok(outcome) => {
                 ctx.progress.messages += outcome.messages;
@@ -166,9 +163,11 @@ pub fn import(
             }
             Err(e) => errors.push(e),
         }
-        ctx.progress.files_done += 1;
-        ctx.progress.bytes_done += bytes;
-        progress(&ctx.progress);
+        if counted {
+            ctx.progress.files_done += 1;
+            ctx.progress.bytes_done += bytes;
+            progress(&ctx.progress);
+        }
     }
     report.fenced = lock::is_fenced(&root);
     report.errors = errors;
@@ -192,11 +191,7 @@ pub fn dry_run(
         _ => HashMap::new(),
     };
     let (candidates, mut errors) = plan(root, &receipts);
-    let mut p = Progress {
-        files_total: candidates.len(),
-        bytes_total: candidates.iter().map(|c| c.files.bytes).sum(),
-        ..Progress::default()
-    };
+    let mut p = totals(&candidates);
     progress(&p);
     let mut report = MigrationReport {
         dry_run: true,
@@ -211,12 +206,24 @@ pub fn dry_run(
             }
             Err(e) => errors.push(e),
         }
-        p.files_done += 1;
-        p.bytes_done += c.files.bytes;
-        progress(&p);
+        if c.action != Action::Done {
+            p.files_done += 1;
+            p.bytes_done += c.files.bytes;
+            progress(&p);
+        }
     }
     report.errors = errors;
     Ok(report)
+}
+
+/// Progress totals over the sources that need work.
+fn totals(candidates: &[Candidate]) -> Progress {
+    let work = candidates.iter().filter(|c| c.action != Action::Done);
+    Progress {
+        files_total: work.clone().count(),
+        bytes_total: work.map(|c| c.files.bytes).sum(),
+        ..Progress::default()
+    }
 }
 
 fn has_table(conn: &Connection, db: &Path, name: &str) -> Result<bool, MigrateError> {
