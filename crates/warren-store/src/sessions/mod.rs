@@ -32,6 +32,11 @@ pub use memory::MemoryBackend;
 pub use queue::{QueueError, SessionActorQueue, TurnGuard};
 pub use sqlite::SqliteBackend;
 
+/// Creates `data/sessions/` (0700) if missing.
+pub fn ensure_sessions_dir(root: &warren_config::InstallRoot) -> Result<(), SessionError> {
+    lock::ensure_dir(&root.sessions_dir())
+}
+
 /// A message to append. `created_at` defaults to now; an import passes the original time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewMessage {
