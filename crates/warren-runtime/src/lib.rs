@@ -2,6 +2,7 @@
 //! loop (STATE-19). Later issues add agents, the turn loop, the scheduler and supervision.
 
 pub mod daemon;
+pub mod sessions;
 
 pub use daemon::{
     DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking,
