@@ -40,7 +40,6 @@ CREATE TABLE IF NOT EXISTS sessions (
     updated_at    TEXT NOT NULL,
     message_count INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS sessions_by_activity ON sessions(updated_at);
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions(agent);
 CREATE TABLE IF NOT EXISTS messages (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -53,13 +52,20 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_key, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts
     USING fts5(content, content = 'messages', content_rowid = 'id');
-CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
+-- The index is derived data, brought up to date in one batch before each search (see
+-- `catch_up_fts`): rows with id <= indexed_upto are in it, newer rows are not yet. Ids never
+-- repeat (AUTOINCREMENT), so the watermark is exact.
+CREATE TABLE IF NOT EXISTS fts_state (
+    id           INTEGER PRIMARY KEY CHECK (id = 1),
+    indexed_upto INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO fts_state (id, indexed_upto) VALUES (1, 0);
+CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages
+WHEN old.id <= (SELECT indexed_upto FROM fts_state) BEGIN
     INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
 END;
-CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE OF content ON messages
+WHEN old.id <= (SELECT indexed_upto FROM fts_state) BEGIN
     INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
@@ -141,6 +147,24 @@ impl SqliteBackend {
             .and_then(|mut s| s.query_row([key.as_str()], raw_meta).optional())
             .map_err(self.err("read a session"))?;
         row.map(|r| r.decode(&self.path)).transpose()
+    }
+
+    /// Indexes every message appended since the last search, in one transaction. Appends stay
+    /// cheap (an FTS5 insert per tiny transaction costs more than the append itself) and the
+    /// index is exact when a search reads it.
+    fn catch_up_fts(&self, conn: &mut Connection) -> Result<(), SessionError> {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin indexing"))?;
+        tx.execute_batch(
+            "INSERT INTO messages_fts (rowid, content)
+                 SELECT id, content FROM messages
+                 WHERE id > (SELECT indexed_upto FROM fts_state) ORDER BY id;
+             UPDATE fts_state SET indexed_upto =
+                 MAX(indexed_upto, (SELECT COALESCE(MAX(id), 0) FROM messages));",
+        )
+        .map_err(self.err("index new messages for search"))?;
+        tx.commit().map_err(self.err("commit the search index"))
     }
 
     fn update_one(
@@ -462,7 +486,8 @@ impl SessionBackend for SqliteBackend {
 
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {
         let q = fts_query(query).ok_or(SessionError::EmptySearch)?;
-        let conn = self.conn();
+        let mut conn = self.conn();
+        self.catch_up_fts(&mut conn)?;
         let rows: Vec<(String, i64, String, String)> = conn
             .prepare_cached(
                 "SELECT m.session_key, m.id, m.role, m.content
