@@ -48,8 +48,8 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Reads `path` whole, hashing it, then fsyncs it (MIG-3).
-fn read_source(path: &Path, fsync: bool) -> Result<Source, MigrateError> {
+/// Reads `path` whole and fingerprints it.
+fn read_source(path: &Path) -> Result<Source, MigrateError> {
     let mut file = File::open(path).map_err(MigrateError::io(path, "open the source"))?;
     let meta = file
         .metadata()
@@ -57,10 +57,6 @@ fn read_source(path: &Path, fsync: bool) -> Result<Source, MigrateError> {
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.read_to_end(&mut bytes)
         .map_err(MigrateError::io(path, "read the source"))?;
-    if fsync {
-        file.sync_all()
-            .map_err(MigrateError::io(path, "fsync the staged source"))?;
-    }
     let sha256 = hex(&Sha256::digest(&bytes));
     Ok(Source {
         bytes,
@@ -107,7 +103,7 @@ pub(super) fn preview(
         Action::Done => Ok(outcome(c, Step::Done, 0, None)),
         Action::FinishHandoff(r) => {
             let staged = with_suffix(&dir, &c.source_name, STAGED_SUFFIX);
-            let src = read_source(&staged, false)?;
+            let src = read_source(&staged)?;
             check_receipt(&staged, db, &src, r, false)?;
             Ok(outcome(
                 c,
@@ -122,7 +118,7 @@ pub(super) fn preview(
             } else {
                 dir.join(&c.source_name)
             };
-            let src = read_source(&path, false)?;
+            let src = read_source(&path)?;
             let parsed = jsonl_format::parse(&src.bytes);
             if parsed.non_blank && parsed.messages.is_empty() {
                 return Err(MigrateError::NoValidMessages {
@@ -187,63 +183,185 @@ fn check_receipt(
     })
 }
 
+/// A source whose receipt is committed, waiting for its archive handoff.
+struct Committed {
+    staged: PathBuf,
+    archive: PathBuf,
+    meta: fs::Metadata,
+    receipt: Receipt,
+    outcome: FileOutcome,
+}
+
+/// A staged source about to be imported.
+struct Staged<'c> {
+    c: &'c Candidate,
+    live: PathBuf,
+    staged: PathBuf,
+    resumed: bool,
+}
+
 impl Ctx<'_> {
     fn dir(&self) -> PathBuf {
         self.root.sessions_dir()
     }
 
-    pub(super) fn run(&mut self, c: &Candidate) -> Result<FileOutcome, MigrateError> {
-        match &c.action {
-            Action::Done => Ok(outcome(c, Step::Done, 0, None)),
-            Action::Import { from_staged } => self.import(c, *from_staged),
-            Action::FinishHandoff(r) => {
-                let staged = with_suffix(&self.dir(), &c.source_name, STAGED_SUFFIX);
-                let src = read_source(&staged, true)?;
-                check_receipt(&staged, self.db, &src, r, false)?;
-                lock::set_fence(self.root)?;
-                self.handoff(c, &staged, &src, r)?;
-                Ok(outcome(
-                    c,
-                    Step::FinishHandoff,
-                    src.bytes.len() as u64,
-                    None,
-                ))
+    /// Runs every candidate in phases, so the directory syncs MIG-3 asks for are shared by all
+    /// files instead of paid per file: stage every source (rename), fsync each staged file,
+    /// sync the directory once; import each file in its own receipt transaction; hard-link
+    /// every archive, sync once; remove every staged name, sync once. Each durable step still
+    /// precedes the step that depends on it, and every crash point converges.
+    pub(super) fn run_all(
+        &mut self,
+        candidates: &[Candidate],
+        progress: &mut dyn FnMut(&Progress),
+    ) -> (Vec<FileOutcome>, Vec<MigrateError>) {
+        let dir = self.dir();
+        let mut outcomes = Vec::new();
+        let mut errors = Vec::new();
+        let mut staged = Vec::new();
+        let mut committed = Vec::new();
+
+        // Phase 1: stage (MIG-1).
+        for c in candidates {
+            let live = dir.join(&c.source_name);
+            let staged_path = with_suffix(&dir, &c.source_name, STAGED_SUFFIX);
+            match &c.action {
+                Action::Done => outcomes.push(outcome(c, Step::Done, 0, None)),
+                Action::FinishHandoff(r) => match self.check_staged(c, &staged_path, r) {
+                    Ok(h) => committed.push(h),
+                    Err(e) => errors.push(e),
+                },
+                Action::Import { from_staged } => {
+                    if !from_staged {
+                        if let Err(e) = stage(&live, &staged_path) {
+                            errors.push(e);
+                            continue;
+                        }
+                        crash_point(fp::MIGRATE_AFTER_STAGE_RENAME);
+                    }
+                    staged.push(Staged {
+                        c,
+                        live,
+                        staged: staged_path,
+                        resumed: *from_staged,
+                    });
+                }
             }
         }
+
+        // Phase 2: fsync each staged file, then the directory once (MIG-3).
+        let mut synced = Vec::new();
+        for s in staged {
+            match File::open(&s.staged).and_then(|f| f.sync_all()) {
+                Ok(()) => {
+                    crash_point(fp::MIGRATE_AFTER_STAGED_FSYNC);
+                    synced.push(s);
+                }
+                Err(e) => errors.push(self.restore(
+                    &s.staged,
+                    &s.live,
+                    MigrateError::io(&s.staged, "fsync the staged source")(e),
+                )),
+            }
+        }
+        if !synced.is_empty() {
+            if let Err(e) = sync_dir(&dir) {
+                for s in synced.drain(..) {
+                    let cause = io::Error::new(e.kind(), e.to_string());
+                    errors.push(self.restore(
+                        &s.staged,
+                        &s.live,
+                        MigrateError::io(&dir, "sync the sessions directory")(cause),
+                    ));
+                }
+            } else {
+                crash_point(fp::MIGRATE_AFTER_DIR_SYNC);
+            }
+        }
+
+        // Phase 3: one receipt transaction per file (MIG-1..3, MIG-5, MIG-7).
+        for s in synced {
+            let bytes = fs::metadata(&s.staged).map(|m| m.len()).unwrap_or(0);
+            match self.import(&s) {
+                Ok(h) => {
+                    self.progress.messages += h.outcome.messages;
+                    committed.push(h);
+                }
+                Err(e) => errors.push(e),
+            }
+            self.progress.files_done += 1;
+            self.progress.bytes_done += bytes;
+            progress(&self.progress);
+        }
+
+        // Phase 4: archive handoff (MIG-1, MIG-3).
+        let mut linked = Vec::new();
+        for h in committed {
+            match link_archive(&h, self.db) {
+                Ok(()) => {
+                    crash_point(fp::MIGRATE_AFTER_ARCHIVE_LINK);
+                    linked.push(h);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if linked.is_empty() {
+            return (outcomes, errors);
+        }
+        if let Err(e) = sync_dir(&dir) {
+            // The staged names stay; the next run finishes the handoff.
+            errors.push(MigrateError::io(&dir, "sync the sessions directory")(e));
+            return (outcomes, errors);
+        }
+        for h in linked {
+            match fs::remove_file(&h.staged) {
+                Ok(()) => {
+                    crash_point(fp::MIGRATE_AFTER_STAGED_REMOVE);
+                    outcomes.push(h.outcome);
+                }
+                Err(e) => errors.push(MigrateError::io(&h.staged, "remove the staged source")(e)),
+            }
+        }
+        if let Err(e) = sync_dir(&dir) {
+            errors.push(MigrateError::io(&dir, "sync the sessions directory")(e));
+        }
+        (outcomes, errors)
     }
 
-    fn import(&mut self, c: &Candidate, from_staged: bool) -> Result<FileOutcome, MigrateError> {
-        let dir = self.dir();
-        let live = dir.join(&c.source_name);
-        let staged = with_suffix(&dir, &c.source_name, STAGED_SUFFIX);
-        if !from_staged {
-            if injected_error(fp::MIGRATE_READ_ONLY_ERROR) {
-                return Err(MigrateError::io(&live, "stage for import (rename)")(
-                    io::Error::from_raw_os_error(libc::EROFS),
-                ));
-            }
-            // Under the directory lock no writer can create `staged` between plan and here.
-            fs::rename(&live, &staged)
-                .map_err(MigrateError::io(&live, "stage for import (rename)"))?;
-            crash_point(fp::MIGRATE_AFTER_STAGE_RENAME);
-        }
-        let prepared = (|| {
-            let src = read_source(&staged, true)?;
-            crash_point(fp::MIGRATE_AFTER_STAGED_FSYNC);
-            sync_dir(&dir).map_err(MigrateError::io(&dir, "sync the sessions directory"))?;
-            crash_point(fp::MIGRATE_AFTER_DIR_SYNC);
+    /// A staged file with a committed receipt (a crash after commit): it must match.
+    fn check_staged(
+        &self,
+        c: &Candidate,
+        staged: &Path,
+        r: &Receipt,
+    ) -> Result<Committed, MigrateError> {
+        let src = read_source(staged)?;
+        check_receipt(staged, self.db, &src, r, false)?;
+        lock::set_fence(self.root)?;
+        Ok(Committed {
+            staged: staged.to_path_buf(),
+            archive: with_suffix(&self.dir(), &c.source_name, ARCHIVE_SUFFIX),
+            meta: src.meta,
+            receipt: r.clone(),
+            outcome: outcome(c, Step::FinishHandoff, src.bytes.len() as u64, None),
+        })
+    }
+
+    fn import(&mut self, s: &Staged<'_>) -> Result<Committed, MigrateError> {
+        let c = s.c;
+        let prepared = read_source(&s.staged).and_then(|src| {
             let parsed = jsonl_format::parse(&src.bytes);
             if parsed.non_blank && parsed.messages.is_empty() {
                 return Err(MigrateError::NoValidMessages {
-                    file: live.clone(),
+                    file: s.live.clone(),
                     lines: parsed.issues.len(),
                 });
             }
             Ok((src, parsed))
-        })();
+        });
         let (src, parsed) = match prepared {
             Ok(v) => v,
-            Err(e) => return Err(self.restore(&staged, &live, e)),
+            Err(e) => return Err(self.restore(&s.staged, &s.live, e)),
         };
         let receipt = Receipt {
             source_name: c.source_name.clone(),
@@ -252,14 +370,14 @@ impl Ctx<'_> {
             byte_len: src.bytes.len() as u64,
             messages: parsed.messages.len() as u64,
         };
-        if let Err(e) = self.commit(c, &live, &src, &parsed, &receipt) {
+        if let Err(e) = self.commit(c, &s.live, &src, &parsed, &receipt) {
             // A failed COMMIT may still have reached the disk: ask the database.
             return Err(match self.receipt_committed(&c.source_name) {
                 Ok(true) => {
                     let _ = lock::set_fence(self.root);
                     e
                 }
-                Ok(false) => self.restore(&staged, &live, e),
+                Ok(false) => self.restore(&s.staged, &s.live, e),
                 Err(query) => {
                     let _ = lock::set_fence(self.root);
                     query
@@ -270,13 +388,18 @@ impl Ctx<'_> {
         if let Err(e) = lock::set_fence(self.root) {
             tracing::warn!("{e}; the next start restores it from the receipts");
         }
-        self.handoff(c, &staged, &src, &receipt)?;
-        let step = if from_staged {
+        let step = if s.resumed {
             Step::ResumeImport
         } else {
             Step::Import
         };
-        Ok(outcome(c, step, src.bytes.len() as u64, Some(parsed)))
+        Ok(Committed {
+            staged: s.staged.clone(),
+            archive: with_suffix(&self.dir(), &c.source_name, ARCHIVE_SUFFIX),
+            outcome: outcome(c, step, src.bytes.len() as u64, Some(parsed)),
+            meta: src.meta,
+            receipt,
+        })
     }
 
     /// MIG-7: a definite pre-commit failure puts the source back at its live name.
@@ -416,37 +539,36 @@ impl Ctx<'_> {
         }
         result
     }
+}
 
-    /// Archive handoff (MIG-1, MIG-3): hard-link staged → archive (never clobbering), sync the
-    /// directory, remove the staged name, sync again.
-    fn handoff(
-        &self,
-        c: &Candidate,
-        staged: &Path,
-        src: &Source,
-        r: &Receipt,
-    ) -> Result<(), MigrateError> {
-        let dir = self.dir();
-        let archive = with_suffix(&dir, &c.source_name, ARCHIVE_SUFFIX);
-        match fs::hard_link(staged, &archive) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let a = fs::metadata(&archive)
-                    .map_err(MigrateError::io(&archive, "stat the archive"))?;
-                let same = a.dev() == src.meta.dev() && a.ino() == src.meta.ino();
-                if !same {
-                    // Not our link (a crash after link keeps the same inode): it must match.
-                    let existing = read_source(&archive, false)?;
-                    check_receipt(&archive, self.db, &existing, r, true)?;
-                }
+/// Renames the live source to its private staged name. The plan checked that the staged name
+/// is free, and under the directory lock no writer can take it meanwhile.
+fn stage(live: &Path, staged: &Path) -> Result<(), MigrateError> {
+    if injected_error(fp::MIGRATE_READ_ONLY_ERROR) {
+        return Err(MigrateError::io(live, "stage for import (rename)")(
+            io::Error::from_raw_os_error(libc::EROFS),
+        ));
+    }
+    fs::rename(live, staged).map_err(MigrateError::io(live, "stage for import (rename)"))
+}
+
+/// Hard-links the archive (never clobbering). An archive already there must be the same inode
+/// (a crash after the link) or match the receipt byte for byte.
+fn link_archive(h: &Committed, db: &Path) -> Result<(), MigrateError> {
+    match fs::hard_link(&h.staged, &h.archive) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let a = fs::metadata(&h.archive)
+                .map_err(MigrateError::io(&h.archive, "stat the archive"))?;
+            if a.dev() == h.meta.dev() && a.ino() == h.meta.ino() {
+                return Ok(());
             }
-            Err(e) => return Err(MigrateError::io(&archive, "create the archive (hard link)")(e)),
+            let existing = read_source(&h.archive)?;
+            check_receipt(&h.archive, db, &existing, &h.receipt, true)
         }
-        crash_point(fp::MIGRATE_AFTER_ARCHIVE_LINK);
-        sync_dir(&dir).map_err(MigrateError::io(&dir, "sync the sessions directory"))?;
-        fs::remove_file(staged).map_err(MigrateError::io(staged, "remove the staged source"))?;
-        crash_point(fp::MIGRATE_AFTER_STAGED_REMOVE);
-        sync_dir(&dir).map_err(MigrateError::io(&dir, "sync the sessions directory"))?;
-        Ok(())
+        Err(e) => Err(MigrateError::io(
+            &h.archive,
+            "create the archive (hard link)",
+        )(e)),
     }
 }

@@ -153,22 +153,9 @@ pub fn import(
         progress: totals(&candidates),
     };
     progress(&ctx.progress);
-    for c in candidates {
-        let bytes = c.files.bytes;
-        let counted = c.action != Action::Done;
-        match ctx.run(&c) {
-            Ok(outcome) => {
-                ctx.progress.messages += outcome.messages;
-                report.files.push(outcome);
-            }
-            Err(e) => errors.push(e),
-        }
-        if counted {
-            ctx.progress.files_done += 1;
-            ctx.progress.bytes_done += bytes;
-            progress(&ctx.progress);
-        }
-    }
+    let (files, more) = ctx.run_all(&candidates, progress);
+    report.files = files;
+    errors.extend(more);
     report.fenced = lock::is_fenced(&root);
     report.errors = errors;
     Ok(report)
