@@ -36,6 +36,9 @@ pub enum Command {
     /// List and add agents
     #[command(subcommand)]
     Agents(AgentsCommand),
+    /// List, read, search and migrate chat sessions
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
     /// Install root, config generation and whether a daemon runs
     Status,
     /// Inspect an agent's effective permissions
@@ -105,5 +108,46 @@ pub enum ToolsCommand {
         /// Approve the call as the operator (for commands that need approval)
         #[arg(long)]
         approve: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Import legacy data/sessions/*.jsonl into sessions.db (receipts, archives, crash-safe)
+    Migrate {
+        /// Show what would be imported; change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// List sessions, most recently active first
+    List,
+    /// Print a session's details and messages
+    Show {
+        key: String,
+        /// Only the newest N messages
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
+    },
+    /// Find messages containing every word of TEXT
+    Search {
+        text: String,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Delete a session and its messages (only if it belongs to ALIAS)
+    Delete {
+        key: String,
+        #[arg(long, value_name = "ALIAS")]
+        agent: String,
+    },
+    /// Append one message (for scripts; the session is created if needed)
+    Append {
+        key: String,
+        /// system, user, assistant or tool
+        #[arg(long, default_value = "user")]
+        role: String,
+        #[arg(long, value_name = "ALIAS")]
+        agent: Option<String>,
+        text: String,
     },
 }

@@ -107,3 +107,29 @@ fn the_legacy_workspace_moves_into_the_default_agent_once_layout2() -> R {
     daemon.wait(WAIT)?;
     Ok(())
 }
+
+#[test]
+fn the_daemon_imports_legacy_jsonl_at_start_and_names_conflicts_mig1_mig7() -> R {
+    let root = TempRoot::new()?;
+    let sessions = root.path().join("data").join("sessions");
+    std::fs::create_dir_all(&sessions)?;
+    std::fs::write(
+        sessions.join("old.jsonl"),
+        "{\"role\":\"user\",\"content\":\"hi\"}\n",
+    )?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("chat sessions ready", WAIT)?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    assert!(sessions.join("old.jsonl.migrated").exists());
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
+
+    // An ambiguous pair stops the chat subsystem, loudly and by name; the daemon keeps running.
+    std::fs::write(sessions.join("k.jsonl"), "")?;
+    std::fs::write(sessions.join("k.jsonl.importing"), "")?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    let line = daemon.wait_for("chat sessions stopped", WAIT)?;
+    assert!(line.contains("k.jsonl.importing"), "{line}");
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    Ok(())
+}

@@ -113,6 +113,15 @@ impl InstallRoot {
     pub fn acp_sessions_db(&self) -> PathBuf {
         self.sessions_dir().join("acp-sessions.db")
     }
+    /// Cross-process lock of the sessions directory: JSONL mutations and the JSONL→SQLite
+    /// migration hold it (SESS-2, MIG-1).
+    pub fn sessions_lock(&self) -> PathBuf {
+        self.sessions_dir().join(".sessions.lock")
+    }
+    /// Present once a JSONL import receipt is committed: JSONL mutation stays off (MIG-4).
+    pub fn sessions_jsonl_fence(&self) -> PathBuf {
+        self.sessions_dir().join(".jsonl-migrated")
+    }
     pub fn cron_db(&self) -> PathBuf {
         self.data_dir().join("cron").join("jobs.db")
     }

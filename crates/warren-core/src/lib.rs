@@ -1,8 +1,11 @@
 //! Warren's shared vocabulary. No I/O, few dependencies: every other crate speaks these types.
 //!
-//! For now: [`AgentAlias`], the validated name of an agent (SPEC PERM-1, LAYOUT-1). Later issues
-//! add ids, session keys, messages and tool calls here.
+//! For now: [`AgentAlias`], the validated name of an agent (SPEC PERM-1, LAYOUT-1), and the
+//! session vocabulary [`SessionKey`] and [`Role`] (SESS-1). Later issues add ids, messages and
+//! tool calls here.
 
 mod alias;
+mod session;
 
 pub use alias::{AgentAlias, AliasError, RESERVED_ALIAS};
+pub use session::{MAX_SESSION_KEY_LEN, Role, RoleError, SessionKey, SessionKeyError};

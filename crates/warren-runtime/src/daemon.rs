@@ -210,6 +210,7 @@ pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonE
         );
         // Subsystems of this generation are built from `snapshot` here (later issues: gateway,
         // agents, sessions, memory, cost, scheduler) and torn down when the loop turns.
+        let _sessions = crate::sessions::open(&root, &snapshot.channels).await;
         tracing::info!(
             pid = std::process::id(),
             root = %root.root().display(),

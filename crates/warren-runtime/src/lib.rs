@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod daemon;
+pub mod sessions;
 
 pub use agent::{AgentError, AgentKit};
 pub use daemon::{

@@ -3,6 +3,7 @@
 mod agents;
 mod config;
 mod security;
+mod sessions;
 mod status;
 
 use std::io::Write;
@@ -29,6 +30,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Config(cmd) => config::run(&root, cmd, cli.json),
         Command::Agents(cmd) => agents::run(&root, cmd, cli.json),
+        Command::Sessions(cmd) => sessions::run(&root, cmd, cli.json),
         Command::Status => status::run(&root, cli.json),
         Command::Security(cmd) => security::posture(&root, cmd, cli.json),
         Command::Tools(cmd) => security::tools(&root, cmd),

@@ -1,0 +1,14 @@
+//! Warren's durable stores (ARCHITECTURE "warren-store"): one module per row of the runtime
+//! state map (SPEC §9).
+//!
+//! - [`sessions`]: chat/channel sessions (STATE-6; SESS-1, SESS-2, MIG-1..7), their backends,
+//!   the JSONL→SQLite migration and the per-session turn queue.
+//! - [`acp`]: ACP protocol sessions (STATE-7; SESS-3).
+//!
+//! Live RPC/TUI sessions (STATE-8, SESS-4) are process-local and persist only through these.
+
+pub mod acp;
+pub mod failpoints;
+pub mod sessions;
+mod sqlite_util;
+pub mod timefmt;

@@ -1,0 +1,78 @@
+//! Errors of the session backends (SESS-1, SESS-2): each names the file, database or session at
+//! fault.
+
+use std::io;
+use std::path::PathBuf;
+
+use warren_core::{AgentAlias, SessionKey, SessionKeyError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("session database {path}: {op}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{path}: {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("session '{key}' does not exist")]
+    NotFound { key: SessionKey },
+    #[error("session '{key}' already exists; pick another name or delete it first")]
+    AlreadyExists { key: SessionKey },
+    #[error("session '{key}' belongs to agent '{actual}', not '{expected}'")]
+    WrongAgent {
+        key: SessionKey,
+        expected: AgentAlias,
+        actual: String,
+    },
+    #[error("the {backend} session backend cannot {op}")]
+    Unsupported {
+        backend: &'static str,
+        op: &'static str,
+    },
+    #[error(
+        "the JSONL session store in {dir} is inactive: its sessions were migrated to SQLite \
+         ({marker} exists); set [channels] session_backend = \"sqlite\" (MIG-4)"
+    )]
+    JsonlFenced { dir: PathBuf, marker: PathBuf },
+    #[error(
+        "cannot tell whether the JSONL sessions in {dir} were migrated ({db}: {source}); JSONL \
+         writes stay off until it can be read (MIG-4)"
+    )]
+    FenceUncertain {
+        dir: PathBuf,
+        db: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{path} holds an unreadable row: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(transparent)]
+    Key(#[from] SessionKeyError),
+    #[error("session search needs at least one word")]
+    EmptySearch,
+    #[error("session storage task failed: {0}")]
+    Task(String),
+}
+
+impl SessionError {
+    pub(crate) fn sqlite(
+        path: &std::path::Path,
+        op: &'static str,
+    ) -> impl FnOnce(rusqlite::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| SessionError::Sqlite { path, op, source }
+    }
+
+    pub(crate) fn io(path: &std::path::Path, op: &'static str) -> impl FnOnce(io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| SessionError::Io { path, op, source }
+    }
+}

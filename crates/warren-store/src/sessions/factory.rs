@@ -1,0 +1,145 @@
+//! The one factory for chat/code session backends (SESS-1, MIG-1, MIG-6, MIG-7 [decision]).
+//!
+//! Every entry point (daemon, gateway, CLI, tools) opens sessions through
+//! [`open_chat_sessions`], so they all share one backend choice, one migration and one answer
+//! to "what if the backend cannot be built": the process-level [`ConstructionPolicy`], set once
+//! at process start. `Stop` (the default) returns the error and the caller stops its
+//! subsystem; `RunWithoutPersistence` logs a loud error and hands out an in-memory backend
+//! flagged as disabled. (The reference implementation let each subsystem choose, and some
+//! ignored the error silently.)
+
+use std::sync::{Arc, OnceLock};
+
+use warren_config::InstallRoot;
+use warren_config::schema::{ChannelsConfig, SessionBackendKind};
+
+use super::migrate::{self, MigrateError, MigrationReport};
+use super::{JsonlBackend, MemoryBackend, SessionBackend, SessionError, SqliteBackend};
+
+/// What a session-backend construction error does, for the whole process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConstructionPolicy {
+    /// Return the error; the entry point stops its subsystem (fail closed).
+    #[default]
+    Stop,
+    /// Log loudly and run with an in-memory backend: nothing is persisted.
+    RunWithoutPersistence,
+}
+
+static POLICY: OnceLock<ConstructionPolicy> = OnceLock::new();
+
+/// Sets the process-level policy, once (at process start). Returns the policy in force: if one
+/// was set already, that one stays.
+pub fn set_construction_policy(policy: ConstructionPolicy) -> ConstructionPolicy {
+    *POLICY.get_or_init(|| policy)
+}
+
+/// The policy in force (`Stop` unless set).
+pub fn construction_policy() -> ConstructionPolicy {
+    POLICY.get().copied().unwrap_or_default()
+}
+
+/// Why the configured backend could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+    #[error("importing legacy JSONL sessions failed for {} file(s): {}", .errors.len(), first_line(.errors))]
+    Import { errors: Vec<MigrateError> },
+}
+
+fn first_line(errors: &[MigrateError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The opened chat sessions.
+#[derive(Debug, Clone)]
+pub enum ChatSessions {
+    Durable(Arc<dyn SessionBackend>),
+    /// Persistence is off (policy `RunWithoutPersistence`); `reason` says why.
+    Disabled {
+        backend: Arc<dyn SessionBackend>,
+        reason: String,
+    },
+}
+
+impl ChatSessions {
+    pub fn backend(&self) -> &Arc<dyn SessionBackend> {
+        match self {
+            ChatSessions::Durable(b) | ChatSessions::Disabled { backend: b, .. } => b,
+        }
+    }
+
+    pub fn is_durable(&self) -> bool {
+        matches!(self, ChatSessions::Durable(_))
+    }
+}
+
+/// Opens the backend `[channels]` selects; for SQLite, imports legacy JSONL first (MIG-1).
+/// Construction errors go through the process-level policy.
+pub fn open_chat_sessions(
+    root: &InstallRoot,
+    channels: &ChannelsConfig,
+) -> Result<ChatSessions, OpenError> {
+    match open_durable(root, channels) {
+        Ok(backend) => Ok(ChatSessions::Durable(backend)),
+        Err(e) => match construction_policy() {
+            ConstructionPolicy::Stop => Err(e),
+            ConstructionPolicy::RunWithoutPersistence => {
+                tracing::error!(
+                    "SESSION PERSISTENCE IS OFF: {e}. Conversations will be lost when this process \
+                     stops; fix the problem and restart"
+                );
+                Ok(ChatSessions::Disabled {
+                    backend: Arc::new(MemoryBackend::new()),
+                    reason: e.to_string(),
+                })
+            }
+        },
+    }
+}
+
+fn open_durable(
+    root: &InstallRoot,
+    channels: &ChannelsConfig,
+) -> Result<Arc<dyn SessionBackend>, OpenError> {
+    match channels.session_backend {
+        SessionBackendKind::Jsonl => Ok(Arc::new(JsonlBackend::open(
+            root,
+            channels.session_durability,
+        )?)),
+        SessionBackendKind::Sqlite => {
+            let backend = SqliteBackend::open(root, channels.session_durability)?;
+            let report = migrate::import(&backend, &mut |_| {})?;
+            log_report(&report);
+            if !report.errors.is_empty() {
+                return Err(OpenError::Import {
+                    errors: report.errors,
+                });
+            }
+            Ok(Arc::new(backend))
+        }
+    }
+}
+
+fn log_report(report: &MigrationReport) {
+    let changed = report.changed();
+    if changed > 0 {
+        tracing::info!("imported {changed} legacy JSONL session file(s) into sessions.db");
+    }
+    for f in &report.files {
+        if !f.issues.is_empty() {
+            tracing::warn!(
+                "{}: {} line(s) skipped or trimmed during import",
+                f.source_name,
+                f.issues.len()
+            );
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The JSONL session backend (SESS-1, SESS-2): `data/sessions/<key>.jsonl`, one message per
+//! line, append-only.
+//!
+//! Every mutation holds the sessions-directory lock (in-process and cross-process) and first
+//! checks the JSONL fence (MIG-4): once a migration committed a receipt, JSONL writes fail
+//! with [`SessionError::JsonlFenced`] in every process. Reads are never fenced.
+//!
+//! A torn last line (a writer killed mid-append) is skipped and reported in
+//! [`History::issues`]; the next append starts on a fresh line so it never glues onto the torn
+//! one. With `session_durability = "turn"` each append is fsynced before it returns.
+//! A message's `seq` is its line's byte offset + 1. Names, states and channels are not stored
+//! by this backend (those setters return [`SessionError::Unsupported`]).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use time::OffsetDateTime;
+use warren_config::InstallRoot;
+use warren_config::atomic::sync_dir;
+use warren_config::schema::SessionDurability;
+use warren_core::{AgentAlias, SessionKey};
+
+use super::jsonl_format::{self, Parsed};
+use super::lock::{self, DirGuard, DirLock};
+use super::{
+    History, NewMessage, Page, SearchHit, SessionBackend, SessionError, SessionInit, SessionMeta,
+    SessionState, StoredMessage,
+};
+use crate::timefmt;
+
+/// File suffix of a live JSONL session.
+pub const LIVE_SUFFIX: &str = ".jsonl";
+
+#[derive(Debug)]
+pub struct JsonlBackend {
+    root: InstallRoot,
+    dir: PathBuf,
+    lock: DirLock,
+    fsync: bool,
+}
+
+impl JsonlBackend {
+    /// Opens the JSONL store. Restores the fence from persisted receipts first (MIG-4): a
+    /// migrated store opens (reads work) but refuses writes; an unreadable receipt state fails.
+    pub fn open(root: &InstallRoot, durability: SessionDurability) -> Result<Self, SessionError> {
+        let lock = DirLock::open(root)?;
+        {
+            let _guard = lock.hold()?;
+            lock::restore_fence_from_receipts(root)?;
+        }
+        Ok(Self {
+            root: root.clone(),
+            dir: root.sessions_dir(),
+            lock,
+            fsync: durability == SessionDurability::Turn,
+        })
+    }
+
+    fn file(&self, key: &SessionKey) -> PathBuf {
+        self.dir.join(format!("{key}{LIVE_SUFFIX}"))
+    }
+
+    /// Takes the directory lock for a mutation and checks the fence.
+    fn mutation(&self) -> Result<DirGuard<'_>, SessionError> {
+        let guard = self.lock.hold()?;
+        if lock::is_fenced(&self.root) {
+            return Err(SessionError::JsonlFenced {
+                dir: self.dir.clone(),
+                marker: self.root.sessions_jsonl_fence(),
+            });
+        }
+        Ok(guard)
+    }
+
+    fn read(&self, path: &Path) -> Result<Option<(Parsed, fs::Metadata)>, SessionError> {
+        let mut file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(SessionError::io(path, "open a session")(e)),
+        };
+        let meta = file
+            .metadata()
+            .map_err(SessionError::io(path, "stat a session"))?;
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut bytes)
+            .map_err(SessionError::io(path, "read a session"))?;
+        let parsed = jsonl_format::parse(&bytes);
+        if !parsed.issues.is_empty() {
+            tracing::warn!(
+                "{}: skipped {} unreadable line(s): {:?}",
+                path.display(),
+                parsed.issues.len(),
+                parsed.issues
+            );
+        }
+        Ok(Some((parsed, meta)))
+    }
+
+    fn meta_of(&self, key: SessionKey, parsed: &Parsed, fs_meta: &fs::Metadata) -> SessionMeta {
+        let mtime = fs_meta
+            .modified()
+            .map(OffsetDateTime::from)
+            .unwrap_or_else(|_| timefmt::now());
+        SessionMeta {
+            key,
+            name: None,
+            agent: parsed.messages.iter().find_map(|m| m.agent.clone()),
+            channel: None,
+            state: SessionState::Idle,
+            created_at: parsed
+                .messages
+                .first()
+                .and_then(|m| m.created_at)
+                .unwrap_or(mtime),
+            updated_at: mtime,
+            message_count: parsed.messages.len() as u64,
+        }
+    }
+
+    fn keys(&self) -> Result<Vec<SessionKey>, SessionError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(SessionError::io(&self.dir, "list sessions")(e)),
+        };
+        let mut keys: Vec<SessionKey> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                SessionKey::new(name.strip_suffix(LIVE_SUFFIX)?).ok()
+            })
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+fn stored(m: NewMessage, offset: u64) -> StoredMessage {
+    StoredMessage {
+        seq: offset + 1,
+        role: m.role,
+        content: m.content,
+        agent: m.agent,
+        created_at: m.created_at.unwrap_or(OffsetDateTime::UNIX_EPOCH),
+    }
+}
+
+fn unsupported(op: &'static str) -> SessionError {
+    SessionError::Unsupported {
+        backend: "jsonl",
+        op,
+    }
+}
+
+impl SessionBackend for JsonlBackend {
+    fn kind(&self) -> &'static str {
+        "jsonl"
+    }
+
+    fn ensure(&self, key: &SessionKey, _init: &SessionInit) -> Result<SessionMeta, SessionError> {
+        let path = self.file(key);
+        if !path.exists() {
+            let _guard = self.mutation()?;
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|f| f.sync_all())
+                .and_then(|()| sync_dir(&self.dir))
+                .map_err(SessionError::io(&path, "create a session"))?;
+        }
+        self.meta(key)?
+            .ok_or_else(|| SessionError::NotFound { key: key.clone() })
+    }
+
+    fn append(
+        &self,
+        key: &SessionKey,
+        message: &NewMessage,
+    ) -> Result<StoredMessage, SessionError> {
+        let path = self.file(key);
+        let created_at = message.created_at.unwrap_or_else(timefmt::now);
+        let line = jsonl_format::encode(
+            message.role,
+            &message.content,
+            message.agent.as_ref(),
+            created_at,
+        );
+        let _guard = self.mutation()?;
+        let io_err = |op| SessionError::io(&path, op);
+        let mut file = OpenOptions::new()
+            .append(true)
+            .read(true)
+            .create(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("open for append"))?;
+        let len = file.metadata().map_err(io_err("stat"))?.len();
+        let mut buf = Vec::with_capacity(line.len() + 1);
+        let mut offset = len;
+        if len > 0 {
+            let mut last = [0u8; 1];
+            file.read_exact_at(&mut last, len - 1)
+                .map_err(io_err("read the last byte"))?;
+            if last[0] != b'\n' {
+                // A torn line from a crashed writer: end it, so this message is its own line.
+                buf.push(b'\n');
+                offset += 1;
+            }
+        }
+        buf.extend_from_slice(line.as_bytes());
+        file.write_all(&buf).map_err(io_err("append"))?;
+        if self.fsync {
+            file.sync_data().map_err(io_err("fsync"))?;
+            if len == 0 {
+                sync_dir(&self.dir).map_err(io_err("sync the sessions directory"))?;
+            }
+        }
+        Ok(StoredMessage {
+            seq: offset + 1,
+            role: message.role,
+            content: message.content.clone(),
+            agent: message.agent.clone(),
+            created_at: timefmt::parse(&timefmt::format(created_at)).unwrap_or(created_at),
+        })
+    }
+
+    fn load(&self, key: &SessionKey, page: Page) -> Result<History, SessionError> {
+        let Some((parsed, _)) = self.read(&self.file(key))? else {
+            return Ok(History::default());
+        };
+        let issues = parsed.issues;
+        let all = parsed
+            .messages
+            .into_iter()
+            .zip(parsed.offsets)
+            .map(|(m, o)| stored(m, o));
+        let messages: Vec<StoredMessage> = match page {
+            Page::All => all.collect(),
+            Page::After { after, limit } => all.filter(|m| m.seq > after).take(limit).collect(),
+            Page::Last(n) => {
+                let v: Vec<_> = all.collect();
+                let skip = v.len().saturating_sub(n);
+                v.into_iter().skip(skip).collect()
+            }
+        };
+        Ok(History { messages, issues })
+    }
+
+    fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
+        let mut out = Vec::new();
+        for key in self.keys()? {
+            if let Some((parsed, meta)) = self.read(&self.file(&key))? {
+                out.push(self.meta_of(key, &parsed, &meta));
+            }
+        }
+        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.key.cmp(&b.key)));
+        Ok(out)
+    }
+
+    fn meta(&self, key: &SessionKey) -> Result<Option<SessionMeta>, SessionError> {
+        Ok(self
+            .read(&self.file(key))?
+            .map(|(parsed, meta)| self.meta_of(key.clone(), &parsed, &meta)))
+    }
+
+    fn rename(&self, from: &SessionKey, to: &SessionKey) -> Result<(), SessionError> {
+        let (src, dst) = (self.file(from), self.file(to));
+        let _guard = self.mutation()?;
+        // No clobber: link fails if `to` exists.
+        match fs::hard_link(&src, &dst) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(SessionError::AlreadyExists { key: to.clone() });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SessionError::NotFound { key: from.clone() });
+            }
+            Err(e) => return Err(SessionError::io(&src, "rename a session")(e)),
+        }
+        fs::remove_file(&src)
+            .and_then(|()| sync_dir(&self.dir))
+            .map_err(SessionError::io(&src, "rename a session"))
+    }
+
+    fn delete(&self, key: &SessionKey) -> Result<bool, SessionError> {
+        let path = self.file(key);
+        let _guard = self.mutation()?;
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                sync_dir(&self.dir).map_err(SessionError::io(&self.dir, "sync after delete"))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(SessionError::io(&path, "delete a session")(e)),
+        }
+    }
+
+    fn clear(&self, key: &SessionKey) -> Result<u64, SessionError> {
+        let path = self.file(key);
+        let _guard = self.mutation()?;
+        let Some((parsed, _)) = self.read(&path)? else {
+            return Err(SessionError::NotFound { key: key.clone() });
+        };
+        OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(SessionError::io(&path, "clear a session"))?;
+        Ok(parsed.messages.len() as u64)
+    }
+
+    fn set_name(&self, _key: &SessionKey, _name: Option<&str>) -> Result<(), SessionError> {
+        Err(unsupported("store session names (use the sqlite backend)"))
+    }
+
+    fn set_state(&self, _key: &SessionKey, _state: SessionState) -> Result<(), SessionError> {
+        Err(unsupported("store session states (use the sqlite backend)"))
+    }
+
+    fn set_agent(
+        &self,
+        _key: &SessionKey,
+        _agent: Option<&AgentAlias>,
+    ) -> Result<(), SessionError> {
+        Err(unsupported(
+            "store session attribution (use the sqlite backend)",
+        ))
+    }
+
+    fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {
+        let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        if words.is_empty() {
+            return Err(SessionError::EmptySearch);
+        }
+        let mut hits = Vec::new();
+        for key in self.keys()? {
+            for m in self.load(&key, Page::All)?.messages {
+                let lower = m.content.to_lowercase();
+                if words.iter().all(|w| lower.contains(w.as_str())) {
+                    hits.push(SearchHit {
+                        key: key.clone(),
+                        seq: m.seq,
+                        role: m.role,
+                        content: m.content,
+                    });
+                    if hits.len() >= limit {
+                        return Ok(hits);
+                    }
+                }
+            }
+        }
+        Ok(hits)
+    }
+}
