@@ -173,6 +173,19 @@ fn keep_backup(target: &Path) -> io::Result<()> {
     renamed
 }
 
+/// Opens (creating, 0600) a lock file for `flock`, never through a symlink. Every lock file of
+/// the install (config writes, daemon, sessions) is opened here.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// fsyncs a directory so renames and creations inside it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -544,15 +544,7 @@ impl Shared {
                 Some(file) => Arc::clone(file),
                 None => {
                     fs::create_dir_all(self.root.data_dir()).map_err(lock_err)?;
-                    let file = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .truncate(false)
-                        .mode(0o600)
-                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                        .open(&path)
-                        .map_err(lock_err)?;
+                    let file = atomic::open_lock_file(&path).map_err(lock_err)?;
                     let file = Arc::new(file);
                     *cached = Some(Arc::clone(&file));
                     file

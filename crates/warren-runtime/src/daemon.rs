@@ -54,7 +54,7 @@ impl DaemonLock {
             source,
         };
         fs::create_dir_all(root.data_dir()).map_err(lock_err)?;
-        let mut file = open_lock_file(&path).map_err(lock_err)?;
+        let mut file = atomic::open_lock_file(&path).map_err(lock_err)?;
         // A `warren status` probe holds a shared lock for microseconds; retry briefly past it.
         let mut attempts = 0;
         loop {
@@ -83,17 +83,6 @@ impl DaemonLock {
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
-}
-
-fn open_lock_file(path: &std::path::Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
 }
 
 fn read_pid(file: &mut File) -> Option<u32> {

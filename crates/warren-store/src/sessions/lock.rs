@@ -44,14 +44,7 @@ impl DirLock {
         let dir = root.sessions_dir();
         ensure_dir(&dir)?;
         let path = root.sessions_lock();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
+        let file = warren_config::atomic::open_lock_file(&path)
             .map_err(SessionError::io(&path, "open the sessions lock"))?;
         Ok(Self {
             path,
