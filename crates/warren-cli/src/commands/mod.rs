@@ -2,6 +2,7 @@
 
 mod agents;
 mod config;
+mod memory;
 mod status;
 
 use std::io::Write;
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Config(cmd) => config::run(&root, cmd, cli.json),
         Command::Agents(cmd) => agents::run(&root, cmd, cli.json),
+        Command::Memory(cmd) => memory::run(&root, cmd, cli.json),
         Command::Status => status::run(&root, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
