@@ -120,8 +120,8 @@ fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
             .collect();
         let fx = Fixture::new(kind, &agents).map_err(|e| fail(&e))?;
         let mut mems = Vec::new();
-        for r in 0..s.agents {
-            mems.push(fx.mem(AGENTS[r]).await.map_err(|e| fail(&e))?);
+        for alias in &AGENTS[..s.agents] {
+            mems.push(fx.mem(alias).await.map_err(|e| fail(&e))?);
         }
         for (agent, key, words, cat) in &s.writes {
             let content: Vec<&str> = words.iter().map(|w| WORDS[*w]).collect();
