@@ -107,3 +107,31 @@ fn list_recall_show_forget_are_scoped_to_the_agent() -> R {
     assert!(text(&out).1.contains("agent 'ghost' is not configured"));
     Ok(())
 }
+
+#[test]
+fn config_set_refuses_to_move_an_agent_that_wrote_mem9() -> R {
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    seed(&root, &[("main", "k", "a fact", "core")])?;
+    let before = root.read_config()?;
+    let out = root.run(
+        bin(),
+        &["config", "set", "agents.main.memory.backend", "markdown"],
+    )?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("locked to sqlite (MEM-9)") && stderr.contains("memory.db"),
+        "{stderr}"
+    );
+    assert_eq!(root.read_config()?, before, "nothing written");
+    // A hand edit is caught by `config validate`.
+    std::fs::write(
+        root.config_path(),
+        format!("{before}\n[agents.main.memory]\nbackend = \"none\"\n"),
+    )?;
+    let out = root.run(bin(), &["config", "validate"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("MEM-9"), "{}", text(&out).1);
+    Ok(())
+}

@@ -257,6 +257,11 @@ fn parse_line(
     })
 }
 
+/// How many entries the Markdown files of `alias` hold (MEM-9 probe; synchronous).
+pub(crate) fn rows_of(root: &InstallRoot, alias: &AgentAlias) -> Result<u64, MemoryError> {
+    Ok(read_all(&root.agent_workspace(alias), alias.as_str())?.len() as u64)
+}
+
 fn core_file(ws: &Path) -> PathBuf {
     ws.join("MEMORY.md")
 }

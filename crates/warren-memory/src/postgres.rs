@@ -264,6 +264,22 @@ impl PostgresStore {
             .collect()
     }
 
+    /// [`Self::registered_agents`] without creating anything: a schema or table that does not
+    /// exist has no agents (MEM-9 probe).
+    pub async fn probe_registered(&self) -> Result<Vec<(String, String, u64)>, MemoryError> {
+        let client = self.fresh().await?;
+        let table = format!(r#""{}".agents"#, self.schema);
+        let exists = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await
+            .and_then(|r| r.try_get::<_, bool>(0))
+            .map_err(|e| self.pg(e))?;
+        if !exists {
+            return Ok(Vec::new());
+        }
+        self.registered_agents().await
+    }
+
     /// Drops the schema and everything in it (tests and `warren memory` maintenance).
     pub async fn drop_schema(&self) -> Result<(), MemoryError> {
         let client = self.client().await?;

@@ -138,26 +138,55 @@ impl SqliteStore {
 
     /// Registered aliases with their backend name and row count (MEM-9 probe, CLI).
     pub fn registered_agents(&self) -> MemFuture<'_, Vec<(String, String, u64)>> {
-        self.run(|conn, path| {
-            let mut stmt = conn
-                .prepare(
-                    "SELECT a.alias, a.backend, (SELECT COUNT(*) FROM memories m WHERE m.agent_id = a.id) \
-                     FROM agents a ORDER BY a.alias",
-                )
-                .map_err(sql(path))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
-                })
-                .map_err(sql(path))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(sql(path))?;
-            Ok(rows
-                .into_iter()
-                .map(|(a, b, n)| (a, b, u64::try_from(n).unwrap_or(0)))
-                .collect())
-        })
+        self.run(|conn, path| registered(conn, path))
     }
+}
+
+/// [`SqliteStore::registered_agents`] of the store file at `path`, opened read-only; an
+/// absent file has no agents. Synchronous: for config validation (MEM-9).
+pub fn registered_agents_at(path: &Path) -> Result<Vec<(String, String, u64)>, MemoryError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(sql(path))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(sql(path))?;
+    let has_agents: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agents')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql(path))?;
+    if !has_agents {
+        return Ok(Vec::new());
+    }
+    registered(&conn, path)
+}
+
+fn registered(conn: &Connection, path: &Path) -> Result<Vec<(String, String, u64)>, MemoryError> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT a.alias, a.backend, (SELECT COUNT(*) FROM memories m WHERE m.agent_id = a.id) \
+             FROM agents a ORDER BY a.alias",
+        )
+        .map_err(sql(path))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(sql(path))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql(path))?;
+    Ok(rows
+        .into_iter()
+        .map(|(a, b, n)| (a, b, u64::try_from(n).unwrap_or(0)))
+        .collect())
 }
 
 fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> MemoryError + '_ {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::CommandFactory;
-use warren_config::{InitOutcome, InstallRoot};
+use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot};
 
 use crate::cli::{Cli, Command};
 
@@ -54,6 +54,15 @@ fn init(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config store with the rules over durable state registered (MEM-9 backend lock), for
+/// commands that change or check config.
+pub(crate) fn load_checked(root: &InstallRoot) -> Result<ConfigStore, ConfigError> {
+    Ok(
+        ConfigStore::load(root.clone())?
+            .with_check(std::sync::Arc::new(warren_memory::BackendLock)),
+    )
 }
 
 pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
