@@ -76,8 +76,15 @@ impl MemoryStores {
             ));
         };
         let (url, schema) = (url.expose().to_string(), pg.schema.clone());
+        let weight = config.memory.embedder.vector_weight;
         self.postgres
-            .get_or_try_init(|| async move { PostgresStore::new(&url, &schema).map(Arc::new) })
+            .get_or_try_init(|| async move {
+                let store = PostgresStore::new(&url, &schema)?;
+                Ok(Arc::new(match weight {
+                    Some(w) => store.with_vector_weight(w),
+                    None => store,
+                }))
+            })
             .await
             .cloned()
     }
@@ -116,7 +123,9 @@ pub async fn create_memory_for_agent(
     let grants = resolve_grants(config, alias, kind)?;
     let store = stores.store(config, kind).await?;
     let embedder: Option<Arc<dyn Embedder>> = match kind {
-        MemoryBackendKind::Sqlite => crate::openai::from_config(config)?,
+        MemoryBackendKind::Sqlite | MemoryBackendKind::Postgres => {
+            crate::openai::from_config(config)?
+        }
         _ => None,
     };
     Ok(Arc::new(AgentScopedMemory::new(

@@ -1,7 +1,8 @@
 //! The PostgreSQL memory store (MEM-2): the same two tables as SQLite, `agents` and `memories`
 //! (`agent_id UUID NOT NULL REFERENCES agents(id)`, `UNIQUE (agent_id, key)`), in the
 //! configured schema, with a generated `tsvector` column and a GIN index for keyword recall
-//! and vectors kept as `real[]`.
+//! and vectors kept as `real[]` (loaded once per agent into the same in-memory index as SQLite
+//! for hybrid recall).
 //!
 //! The scope predicate is part of the `WHERE` before `LIMIT`, as in SQLite. The connection is
 //! made on first use and re-made after it drops, so a server that is down fails memory calls
@@ -22,6 +23,8 @@ use crate::entry::{
 };
 use crate::error::{MemoryError, redact_url};
 use crate::fts;
+use crate::hybrid::{self, VecRow, VectorIndex};
+use crate::sqlite::micros;
 use crate::store::{MemFuture, MemoryStore};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,6 +39,9 @@ pub struct PostgresStore {
     display_url: String,
     schema: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// Per-agent vectors for hybrid recall, loaded once per agent (as in SQLite).
+    vectors: VectorIndex,
+    vector_weight: f64,
 }
 
 type Param = Box<dyn ToSql + Sync + Send>;
@@ -69,7 +75,81 @@ impl PostgresStore {
             display_url,
             schema: schema.to_string(),
             client: tokio::sync::Mutex::new(None),
+            vectors: VectorIndex::default(),
+            vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
         })
+    }
+
+    /// Weight of the vector score in hybrid recall (0..=1; the keyword score gets the rest).
+    pub fn with_vector_weight(mut self, weight: f64) -> Self {
+        self.vector_weight = weight.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Scoped keyword recall: `(seq, entry, rank)` best first.
+    async fn keyword(
+        &self,
+        scope: &[ScopeRule],
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<(i64, MemoryEntry, f64)>, MemoryError> {
+        let s = &self.schema;
+        let words = fts::words(&scope[0].agent.0, &query.text)?;
+        let mut params: Vec<Param> = vec![Box::new(fts::pg_tsquery(&words))];
+        let pred = self.predicate(&mut params, scope, query)?;
+        params.push(limit_param(limit));
+        let sql = format!(
+            r#"SELECT {ENTRY_COLUMNS}, ts_rank_cd(t.tsv, q)::float8 AS score, t.seq
+               FROM "{s}".memories t JOIN "{s}".agents a ON a.id = t.agent_id,
+                    to_tsquery('simple', $1) q
+               WHERE t.tsv @@ q AND {pred}
+               ORDER BY score DESC, t.seq LIMIT ${}"#,
+            params.len()
+        );
+        let rows = self.query(&sql, &params).await?;
+        let mut hits = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let score: f64 = r.try_get(8).map_err(|e| self.pg(e))?;
+            let seq: i64 = r.try_get(9).map_err(|e| self.pg(e))?;
+            hits.push((seq, self.entry(r)?, score));
+        }
+        Ok(hits)
+    }
+
+    /// Loads the stored vectors of scope agents the index does not hold yet.
+    async fn load_vectors(&self, scope: &[ScopeRule]) -> Result<(), MemoryError> {
+        let s = &self.schema;
+        for rule in scope {
+            if self.vectors.has(&rule.agent) {
+                continue;
+            }
+            let rows = self
+                .query(
+                    &format!(
+                        r#"SELECT seq, category, session, created_at, embedding FROM "{s}".memories
+                           WHERE agent_id = $1 AND embedding IS NOT NULL"#
+                    ),
+                    &[Box::new(self.uuid(&rule.agent)?)],
+                )
+                .await?;
+            let mut loaded = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let get = || -> Result<Option<(i64, VecRow)>, tokio_postgres::Error> {
+                    let seq: i64 = r.try_get(0)?;
+                    let v: Vec<f32> = r.try_get(4)?;
+                    let created: OffsetDateTime = r.try_get(3)?;
+                    Ok(
+                        VecRow::new(r.try_get(1)?, r.try_get(2)?, micros(created), &v)
+                            .map(|row| (seq, row)),
+                    )
+                };
+                if let Some(pair) = get().map_err(|e| self.pg(e))? {
+                    loaded.push(pair);
+                }
+            }
+            self.vectors.load(rule.agent.clone(), loaded.into_iter());
+        }
+        Ok(())
     }
 
     pub fn schema(&self) -> &str {
@@ -345,6 +425,7 @@ impl MemoryStore for PostgresStore {
         Box::pin(async move {
             let s = &self.schema;
             let at = now();
+            let embedding = entry.embedding.clone();
             let rows = self
                 .query(
                     &format!(
@@ -373,13 +454,24 @@ impl MemoryStore for PostgresStore {
                 .transpose()
                 .map_err(|e| self.pg(e))?
                 .unwrap_or_default();
-            self.entries("WHERE t.seq = $1", &[Box::new(seq)])
+            let stored = self
+                .entries("WHERE t.seq = $1", &[Box::new(seq)])
                 .await?
                 .pop()
                 .ok_or_else(|| MemoryError::Corrupt {
                     location: self.location(),
                     message: format!("row {seq} vanished after its write"),
-                })
+                })?;
+            let row = embedding.as_deref().and_then(|v| {
+                VecRow::new(
+                    stored.category.clone(),
+                    stored.session.clone(),
+                    micros(stored.created_at),
+                    v,
+                )
+            });
+            self.vectors.update(&agent, seq, row);
+            Ok(stored)
         })
     }
 
@@ -399,13 +491,12 @@ impl MemoryStore for PostgresStore {
         &self,
         scope: Vec<ScopeRule>,
         query: RecallQuery,
-        _query_vector: Option<Vec<f32>>,
+        query_vector: Option<Vec<f32>>,
     ) -> MemFuture<'_, Vec<RecallHit>> {
         Box::pin(async move {
             if scope.is_empty() {
                 return Ok(Vec::new());
             }
-            let s = &self.schema;
             if query.is_recent() {
                 let mut params: Vec<Param> = Vec::new();
                 let pred = self.predicate(&mut params, &scope, &query)?;
@@ -420,25 +511,43 @@ impl MemoryStore for PostgresStore {
                     .map(|entry| RecallHit { entry, score: 1.0 })
                     .collect());
             }
-            let words = fts::words(&scope[0].agent.0, &query.text)?;
-            let mut params: Vec<Param> = vec![Box::new(fts::pg_tsquery(&words))];
-            let pred = self.predicate(&mut params, &scope, &query)?;
-            params.push(limit_param(query.limit));
-            let sql = format!(
-                r#"SELECT {ENTRY_COLUMNS}, ts_rank_cd(t.tsv, q)::float8 AS score
-                   FROM "{s}".memories t JOIN "{s}".agents a ON a.id = t.agent_id,
-                        to_tsquery('simple', $1) q
-                   WHERE t.tsv @@ q AND {pred}
-                   ORDER BY score DESC, t.seq LIMIT ${}"#,
-                params.len()
-            );
-            let rows = self.query(&sql, &params).await?;
-            let mut hits = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let score: f64 = r.try_get(8).map_err(|e| self.pg(e))?;
-                hits.push((0_i64, self.entry(r)?, score));
+            let Some(qv) = query_vector else {
+                let hits = self.keyword(&scope, &query, query.limit).await?;
+                return Ok(hybrid::keyword_only(hits));
+            };
+            let wide = query.limit.saturating_mul(2);
+            let keyword = self.keyword(&scope, &query, wide).await?;
+            self.load_vectors(&scope).await?;
+            let nearest = self.vectors.nearest(&scope, &query, &qv, wide);
+            let missing: Vec<i64> = nearest
+                .iter()
+                .map(|(seq, _)| *seq)
+                .filter(|seq| !keyword.iter().any(|(k, _, _)| k == seq))
+                .collect();
+            let mut extra = std::collections::HashMap::new();
+            if !missing.is_empty() {
+                let s = &self.schema;
+                let rows = self
+                    .query(
+                        &format!(
+                            r#"SELECT {ENTRY_COLUMNS}, t.seq FROM "{s}".memories t
+                               JOIN "{s}".agents a ON a.id = t.agent_id WHERE t.seq = ANY($1)"#
+                        ),
+                        &[Box::new(missing)],
+                    )
+                    .await?;
+                for r in &rows {
+                    let seq: i64 = r.try_get(8).map_err(|e| self.pg(e))?;
+                    extra.insert(seq, self.entry(r)?);
+                }
             }
-            Ok(crate::hybrid::keyword_only(hits))
+            Ok(hybrid::merge(
+                keyword,
+                nearest,
+                extra,
+                self.vector_weight,
+                query.limit,
+            ))
         })
     }
 
@@ -472,6 +581,11 @@ impl MemoryStore for PostgresStore {
                     &[Box::new(self.uuid(&agent)?), Box::new(key)],
                 )
                 .await?;
+            for r in &rows {
+                if let Ok(seq) = r.try_get::<_, i64>(0) {
+                    self.vectors.update(&agent, seq, None);
+                }
+            }
             Ok(!rows.is_empty())
         })
     }
@@ -526,6 +640,7 @@ impl MemoryStore for PostgresStore {
             .await
             .map_err(|e| self.pg(e))?;
             tx.commit().await.map_err(|e| self.pg(e))?;
+            self.vectors.forget_agent(&agent);
             Ok(n)
         })
     }

@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS agents (
     created_at  INTEGER NOT NULL           -- unix microseconds, UTC
 );
 CREATE TABLE IF NOT EXISTS memories (
-    seq         INTEGER PRIMARY KEY,       -- FTS rowid
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,  -- FTS rowid; never reused, so a cached
+                                           -- vector cannot name a later row
     id          TEXT NOT NULL UNIQUE,      -- UUID v4
     agent_id    TEXT NOT NULL REFERENCES agents(id),
     key         TEXT NOT NULL,

@@ -1,6 +1,7 @@
 //! Hybrid recall with an OpenAI-compatible embedder: a local fake server speaking the real wire
 //! format (`POST /v1/embeddings`, `{"model","input"}` → `{"data":[{"index","embedding"}]}`)
-//! gives words and their synonyms the same dimensions, so vector hits are recognisable.
+//! gives words and their synonyms the same dimensions, so vector hits are recognisable. Runs on
+//! SQLite, and on PostgreSQL when WARREN_TEST_POSTGRES_URL is set.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use common::{Fixture, R, cats, entry, pairs, seen};
+use common::{Fixture, R, cats, entry, pairs, seen, shared_kinds};
 use pretty_assertions::assert_eq;
 use warren_config::schema::{EmbedderKind, MemoryBackendKind};
 
@@ -116,9 +117,16 @@ fn with_embedder(fx: &mut Fixture, fake: &FakeEmbeddings) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_recall_finds_synonyms_within_the_grants_only_mem2_mem3() -> R {
+    for kind in shared_kinds() {
+        hybrid_on(kind).await?;
+    }
+    Ok(())
+}
+
+async fn hybrid_on(kind: MemoryBackendKind) -> R {
     let fake = FakeEmbeddings::start()?;
     let mut fx = Fixture::new(
-        MemoryBackendKind::Sqlite,
+        kind,
         &[
             ("a", vec![cats("b", &["shared"])]),
             ("b", vec![]),
@@ -142,7 +150,8 @@ async fn hybrid_recall_finds_synonyms_within_the_grants_only_mem2_mem3() -> R {
     // "automobile" appears in no text: only the vectors can find the car rows.
     assert_eq!(
         seen(&*a, "automobile", 10).await?,
-        pairs(&[("a", "mine"), ("b", "fleet")])
+        pairs(&[("a", "mine"), ("b", "fleet")]),
+        "{kind:?}"
     );
     assert_eq!(seen(&*a, "feline", 10).await?, pairs(&[("a", "pet")]));
     // Both sides agree on the best hit: keyword and vector both match "car" for "car".
