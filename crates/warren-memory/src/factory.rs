@@ -122,12 +122,21 @@ pub async fn create_memory_for_agent(
     let kind = config.memory_backend_of(agent);
     let grants = resolve_grants(config, alias, kind)?;
     let store = stores.store(config, kind).await?;
-    let embedder: Option<Arc<dyn Embedder>> = match kind {
+    let mut embedder: Option<Arc<dyn Embedder>> = match kind {
         MemoryBackendKind::Sqlite | MemoryBackendKind::Postgres => {
             crate::openai::from_config(config)?
         }
         _ => None,
     };
+    if let Some(e) = &embedder {
+        // Vectors of another model are incomparable: the store drops them on a change. If the
+        // store cannot be asked (a server that is down), this handle stays keyword-only rather
+        // than mixing vectors of two models; memory calls report the store's error themselves.
+        if let Err(err) = store.set_embedder_identity(e.identity()).await {
+            tracing::warn!(agent = %alias, error = %err, "cannot check the embedder identity; keyword recall only");
+            embedder = None;
+        }
+    }
     Ok(Arc::new(AgentScopedMemory::new(
         store,
         alias.clone(),

@@ -165,6 +165,11 @@ impl VectorIndex {
         });
     }
 
+    /// Drops every loaded agent (the embedder changed).
+    pub fn clear(&self) {
+        self.with(HashMap::clear);
+    }
+
     pub fn forget_agent(&self, agent: &AgentId) {
         self.with(|m| {
             m.remove(agent);

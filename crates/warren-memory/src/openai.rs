@@ -248,6 +248,13 @@ impl Embedder for OpenAiEmbedder {
         format!("{} (model {})", self.url(), self.model)
     }
 
+    fn identity(&self) -> String {
+        match self.dimensions {
+            Some(d) => format!("openai-compatible:{}:{d}", self.model),
+            None => format!("openai-compatible:{}", self.model),
+        }
+    }
+
     fn embed(&self, texts: Vec<String>) -> MemFuture<'_, Vec<Vec<f32>>> {
         let this = Self {
             host: self.host.clone(),

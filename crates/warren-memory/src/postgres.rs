@@ -212,6 +212,10 @@ impl PostgresStore {
                                   (to_tsvector('simple', key || ' ' || content)) STORED,
                     UNIQUE (agent_id, key)
                 );
+                CREATE TABLE IF NOT EXISTS "{s}".meta (
+                    key         TEXT PRIMARY KEY,
+                    value       TEXT NOT NULL
+                );
                 CREATE INDEX IF NOT EXISTS memories_tsv ON "{s}".memories USING GIN (tsv);
                 CREATE INDEX IF NOT EXISTS memories_agent_updated
                     ON "{s}".memories (agent_id, updated_at);
@@ -642,6 +646,53 @@ impl MemoryStore for PostgresStore {
             tx.commit().await.map_err(|e| self.pg(e))?;
             self.vectors.forget_agent(&agent);
             Ok(n)
+        })
+    }
+
+    fn set_embedder_identity(&self, identity: String) -> MemFuture<'_, bool> {
+        Box::pin(async move {
+            let s = &self.schema;
+            self.client().await?;
+            let mut client = self.fresh().await?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            let old: Option<String> = tx
+                .query_opt(
+                    &format!(r#"SELECT value FROM "{s}".meta WHERE key = 'embedder' FOR UPDATE"#),
+                    &[],
+                )
+                .await
+                .map_err(|e| self.pg(e))?
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| self.pg(e))?;
+            if old.as_deref() == Some(identity.as_str()) {
+                return Ok(false);
+            }
+            let changed = old.is_some();
+            if changed {
+                tx.execute(
+                    &format!(
+                        r#"UPDATE "{s}".memories SET embedding = NULL WHERE embedding IS NOT NULL"#
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(|e| self.pg(e))?;
+            }
+            tx.execute(
+                &format!(
+                    r#"INSERT INTO "{s}".meta (key, value) VALUES ('embedder', $1)
+                       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"#
+                ),
+                &[&identity],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            if changed {
+                self.vectors.clear();
+            }
+            Ok(changed)
         })
     }
 

@@ -47,6 +47,10 @@ CREATE TABLE IF NOT EXISTS memories (
     embedding   BLOB,                      -- little-endian f32s
     UNIQUE (agent_id, key)
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key         TEXT PRIMARY KEY,
+    value       TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS memories_agent_updated ON memories(agent_id, updated_at);
 CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts
     USING fts5(key, content, content='memories', content_rowid='seq');
@@ -625,6 +629,39 @@ impl MemoryStore for SqliteStore {
             tx.commit().map_err(sql(path))?;
             vectors.forget_agent(&agent);
             Ok(n as u64)
+        })
+    }
+
+    fn set_embedder_identity(&self, identity: String) -> MemFuture<'_, bool> {
+        let vectors = Arc::clone(&self.vectors);
+        self.run(move |conn, path| {
+            let tx = conn.transaction().map_err(sql(path))?;
+            let old: Option<String> = tx
+                .query_row("SELECT value FROM meta WHERE key = 'embedder'", [], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql(path))?;
+            if old.as_deref() == Some(identity.as_str()) {
+                return Ok(false);
+            }
+            let changed = old.is_some();
+            if changed {
+                tx.execute("UPDATE memories SET embedding = NULL WHERE embedding IS NOT NULL", [])
+                    .map_err(sql(path))?;
+            }
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('embedder', ?1) \
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [&identity],
+            )
+            .map_err(sql(path))?;
+            tx.commit().map_err(sql(path))?;
+            if changed {
+                vectors.clear();
+                tracing::warn!(path = %path.display(), embedder = %identity, "embedder changed: stored vectors dropped; recall uses keywords for older rows");
+            }
+            Ok(changed)
         })
     }
 

@@ -70,4 +70,10 @@ pub trait MemoryStore: Send + Sync {
     /// Moves `from`'s attribution to `to` (rows keep their agent id). Refuses when `to`
     /// already has rows. Returns whether anything was renamed.
     fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool>;
+    /// Records the embedder identity vectors are made with. When it differs from the one
+    /// recorded, every stored vector is dropped (they are incomparable with new ones) and
+    /// `true` is returned. Stores without vectors ignore it.
+    fn set_embedder_identity(&self, _identity: String) -> MemFuture<'_, bool> {
+        Box::pin(async { Ok(false) })
+    }
 }

@@ -174,6 +174,20 @@ async fn hybrid_on(kind: MemoryBackendKind) -> R {
     // A forgotten row leaves the index too.
     assert!(a2.forget("mine".into()).await?);
     assert_eq!(seen(&*a2, "vehicle", 10).await?, pairs(&[("b", "fleet")]));
+    // Another embedding model: the old vectors are incomparable and are dropped.
+    fx.config.memory.embedder.model = Some("another-model".into());
+    let a3 = warren_memory::create_memory_for_agent(
+        &reopened,
+        &fx.config,
+        &warren_core::AgentAlias::new("a")?,
+    )
+    .await?;
+    assert_eq!(seen(&*a3, "vehicle", 10).await?, vec![], "{kind:?}");
+    assert_eq!(
+        seen(&*a3, "car", 10).await?,
+        pairs(&[("b", "fleet")]),
+        "{kind:?}"
+    );
     Ok(())
 }
 
