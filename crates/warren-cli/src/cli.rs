@@ -39,6 +39,9 @@ pub enum Command {
     /// List, read, search and migrate chat sessions
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Inspect and prune an agent's memory (its own rows, and for recall its grants)
+    #[command(subcommand)]
+    Memory(MemoryCommand),
     /// Install root, config generation and whether a daemon runs
     Status,
     /// Inspect an agent's effective permissions
@@ -150,4 +153,48 @@ pub enum SessionsCommand {
         agent: Option<String>,
         text: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// List the agent's own memories, newest first
+    List {
+        #[command(flatten)]
+        agent: AgentArg,
+        /// Only this category (exact name)
+        #[arg(long)]
+        category: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+    },
+    /// Search as the agent would: its own memories and what its grants allow
+    Recall {
+        #[command(flatten)]
+        agent: AgentArg,
+        /// Keywords ("word*" for a prefix; empty or "*" for the most recent)
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+    /// Print one of the agent's memories in full
+    Show {
+        #[command(flatten)]
+        agent: AgentArg,
+        key: String,
+    },
+    /// Delete one of the agent's own memories
+    Forget {
+        #[command(flatten)]
+        agent: AgentArg,
+        key: String,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AgentArg {
+    /// The agent (default: the default agent)
+    #[arg(long, value_name = "ALIAS")]
+    pub agent: Option<String>,
 }

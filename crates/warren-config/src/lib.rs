@@ -3,6 +3,7 @@
 //! ([`ConfigStore`], CFG-1..5) and encrypted secrets ([`Secret`], CFG-6).
 
 pub mod atomic;
+mod checks;
 mod edit;
 mod error;
 pub mod failpoint;
@@ -15,6 +16,7 @@ mod starter;
 mod store;
 mod validate;
 
+pub use checks::StateCheck;
 pub use error::{ConfigError, Problem, did_you_mean};
 pub use keypath::{KeyPath, KeyPathError, Segment};
 pub use paths::{HOME_ENV, InstallRoot, LegacyMigration, PathError};

@@ -146,6 +146,10 @@ impl InstallRoot {
     pub fn memory_dir(&self) -> PathBuf {
         self.data_dir().join("memory")
     }
+    /// The install-wide SQLite memory store (MEM-2), shared by every agent on that backend.
+    pub fn memory_db(&self) -> PathBuf {
+        self.memory_dir().join("memory.db")
+    }
     /// The daemon's exclusive lock (LAYOUT-4).
     pub fn daemon_lock(&self) -> PathBuf {
         self.data_dir().join("daemon.lock")
@@ -371,6 +375,7 @@ mod tests {
         );
         assert_eq!(r.costs_ledger(), PathBuf::from("/w/data/state/costs.jsonl"));
         assert_eq!(r.devices_db(), PathBuf::from("/w/data/devices.db"));
+        assert_eq!(r.memory_db(), PathBuf::from("/w/data/memory/memory.db"));
         assert_eq!(r.skills_dir(), PathBuf::from("/w/shared/skills"));
         assert_eq!(
             main.map(|a| r.agent_workspace(&a)),

@@ -19,6 +19,7 @@ use toml_edit::{DocumentMut, Item, Table, Value};
 use warren_core::AgentAlias;
 
 use crate::atomic::{self, CrashPoints};
+use crate::checks::StateCheck;
 use crate::edit;
 use crate::error::{ConfigError, Problem};
 use crate::keypath::KeyPath;
@@ -74,6 +75,9 @@ struct Shared {
     lock_file: std::sync::Mutex<Option<Arc<File>>>,
     live: RwLock<Arc<Snapshot>>,
     writer: tokio::sync::Mutex<()>,
+    /// Rules over durable state (e.g. the MEM-9 memory backend lock), run on every write and
+    /// reload.
+    checks: RwLock<Vec<Arc<dyn StateCheck>>>,
 }
 
 /// The config owner. Cheap to clone; clones share one generation sequence and one write lock.
@@ -147,12 +151,48 @@ impl ConfigStore {
                 lock_file: std::sync::Mutex::new(None),
                 live: RwLock::new(Arc::new(snapshot)),
                 writer: tokio::sync::Mutex::new(()),
+                checks: RwLock::new(Vec::new()),
             }),
         }
     }
 
     pub fn root(&self) -> &InstallRoot {
         &self.shared.root
+    }
+
+    /// Registers a rule over durable state; every later write and reload must pass it.
+    pub fn with_check(self, check: Arc<dyn StateCheck>) -> Self {
+        match self.shared.checks.write() {
+            Ok(mut g) => g.push(check),
+            Err(p) => p.into_inner().push(check),
+        }
+        self
+    }
+
+    /// Runs the registered checks on the current generation as a whole (`config validate`,
+    /// daemon start): the same error shape as any other invalid config.
+    pub fn check_current(&self) -> Result<(), ConfigError> {
+        let snapshot = self.snapshot();
+        self.run_checks(None, &snapshot.config)
+    }
+
+    fn run_checks(&self, previous: Option<&Config>, config: &Config) -> Result<(), ConfigError> {
+        let checks: Vec<Arc<dyn StateCheck>> = match self.shared.checks.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        let problems: Vec<Problem> = checks
+            .iter()
+            .flat_map(|c| c.check(&self.shared.root, previous, config))
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                file: self.shared.root.config_file(),
+                problems,
+            })
+        }
     }
 
     /// The current generation.
@@ -251,6 +291,7 @@ impl ConfigStore {
         let root = &self.shared.root;
         let text = read_config(root)?;
         let Parsed { config, doc } = load::parse(&root.config_file(), &text, &root.secret_key())?;
+        self.run_checks(Some(&self.snapshot().config), &config)?;
         Ok(self.publish(config, doc, Some(text)))
     }
 
@@ -487,6 +528,8 @@ impl WriteTxn<'_> {
                     other => other,
                 },
             )?;
+            self.store
+                .run_checks(Some(&self.base.config), &parsed.config)?;
             self.validated = Some((text, parsed));
         }
         match self.validated.as_mut() {

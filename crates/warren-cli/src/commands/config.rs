@@ -86,7 +86,7 @@ fn set(
         (None, true) => read_secret_from_stdin(key)?,
         (None, false) => bail!("missing VALUE: warren config set {key} VALUE"),
     };
-    let store = ConfigStore::load(root.clone())?;
+    let store = super::load_checked(root)?;
     let mut txn = store.write_blocking()?;
     if secret {
         txn.set_secret(&path, &value)?;
@@ -127,7 +127,8 @@ fn read_secret_from_stdin(key: &str) -> anyhow::Result<String> {
 }
 
 fn validate(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
-    match ConfigStore::load(root.clone()) {
+    let checked = super::load_checked(root).and_then(|s| s.check_current().map(|()| s));
+    match checked {
         Ok(store) => {
             let n = store.snapshot().agents.len();
             if json {

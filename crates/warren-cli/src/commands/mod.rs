@@ -2,6 +2,7 @@
 
 mod agents;
 mod config;
+mod memory;
 mod security;
 mod sessions;
 mod status;
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::CommandFactory;
-use warren_config::{InitOutcome, InstallRoot};
+use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot};
 
 use crate::cli::{Cli, Command};
 
@@ -31,6 +32,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(cmd) => config::run(&root, cmd, cli.json),
         Command::Agents(cmd) => agents::run(&root, cmd, cli.json),
         Command::Sessions(cmd) => sessions::run(&root, cmd, cli.json),
+        Command::Memory(cmd) => memory::run(&root, cmd, cli.json),
         Command::Status => status::run(&root, cli.json),
         Command::Security(cmd) => security::posture(&root, cmd, cli.json),
         Command::Tools(cmd) => security::tools(&root, cmd),
@@ -57,6 +59,15 @@ fn init(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config store with the rules over durable state registered (MEM-9 backend lock), for
+/// commands that change or check config.
+pub(crate) fn load_checked(root: &InstallRoot) -> Result<ConfigStore, ConfigError> {
+    Ok(
+        ConfigStore::load(root.clone())?
+            .with_check(std::sync::Arc::new(warren_memory::BackendLock)),
+    )
 }
 
 pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {

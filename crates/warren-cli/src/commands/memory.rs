@@ -1,0 +1,150 @@
+//! `warren memory list|recall|show|forget --agent ALIAS`: the agent's scoped memory handle,
+//! exactly as its tools see it (MEM-1/2): list/show/forget touch only its own rows, recall
+//! also shows what its grants allow.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use time::format_description::well_known::Rfc3339;
+use warren_config::{ConfigStore, InstallRoot};
+use warren_core::AgentAlias;
+use warren_memory::{ListQuery, Memory, MemoryEntry, MemoryStores, RecallQuery};
+
+use crate::cli::{AgentArg, MemoryCommand};
+
+pub fn run(root: &InstallRoot, cmd: MemoryCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let store = ConfigStore::load(root.clone())?;
+    let snapshot = store.snapshot();
+    let config = snapshot.config();
+    let agent_arg = match &cmd {
+        MemoryCommand::List { agent, .. }
+        | MemoryCommand::Recall { agent, .. }
+        | MemoryCommand::Show { agent, .. }
+        | MemoryCommand::Forget { agent, .. } => agent,
+    };
+    let alias = resolve_agent(agent_arg, config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let stores = MemoryStores::new(root.clone());
+        let memory = warren_memory::create_memory_for_agent(&stores, config, &alias).await?;
+        execute(memory, cmd, json).await
+    })
+}
+
+fn resolve_agent(arg: &AgentArg, config: &warren_config::Config) -> anyhow::Result<AgentAlias> {
+    let alias = match &arg.agent {
+        Some(a) => AgentAlias::new(a.as_str())?,
+        None => match config.default_agent() {
+            Some(a) => a,
+            None => bail!("no default agent; pass --agent ALIAS"),
+        },
+    };
+    if config.agent(&alias).is_none() {
+        bail!("agent '{alias}' is not configured (see `warren agents list`)");
+    }
+    Ok(alias)
+}
+
+async fn execute(
+    memory: Arc<dyn Memory>,
+    cmd: MemoryCommand,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    match cmd {
+        MemoryCommand::List {
+            category,
+            limit,
+            offset,
+            ..
+        } => {
+            let rows = memory
+                .list(ListQuery {
+                    category,
+                    offset,
+                    limit,
+                })
+                .await?;
+            print_entries(&rows, None, json)
+        }
+        MemoryCommand::Recall { query, limit, .. } => {
+            let hits = memory.recall(RecallQuery::new(query, limit)).await?;
+            let scores: Vec<f64> = hits.iter().map(|h| h.score).collect();
+            let rows: Vec<MemoryEntry> = hits.into_iter().map(|h| h.entry).collect();
+            print_entries(&rows, Some(&scores), json)
+        }
+        MemoryCommand::Show { key, .. } => {
+            let Some(entry) = memory.get(key.clone()).await? else {
+                bail!("agent '{}' has no memory with key '{key}'", memory.agent());
+            };
+            if json {
+                super::print_json(&serde_json::to_value(&entry)?)?;
+            } else {
+                println!("key:      {}", entry.key);
+                println!("agent:    {}", entry.agent);
+                println!("category: {}", entry.category);
+                println!("session:  {}", entry.session.as_deref().unwrap_or("-"));
+                println!("created:  {}", entry.created_at.format(&Rfc3339)?);
+                println!("updated:  {}", entry.updated_at.format(&Rfc3339)?);
+                println!("\n{}", entry.content);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        MemoryCommand::Forget { key, .. } => {
+            if !memory.forget(key.clone()).await? {
+                bail!("agent '{}' has no memory with key '{key}'", memory.agent());
+            }
+            if json {
+                super::print_json(&serde_json::json!({ "key": key, "forgotten": true }))?;
+            } else {
+                println!("forgot '{key}' of agent '{}'", memory.agent());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_entries(
+    rows: &[MemoryEntry],
+    scores: Option<&[f64]>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if json {
+        let values: Vec<serde_json::Value> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let mut v = serde_json::to_value(e).unwrap_or_default();
+                if let Some(s) = scores.and_then(|s| s.get(i)) {
+                    v["score"] = serde_json::json!(s);
+                }
+                v
+            })
+            .collect();
+        super::print_json(&serde_json::Value::Array(values))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        println!("no memories");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12} {:<24} {:<12} {:<20} CONTENT",
+        "AGENT", "KEY", "CATEGORY", "UPDATED"
+    );
+    for e in rows {
+        let content: String = e.content.replace('\n', " ").chars().take(60).collect();
+        let updated = e.updated_at.format(&Rfc3339).unwrap_or_default();
+        println!(
+            "{:<12} {:<24} {:<12} {:<20} {content}",
+            e.agent,
+            e.key,
+            e.category,
+            updated.get(..19).unwrap_or(&updated)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,218 @@
+//! The one way to obtain an agent's memory: [`create_memory_for_agent`] (MEM-1).
+//!
+//! It dispatches on the agent's OWN backend (`agents.<alias>.memory.backend`, else `[memory]
+//! backend`), wraps every backend, `none` included, in [`AgentScopedMemory`] (MEM-6), and
+//! resolves `read_memory_from` into grants, re-checking the validator's rules because a handle
+//! may be built from a config that never went through `ConfigStore` (MEM-4/7/8).
+//!
+//! [`MemoryStores`] opens each install-wide store once and shares it between agents.
+
+use std::sync::Arc;
+
+use tokio::sync::OnceCell;
+use warren_config::schema::{MemoryBackendKind, MemoryGrant};
+use warren_config::{Config, InstallRoot};
+use warren_core::AgentAlias;
+
+use crate::embed::Embedder;
+use crate::error::MemoryError;
+use crate::markdown::MarkdownStore;
+use crate::none::NoneStore;
+use crate::postgres::PostgresStore;
+use crate::scoped::{AgentScopedMemory, Grant};
+use crate::sqlite::SqliteStore;
+use crate::store::{Memory, MemoryStore};
+
+/// The install's memory stores, each opened on first use and then shared.
+pub struct MemoryStores {
+    root: InstallRoot,
+    sqlite: OnceCell<Arc<SqliteStore>>,
+    postgres: OnceCell<Arc<PostgresStore>>,
+    markdown: Arc<MarkdownStore>,
+}
+
+impl MemoryStores {
+    pub fn new(root: InstallRoot) -> Self {
+        Self {
+            markdown: Arc::new(MarkdownStore::new(root.clone())),
+            root,
+            sqlite: OnceCell::new(),
+            postgres: OnceCell::new(),
+        }
+    }
+
+    pub fn root(&self) -> &InstallRoot {
+        &self.root
+    }
+
+    /// The SQLite store (`data/memory/memory.db`), opened off the async workers.
+    pub async fn sqlite(&self, config: &Config) -> Result<Arc<SqliteStore>, MemoryError> {
+        let path = self.root.memory_db();
+        let weight = config.memory.embedder.vector_weight;
+        self.sqlite
+            .get_or_try_init(|| async move {
+                let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+                    .await
+                    .map_err(|e| MemoryError::Worker(e.to_string()))??;
+                let store = match weight {
+                    Some(w) => store.with_vector_weight(w),
+                    None => store,
+                };
+                Ok(Arc::new(store))
+            })
+            .await
+            .cloned()
+    }
+
+    /// The PostgreSQL store of `[memory.postgres]`. Connecting is lazy: a server that is down
+    /// fails memory calls with a clear error, not the construction of the agent.
+    pub async fn postgres(&self, config: &Config) -> Result<Arc<PostgresStore>, MemoryError> {
+        let pg = &config.memory.postgres;
+        let Some(url) = pg.url.as_ref() else {
+            return Err(MemoryError::Config(
+                "an agent uses the postgres memory backend but memory.postgres.url is not set \
+                 (warren config set memory.postgres.url --secret)"
+                    .into(),
+            ));
+        };
+        let (url, schema) = (url.expose().to_string(), pg.schema.clone());
+        let weight = config.memory.embedder.vector_weight;
+        self.postgres
+            .get_or_try_init(|| async move {
+                let store = PostgresStore::new(&url, &schema)?;
+                Ok(Arc::new(match weight {
+                    Some(w) => store.with_vector_weight(w),
+                    None => store,
+                }))
+            })
+            .await
+            .cloned()
+    }
+
+    pub fn markdown(&self) -> Arc<MarkdownStore> {
+        Arc::clone(&self.markdown)
+    }
+
+    /// The store of one backend kind.
+    pub async fn store(
+        &self,
+        config: &Config,
+        kind: MemoryBackendKind,
+    ) -> Result<Arc<dyn MemoryStore>, MemoryError> {
+        Ok(match kind {
+            MemoryBackendKind::Sqlite => self.sqlite(config).await?,
+            MemoryBackendKind::Postgres => self.postgres(config).await?,
+            MemoryBackendKind::Markdown => self.markdown(),
+            MemoryBackendKind::None => Arc::new(NoneStore),
+        })
+    }
+}
+
+/// MEM-1: builds `alias`'s memory handle from `config`.
+pub async fn create_memory_for_agent(
+    stores: &MemoryStores,
+    config: &Config,
+    alias: &AgentAlias,
+) -> Result<Arc<dyn Memory>, MemoryError> {
+    let agent = config
+        .agent(alias)
+        .ok_or_else(|| MemoryError::UnknownAgent {
+            agent: alias.to_string(),
+        })?;
+    let kind = config.memory_backend_of(agent);
+    let grants = resolve_grants(config, alias, kind)?;
+    let store = stores.store(config, kind).await?;
+    let mut embedder: Option<Arc<dyn Embedder>> = match kind {
+        MemoryBackendKind::Sqlite | MemoryBackendKind::Postgres => {
+            crate::openai::from_config(config)?
+        }
+        _ => None,
+    };
+    if let Some(e) = &embedder {
+        // Vectors of another model are incomparable: the store drops them on a change. If the
+        // store cannot be asked (a server that is down), this handle stays keyword-only rather
+        // than mixing vectors of two models; memory calls report the store's error themselves.
+        if let Err(err) = store.set_embedder_identity(e.identity()).await {
+            tracing::warn!(agent = %alias, error = %err, "cannot check the embedder identity; keyword recall only");
+            embedder = None;
+        }
+    }
+    Ok(Arc::new(AgentScopedMemory::new(
+        store,
+        alias.clone(),
+        grants,
+        embedder,
+    )))
+}
+
+/// `read_memory_from` → grants, refusing what the validator refuses (each error names the
+/// agent, the grant and the rule).
+pub fn resolve_grants(
+    config: &Config,
+    alias: &AgentAlias,
+    kind: MemoryBackendKind,
+) -> Result<Vec<Grant>, MemoryError> {
+    let Some(agent) = config.agent(alias) else {
+        return Err(MemoryError::UnknownAgent {
+            agent: alias.to_string(),
+        });
+    };
+    let refuse = |grant: &str, rule: &str| MemoryError::Grant {
+        agent: alias.to_string(),
+        grant: grant.to_string(),
+        rule: rule.to_string(),
+    };
+    let mut out: Vec<Grant> = Vec::new();
+    for grant in &agent.memory.read_memory_from {
+        let name = grant.agent();
+        let sibling = AgentAlias::new(name).map_err(|e| refuse(name, &e.to_string()))?;
+        if &sibling == alias {
+            return Err(refuse(
+                name,
+                "an agent always reads its own memory; remove the self-grant",
+            ));
+        }
+        if out.iter().any(|g| g.agent == sibling) {
+            return Err(refuse(
+                name,
+                "granted twice; combine the categories into one grant",
+            ));
+        }
+        let Some(other) = config.agent(&sibling) else {
+            return Err(refuse(name, "no such agent is configured"));
+        };
+        let other_kind = config.memory_backend_of(other);
+        if other_kind != kind {
+            return Err(refuse(
+                name,
+                &format!(
+                    "'{alias}' uses memory backend {kind:?} but '{sibling}' uses {other_kind:?}; \
+                     cross-backend memory grants are not supported (MEM-7)"
+                ),
+            ));
+        }
+        let categories = match grant {
+            MemoryGrant::All(_) => None,
+            MemoryGrant::Categories { categories, .. } => {
+                if categories.is_empty() {
+                    return Err(refuse(
+                        name,
+                        "categories is empty; grant the plain alias to share every category",
+                    ));
+                }
+                if kind == MemoryBackendKind::Markdown {
+                    return Err(refuse(
+                        name,
+                        "the markdown memory backend keeps no categories; only plain alias grants are accepted (MEM-4)",
+                    ));
+                }
+                Some(categories.clone())
+            }
+        };
+        out.push(Grant {
+            agent: sibling,
+            categories,
+        });
+    }
+    Ok(out)
+}

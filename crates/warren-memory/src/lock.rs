@@ -1,0 +1,159 @@
+//! The backend lock (MEM-9): once an agent has written memory, its backend may not change
+//! until the rows are migrated or purged. The lock is the store itself: a registration in the
+//! SQLite or PostgreSQL `agents` table (made on the agent's first write), or entries in its
+//! Markdown files. No separate marker or cache can drift from the data.
+//!
+//! [`BackendLock`] is a [`StateCheck`] for [`warren_config::ConfigStore`]: on a write or
+//! reload it probes only agents whose effective backend changed; on `check_current` (config
+//! validate, daemon start) it probes every agent. The error names where the rows live.
+
+use std::collections::BTreeMap;
+
+use warren_config::schema::MemoryBackendKind;
+use warren_config::{Config, InstallRoot, Problem, StateCheck};
+use warren_core::AgentAlias;
+
+use crate::error::MemoryError;
+use crate::postgres::PostgresStore;
+
+/// Where an agent has memory: backend, location, row count.
+pub type Holding = (MemoryBackendKind, String, u64);
+
+/// The MEM-9 rule, registered with `ConfigStore::with_check`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BackendLock;
+
+impl StateCheck for BackendLock {
+    fn check(
+        &self,
+        root: &InstallRoot,
+        previous: Option<&Config>,
+        config: &Config,
+    ) -> Vec<Problem> {
+        let changed: Vec<(AgentAlias, MemoryBackendKind)> = config
+            .agents()
+            .map(|(alias, agent)| (alias, config.memory_backend_of(agent)))
+            .filter(|(alias, kind)| {
+                previous.is_none_or(|p| {
+                    p.agent(alias)
+                        .is_none_or(|old| p.memory_backend_of(old) != *kind)
+                })
+            })
+            .collect();
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        let holdings = match holdings(root, config, previous) {
+            Ok(h) => h,
+            Err(e) => {
+                return vec![Problem::at(
+                    "memory",
+                    format!("cannot check where agents' memory lives (MEM-9): {e}"),
+                )];
+            }
+        };
+        let mut out = Vec::new();
+        for (alias, kind) in changed {
+            for (held_kind, location, rows) in holdings.get(alias.as_str()).into_iter().flatten() {
+                if *held_kind == kind {
+                    continue;
+                }
+                out.push(
+                    Problem::at(
+                        format!("agents.{alias}.memory.backend"),
+                        format!(
+                            "agent '{alias}' has written memory to the {} backend ({rows} rows in {location}); \
+                             its memory backend is locked to {} (MEM-9) and cannot become {}",
+                            name(*held_kind),
+                            name(*held_kind),
+                            name(kind)
+                        ),
+                    )
+                    .with_hint(Some(format!(
+                        "keep backend = \"{}\", or move the rows and purge them there first",
+                        name(*held_kind)
+                    ))),
+                );
+            }
+        }
+        out
+    }
+}
+
+fn name(kind: MemoryBackendKind) -> &'static str {
+    match kind {
+        MemoryBackendKind::Sqlite => "sqlite",
+        MemoryBackendKind::Postgres => "postgres",
+        MemoryBackendKind::Markdown => "markdown",
+        MemoryBackendKind::None => "none",
+    }
+}
+
+/// Every store's agents with rows or a registration: alias → holdings. PostgreSQL is probed
+/// when a URL is configured in `config` or `previous`; an unreachable server is an error
+/// (the rule cannot be checked), not a pass.
+pub fn holdings(
+    root: &InstallRoot,
+    config: &Config,
+    previous: Option<&Config>,
+) -> Result<BTreeMap<String, Vec<Holding>>, MemoryError> {
+    let mut out: BTreeMap<String, Vec<Holding>> = BTreeMap::new();
+    let db = root.memory_db();
+    for (alias, _backend, rows) in crate::sqlite::registered_agents_at(&db)? {
+        out.entry(alias).or_default().push((
+            MemoryBackendKind::Sqlite,
+            db.display().to_string(),
+            rows,
+        ));
+    }
+    for (alias, _) in config.agents() {
+        let rows = crate::markdown::rows_of(root, &alias)?;
+        if rows > 0 {
+            out.entry(alias.to_string()).or_default().push((
+                MemoryBackendKind::Markdown,
+                root.agent_workspace(&alias).display().to_string(),
+                rows,
+            ));
+        }
+    }
+    let pg = previous
+        .into_iter()
+        .chain(std::iter::once(config))
+        .filter_map(|c| {
+            c.memory
+                .postgres
+                .url
+                .as_ref()
+                .map(|u| (u.expose().to_string(), c.memory.postgres.schema.clone()))
+        })
+        .next_back();
+    if let Some((url, schema)) = pg {
+        let store = PostgresStore::new(&url, &schema)?;
+        let location = crate::store::MemoryStore::location(&store);
+        let found = block_on(async move { store.probe_registered().await })??;
+        for (alias, _backend, rows) in found {
+            out.entry(alias).or_default().push((
+                MemoryBackendKind::Postgres,
+                location.clone(),
+                rows,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `fut` to completion on a runtime of its own, on a thread of its own, so the probe
+/// works from synchronous code and from inside an async runtime alike.
+fn block_on<T: Send + 'static>(
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, MemoryError> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map(|rt| rt.block_on(fut))
+            .map_err(|e| MemoryError::Worker(e.to_string()))
+    })
+    .join()
+    .map_err(|_| MemoryError::Worker("backend lock probe panicked".into()))?
+}

@@ -1,0 +1,70 @@
+//! The `none` backend (MEM-6): stores nothing and recalls nothing, yet an agent on it still gets
+//! an [`crate::AgentScopedMemory`], so the runtime and the tools take one path for every agent.
+
+use warren_config::schema::MemoryBackendKind;
+use warren_core::AgentAlias;
+
+use crate::entry::{AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule};
+use crate::store::{MemFuture, MemoryStore};
+
+/// The no-op store.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoneStore;
+
+impl MemoryStore for NoneStore {
+    fn kind(&self) -> MemoryBackendKind {
+        MemoryBackendKind::None
+    }
+    fn location(&self) -> String {
+        "nowhere (memory backend \"none\")".into()
+    }
+    fn agent_id(&self, alias: &AgentAlias, _create: bool) -> MemFuture<'_, Option<AgentId>> {
+        let id = AgentId(alias.to_string());
+        Box::pin(async move { Ok(Some(id)) })
+    }
+    /// Answers the entry as it would have been stored; nothing is kept.
+    fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            let at = crate::entry::now();
+            Ok(MemoryEntry {
+                id: String::new(),
+                agent: agent.0,
+                key: entry.key,
+                content: entry.content,
+                category: entry.category,
+                session: entry.session,
+                created_at: at,
+                updated_at: at,
+            })
+        })
+    }
+    fn get_for_agent(&self, _: AgentId, _: String) -> MemFuture<'_, Option<MemoryEntry>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn recall_for_agents(
+        &self,
+        _: Vec<ScopeRule>,
+        _: RecallQuery,
+        _: Option<Vec<f32>>,
+    ) -> MemFuture<'_, Vec<RecallHit>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn list_for_agent(&self, _: AgentId, _: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn forget_for_agent(&self, _: AgentId, _: String) -> MemFuture<'_, bool> {
+        Box::pin(async { Ok(false) })
+    }
+    fn count_for_agent(&self, _: AgentId) -> MemFuture<'_, u64> {
+        Box::pin(async { Ok(0) })
+    }
+    fn export_agent(&self, _: AgentId) -> MemFuture<'_, Vec<MemoryEntry>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn purge_agent(&self, _: AgentId) -> MemFuture<'_, u64> {
+        Box::pin(async { Ok(0) })
+    }
+    fn rename_agent(&self, _: AgentAlias, _: AgentAlias) -> MemFuture<'_, bool> {
+        Box::pin(async { Ok(false) })
+    }
+}

@@ -1,0 +1,763 @@
+//! The PostgreSQL memory store (MEM-2): the same two tables as SQLite, `agents` and `memories`
+//! (`agent_id UUID NOT NULL REFERENCES agents(id)`, `UNIQUE (agent_id, key)`), in the
+//! configured schema, with a generated `tsvector` column and a GIN index for keyword recall
+//! and vectors kept as `real[]` (loaded once per agent into the same in-memory index as SQLite
+//! for hybrid recall).
+//!
+//! The scope predicate is part of the `WHERE` before `LIMIT`, as in SQLite. The connection is
+//! made on first use and re-made after it drops, so a server that is down fails memory calls
+//! with an error naming the URL (without its password) while the agent keeps working.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row};
+use uuid::Uuid;
+use warren_config::schema::MemoryBackendKind;
+use warren_core::AgentAlias;
+
+use crate::entry::{
+    AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule, now,
+};
+use crate::error::{MemoryError, redact_url};
+use crate::fts;
+use crate::hybrid::{self, VecRow, VectorIndex};
+use crate::sqlite::micros;
+use crate::store::{MemFuture, MemoryStore};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Columns of an entry query over `t` (memories) joined with `a` (agents).
+const ENTRY_COLUMNS: &str =
+    "t.id, a.alias, t.key, t.content, t.category, t.session, t.created_at, t.updated_at";
+
+/// The install-wide PostgreSQL store.
+pub struct PostgresStore {
+    config: tokio_postgres::Config,
+    display_url: String,
+    schema: String,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// Per-agent vectors for hybrid recall, loaded once per agent (as in SQLite).
+    vectors: VectorIndex,
+    vector_weight: f64,
+}
+
+type Param = Box<dyn ToSql + Sync + Send>;
+
+impl PostgresStore {
+    /// Checks the URL and schema name; does not connect.
+    pub fn new(url: &str, schema: &str) -> Result<Self, MemoryError> {
+        let display_url = redact_url(url);
+        let err = |message: String| MemoryError::Postgres {
+            url: display_url.clone(),
+            schema: schema.to_string(),
+            message,
+        };
+        let valid_schema = !schema.is_empty()
+            && schema.len() <= 63
+            && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid_schema {
+            return Err(err(
+                "memory.postgres.schema must be 1-63 characters of a-z, 0-9 and _, not starting with a digit".into(),
+            ));
+        }
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|_| err("memory.postgres.url is not a valid PostgreSQL URL".into()))?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        Ok(Self {
+            config,
+            display_url,
+            schema: schema.to_string(),
+            client: tokio::sync::Mutex::new(None),
+            vectors: VectorIndex::default(),
+            vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
+        })
+    }
+
+    /// Weight of the vector score in hybrid recall (0..=1; the keyword score gets the rest).
+    pub fn with_vector_weight(mut self, weight: f64) -> Self {
+        self.vector_weight = weight.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Scoped keyword recall: `(seq, entry, rank)` best first.
+    async fn keyword(
+        &self,
+        scope: &[ScopeRule],
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<(i64, MemoryEntry, f64)>, MemoryError> {
+        let s = &self.schema;
+        let words = fts::words(&scope[0].agent.0, &query.text)?;
+        let mut params: Vec<Param> = vec![Box::new(fts::pg_tsquery(&words))];
+        let pred = self.predicate(&mut params, scope, query)?;
+        params.push(limit_param(limit));
+        let sql = format!(
+            r#"SELECT {ENTRY_COLUMNS}, ts_rank_cd(t.tsv, q)::float8 AS score, t.seq
+               FROM "{s}".memories t JOIN "{s}".agents a ON a.id = t.agent_id,
+                    to_tsquery('simple', $1) q
+               WHERE t.tsv @@ q AND {pred}
+               ORDER BY score DESC, t.seq LIMIT ${}"#,
+            params.len()
+        );
+        let rows = self.query(&sql, &params).await?;
+        let mut hits = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let score: f64 = r.try_get(8).map_err(|e| self.pg(e))?;
+            let seq: i64 = r.try_get(9).map_err(|e| self.pg(e))?;
+            hits.push((seq, self.entry(r)?, score));
+        }
+        Ok(hits)
+    }
+
+    /// Loads the stored vectors of scope agents the index does not hold yet.
+    async fn load_vectors(&self, scope: &[ScopeRule]) -> Result<(), MemoryError> {
+        let s = &self.schema;
+        for rule in scope {
+            if self.vectors.has(&rule.agent) {
+                continue;
+            }
+            let rows = self
+                .query(
+                    &format!(
+                        r#"SELECT seq, category, session, created_at, embedding FROM "{s}".memories
+                           WHERE agent_id = $1 AND embedding IS NOT NULL"#
+                    ),
+                    &[Box::new(self.uuid(&rule.agent)?)],
+                )
+                .await?;
+            let mut loaded = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let get = || -> Result<Option<(i64, VecRow)>, tokio_postgres::Error> {
+                    let seq: i64 = r.try_get(0)?;
+                    let v: Vec<f32> = r.try_get(4)?;
+                    let created: OffsetDateTime = r.try_get(3)?;
+                    Ok(
+                        VecRow::new(r.try_get(1)?, r.try_get(2)?, micros(created), &v)
+                            .map(|row| (seq, row)),
+                    )
+                };
+                if let Some(pair) = get().map_err(|e| self.pg(e))? {
+                    loaded.push(pair);
+                }
+            }
+            self.vectors.load(rule.agent.clone(), loaded.into_iter());
+        }
+        Ok(())
+    }
+
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> MemoryError {
+        MemoryError::Postgres {
+            url: self.display_url.clone(),
+            schema: self.schema.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn pg(&self, e: tokio_postgres::Error) -> MemoryError {
+        // `{:#}`-style detail: the server's message is in the source, not the top error.
+        let detail = match e.as_db_error() {
+            Some(db) => db.message().to_string(),
+            None => match std::error::Error::source(&e) {
+                Some(src) => format!("{e}: {src}"),
+                None => e.to_string(),
+            },
+        };
+        self.err(detail)
+    }
+
+    /// The live client, connecting (and creating the schema) when there is none.
+    async fn client(&self) -> Result<Arc<Client>, MemoryError> {
+        let mut guard = self.client.lock().await;
+        if let Some(c) = guard.as_ref()
+            && !c.is_closed()
+        {
+            return Ok(Arc::clone(c));
+        }
+        let client = self.fresh().await?;
+        let s = &self.schema;
+        client
+            .batch_execute(&format!(
+                r#"BEGIN;
+                SELECT pg_advisory_xact_lock(hashtext('warren-memory-schema'));
+                CREATE SCHEMA IF NOT EXISTS "{s}";
+                CREATE TABLE IF NOT EXISTS "{s}".agents (
+                    id          UUID PRIMARY KEY,
+                    alias       TEXT NOT NULL UNIQUE,
+                    backend     TEXT NOT NULL,
+                    created_at  TIMESTAMPTZ NOT NULL
+                );
+                CREATE TABLE IF NOT EXISTS "{s}".memories (
+                    seq         BIGSERIAL PRIMARY KEY,
+                    id          UUID NOT NULL UNIQUE,
+                    agent_id    UUID NOT NULL REFERENCES "{s}".agents(id),
+                    key         TEXT NOT NULL,
+                    content     TEXT NOT NULL,
+                    category    TEXT NOT NULL,
+                    session     TEXT,
+                    created_at  TIMESTAMPTZ NOT NULL,
+                    updated_at  TIMESTAMPTZ NOT NULL,
+                    embedding   REAL[],
+                    tsv         TSVECTOR GENERATED ALWAYS AS
+                                  (to_tsvector('simple', key || ' ' || content)) STORED,
+                    UNIQUE (agent_id, key)
+                );
+                CREATE TABLE IF NOT EXISTS "{s}".meta (
+                    key         TEXT PRIMARY KEY,
+                    value       TEXT NOT NULL
+                );
+                CREATE INDEX IF NOT EXISTS memories_tsv ON "{s}".memories USING GIN (tsv);
+                CREATE INDEX IF NOT EXISTS memories_agent_updated
+                    ON "{s}".memories (agent_id, updated_at);
+                COMMIT;"#
+            ))
+            .await
+            .map_err(|e| self.pg(e))?;
+        let client = Arc::new(client);
+        *guard = Some(Arc::clone(&client));
+        Ok(client)
+    }
+
+    /// A new connection of its own (for transactions, which must not share the client).
+    async fn fresh(&self) -> Result<Client, MemoryError> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| self.pg(e))?;
+        let url = self.display_url.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(url = %url, error = %e, "PostgreSQL memory connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    async fn query(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, MemoryError> {
+        let client = self.client().await?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        client.query(sql, &refs).await.map_err(|e| self.pg(e))
+    }
+
+    fn uuid(&self, agent: &AgentId) -> Result<Uuid, MemoryError> {
+        Uuid::parse_str(&agent.0).map_err(|e| MemoryError::Corrupt {
+            location: self.location(),
+            message: format!("agent id {:?} is not a UUID: {e}", agent.0),
+        })
+    }
+
+    fn entry(&self, r: &Row) -> Result<MemoryEntry, MemoryError> {
+        let get = || -> Result<MemoryEntry, tokio_postgres::Error> {
+            Ok(MemoryEntry {
+                id: r.try_get::<_, Uuid>(0)?.to_string(),
+                agent: r.try_get(1)?,
+                key: r.try_get(2)?,
+                content: r.try_get(3)?,
+                category: r.try_get(4)?,
+                session: r.try_get(5)?,
+                created_at: r.try_get::<_, OffsetDateTime>(6)?,
+                updated_at: r.try_get::<_, OffsetDateTime>(7)?,
+            })
+        };
+        get().map_err(|e| MemoryError::Corrupt {
+            location: self.location(),
+            message: e.to_string(),
+        })
+    }
+
+    async fn entries(&self, tail: &str, params: &[Param]) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let s = &self.schema;
+        let sql = format!(
+            r#"SELECT {ENTRY_COLUMNS} FROM "{s}".memories t JOIN "{s}".agents a ON a.id = t.agent_id {tail}"#
+        );
+        self.query(&sql, params)
+            .await?
+            .iter()
+            .map(|r| self.entry(r))
+            .collect()
+    }
+
+    /// `(scope) [AND session/window]` over `t`, appending to `params`.
+    fn predicate(
+        &self,
+        params: &mut Vec<Param>,
+        scope: &[ScopeRule],
+        q: &RecallQuery,
+    ) -> Result<String, MemoryError> {
+        let mut parts = Vec::new();
+        for rule in scope {
+            params.push(Box::new(self.uuid(&rule.agent)?));
+            let mut p = format!("(t.agent_id = ${}", params.len());
+            if let Some(c) = &rule.categories {
+                params.push(Box::new(c.clone()));
+                p.push_str(&format!(" AND t.category = ANY(${})", params.len()));
+            }
+            p.push(')');
+            parts.push(p);
+        }
+        let mut sql = if parts.is_empty() {
+            "(FALSE)".to_string()
+        } else {
+            format!("({})", parts.join(" OR "))
+        };
+        if let Some(s) = &q.session {
+            params.push(Box::new(s.clone()));
+            sql.push_str(&format!(" AND t.session = ${}", params.len()));
+        }
+        if let Some(t) = q.since {
+            params.push(Box::new(t));
+            sql.push_str(&format!(" AND t.created_at >= ${}", params.len()));
+        }
+        if let Some(t) = q.until {
+            params.push(Box::new(t));
+            sql.push_str(&format!(" AND t.created_at <= ${}", params.len()));
+        }
+        Ok(sql)
+    }
+
+    /// Registered aliases with their backend name and row count (MEM-9 probe, CLI).
+    pub async fn registered_agents(&self) -> Result<Vec<(String, String, u64)>, MemoryError> {
+        let s = &self.schema;
+        let rows = self
+            .query(
+                &format!(
+                    r#"SELECT a.alias, a.backend, (SELECT COUNT(*) FROM "{s}".memories m WHERE m.agent_id = a.id)
+                       FROM "{s}".agents a ORDER BY a.alias"#
+                ),
+                &[],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(|e| self.pg(e))?,
+                    r.try_get(1).map_err(|e| self.pg(e))?,
+                    u64::try_from(r.try_get::<_, i64>(2).map_err(|e| self.pg(e))?).unwrap_or(0),
+                ))
+            })
+            .collect()
+    }
+
+    /// [`Self::registered_agents`] without creating anything: a schema or table that does not
+    /// exist has no agents (MEM-9 probe).
+    pub async fn probe_registered(&self) -> Result<Vec<(String, String, u64)>, MemoryError> {
+        let client = self.fresh().await?;
+        let table = format!(r#""{}".agents"#, self.schema);
+        let exists = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await
+            .and_then(|r| r.try_get::<_, bool>(0))
+            .map_err(|e| self.pg(e))?;
+        if !exists {
+            return Ok(Vec::new());
+        }
+        self.registered_agents().await
+    }
+
+    /// Drops the schema and everything in it (tests and `warren memory` maintenance).
+    pub async fn drop_schema(&self) -> Result<(), MemoryError> {
+        let client = self.client().await?;
+        client
+            .batch_execute(&format!(
+                r#"DROP SCHEMA IF EXISTS "{}" CASCADE"#,
+                self.schema
+            ))
+            .await
+            .map_err(|e| self.pg(e))?;
+        *self.client.lock().await = None;
+        Ok(())
+    }
+}
+
+fn limit_param(n: usize) -> Param {
+    Box::new(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+impl MemoryStore for PostgresStore {
+    fn kind(&self) -> MemoryBackendKind {
+        MemoryBackendKind::Postgres
+    }
+
+    fn location(&self) -> String {
+        format!("{} (schema {})", self.display_url, self.schema)
+    }
+
+    fn agent_id(&self, alias: &AgentAlias, create: bool) -> MemFuture<'_, Option<AgentId>> {
+        let alias = alias.to_string();
+        Box::pin(async move {
+            let s = &self.schema;
+            let find = format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#);
+            let rows = self.query(&find, &[Box::new(alias.clone())]).await?;
+            if let Some(r) = rows.first() {
+                return Ok(Some(AgentId(
+                    r.try_get::<_, Uuid>(0).map_err(|e| self.pg(e))?.to_string(),
+                )));
+            }
+            if !create {
+                return Ok(None);
+            }
+            self.query(
+                &format!(
+                    r#"INSERT INTO "{s}".agents (id, alias, backend, created_at) VALUES ($1, $2, 'postgres', $3)
+                       ON CONFLICT (alias) DO NOTHING"#
+                ),
+                &[Box::new(Uuid::new_v4()), Box::new(alias.clone()), Box::new(now())],
+            )
+            .await?;
+            let rows = self.query(&find, &[Box::new(alias)]).await?;
+            rows.first()
+                .map(|r| {
+                    r.try_get::<_, Uuid>(0)
+                        .map(|u| AgentId(u.to_string()))
+                        .map_err(|e| self.pg(e))
+                })
+                .transpose()
+        })
+    }
+
+    fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            let s = &self.schema;
+            let at = now();
+            let embedding = entry.embedding.clone();
+            let rows = self
+                .query(
+                    &format!(
+                        r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
+                           ON CONFLICT (agent_id, key) DO UPDATE SET content = EXCLUDED.content,
+                             category = EXCLUDED.category, session = EXCLUDED.session,
+                             updated_at = EXCLUDED.updated_at, embedding = EXCLUDED.embedding
+                           RETURNING seq"#
+                    ),
+                    &[
+                        Box::new(Uuid::new_v4()),
+                        Box::new(self.uuid(&agent)?),
+                        Box::new(entry.key),
+                        Box::new(entry.content),
+                        Box::new(entry.category),
+                        Box::new(entry.session),
+                        Box::new(at),
+                        Box::new(entry.embedding),
+                    ],
+                )
+                .await?;
+            let seq: i64 = rows
+                .first()
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| self.pg(e))?
+                .unwrap_or_default();
+            let stored = self
+                .entries("WHERE t.seq = $1", &[Box::new(seq)])
+                .await?
+                .pop()
+                .ok_or_else(|| MemoryError::Corrupt {
+                    location: self.location(),
+                    message: format!("row {seq} vanished after its write"),
+                })?;
+            let row = embedding.as_deref().and_then(|v| {
+                VecRow::new(
+                    stored.category.clone(),
+                    stored.session.clone(),
+                    micros(stored.created_at),
+                    v,
+                )
+            });
+            self.vectors.update(&agent, seq, row);
+            Ok(stored)
+        })
+    }
+
+    fn get_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Option<MemoryEntry>> {
+        Box::pin(async move {
+            Ok(self
+                .entries(
+                    "WHERE t.agent_id = $1 AND t.key = $2",
+                    &[Box::new(self.uuid(&agent)?), Box::new(key)],
+                )
+                .await?
+                .pop())
+        })
+    }
+
+    fn recall_for_agents(
+        &self,
+        scope: Vec<ScopeRule>,
+        query: RecallQuery,
+        query_vector: Option<Vec<f32>>,
+    ) -> MemFuture<'_, Vec<RecallHit>> {
+        Box::pin(async move {
+            if scope.is_empty() {
+                return Ok(Vec::new());
+            }
+            if query.is_recent() {
+                let mut params: Vec<Param> = Vec::new();
+                let pred = self.predicate(&mut params, &scope, &query)?;
+                params.push(limit_param(query.limit));
+                let tail = format!(
+                    "WHERE {pred} ORDER BY t.updated_at DESC, t.seq DESC LIMIT ${}",
+                    params.len()
+                );
+                let rows = self.entries(&tail, &params).await?;
+                return Ok(rows
+                    .into_iter()
+                    .map(|entry| RecallHit { entry, score: 1.0 })
+                    .collect());
+            }
+            let Some(qv) = query_vector else {
+                let hits = self.keyword(&scope, &query, query.limit).await?;
+                return Ok(hybrid::keyword_only(hits));
+            };
+            let wide = query.limit.saturating_mul(2);
+            let keyword = self.keyword(&scope, &query, wide).await?;
+            self.load_vectors(&scope).await?;
+            let nearest = self.vectors.nearest(&scope, &query, &qv, wide);
+            let missing: Vec<i64> = nearest
+                .iter()
+                .map(|(seq, _)| *seq)
+                .filter(|seq| !keyword.iter().any(|(k, _, _)| k == seq))
+                .collect();
+            let mut extra = std::collections::HashMap::new();
+            if !missing.is_empty() {
+                let s = &self.schema;
+                let rows = self
+                    .query(
+                        &format!(
+                            r#"SELECT {ENTRY_COLUMNS}, t.seq FROM "{s}".memories t
+                               JOIN "{s}".agents a ON a.id = t.agent_id WHERE t.seq = ANY($1)"#
+                        ),
+                        &[Box::new(missing)],
+                    )
+                    .await?;
+                for r in &rows {
+                    let seq: i64 = r.try_get(8).map_err(|e| self.pg(e))?;
+                    extra.insert(seq, self.entry(r)?);
+                }
+            }
+            Ok(hybrid::merge(
+                keyword,
+                nearest,
+                extra,
+                self.vector_weight,
+                query.limit,
+            ))
+        })
+    }
+
+    fn list_for_agent(&self, agent: AgentId, query: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>> {
+        Box::pin(async move {
+            let mut params: Vec<Param> = vec![Box::new(self.uuid(&agent)?)];
+            let mut tail = "WHERE t.agent_id = $1".to_string();
+            if let Some(c) = query.category {
+                params.push(Box::new(c));
+                tail.push_str(" AND t.category = $2");
+            }
+            params.push(limit_param(query.limit));
+            params.push(limit_param(query.offset));
+            tail.push_str(&format!(
+                " ORDER BY t.updated_at DESC, t.seq DESC LIMIT ${} OFFSET ${}",
+                params.len() - 1,
+                params.len()
+            ));
+            self.entries(&tail, &params).await
+        })
+    }
+
+    fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
+        Box::pin(async move {
+            let s = &self.schema;
+            let rows = self
+                .query(
+                    &format!(
+                        r#"DELETE FROM "{s}".memories WHERE agent_id = $1 AND key = $2 RETURNING seq"#
+                    ),
+                    &[Box::new(self.uuid(&agent)?), Box::new(key)],
+                )
+                .await?;
+            for r in &rows {
+                if let Ok(seq) = r.try_get::<_, i64>(0) {
+                    self.vectors.update(&agent, seq, None);
+                }
+            }
+            Ok(!rows.is_empty())
+        })
+    }
+
+    fn count_for_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            let s = &self.schema;
+            let rows = self
+                .query(
+                    &format!(r#"SELECT COUNT(*) FROM "{s}".memories WHERE agent_id = $1"#),
+                    &[Box::new(self.uuid(&agent)?)],
+                )
+                .await?;
+            let n: i64 = rows
+                .first()
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| self.pg(e))?
+                .unwrap_or(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn export_agent(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryEntry>> {
+        Box::pin(async move {
+            self.entries(
+                "WHERE t.agent_id = $1 ORDER BY t.created_at, t.seq",
+                &[Box::new(self.uuid(&agent)?)],
+            )
+            .await
+        })
+    }
+
+    fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            let s = &self.schema;
+            let id = self.uuid(&agent)?;
+            self.client().await?;
+            let mut client = self.fresh().await?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            let n = tx
+                .execute(
+                    &format!(r#"DELETE FROM "{s}".memories WHERE agent_id = $1"#),
+                    &[&id],
+                )
+                .await
+                .map_err(|e| self.pg(e))?;
+            tx.execute(
+                &format!(r#"DELETE FROM "{s}".agents WHERE id = $1"#),
+                &[&id],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            self.vectors.forget_agent(&agent);
+            Ok(n)
+        })
+    }
+
+    fn set_embedder_identity(&self, identity: String) -> MemFuture<'_, bool> {
+        Box::pin(async move {
+            let s = &self.schema;
+            self.client().await?;
+            let mut client = self.fresh().await?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            let old: Option<String> = tx
+                .query_opt(
+                    &format!(r#"SELECT value FROM "{s}".meta WHERE key = 'embedder' FOR UPDATE"#),
+                    &[],
+                )
+                .await
+                .map_err(|e| self.pg(e))?
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| self.pg(e))?;
+            if old.as_deref() == Some(identity.as_str()) {
+                return Ok(false);
+            }
+            let changed = old.is_some();
+            if changed {
+                tx.execute(
+                    &format!(
+                        r#"UPDATE "{s}".memories SET embedding = NULL WHERE embedding IS NOT NULL"#
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(|e| self.pg(e))?;
+            }
+            tx.execute(
+                &format!(
+                    r#"INSERT INTO "{s}".meta (key, value) VALUES ('embedder', $1)
+                       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"#
+                ),
+                &[&identity],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            if changed {
+                self.vectors.clear();
+            }
+            Ok(changed)
+        })
+    }
+
+    fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
+        Box::pin(async move {
+            let s = &self.schema;
+            self.client().await?;
+            let mut client = self.fresh().await?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            // Serialise renames: both alias rows are read and changed under this lock.
+            tx.batch_execute(&format!(
+                r#"LOCK TABLE "{s}".agents IN SHARE ROW EXCLUSIVE MODE"#
+            ))
+            .await
+            .map_err(|e| self.pg(e))?;
+            let from_id: Option<Uuid> = tx
+                .query_opt(
+                    &format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#),
+                    &[&from.as_str()],
+                )
+                .await
+                .map_err(|e| self.pg(e))?
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| self.pg(e))?;
+            let Some(from_id) = from_id else {
+                return Ok(false);
+            };
+            let to_row = tx
+                .query_opt(
+                    &format!(
+                        r#"SELECT a.id, (SELECT COUNT(*) FROM "{s}".memories m WHERE m.agent_id = a.id)
+                           FROM "{s}".agents a WHERE a.alias = $1"#
+                    ),
+                    &[&to.as_str()],
+                )
+                .await
+                .map_err(|e| self.pg(e))?;
+            if let Some(r) = to_row {
+                let to_id: Uuid = r.try_get(0).map_err(|e| self.pg(e))?;
+                let rows: i64 = r.try_get(1).map_err(|e| self.pg(e))?;
+                if rows > 0 {
+                    return Err(MemoryError::Lifecycle {
+                        agent: from.to_string(),
+                        message: format!(
+                            "cannot rename to '{to}': '{to}' already owns {rows} memory rows in {}",
+                            self.location()
+                        ),
+                    });
+                }
+                tx.execute(
+                    &format!(r#"DELETE FROM "{s}".agents WHERE id = $1"#),
+                    &[&to_id],
+                )
+                .await
+                .map_err(|e| self.pg(e))?;
+            }
+            tx.execute(
+                &format!(r#"UPDATE "{s}".agents SET alias = $1 WHERE id = $2"#),
+                &[&to.as_str(), &from_id],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            Ok(true)
+        })
+    }
+}

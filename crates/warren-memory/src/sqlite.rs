@@ -1,0 +1,710 @@
+//! The SQLite memory store (MEM-2, the default backend): one install-wide file
+//! `data/memory/memory.db` in WAL mode with tables `agents(id, alias UNIQUE, backend,
+//! created_at)` and `memories(..., agent_id NOT NULL REFERENCES agents(id), UNIQUE(agent_id,
+//! key))`, plus an FTS5 index over key and content for BM25 keyword recall.
+//!
+//! The scope of a recall (agent ids and their category lists) is part of the SQL `WHERE`, so
+//! it applies before `ORDER BY ... LIMIT`: rows a grant forbids can never crowd out allowed
+//! ones. Timestamps are INTEGER microseconds since the Unix epoch (UTC), compared as numbers.
+//! All SQLite work runs on the blocking pool, never on an async worker.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params};
+use time::OffsetDateTime;
+use warren_config::schema::MemoryBackendKind;
+use warren_core::AgentAlias;
+
+use crate::entry::{
+    AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule, now,
+};
+use crate::error::MemoryError;
+use crate::fts;
+use crate::hybrid::{self, VecRow, VectorIndex};
+use crate::store::{MemFuture, MemoryStore};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS agents (
+    id          TEXT PRIMARY KEY,          -- UUID v4
+    alias       TEXT NOT NULL UNIQUE,
+    backend     TEXT NOT NULL,
+    created_at  INTEGER NOT NULL           -- unix microseconds, UTC
+);
+CREATE TABLE IF NOT EXISTS memories (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,  -- FTS rowid; never reused, so a cached
+                                           -- vector cannot name a later row
+    id          TEXT NOT NULL UNIQUE,      -- UUID v4
+    agent_id    TEXT NOT NULL REFERENCES agents(id),
+    key         TEXT NOT NULL,
+    content     TEXT NOT NULL,
+    category    TEXT NOT NULL,
+    session     TEXT,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    embedding   BLOB,                      -- little-endian f32s
+    UNIQUE (agent_id, key)
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key         TEXT PRIMARY KEY,
+    value       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memories_agent_updated ON memories(agent_id, updated_at);
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts
+    USING fts5(key, content, content='memories', content_rowid='seq');
+CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, key, content) VALUES (new.seq, new.key, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, key, content)
+        VALUES ('delete', old.seq, old.key, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_au AFTER UPDATE OF key, content ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, key, content)
+        VALUES ('delete', old.seq, old.key, old.content);
+    INSERT INTO memories_fts(rowid, key, content) VALUES (new.seq, new.key, new.content);
+END;
+"#;
+
+/// Columns every entry query selects, in [`entry_from_row`] order; `t` is the memories row.
+const ENTRY_COLUMNS: &str = "t.id, (SELECT alias FROM agents WHERE id = t.agent_id), t.key, \
+     t.content, t.category, t.session, t.created_at, t.updated_at";
+
+/// The install-wide SQLite store. Cheap to share (`Arc`); one connection behind a mutex.
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Arc<Mutex<Connection>>,
+    vectors: Arc<VectorIndex>,
+    vector_weight: f64,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path` and its schema.
+    pub fn open(path: &Path) -> Result<Self, MemoryError> {
+        let err = |source| MemoryError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| MemoryError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(err)?;
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            conn: Arc::new(Mutex::new(conn)),
+            vectors: Arc::new(VectorIndex::default()),
+            vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
+        })
+    }
+
+    /// Weight of the vector score in hybrid recall (0..=1; the keyword score gets the rest).
+    pub fn with_vector_weight(mut self, weight: f64) -> Self {
+        self.vector_weight = weight.clamp(0.0, 1.0);
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on the connection on the blocking pool.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection, &Path) -> Result<T, MemoryError> + Send + 'static,
+    ) -> MemFuture<'_, T> {
+        let conn = Arc::clone(&self.conn);
+        let path = self.path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let mut guard = match conn.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                f(&mut guard, &path)
+            })
+            .await
+            .map_err(|e| MemoryError::Worker(e.to_string()))?
+        })
+    }
+
+    /// Registered aliases with their backend name and row count (MEM-9 probe, CLI).
+    pub fn registered_agents(&self) -> MemFuture<'_, Vec<(String, String, u64)>> {
+        self.run(|conn, path| registered(conn, path))
+    }
+}
+
+/// [`SqliteStore::registered_agents`] of the store file at `path`, opened read-only; an
+/// absent file has no agents. Synchronous: for config validation (MEM-9).
+pub fn registered_agents_at(path: &Path) -> Result<Vec<(String, String, u64)>, MemoryError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(sql(path))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(sql(path))?;
+    let has_agents: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agents')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql(path))?;
+    if !has_agents {
+        return Ok(Vec::new());
+    }
+    registered(&conn, path)
+}
+
+fn registered(conn: &Connection, path: &Path) -> Result<Vec<(String, String, u64)>, MemoryError> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT a.alias, a.backend, (SELECT COUNT(*) FROM memories m WHERE m.agent_id = a.id) \
+             FROM agents a ORDER BY a.alias",
+        )
+        .map_err(sql(path))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(sql(path))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql(path))?;
+    Ok(rows
+        .into_iter()
+        .map(|(a, b, n)| (a, b, u64::try_from(n).unwrap_or(0)))
+        .collect())
+}
+
+fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> MemoryError + '_ {
+    move |source| MemoryError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub(crate) fn micros(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+fn instant(us: i64) -> rusqlite::Result<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Integer, Box::new(e))
+    })
+}
+
+fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryEntry> {
+    Ok(MemoryEntry {
+        id: r.get(0)?,
+        agent: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+        key: r.get(2)?,
+        content: r.get(3)?,
+        category: r.get(4)?,
+        session: r.get(5)?,
+        created_at: instant(r.get(6)?)?,
+        updated_at: instant(r.get(7)?)?,
+    })
+}
+
+/// Appends the scope predicate over `t` and its parameters: `(t.agent_id = ? [AND
+/// t.category IN (...)]) OR ...`. An empty category list matches nothing (MEM-8).
+fn push_scope(sql: &mut String, params: &mut Vec<Value>, scope: &[ScopeRule]) {
+    sql.push('(');
+    for (i, rule) in scope.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(" OR ");
+        }
+        params.push(Value::Text(rule.agent.0.clone()));
+        sql.push_str(&format!("(t.agent_id = ?{}", params.len()));
+        if let Some(cats) = &rule.categories {
+            if cats.is_empty() {
+                sql.push_str(" AND 0");
+            } else {
+                sql.push_str(" AND t.category IN (");
+                for (j, c) in cats.iter().enumerate() {
+                    params.push(Value::Text(c.clone()));
+                    if j > 0 {
+                        sql.push(',');
+                    }
+                    sql.push_str(&format!("?{}", params.len()));
+                }
+                sql.push(')');
+            }
+        }
+        sql.push(')');
+    }
+    if scope.is_empty() {
+        sql.push('0');
+    }
+    sql.push(')');
+}
+
+fn push_filters(sql: &mut String, params: &mut Vec<Value>, q: &RecallQuery) {
+    if let Some(s) = &q.session {
+        params.push(Value::Text(s.clone()));
+        sql.push_str(&format!(" AND t.session = ?{}", params.len()));
+    }
+    if let Some(since) = q.since {
+        params.push(Value::Integer(micros(since)));
+        sql.push_str(&format!(" AND t.created_at >= ?{}", params.len()));
+    }
+    if let Some(until) = q.until {
+        params.push(Value::Integer(micros(until)));
+        sql.push_str(&format!(" AND t.created_at <= ?{}", params.len()));
+    }
+}
+
+/// Scoped keyword recall: `(seq, entry, bm25 score)` best first (higher score is better).
+fn keyword_recall(
+    conn: &Connection,
+    path: &Path,
+    agent: &str,
+    scope: &[ScopeRule],
+    q: &RecallQuery,
+    limit: usize,
+) -> Result<Vec<(i64, MemoryEntry, f64)>, MemoryError> {
+    let words = fts::words(agent, &q.text)?;
+    let mut params = vec![Value::Text(fts::fts5_match(&words))];
+    let mut sql = format!(
+        "SELECT t.seq, {ENTRY_COLUMNS}, -f.rank FROM memories_fts f \
+         JOIN memories t ON t.seq = f.rowid WHERE f.memories_fts MATCH ?1 AND "
+    );
+    push_scope(&mut sql, &mut params, scope);
+    push_filters(&mut sql, &mut params, q);
+    params.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+    sql.push_str(&format!(" ORDER BY f.rank LIMIT ?{}", params.len()));
+    let invalid = |e: rusqlite::Error| {
+        if e.to_string().contains("fts5") {
+            MemoryError::InvalidQuery {
+                agent: agent.to_string(),
+                query: q.text.chars().take(80).collect(),
+                message: e.to_string(),
+            }
+        } else {
+            sql_err(path)(e)
+        }
+    };
+    let mut stmt = conn.prepare_cached(&sql).map_err(invalid)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params), |r| {
+            let seq: i64 = r.get(0)?;
+            let entry = MemoryEntry {
+                id: r.get(1)?,
+                agent: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                key: r.get(3)?,
+                content: r.get(4)?,
+                category: r.get(5)?,
+                session: r.get(6)?,
+                created_at: instant(r.get(7)?)?,
+                updated_at: instant(r.get(8)?)?,
+            };
+            Ok((seq, entry, r.get::<_, f64>(9)?))
+        })
+        .map_err(invalid)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    Ok(rows)
+}
+
+fn recent_recall(
+    conn: &Connection,
+    path: &Path,
+    scope: &[ScopeRule],
+    q: &RecallQuery,
+) -> Result<Vec<RecallHit>, MemoryError> {
+    let mut params = Vec::new();
+    let mut sql = format!("SELECT {ENTRY_COLUMNS} FROM memories t WHERE ");
+    push_scope(&mut sql, &mut params, scope);
+    push_filters(&mut sql, &mut params, q);
+    params.push(Value::Integer(i64::try_from(q.limit).unwrap_or(i64::MAX)));
+    sql.push_str(&format!(
+        " ORDER BY t.updated_at DESC, t.seq DESC LIMIT ?{}",
+        params.len()
+    ));
+    let mut stmt = conn.prepare_cached(&sql).map_err(sql_err(path))?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params), entry_from_row)
+        .map_err(sql_err(path))?
+        .map(|r| r.map(|entry| RecallHit { entry, score: 1.0 }))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql_err(path))?;
+    Ok(rows)
+}
+
+fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> MemoryError + '_ {
+    sql(path)
+}
+
+fn entries(
+    conn: &Connection,
+    path: &Path,
+    where_order: &str,
+    params: &[Value],
+) -> Result<Vec<MemoryEntry>, MemoryError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {ENTRY_COLUMNS} FROM memories t {where_order}"
+        ))
+        .map_err(sql(path))?;
+    stmt.query_map(rusqlite::params_from_iter(params), entry_from_row)
+        .map_err(sql(path))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql(path))
+}
+
+fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub(crate) fn decode_vector(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Loads the stored vectors of `agents` that the index does not hold yet.
+fn load_vectors(
+    conn: &Connection,
+    path: &Path,
+    index: &VectorIndex,
+    agents: &[AgentId],
+) -> Result<(), MemoryError> {
+    for agent in agents {
+        if index.has(agent) {
+            continue;
+        }
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT seq, category, session, created_at, embedding FROM memories \
+                 WHERE agent_id = ?1 AND embedding IS NOT NULL",
+            )
+            .map_err(sql(path))?;
+        let rows = stmt
+            .query_map([&agent.0], |r| {
+                let blob: Vec<u8> = r.get(4)?;
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    VecRow::new(r.get(1)?, r.get(2)?, r.get(3)?, &decode_vector(&blob)),
+                ))
+            })
+            .map_err(sql(path))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql(path))?;
+        index.load(
+            agent.clone(),
+            rows.into_iter()
+                .filter_map(|(seq, row)| row.map(|r| (seq, r))),
+        );
+    }
+    Ok(())
+}
+
+impl MemoryStore for SqliteStore {
+    fn kind(&self) -> MemoryBackendKind {
+        MemoryBackendKind::Sqlite
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn agent_id(&self, alias: &AgentAlias, create: bool) -> MemFuture<'_, Option<AgentId>> {
+        let alias = alias.to_string();
+        self.run(move |conn, path| {
+            let find = |conn: &Connection| {
+                conn.prepare_cached("SELECT id FROM agents WHERE alias = ?1")
+                    .and_then(|mut s| s.query_row([&alias], |r| r.get::<_, String>(0)).optional())
+                    .map_err(sql(path))
+            };
+            if let Some(id) = find(conn)? {
+                return Ok(Some(AgentId(id)));
+            }
+            if !create {
+                return Ok(None);
+            }
+            conn.execute(
+                "INSERT INTO agents (id, alias, backend, created_at) VALUES (?1, ?2, 'sqlite', ?3) \
+                 ON CONFLICT(alias) DO NOTHING",
+                params![uuid::Uuid::new_v4().to_string(), alias, micros(now())],
+            )
+            .map_err(sql(path))?;
+            Ok(find(conn)?.map(AgentId))
+        })
+    }
+
+    fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
+        let vectors = Arc::clone(&self.vectors);
+        self.run(move |conn, path| {
+            let at = micros(now());
+            let blob = entry.embedding.as_deref().map(encode_vector);
+            let (seq, id): (i64, String) = conn
+                .prepare_cached(
+                    "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8) \
+                     ON CONFLICT (agent_id, key) DO UPDATE SET content = excluded.content, \
+                       category = excluded.category, session = excluded.session, \
+                       updated_at = excluded.updated_at, embedding = excluded.embedding \
+                     RETURNING seq, id",
+                )
+                .and_then(|mut s| {
+                    s.query_row(
+                        params![
+                            uuid::Uuid::new_v4().to_string(),
+                            agent.0,
+                            entry.key,
+                            entry.content,
+                            entry.category,
+                            entry.session,
+                            at,
+                            blob
+                        ],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                })
+                .map_err(sql(path))?;
+            let stored = entries(conn, path, "WHERE t.seq = ?1", &[Value::Integer(seq)])?
+                .pop()
+                .ok_or_else(|| MemoryError::Corrupt {
+                    location: path.display().to_string(),
+                    message: format!("row {id} vanished after its write"),
+                })?;
+            let row = entry.embedding.as_deref().and_then(|v| {
+                VecRow::new(
+                    stored.category.clone(),
+                    stored.session.clone(),
+                    micros(stored.created_at),
+                    v,
+                )
+            });
+            vectors.update(&agent, seq, row);
+            Ok(stored)
+        })
+    }
+
+    fn get_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Option<MemoryEntry>> {
+        self.run(move |conn, path| {
+            Ok(entries(
+                conn,
+                path,
+                "WHERE t.agent_id = ?1 AND t.key = ?2",
+                &[Value::Text(agent.0), Value::Text(key)],
+            )?
+            .pop())
+        })
+    }
+
+    fn recall_for_agents(
+        &self,
+        scope: Vec<ScopeRule>,
+        query: RecallQuery,
+        query_vector: Option<Vec<f32>>,
+    ) -> MemFuture<'_, Vec<RecallHit>> {
+        let vectors = Arc::clone(&self.vectors);
+        let weight = self.vector_weight;
+        self.run(move |conn, path| {
+            if scope.is_empty() {
+                return Ok(Vec::new());
+            }
+            let agent = scope.first().map(|r| r.agent.0.clone()).unwrap_or_default();
+            if query.is_recent() {
+                return recent_recall(conn, path, &scope, &query);
+            }
+            let Some(qv) = query_vector else {
+                let rows = keyword_recall(conn, path, &agent, &scope, &query, query.limit)?;
+                return Ok(hybrid::keyword_only(rows));
+            };
+            // Hybrid: twice the limit from each side, merged (MEM-2 scope on both sides).
+            let wide = query.limit.saturating_mul(2);
+            let keyword = keyword_recall(conn, path, &agent, &scope, &query, wide)?;
+            let ids: Vec<AgentId> = scope.iter().map(|r| r.agent.clone()).collect();
+            load_vectors(conn, path, &vectors, &ids)?;
+            let nearest = vectors.nearest(&scope, &query, &qv, wide);
+            let mut extra: HashMap<i64, MemoryEntry> = HashMap::new();
+            for (seq, _) in &nearest {
+                if keyword.iter().any(|(k, _, _)| k == seq) {
+                    continue;
+                }
+                if let Some(e) =
+                    entries(conn, path, "WHERE t.seq = ?1", &[Value::Integer(*seq)])?.pop()
+                {
+                    extra.insert(*seq, e);
+                }
+            }
+            Ok(hybrid::merge(keyword, nearest, extra, weight, query.limit))
+        })
+    }
+
+    fn list_for_agent(&self, agent: AgentId, query: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>> {
+        self.run(move |conn, path| {
+            let mut params = vec![Value::Text(agent.0)];
+            let mut clause = "WHERE t.agent_id = ?1".to_string();
+            if let Some(c) = query.category {
+                params.push(Value::Text(c));
+                clause.push_str(" AND t.category = ?2");
+            }
+            params.push(Value::Integer(
+                i64::try_from(query.limit).unwrap_or(i64::MAX),
+            ));
+            params.push(Value::Integer(
+                i64::try_from(query.offset).unwrap_or(i64::MAX),
+            ));
+            clause.push_str(&format!(
+                " ORDER BY t.updated_at DESC, t.seq DESC LIMIT ?{} OFFSET ?{}",
+                params.len() - 1,
+                params.len()
+            ));
+            entries(conn, path, &clause, &params)
+        })
+    }
+
+    fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
+        let vectors = Arc::clone(&self.vectors);
+        self.run(move |conn, path| {
+            let seq: Option<i64> = conn
+                .query_row(
+                    "DELETE FROM memories WHERE agent_id = ?1 AND key = ?2 RETURNING seq",
+                    params![agent.0, key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql(path))?;
+            if let Some(seq) = seq {
+                vectors.update(&agent, seq, None);
+            }
+            Ok(seq.is_some())
+        })
+    }
+
+    fn count_for_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
+        self.run(move |conn, path| {
+            let n: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM memories WHERE agent_id = ?1",
+                    [&agent.0],
+                    |r| r.get(0),
+                )
+                .map_err(sql(path))?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn export_agent(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryEntry>> {
+        self.run(move |conn, path| {
+            entries(
+                conn,
+                path,
+                "WHERE t.agent_id = ?1 ORDER BY t.created_at, t.seq",
+                &[Value::Text(agent.0)],
+            )
+        })
+    }
+
+    fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
+        let vectors = Arc::clone(&self.vectors);
+        self.run(move |conn, path| {
+            let tx = conn.transaction().map_err(sql(path))?;
+            let n = tx
+                .execute("DELETE FROM memories WHERE agent_id = ?1", [&agent.0])
+                .map_err(sql(path))?;
+            tx.execute("DELETE FROM agents WHERE id = ?1", [&agent.0])
+                .map_err(sql(path))?;
+            tx.commit().map_err(sql(path))?;
+            vectors.forget_agent(&agent);
+            Ok(n as u64)
+        })
+    }
+
+    fn set_embedder_identity(&self, identity: String) -> MemFuture<'_, bool> {
+        let vectors = Arc::clone(&self.vectors);
+        self.run(move |conn, path| {
+            let tx = conn.transaction().map_err(sql(path))?;
+            let old: Option<String> = tx
+                .query_row("SELECT value FROM meta WHERE key = 'embedder'", [], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(sql(path))?;
+            if old.as_deref() == Some(identity.as_str()) {
+                return Ok(false);
+            }
+            let changed = old.is_some();
+            if changed {
+                tx.execute("UPDATE memories SET embedding = NULL WHERE embedding IS NOT NULL", [])
+                    .map_err(sql(path))?;
+            }
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('embedder', ?1) \
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [&identity],
+            )
+            .map_err(sql(path))?;
+            tx.commit().map_err(sql(path))?;
+            if changed {
+                vectors.clear();
+                tracing::warn!(path = %path.display(), embedder = %identity, "embedder changed: stored vectors dropped; recall uses keywords for older rows");
+            }
+            Ok(changed)
+        })
+    }
+
+    fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
+        self.run(move |conn, path| {
+            let tx = conn.transaction().map_err(sql(path))?;
+            let id_of = |alias: &str| {
+                tx.query_row("SELECT id FROM agents WHERE alias = ?1", [alias], |r| {
+                    r.get::<_, String>(0)
+                })
+                .optional()
+                .map_err(sql(path))
+            };
+            let Some(from_id) = id_of(from.as_str())? else {
+                return Ok(false);
+            };
+            if let Some(to_id) = id_of(to.as_str())? {
+                let rows: i64 = tx
+                    .query_row(
+                        "SELECT COUNT(*) FROM memories WHERE agent_id = ?1",
+                        [&to_id],
+                        |r| r.get(0),
+                    )
+                    .map_err(sql(path))?;
+                if rows > 0 {
+                    return Err(MemoryError::Lifecycle {
+                        agent: from.to_string(),
+                        message: format!(
+                            "cannot rename to '{to}': '{to}' already owns {rows} memory rows in {}",
+                            path.display()
+                        ),
+                    });
+                }
+                tx.execute("DELETE FROM agents WHERE id = ?1", [&to_id])
+                    .map_err(sql(path))?;
+            }
+            tx.execute(
+                "UPDATE agents SET alias = ?1 WHERE id = ?2",
+                params![to.as_str(), from_id],
+            )
+            .map_err(sql(path))?;
+            tx.commit().map_err(sql(path))?;
+            Ok(true)
+        })
+    }
+}

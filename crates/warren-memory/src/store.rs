@@ -1,0 +1,79 @@
+//! The two traits: [`Memory`], the agent-facing handle (always an [`crate::AgentScopedMemory`],
+//! MEM-1/MEM-6), and [`MemoryStore`], the install-wide backend that takes an explicit agent on
+//! every call (MEM-2). Only the scoped wrapper and lifecycle code talk to a `MemoryStore`.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use warren_config::schema::MemoryBackendKind;
+use warren_core::AgentAlias;
+
+use crate::entry::{AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule};
+use crate::error::MemoryError;
+
+/// A boxed future, so both traits stay object safe (`Arc<dyn Memory>`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Shorthand for the futures the traits return.
+pub type MemFuture<'a, T> = BoxFuture<'a, Result<T, MemoryError>>;
+
+/// One agent's memory, as tools and the runtime see it. Every method acts as the bound agent:
+/// writes and deletes touch only its rows; reads see its rows plus what its grants allow.
+pub trait Memory: Send + Sync {
+    /// The agent this handle is bound to.
+    fn agent(&self) -> &AgentAlias;
+    /// The backend kind behind the handle.
+    fn backend(&self) -> MemoryBackendKind;
+    /// Stores (or replaces, by key) one entry of the bound agent.
+    fn store(&self, entry: NewEntry) -> MemFuture<'_, MemoryEntry>;
+    /// The bound agent's entry with this key.
+    fn get(&self, key: String) -> MemFuture<'_, Option<MemoryEntry>>;
+    /// Keyword (or hybrid) recall over the bound agent's rows and its grants.
+    fn recall(&self, query: RecallQuery) -> MemFuture<'_, Vec<RecallHit>>;
+    /// A page of the bound agent's own entries.
+    fn list(&self, query: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>>;
+    /// Deletes the bound agent's entry with this key; `false` if it had none.
+    fn forget(&self, key: String) -> MemFuture<'_, bool>;
+    /// How many entries the bound agent has.
+    fn count(&self) -> MemFuture<'_, u64>;
+    /// Every entry of the bound agent, oldest first.
+    fn export(&self) -> MemFuture<'_, Vec<MemoryEntry>>;
+    /// Deletes every entry of the bound agent; returns how many.
+    fn purge(&self) -> MemFuture<'_, u64>;
+}
+
+/// An install-wide memory backend. Every row carries its agent; every read is filtered by an
+/// explicit scope, pushed into the query before any limit (MEM-2/3).
+pub trait MemoryStore: Send + Sync {
+    fn kind(&self) -> MemoryBackendKind;
+    /// Where rows live, for messages: a file path, a directory or a URL without password.
+    fn location(&self) -> String;
+    /// The backend id of `alias`; with `create`, registers the agent (first write).
+    fn agent_id(&self, alias: &AgentAlias, create: bool) -> MemFuture<'_, Option<AgentId>>;
+    fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry>;
+    fn get_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Option<MemoryEntry>>;
+    /// Rows allowed by `scope` matching `query`, best first, at most `query.limit`.
+    /// `query_vector` enables hybrid recall where the backend keeps vectors.
+    fn recall_for_agents(
+        &self,
+        scope: Vec<ScopeRule>,
+        query: RecallQuery,
+        query_vector: Option<Vec<f32>>,
+    ) -> MemFuture<'_, Vec<RecallHit>>;
+    fn list_for_agent(&self, agent: AgentId, query: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>>;
+    fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool>;
+    fn count_for_agent(&self, agent: AgentId) -> MemFuture<'_, u64>;
+    /// Every row of `agent`, oldest first (lifecycle: archive before delete).
+    fn export_agent(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryEntry>>;
+    /// Deletes every row of `agent` and its registration; returns the row count.
+    fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64>;
+    /// Moves `from`'s attribution to `to` (rows keep their agent id). Refuses when `to`
+    /// already has rows. Returns whether anything was renamed.
+    fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool>;
+    /// Records the embedder identity vectors are made with. When it differs from the one
+    /// recorded, every stored vector is dropped (they are incomparable with new ones) and
+    /// `true` is returned. Stores without vectors ignore it.
+    fn set_embedder_identity(&self, _identity: String) -> MemFuture<'_, bool> {
+        Box::pin(async { Ok(false) })
+    }
+}

@@ -1,0 +1,252 @@
+//! The memory tools `memory_store`, `memory_recall` and `memory_forget` (MEM-1/2). Each holds
+//! only the agent's scoped handle (`Arc<dyn Memory>` from `create_memory_for_agent`), so a tool
+//! can never read or write more than its agent's grants allow, whatever the model sends.
+//!
+//! Bad input is answered, not swallowed: over-long content, empty keys and queries with no
+//! words come back as `invalid arguments` naming the problem; a store that is down (e.g. the
+//! PostgreSQL server) is a `Failed` call, and the agent's other tools keep working.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use warren_config::schema::MemoryBackendKind;
+use warren_memory::{MAX_LIMIT, Memory, MemoryError, NewEntry, RecallQuery};
+
+use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput};
+
+/// Default number of recall results.
+pub const DEFAULT_RECALL_LIMIT: usize = 5;
+
+/// The three memory tools bound to `memory`.
+pub fn memory_tools(memory: Arc<dyn Memory>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(MemoryStoreTool(Arc::clone(&memory))),
+        Arc::new(MemoryRecallTool(Arc::clone(&memory))),
+        Arc::new(MemoryForgetTool(memory)),
+    ]
+}
+
+fn tool_error(e: MemoryError) -> ToolError {
+    match e {
+        MemoryError::InvalidInput { .. } | MemoryError::InvalidQuery { .. } => {
+            ToolError::InvalidArguments(e.to_string())
+        }
+        other => ToolError::Failed(other.to_string()),
+    }
+}
+
+fn obj(args: &Value) -> Result<&serde_json::Map<String, Value>, ToolError> {
+    args.as_object()
+        .ok_or_else(|| ToolError::InvalidArguments("arguments must be a JSON object".into()))
+}
+
+fn string<'a>(
+    args: &'a serde_json::Map<String, Value>,
+    name: &str,
+    required: bool,
+) -> Result<Option<&'a str>, ToolError> {
+    match args.get(name) {
+        None | Some(Value::Null) if !required => Ok(None),
+        None | Some(Value::Null) => {
+            Err(ToolError::InvalidArguments(format!("'{name}' is required")))
+        }
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ToolError::InvalidArguments(format!(
+            "'{name}' must be a string, not {}",
+            kind(other)
+        ))),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn instant(
+    args: &serde_json::Map<String, Value>,
+    name: &str,
+) -> Result<Option<OffsetDateTime>, ToolError> {
+    string(args, name, false)?
+        .map(|s| {
+            OffsetDateTime::parse(s, &Rfc3339).map_err(|e| {
+                ToolError::InvalidArguments(format!(
+                    "'{name}' must be an RFC 3339 time like 2026-01-31T12:00:00Z: {e}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// `memory_store`: remember a fact under a key (replaces an earlier value of the key).
+pub struct MemoryStoreTool(Arc<dyn Memory>);
+
+impl Tool for MemoryStoreTool {
+    fn name(&self) -> &'static str {
+        "memory_store"
+    }
+    fn description(&self) -> &'static str {
+        "Remember something under a key (storing the same key again replaces it). Category \
+         defaults to \"core\" (long-term facts); use e.g. \"daily\" for notes of the day."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "key": {"type": "string", "description": "Short unique name of the memory"},
+                "content": {"type": "string", "description": "What to remember (at most 64 KiB)"},
+                "category": {"type": "string", "description": "Category name, default \"core\""},
+                "session": {"type": "string", "description": "Session this belongs to, if any"}
+            },
+            "required": ["key", "content"],
+            "additionalProperties": false
+        })
+    }
+    fn risk(&self) -> RiskClass {
+        RiskClass::Write
+    }
+    fn execute(&self, args: Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let args = obj(&args)?;
+            let key = string(args, "key", true)?.unwrap_or_default();
+            let content = string(args, "content", true)?.unwrap_or_default();
+            let entry = NewEntry::new(
+                self.0.agent().as_str(),
+                key,
+                content,
+                string(args, "category", false)?,
+                string(args, "session", false)?,
+            )
+            .map_err(tool_error)?;
+            let stored = self.0.store(entry).await.map_err(tool_error)?;
+            let persisted = self.0.backend() != MemoryBackendKind::None;
+            let mut out = json!({
+                "stored": persisted,
+                "key": stored.key,
+                "category": stored.category,
+            });
+            if !persisted {
+                out["note"] =
+                    json!("memory is disabled for this agent (backend \"none\"); nothing was kept");
+            }
+            Ok(ToolOutput::json(out))
+        })
+    }
+}
+
+/// `memory_recall`: search what this agent (and the agents it may read) remembered.
+pub struct MemoryRecallTool(Arc<dyn Memory>);
+
+impl Tool for MemoryRecallTool {
+    fn name(&self) -> &'static str {
+        "memory_recall"
+    }
+    fn description(&self) -> &'static str {
+        "Search memories by keywords (any word may match; best matches first). An empty query \
+         or \"*\" lists the most recent memories. Words only: no search operators."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Keywords; \"word*\" matches a prefix"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_RECALL_LIMIT},
+                "session": {"type": "string"},
+                "since": {"type": "string", "description": "RFC 3339 time; only memories created at or after it"},
+                "until": {"type": "string", "description": "RFC 3339 time; only memories created at or before it"}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        })
+    }
+    fn risk(&self) -> RiskClass {
+        RiskClass::Read
+    }
+    fn execute(&self, args: Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let args = obj(&args)?;
+            let text = string(args, "query", true)?.unwrap_or_default();
+            let limit = match args.get("limit") {
+                None | Some(Value::Null) => DEFAULT_RECALL_LIMIT,
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ToolError::InvalidArguments(format!(
+                            "'limit' must be an integer from 1 to {MAX_LIMIT}"
+                        ))
+                    })?,
+            };
+            let query = RecallQuery {
+                text: text.to_string(),
+                limit,
+                session: string(args, "session", false)?.map(str::to_string),
+                since: instant(args, "since")?,
+                until: instant(args, "until")?,
+            };
+            let hits = self.0.recall(query).await.map_err(tool_error)?;
+            let results: Vec<Value> = hits
+                .into_iter()
+                .map(|h| {
+                    json!({
+                        "agent": h.entry.agent,
+                        "key": h.entry.key,
+                        "content": h.entry.content,
+                        "category": h.entry.category,
+                        "session": h.entry.session,
+                        "updated_at": h.entry.updated_at.format(&Rfc3339).unwrap_or_default(),
+                        "score": h.score,
+                    })
+                })
+                .collect();
+            Ok(ToolOutput::json(json!({ "results": results })))
+        })
+    }
+}
+
+/// `memory_forget`: delete one of this agent's own memories.
+pub struct MemoryForgetTool(Arc<dyn Memory>);
+
+impl Tool for MemoryForgetTool {
+    fn name(&self) -> &'static str {
+        "memory_forget"
+    }
+    fn description(&self) -> &'static str {
+        "Delete one of your own memories by key. Memories of other agents cannot be deleted."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"key": {"type": "string"}},
+            "required": ["key"],
+            "additionalProperties": false
+        })
+    }
+    fn risk(&self) -> RiskClass {
+        RiskClass::Write
+    }
+    fn execute(&self, args: Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let args = obj(&args)?;
+            let key = string(args, "key", true)?.unwrap_or_default().trim();
+            if key.is_empty() {
+                return Err(ToolError::InvalidArguments(
+                    "'key' must not be empty".into(),
+                ));
+            }
+            let forgotten = self.0.forget(key.to_string()).await.map_err(tool_error)?;
+            Ok(ToolOutput::json(
+                json!({ "key": key, "forgotten": forgotten }),
+            ))
+        })
+    }
+}
