@@ -14,6 +14,24 @@ use warren_config::{ConfigStore, InstallRoot, KeyPath, STARTER_CONFIG};
 const ITERATIONS: usize = 1000;
 const TARGET: f64 = 1.5;
 
+/// The sequence CFG-4 requires, without Warren's logic: temp + fsync, directory fsync,
+/// rename, directory fsync. The floor any conforming save pays.
+fn cfg4_floor(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let temp = dir.join(".floor.tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    File::open(dir)?.sync_all()?;
+    fs::rename(&temp, target)?;
+    File::open(dir)?.sync_all()
+}
+
 fn plain_durable_replace(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = target.parent().unwrap_or(Path::new("."));
     let temp = dir.join(".baseline.tmp");
@@ -68,7 +86,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     fs::create_dir(&baseline_dir)?;
     let baseline_target = baseline_dir.join("config.toml");
 
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    let floor_dir = dir.path().join("floor");
+    fs::create_dir(&floor_dir)?;
+    let floor_target = floor_dir.join("config.toml");
+    let (mut ours, mut base, mut floor) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..ITERATIONS {
         let value = (20000 + i).to_string();
         let t = Instant::now();
@@ -81,8 +102,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         plain_durable_replace(&baseline_target, &bytes)?;
         base.push(t.elapsed());
+
+        let t = Instant::now();
+        cfg4_floor(&floor_target, &bytes)?;
+        floor.push(t.elapsed());
     }
-    let (ours, base) = (median(ours), median(base));
+    let (ours, base, floor) = (median(ours), median(base), median(floor));
     let ratio = ours.as_secs_f64() / base.as_secs_f64();
     println!(
         "config save (ConfigStore commit: lock, edit, validate, encrypt, atomic save, publish)"
@@ -91,6 +116,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  plain durable replace:      {base:?}");
     println!(
         "  ratio:                      {ratio:.2}x (target <= {TARGET}x, {ITERATIONS} iterations each)"
+    );
+    println!(
+        "  CFG-4 floor (the same fsyncs plus the directory fsync before the rename): {floor:?} = {:.2}x the baseline; warren = {:.2}x the floor",
+        floor.as_secs_f64() / base.as_secs_f64(),
+        ours.as_secs_f64() / floor.as_secs_f64()
     );
     if ratio > TARGET {
         return Err(format!("config save ratio {ratio:.2}x exceeds the {TARGET}x target").into());
