@@ -20,7 +20,7 @@ pub(crate) struct Parsed {
 
 /// Parses and validates `text`, the content of `file`. `key_file` is `.secret_key`.
 pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, ConfigError> {
-    let spanned = Document::parse(text.to_owned()).map_err(|e| {
+    let doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         ConfigError::invalid(
             file,
             Problem {
@@ -35,7 +35,30 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
         )
     })?;
 
-    let de = toml_edit::de::Deserializer::from(spanned.clone());
+    let config = parse_config(file, text, key_file)?;
+    Ok(Parsed { config, doc })
+}
+
+/// Schema, secrets and rules for `text` (which parses as TOML), without building the editable
+/// document: writers that already hold the edited document validate with this.
+pub(crate) fn parse_config(
+    file: &Path,
+    text: &str,
+    key_file: &Path,
+) -> Result<Config, ConfigError> {
+    // The schema pass uses `toml`'s borrowing deserializer (no copy of the document); the
+    // editable document above keeps the formatting for saves.
+    let de = toml::de::Deserializer::parse(text).map_err(|e| {
+        ConfigError::invalid(
+            file,
+            Problem {
+                key: None,
+                position: e.span().map(|s| line_col(text, s.start)),
+                message: format!("TOML syntax error: {}", e.message().trim_end()),
+                hint: None,
+            },
+        )
+    })?;
     let mut config: Config = serde_path_to_error::deserialize(de)
         .map_err(|e| ConfigError::invalid(file, schema_problem(text, e)))?;
 
@@ -52,13 +75,15 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
     }
     problems.extend(crate::validate::validate(&config));
     if !problems.is_empty() {
+        // Positions are looked up only on this error path.
+        let spanned = Document::parse(text.to_owned()).ok();
         for p in &mut problems {
             if p.position.is_none() {
                 p.position = p
                     .key
                     .as_deref()
                     .and_then(|k| k.parse::<KeyPath>().ok())
-                    .and_then(|k| span_of(&spanned, &k))
+                    .and_then(|k| spanned.as_ref().and_then(|d| span_of(d, &k)))
                     .map(|offset| line_col(text, offset));
             }
         }
@@ -67,14 +92,11 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
             problems,
         });
     }
-    Ok(Parsed {
-        config,
-        doc: spanned.into_mut(),
-    })
+    Ok(config)
 }
 
 /// Turns a serde error into a problem with key path, position and a "did you mean" hint.
-fn schema_problem(text: &str, err: serde_path_to_error::Error<toml_edit::de::Error>) -> Problem {
+fn schema_problem(text: &str, err: serde_path_to_error::Error<toml::de::Error>) -> Problem {
     let mut path = KeyPath(
         err.path()
             .iter()

@@ -320,7 +320,7 @@ pub struct WriteTxn<'a> {
     doc: DocumentMut,
     dirty: Vec<KeyPath>,
     /// The last text that passed validation and its parse, so commit does not redo it.
-    validated: Option<(String, Parsed)>,
+    validated: Option<(String, Config)>,
 }
 
 impl WriteTxn<'_> {
@@ -360,7 +360,6 @@ impl WriteTxn<'_> {
         self.try_edit(path, |doc| edit::set(doc, path, Value::from(plaintext)))?;
         let is_secret = self
             .validate()?
-            .config
             .secrets_mut()
             .iter()
             .any(|(p, _)| p.parse::<KeyPath>().ok().as_ref() == Some(path));
@@ -431,13 +430,13 @@ impl WriteTxn<'_> {
         }
         let root = self.store.root().clone();
         self.validate()?;
-        let Some((mut text, mut parsed)) = self.validated.take() else {
+        let Some((mut text, mut config)) = self.validated.take() else {
             return Err(ConfigError::Unbound);
         };
         let key_file = root.secret_key();
         let mut key = LazyKey::new(&key_file);
         let mut encrypted = false;
-        for (secret_path, _) in parsed.config.secrets_mut() {
+        for (secret_path, _) in config.secrets_mut() {
             let Ok(secret_path) = secret_path.parse::<KeyPath>() else {
                 continue;
             };
@@ -457,9 +456,9 @@ impl WriteTxn<'_> {
         let path = root.config_file();
         if encrypted {
             text = self.doc.to_string();
-            parsed = load::parse(&path, &text, &root.secret_key())?;
+            config = load::parse_config(&path, &text, &root.secret_key())?;
         }
-        let Parsed { config, doc } = parsed;
+        let doc = std::mem::take(&mut self.doc);
         if !self.store.shared.swept.swap(true, Ordering::Relaxed) {
             atomic::sweep_stale_temps(&path);
         }
@@ -508,12 +507,12 @@ impl WriteTxn<'_> {
     }
 
     /// Validates the edited document once; later calls reuse the result until the next edit.
-    fn validate(&mut self) -> Result<&mut Parsed, ConfigError> {
+    fn validate(&mut self) -> Result<&mut Config, ConfigError> {
         if self.validated.is_none() {
             let root = self.store.root();
             let text = self.doc.to_string();
-            let parsed = load::parse(&root.config_file(), &text, &root.secret_key()).map_err(
-                |e| match e {
+            let config = load::parse_config(&root.config_file(), &text, &root.secret_key())
+                .map_err(|e| match e {
                     // Line numbers of an edited document would not match the file; keep the key path.
                     ConfigError::Invalid { file, problems } => ConfigError::Invalid {
                         file,
@@ -526,14 +525,12 @@ impl WriteTxn<'_> {
                             .collect(),
                     },
                     other => other,
-                },
-            )?;
-            self.store
-                .run_checks(Some(&self.base.config), &parsed.config)?;
-            self.validated = Some((text, parsed));
+                })?;
+            self.store.run_checks(Some(&self.base.config), &config)?;
+            self.validated = Some((text, config));
         }
         match self.validated.as_mut() {
-            Some((_, parsed)) => Ok(parsed),
+            Some((_, config)) => Ok(config),
             None => Err(ConfigError::Unbound),
         }
     }
