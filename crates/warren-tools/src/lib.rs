@@ -3,11 +3,13 @@
 //! tool can never reach more than the agent it was built for (STYLE "one seam per decision").
 
 mod files;
+mod git;
 mod registry;
 mod shell;
 mod tool;
 
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
+pub use git::{GitOperations, NO_HOOKS, READ_CONFIG};
 pub use registry::agent_tools;
 pub use shell::{DEFAULT_OUTPUT_CAP, Shell};
 pub use tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, ToolSpec};
