@@ -70,6 +70,12 @@ impl GitOutput {
     /// The failure as a tool error naming the operation and git's message.
     pub fn failure(&self, op: &str) -> ToolError {
         let msg = self.stderr.trim();
+        if msg.contains("lazy fetching disabled") || msg.contains("from promisor remote") {
+            return ToolError::Failed(format!(
+                "git {op} needs an object this partial clone does not have; reads never fetch (GIT-7). \
+                 Fetch it yourself outside Warren or use a full clone. git said: {msg}"
+            ));
+        }
         ToolError::Failed(format!(
             "git {op} failed (exit {}): {}",
             self.code.map_or("signal".into(), |c| c.to_string()),
@@ -203,7 +209,8 @@ pub async fn read_prepass(sandbox: &Sandbox, repo: &Repo) -> Result<Vec<String>,
     let out = run(sandbox, repo, true, &[], &args).await?;
     if !out.ok() {
         return Err(ToolError::Denied(format!(
-            "cannot read the configuration of the repository {} under the agent's sandbox: {}",
+            "cannot read the configuration of the repository {} under the agent's sandbox \
+             (an include outside the agent's grants?): {}",
             repo.work_tree.display(),
             out.stderr.trim()
         )));
