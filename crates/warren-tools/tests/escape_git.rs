@@ -843,3 +843,66 @@ fn read_only_autonomy_refuses_writes_perm4() {
     ));
     assert!(msg.contains("read_only"), "{msg}");
 }
+
+#[test]
+fn worktree_targets_need_read_and_write_git4_perm4() {
+    let f = Fixture::new();
+    main_repo(&f);
+    for (sibling, grant) in [
+        ("reader", "only a Read grant"),
+        ("writer", "only a Write grant"),
+        ("stranger", "no Read grant"),
+    ] {
+        let target = f.ws(sibling).join("wt");
+        let msg = denied(op(
+            &f,
+            "main",
+            json!({"operation": "worktree-add", "path": "repo", "worktree_path": target}),
+        ));
+        assert!(msg.contains(grant), "{sibling}: {msg}");
+        assert!(!target.exists());
+    }
+    let target = f.ws("both").join("wt");
+    op_ok(
+        &f,
+        "main",
+        json!({"operation": "worktree-add", "path": "repo", "worktree_path": target}),
+    );
+    assert!(target.join("a.txt").is_file());
+}
+
+#[test]
+fn git_under_bubblewrap_reads_grants_and_stays_confined_sbx2() {
+    let f = Fixture::new();
+    let repo = main_repo(&f);
+    let theirs = init_repo(&f.ws("reader").join("repo"));
+    let c = canary(&f, "main", "bwrap-hook");
+    let escape = f.ws("stranger").join("pwned-bwrap");
+    hook(
+        &repo,
+        ".git/hooks",
+        "pre-commit",
+        &format!("{}\ntouch '{}' || true", touch(&c), escape.display()),
+    );
+    let tool = tool_with(&f, |config| {
+        let profile = config.risk_profiles.entry("default".into()).or_default();
+        profile.sandbox = warren_config::schema::SandboxKind::Bubblewrap;
+    });
+    let st =
+        run(&tool, json!({"operation": "status", "path": theirs})).expect("read of a Read grant");
+    assert_eq!(st.content["branch"], "main");
+    fs::write(repo.join("b.txt"), "b").expect("b");
+    run(
+        &tool,
+        json!({"operation": "add", "path": "repo", "paths": ["b.txt"]}),
+    )
+    .expect("add");
+    run(
+        &tool,
+        json!({"operation": "commit", "path": "repo", "message": "bwrap"}),
+    )
+    .expect("commit");
+    assert!(c.exists(), "the hook ran");
+    assert!(!escape.exists(), "the hook escaped the bubblewrap sandbox");
+    assert_eq!(git_ok(&repo, &["log", "-1", "--format=%s"]).trim(), "bwrap");
+}

@@ -140,3 +140,18 @@ fn unknown_operations_and_fields_are_refused_git1() {
         invalid(op(&f, "main", args));
     }
 }
+
+#[test]
+fn non_ascii_paths_are_reported_unquoted_git1() {
+    let f = Fixture::new();
+    let repo = init_repo(&f.ws("main").join("repo"));
+    fs::write(repo.join("é t.txt"), "x\n").expect("file");
+    git_ok(&repo, &["add", "é t.txt"]);
+    let d = op_ok(
+        &f,
+        "main",
+        json!({"operation": "diff", "path": "repo", "cached": true}),
+    );
+    assert_eq!(d["files"][0]["new_path"], "é t.txt", "{d}");
+    assert_eq!(d["files"][0]["change"], "added");
+}

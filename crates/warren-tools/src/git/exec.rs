@@ -33,7 +33,7 @@ const STDERR_CAP: usize = 64 * 1024;
 pub const NO_HOOKS: &str = "/dev/null";
 
 /// `-c` overrides of every read command (GIT-6/7).
-pub const READ_CONFIG: [&str; 17] = [
+pub const READ_CONFIG: [&str; 18] = [
     "core.fsmonitor=false",
     "core.hooksPath=/dev/null",
     "core.pager=cat",
@@ -51,6 +51,7 @@ pub const READ_CONFIG: [&str; 17] = [
     "submodule.recurse=false",
     "status.submoduleSummary=false",
     "color.ui=false",
+    "core.quotePath=false",
 ];
 
 /// What git answered.

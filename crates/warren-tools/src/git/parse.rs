@@ -142,10 +142,49 @@ pub struct Hunk {
 }
 
 fn strip_side(p: &str, prefix: &str) -> Option<String> {
+    // git ends a name containing a space with a tab, and C-quotes unusual names.
+    let p = p.strip_suffix('\t').unwrap_or(p);
     if p == "/dev/null" {
         return None;
     }
-    Some(p.strip_prefix(prefix).unwrap_or(p).to_string())
+    let p = unquote(p);
+    Some(p.strip_prefix(prefix).unwrap_or(&p).to_string())
+}
+
+/// Undoes git's C-style quoting of a path (`"a/x\ty"`, octal escapes for non-ASCII bytes).
+fn unquote(p: &str) -> String {
+    let Some(inner) = p.strip_prefix('"').and_then(|q| q.strip_suffix('"')) else {
+        return p.to_string();
+    };
+    let mut out = Vec::new();
+    let mut bytes = inner.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match bytes.next() {
+            Some(b'n') => out.push(b'\n'),
+            Some(b't') => out.push(b'\t'),
+            Some(b'a') => out.push(7),
+            Some(b'b') => out.push(8),
+            Some(b'f') => out.push(12),
+            Some(b'r') => out.push(b'\r'),
+            Some(b'v') => out.push(11),
+            Some(d @ b'0'..=b'3') => {
+                let mut v = u32::from(d - b'0');
+                for _ in 0..2 {
+                    if let Some(n @ b'0'..=b'7') = bytes.next() {
+                        v = v * 8 + u32::from(n - b'0');
+                    }
+                }
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn range(s: &str) -> (u64, u64) {
@@ -402,6 +441,7 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].hunks[0].lines, vec!["-a", "+b"]);
         assert_eq!((d[1].change, d[1].old_path.clone()), ("added", None));
+        assert_eq!(unquote(r#""a/x\ty\303\251""#), "a/x\tyé");
         let w = worktrees(
             b"worktree /a\0HEAD 1\0branch refs/heads/main\0\0worktree /b\0HEAD 2\0detached\0\0",
         );
