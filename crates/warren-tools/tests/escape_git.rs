@@ -906,3 +906,51 @@ fn git_under_bubblewrap_reads_grants_and_stays_confined_sbx2() {
     assert!(!escape.exists(), "the hook escaped the bubblewrap sandbox");
     assert_eq!(git_ok(&repo, &["log", "-1", "--format=%s"]).trim(), "bwrap");
 }
+
+#[test]
+fn symlinked_objects_directory_is_refused_git4() {
+    let f = Fixture::new();
+    let theirs = init_repo(&f.ws("stranger").join("repo"));
+    git_ok(
+        &theirs,
+        &[
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "SECRET-stranger-commit",
+        ],
+    );
+    let repo = main_repo(&f);
+    fs::remove_dir_all(repo.join(".git/objects")).expect("objects");
+    symlink(theirs.join(".git/objects"), repo.join(".git/objects")).expect("symlink");
+    fs::write(
+        repo.join(".git/refs/heads/main"),
+        git_ok(&theirs, &["rev-parse", "HEAD"]),
+    )
+    .expect("ref");
+    // Plain git reads the stranger's history through the symlink.
+    assert!(git_ok(&repo, &["log", "--format=%s"]).contains("SECRET-stranger-commit"));
+    let msg = denied(read(&f, "main", "log", &repo));
+    assert!(msg.contains("symbolic link"), "{msg}");
+}
+
+#[test]
+fn repo_config_file_paths_outside_the_grant_are_refused_perm3() {
+    let f = Fixture::new();
+    let repo = main_repo(&f);
+    let outside = f.secret("stranger");
+    config(&repo, "diff.orderFile", outside.to_str().expect("utf-8"));
+    config(&repo, "core.excludesFile", outside.to_str().expect("utf-8"));
+    // Plain git reads the stranger's file: its pattern hides the untracked b.txt.
+    fs::write(&outside, "b.txt\n").expect("pattern");
+    fs::write(repo.join("b.txt"), "b\n").expect("untracked");
+    let plain = git_ok(&repo, &["status", "--porcelain"]);
+    assert!(!plain.contains("b.txt"), "{plain}");
+    let tool = tool_with(&f, |config| {
+        let profile = config.risk_profiles.entry("default".into()).or_default();
+        profile.sandbox = warren_config::schema::SandboxKind::Noop;
+    });
+    let msg = denied(run(&tool, json!({"operation": "status", "path": "repo"})));
+    assert!(msg.contains("stranger"), "{msg}");
+}

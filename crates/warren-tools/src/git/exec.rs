@@ -54,6 +54,15 @@ pub const READ_CONFIG: [&str; 18] = [
     "core.quotePath=false",
 ];
 
+/// Repository config keys naming a file git reads on read paths: a repository-scoped value must
+/// be readable by the agent (`mailmap.file` and `core.hooksPath` are overridden instead).
+const PATH_KEYS: [&str; 4] = [
+    "core.excludesfile",
+    "core.attributesfile",
+    "diff.orderfile",
+    "blame.ignorerevsfile",
+];
+
 /// What git answered.
 #[derive(Debug)]
 pub struct GitOutput {
@@ -235,6 +244,19 @@ pub async fn read_prepass(sandbox: &Sandbox, repo: &Repo) -> Result<Vec<String>,
                 ))
             })?;
         }
+        if matches!(entry.scope.as_str(), "local" | "worktree")
+            && PATH_KEYS.contains(&entry.key.to_ascii_lowercase().as_str())
+            && let Some(value) = entry.value.as_deref().filter(|v| !v.is_empty())
+        {
+            let path = repo.work_tree.join(value);
+            check(sandbox.policy(), &path, Need::Read).map_err(|e| {
+                ToolError::Denied(format!(
+                    "the repository config sets {} to {}, which the agent may not read: {e}",
+                    entry.key,
+                    path.display()
+                ))
+            })?;
+        }
         let blank = neutralise(&entry.key);
         if !blank.is_empty() && entry.key.chars().any(|c| c == '=' || c.is_control()) {
             return Err(ToolError::Denied(format!(
@@ -278,6 +300,7 @@ struct ConfigEntry {
     scope: String,
     origin: String,
     key: String,
+    value: Option<String>,
 }
 
 /// Parses `git config --list --show-origin --show-scope -z`: `scope\0origin\0key\nvalue\0`.
@@ -286,11 +309,15 @@ fn parse_config_list(bytes: &[u8]) -> Vec<ConfigEntry> {
     let mut out = Vec::new();
     while let (Some(scope), Some(origin), Some(kv)) = (fields.next(), fields.next(), fields.next())
     {
-        let key = kv.split('\n').next().unwrap_or_default().to_string();
+        let (key, value) = match kv.split_once('\n') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (kv.into_owned(), None),
+        };
         out.push(ConfigEntry {
             scope: scope.into_owned(),
             origin: origin.into_owned(),
             key,
+            value,
         });
     }
     out

@@ -18,6 +18,21 @@ use crate::tool::ToolError;
 /// Largest `.git` / `commondir` / `alternates` file read.
 const POINTER_LIMIT: u64 = 64 * 1024;
 
+/// Entries of `$GIT_DIR` and of the common directory git opens by name: none may be a symlink
+/// (GIT-4), so e.g. `objects` cannot be borrowed from another repository. Deeper symlinks are
+/// left to the sandbox.
+const GIT_DIR_ENTRIES: [&str; 5] = ["HEAD", "index", "config.worktree", "logs", "info"];
+const COMMON_ENTRIES: [&str; 8] = [
+    "objects",
+    "refs",
+    "config",
+    "packed-refs",
+    "info",
+    "logs",
+    "worktrees",
+    "modules",
+];
+
 /// The access an operation needs on every repository path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
@@ -140,6 +155,16 @@ fn validate(
             metadata_dir(policy, &git_dir, target, need, &commondir_file, "commondir")?
         }
     };
+    for (dir, entries) in [
+        (&git_dir, &GIT_DIR_ENTRIES[..]),
+        (&common_dir, &COMMON_ENTRIES[..]),
+    ] {
+        for entry in entries {
+            policy
+                .resolve_no_symlinks(&dir.join(entry))
+                .map_err(denied)?;
+        }
+    }
     check_alternates(policy, &common_dir, need)?;
     Ok(Repo {
         work_tree: work_tree.to_path_buf(),
