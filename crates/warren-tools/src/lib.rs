@@ -9,7 +9,7 @@ mod shell;
 mod tool;
 
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
-pub use git::{GitOperations, NO_HOOKS, READ_CONFIG};
+pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};
 pub use registry::agent_tools;
 pub use shell::{DEFAULT_OUTPUT_CAP, Shell};
 pub use tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, ToolSpec};
