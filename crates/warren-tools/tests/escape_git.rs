@@ -632,6 +632,54 @@ fn read_only_sibling_allows_reads_and_refuses_writes_perm3_perm4() {
         git_ok(&theirs, &["rev-list", "--count", "HEAD"]).trim(),
         "1"
     );
+    // The refusal is Warren's: plain git commits there without complaint.
+    git_ok(&theirs, &["commit", "-q", "-m", "plain"]);
+    assert_eq!(
+        git_ok(&theirs, &["rev-list", "--count", "HEAD"]).trim(),
+        "2"
+    );
+}
+
+#[test]
+fn read_operations_run_no_hook_of_any_kind_git6() {
+    let f = Fixture::new();
+    let repo = main_repo(&f);
+    let c = canary(&f, "main", "any-hook");
+    for name in [
+        "post-checkout",
+        "pre-commit",
+        "post-index-change",
+        "reference-transaction",
+        "pre-auto-gc",
+        "post-rewrite",
+        "fsmonitor-watchman",
+    ] {
+        hook(&repo, ".git/hooks", name, &touch(&c));
+    }
+    // Plain git runs them: post-checkout on a switch, post-index-change on a status refresh.
+    git_ok(&repo, &["switch", "-q", "-c", "other"]);
+    fired(&c);
+    stat_dirty(&repo);
+    git(&repo, &["status"]);
+    fired(&c);
+    fs::write(repo.join("a.txt"), "stashed\n").expect("edit");
+    git_ok(&repo, &["stash", "-q"]);
+    let _ = fs::remove_file(&c);
+    git_ok(&repo, &["worktree", "add", "-q", "--detach", "../wt"]);
+    let _ = fs::remove_file(&c);
+    stat_dirty(&repo);
+    for operation in [
+        "status",
+        "diff",
+        "log",
+        "branch",
+        "stash-list",
+        "worktree-list",
+    ] {
+        op_ok(&f, "main", json!({"operation": operation, "path": "repo"}));
+        op_ok(&f, "main", json!({"operation": operation, "path": "wt"}));
+    }
+    not_fired(&c);
 }
 
 // ---- nested submodules (GIT-6) -----------------------------------------------------------------
