@@ -24,12 +24,13 @@ proptest! {
     ) {
         let ours = check_branch_name(&name).is_ok();
         let git = git_accepts(&name);
-        // Warren may be stricter only where it refuses on purpose (a leading '-', "@{").
+        // Warren may be stricter only where it refuses on purpose: a leading '-', "@{", and "@"
+        // alone (git accepts refs/heads/@, but `@` means HEAD in every revision argument).
         if ours {
             prop_assert!(git, "Warren accepts {name:?}, git refuses it");
         } else if git {
             prop_assert!(
-                name.starts_with('-') || name.contains("@{"),
+                name.starts_with('-') || name.contains("@{") || name == "@",
                 "git accepts {name:?}, Warren refuses it: {:?}",
                 check_branch_name(&name)
             );
