@@ -12,9 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
-use warren_tools::{ToolError, ToolOutput};
+use warren_security::SecurityPolicy;
+use warren_security::sandbox::Sandbox;
+use warren_tools::{GitOperations, Tool, ToolError, ToolOutput};
 
-use crate::common::Fixture;
+use crate::common::{self, Fixture};
 
 /// Plain git in `dir`, exactly as an operator would run it (no Warren guard at all).
 pub fn git(dir: &Path, args: &[&str]) -> Output {
@@ -133,4 +135,45 @@ pub fn invalid(result: Result<ToolOutput, ToolError>) -> String {
         Err(ToolError::InvalidArguments(msg)) => msg,
         other => panic!("expected invalid arguments, got {other:?}"),
     }
+}
+
+/// `main`'s git tool built from a modified copy of the fixture's config.
+pub fn tool_with(f: &Fixture, change: impl FnOnce(&mut warren_config::Config)) -> GitOperations {
+    let mut config = f.config.clone();
+    change(&mut config);
+    let policy =
+        SecurityPolicy::for_agent(&config, &f.root, &common::alias("main")).expect("policy");
+    GitOperations::new(Sandbox::for_policy(&policy).expect("sandbox"))
+}
+
+pub fn run(tool: &GitOperations, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(tool.execute(args))
+}
+
+pub fn main_repo(f: &Fixture) -> std::path::PathBuf {
+    init_repo(&f.ws("main").join("repo"))
+}
+
+/// Makes `a.txt` stat-dirty with the same content, so git re-reads it (filters, fsmonitor, index refresh).
+pub fn stat_dirty(repo: &Path) {
+    fs::write(repo.join("a.txt"), "one\n").expect("rewrite");
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    let file = fs::File::options()
+        .write(true)
+        .open(repo.join("a.txt"))
+        .expect("open");
+    file.set_modified(later).expect("mtime");
+}
+
+pub fn hook(repo: &Path, dir: &str, name: &str, body: &str) {
+    let hooks = repo.join(dir);
+    fs::create_dir_all(&hooks).expect("hooks dir");
+    let path = hooks.join(name);
+    fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("hook");
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
 }
