@@ -155,3 +155,15 @@ fn non_ascii_paths_are_reported_unquoted_git1() {
     assert_eq!(d["files"][0]["new_path"], "é t.txt", "{d}");
     assert_eq!(d["files"][0]["change"], "added");
 }
+
+#[test]
+fn log_of_a_repository_without_commits_is_empty_git1() {
+    let f = Fixture::new();
+    let repo = f.ws("main").join("fresh");
+    fs::create_dir_all(&repo).expect("dir");
+    git_ok(&repo, &["init", "-q"]);
+    let log = op_ok(&f, "main", json!({"operation": "log", "path": "fresh"}));
+    assert_eq!(log["commits"], json!([]));
+    let st = op_ok(&f, "main", json!({"operation": "status", "path": "fresh"}));
+    assert_eq!(st["clean"], true);
+}

@@ -94,7 +94,9 @@ impl GitOperations {
             Vec::new()
         };
         let out = exec::run(&self.sandbox, &repo, read, &drivers, &prepared.argv).await?;
-        if !out.ok() {
+        // A repository without commits has an empty history, not a failing one.
+        let unborn = op == Op::Log && out.stderr.contains("does not have any commits yet");
+        if !out.ok() && !unborn {
             return Err(out.failure(op.name()));
         }
         let mut result = json!({
