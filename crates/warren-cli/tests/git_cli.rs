@@ -228,3 +228,62 @@ fn commit_identity_comes_from_the_operators_global_config_through_the_sandbox_gi
     );
     Ok(())
 }
+
+#[test]
+fn sandbox_exposes_global_git_config_but_not_git_credentials_git5_sbx2() -> R {
+    let root = TempRoot::new()?;
+    root.write_config(
+        "[agents.wild]\nrisk_profile = \"anything\"\n[risk_profiles.anything]\nautonomy = \"full\"\nallowed_commands = [\"*\"]\n",
+    )?;
+    let home = root
+        .path()
+        .parent()
+        .ok_or("temp dir")?
+        .join("operator-home");
+    let xdg = home.join(".config/git");
+    fs::create_dir_all(&xdg)?;
+    fs::write(home.join(".gitconfig"), "[user]\n\tname = Global Name\n")?;
+    fs::write(
+        xdg.join("credentials"),
+        "https://user:SECRET-TOKEN@example.org\n",
+    )?;
+    let ws = root.path().join("agents/wild/workspace");
+    fs::create_dir_all(&ws)?;
+    let script = format!(
+        "for p in ['{}', '{}']:\n    try:\n        print(open(p).read())\n    except OSError as e:\n        print('DENIED', e)\n",
+        home.join(".gitconfig").display(),
+        xdg.join("credentials").display()
+    );
+    fs::write(ws.join("peek.py"), &script)?;
+    // Unsandboxed, the same script reads both files.
+    let plain = Command::new("python3")
+        .arg("peek.py")
+        .current_dir(&ws)
+        .output()?;
+    assert!(String::from_utf8_lossy(&plain.stdout).contains("SECRET-TOKEN"));
+    let out = root
+        .warren(
+            bin(),
+            &[
+                "tools",
+                "run",
+                "wild",
+                "shell",
+                r#"{"command": "python3 peek.py"}"#,
+                "--approve",
+            ],
+        )
+        .env("HOME", &home)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let (stdout, stderr) = text(&out);
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout).map_err(|e| format!("{e}: {stdout} {stderr}"))?;
+    let printed = v["result"]["stdout"].as_str().unwrap_or_default();
+    assert!(printed.contains("Global Name"), "{v}");
+    assert!(
+        !printed.contains("SECRET-TOKEN") && printed.contains("DENIED"),
+        "{v}"
+    );
+    Ok(())
+}

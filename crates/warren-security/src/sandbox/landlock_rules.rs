@@ -4,7 +4,8 @@
 //! Rights per root (SBX-2): the workspace and `ReadWrite` roots get every file right; `Read`
 //! roots get read and list; `Write` roots get write, create and remove but neither read nor list;
 //! system directories get read and execute; `/dev/null` read-write and `/dev/{zero,random,urandom}`
-//! read (PERM-5); the operator's global git config (`~/.gitconfig`, `~/.config/git`) read (GIT-5);
+//! read (PERM-5); the operator's global git config files (`~/.gitconfig`, `~/.config/git/{config,
+//! attributes,ignore}`) read (GIT-5);
 //! `/tmp` is NOT granted (each agent has `<workspace>/.tmp`). When the risk profile
 //! denies network, TCP connect and bind are handled with no allowed port (ABI ≥ 4). Signals and
 //! abstract Unix sockets are scoped to the sandbox (ABI ≥ 6). Sibling roots that do not exist yet
@@ -74,15 +75,23 @@ const SYSTEM_READ: [&str; 16] = [
     "/etc/os-release",
 ];
 
-/// `$HOME/.gitconfig` and `$HOME/.config/git` of the daemon's user, when they exist.
-fn global_git_config() -> Vec<std::path::PathBuf> {
+/// The global git config files of the daemon's user that exist: `~/.gitconfig` and, under
+/// `~/.config/git/`, only `config`, `attributes` and `ignore` (never the directory, which may
+/// hold a `credentials` store). Shared with the bubblewrap backend.
+pub(crate) fn global_git_config() -> Vec<std::path::PathBuf> {
     let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
         return Vec::new();
     };
-    [home.join(".gitconfig"), home.join(".config").join("git")]
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect()
+    let xdg = home.join(".config").join("git");
+    [
+        home.join(".gitconfig"),
+        xdg.join("config"),
+        xdg.join("attributes"),
+        xdg.join("ignore"),
+    ]
+    .into_iter()
+    .filter(|p| p.is_file())
+    .collect()
 }
 
 /// Builds the agent's ruleset (once per sandbox; every child gets a duplicate of it).
