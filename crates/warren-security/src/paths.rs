@@ -129,6 +129,63 @@ impl SecurityPolicy {
         resolve_components(&absolute).map_err(|reason| Denied::new(raw, reason))
     }
 
+    /// Walks the absolute `raw` component by component with `lstat` WITHOUT following any
+    /// symlink (GIT-4: repository metadata must be symlink-free, even when a link's target would
+    /// be allowed). `..` pops the walked prefix, which is physical because no link was followed.
+    /// Returns the canonical path and its file type, `Ok(None)` when some component does not
+    /// exist, or a refusal naming the symlink. No permission decision is made here.
+    pub fn resolve_no_symlinks(
+        &self,
+        raw: &Path,
+    ) -> Result<Option<(PathBuf, std::fs::FileType)>, Denied> {
+        let bytes = raw.as_os_str().as_bytes();
+        if !raw.is_absolute() || bytes.contains(&0) || bytes.len() > MAX_PATH_BYTES {
+            return Err(Denied::new(
+                raw,
+                "expected an absolute path without NUL bytes",
+            ));
+        }
+        let mut out = PathBuf::from("/");
+        let mut kind = std::fs::symlink_metadata("/")
+            .map_err(|e| Denied::new(raw, format!("cannot stat /: {e}")))?
+            .file_type();
+        for c in raw.components() {
+            match c {
+                Component::RootDir | Component::Prefix(_) | Component::CurDir => continue,
+                Component::ParentDir => {
+                    out.pop();
+                    continue;
+                }
+                Component::Normal(n) => out.push(n),
+            }
+            match std::fs::symlink_metadata(&out) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(Denied::new(
+                        raw,
+                        format!(
+                            "{} is a symbolic link; symlinks in repository metadata are refused, not followed (GIT-4)",
+                            out.display()
+                        ),
+                    ));
+                }
+                Ok(meta) => kind = meta.file_type(),
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ENOTDIR) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(Denied::new(
+                        raw,
+                        format!("cannot stat {}: {e}", out.display()),
+                    ));
+                }
+            }
+        }
+        Ok(Some((out, kind)))
+    }
+
     /// May the agent read `raw`? Returns the resolved path and its root, or why not.
     pub fn can_read(&self, raw: &Path) -> Result<Resolved, Denied> {
         let path = self.resolve(raw)?;

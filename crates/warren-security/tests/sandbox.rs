@@ -192,3 +192,36 @@ fn auto_picks_landlock_on_this_kernel_and_posture_says_so_sbx1() {
     assert_eq!(posture["carries_sibling_roots"], true);
     assert!(posture["landlock_abi"].as_i64().is_some_and(|abi| abi >= 1));
 }
+
+#[test]
+fn extra_env_is_added_to_the_cleared_environment_and_replaces_base_values_git5() {
+    for kind in [SandboxKind::Landlock, SandboxKind::Bubblewrap] {
+        let (_d, _root, policy) = setup(kind);
+        let sandbox = Sandbox::for_policy(&policy).expect("sandbox");
+        let env: [(OsString, OsString); 2] = [
+            ("HOME".into(), "/operator-home".into()),
+            ("GIT_TERMINAL_PROMPT".into(), "0".into()),
+        ];
+        let out = sandbox
+            .spawn_with_env(
+                "/usr/bin/env",
+                &[],
+                warren_security::sandbox::ChildIo::Piped,
+                &env,
+            )
+            .expect("spawn")
+            .wait_with_output()
+            .expect("wait");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("HOME=") || l.starts_with("GIT_"))
+            .collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            vec!["GIT_TERMINAL_PROMPT=0", "HOME=/operator-home"],
+            "{kind:?}: {text}"
+        );
+    }
+}

@@ -3,12 +3,14 @@
 //! tool can never reach more than the agent it was built for (STYLE "one seam per decision").
 
 mod files;
+mod git;
 mod memory;
 mod registry;
 mod shell;
 mod tool;
 
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
+pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};
 pub use memory::{
     DEFAULT_RECALL_LIMIT, MemoryForgetTool, MemoryRecallTool, MemoryStoreTool, memory_tools,
 };

@@ -6,6 +6,7 @@ use warren_security::SecurityPolicy;
 use warren_security::sandbox::Sandbox;
 
 use crate::files::{FileEdit, FileRead, FileWrite};
+use crate::git::GitOperations;
 use crate::shell::Shell;
 use crate::tool::Tool;
 
@@ -16,6 +17,7 @@ pub fn agent_tools(policy: &SecurityPolicy, sandbox: &Sandbox) -> Vec<Arc<dyn To
         Arc::new(FileWrite::new(policy.clone())),
         Arc::new(FileEdit::new(policy.clone())),
         Arc::new(Shell::new(sandbox.clone())),
+        Arc::new(GitOperations::new(sandbox.clone())),
     ];
     all.into_iter()
         .filter(|t| policy.tool_allowed(t.name()))

@@ -134,7 +134,7 @@ impl Shell {
 }
 
 /// Kills the process group when dropped (timeout or cancellation).
-struct GroupKill(Option<u32>);
+pub(crate) struct GroupKill(pub(crate) Option<u32>);
 
 impl Drop for GroupKill {
     fn drop(&mut self) {
@@ -149,7 +149,7 @@ impl Drop for GroupKill {
 }
 
 /// Reads a stream to its end, keeping at most `cap` bytes (the rest is drained and dropped).
-async fn read_capped(mut stream: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, bool) {
+pub(crate) async fn read_capped(mut stream: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
     let mut buf = [0u8; 8192];
     let mut truncated = false;

@@ -4,7 +4,9 @@
 //! Rights per root (SBX-2): the workspace and `ReadWrite` roots get every file right; `Read`
 //! roots get read and list; `Write` roots get write, create and remove but neither read nor list;
 //! system directories get read and execute; `/dev/null` read-write and `/dev/{zero,random,urandom}`
-//! read (PERM-5); `/tmp` is NOT granted (each agent has `<workspace>/.tmp`). When the risk profile
+//! read (PERM-5); the operator's global git config files (`~/.gitconfig`, `~/.config/git/{config,
+//! attributes,ignore}`) read (GIT-5);
+//! `/tmp` is NOT granted (each agent has `<workspace>/.tmp`). When the risk profile
 //! denies network, TCP connect and bind are handled with no allowed port (ABI ≥ 4). Signals and
 //! abstract Unix sockets are scoped to the sandbox (ABI ≥ 6). Sibling roots that do not exist yet
 //! are created (they are Warren-owned workspace paths); a root that cannot be opened is skipped
@@ -73,6 +75,25 @@ const SYSTEM_READ: [&str; 16] = [
     "/etc/os-release",
 ];
 
+/// The global git config files of the daemon's user that exist: `~/.gitconfig` and, under
+/// `~/.config/git/`, only `config`, `attributes` and `ignore` (never the directory, which may
+/// hold a `credentials` store). Shared with the bubblewrap backend.
+pub(crate) fn global_git_config() -> Vec<std::path::PathBuf> {
+    let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
+        return Vec::new();
+    };
+    let xdg = home.join(".config").join("git");
+    [
+        home.join(".gitconfig"),
+        xdg.join("config"),
+        xdg.join("attributes"),
+        xdg.join("ignore"),
+    ]
+    .into_iter()
+    .filter(|p| p.is_file())
+    .collect()
+}
+
 /// Builds the agent's ruleset (once per sandbox; every child gets a duplicate of it).
 pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
     let abi = abi();
@@ -104,6 +125,11 @@ pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
     }
     for p in SYSTEM_READ {
         rules.push((Path::new(p), read, false));
+    }
+    // The operator's global git config (identity for commits, GIT-5): read-only, when present.
+    let global_git = global_git_config();
+    for p in &global_git {
+        rules.push((p.as_path(), read, false));
     }
     let file_read = BitFlags::from(AccessFs::ReadFile) & all;
     let null_rw = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate}) & all;

@@ -172,6 +172,18 @@ impl Sandbox {
         args: &[OsString],
         io: ChildIo,
     ) -> Result<Child, SandboxError> {
+        self.spawn_with_env(program, args, io, &[])
+    }
+
+    /// [`Self::spawn`] with `extra_env` set on top of the cleared environment (a name already in
+    /// it is replaced). Nothing is inherited: the caller names every extra variable (GIT-5).
+    pub fn spawn_with_env(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: &[OsString],
+        io: ChildIo,
+        extra_env: &[(OsString, OsString)],
+    ) -> Result<Child, SandboxError> {
         let prepare_err = |reason: String| SandboxError::Prepare {
             alias: self.policy.alias().to_string(),
             reason,
@@ -195,6 +207,9 @@ impl Sandbox {
         };
         cmd.env_clear();
         for (key, value) in self.child_env() {
+            cmd.env(key, value);
+        }
+        for (key, value) in extra_env {
             cmd.env(key, value);
         }
         cmd.current_dir(self.policy.workspace())

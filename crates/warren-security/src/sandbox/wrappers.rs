@@ -46,6 +46,10 @@ pub(crate) fn bubblewrap(policy: &SecurityPolicy, program: &OsStr, args: &[OsStr
     for file in BWRAP_RO_TRY {
         cmd.args(["--ro-bind-try", file, file]);
     }
+    // The operator's global git config files (commit identity, GIT-5), read-only.
+    for p in super::landlock_rules::global_git_config() {
+        cmd.arg("--ro-bind-try").arg(&p).arg(&p);
+    }
     cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
     let bind = |cmd: &mut Command, flag: &str, root: &Path| {
         cmd.arg(flag).arg(root).arg(root);

@@ -1,0 +1,163 @@
+//! `git_operations status` on a 10,000-file repository against plain `git status --porcelain=2`
+//! in the same run, interleaved to cancel disk and CPU noise. Target: median ratio ≤ 1.3.
+//! The cost of the hardening flags alone (plain git with the read overrides and environment, no
+//! sandbox, no config pre-pass, no parsing) is reported separately.
+//!
+//! Run: `cargo bench -p warren-tools --bench git_status`.
+
+#![allow(clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use warren_config::{ConfigStore, InstallRoot};
+use warren_core::AgentAlias;
+use warren_security::SecurityPolicy;
+use warren_security::sandbox::Sandbox;
+use warren_tools::{GitOperations, READ_CONFIG, Tool};
+
+const FILES: usize = 10_000;
+const RUNS: usize = 40;
+const TARGET: f64 = 1.3;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) -> Result<(), Box<dyn std::error::Error>> {
+    let status = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .status()?;
+    if !status.success() {
+        return Err(format!("git {args:?} failed").into());
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let root = InstallRoot::at(dir.path().join("w"));
+    root.ensure_layout()?;
+    std::fs::write(root.config_file(), "[agents.main]\n")?;
+    let config = ConfigStore::load(root.clone())?.snapshot().config().clone();
+    let policy = SecurityPolicy::for_agent(&config, &root, &AgentAlias::new("main")?)?;
+    policy.ensure_workspace()?;
+    let repo = policy.workspace().join("repo");
+    for i in 0..FILES {
+        let sub = repo.join(format!("d{:03}", i / 100));
+        std::fs::create_dir_all(&sub)?;
+        std::fs::write(sub.join(format!("f{i}.txt")), format!("file {i}\n"))?;
+    }
+    git(&repo, &["init", "-q", "-b", "main"])?;
+    git(&repo, &["add", "."])?;
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@e",
+            "commit",
+            "-q",
+            "-m",
+            "bench",
+        ],
+    )?;
+    for i in 0..20 {
+        std::fs::write(repo.join(format!("d000/f{i}.txt")), "changed\n")?;
+    }
+    let sandbox = Sandbox::for_policy(&policy)?;
+    let tool = GitOperations::new(sandbox.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+
+    let plain = || -> Result<Duration, Box<dyn std::error::Error>> {
+        let t = Instant::now();
+        let out = Command::new("git")
+            .args(["status", "--porcelain=2"])
+            .current_dir(&repo)
+            .stdin(Stdio::null())
+            .output()?;
+        let d = t.elapsed();
+        assert!(out.status.success() && out.stdout.len() > 100);
+        Ok(d)
+    };
+    let hardened = || -> Result<Duration, Box<dyn std::error::Error>> {
+        let mut cmd = Command::new("git");
+        cmd.arg("--no-pager").arg("--no-optional-locks");
+        for c in READ_CONFIG {
+            cmd.arg("-c").arg(c);
+        }
+        cmd.args([
+            "status",
+            "--porcelain=2",
+            "--branch",
+            "-z",
+            "--ignore-submodules=dirty",
+            "--no-renames",
+        ])
+        .envs([
+            ("GIT_TERMINAL_PROMPT", "0"),
+            ("GIT_ALLOW_PROTOCOL", "none"),
+            ("GIT_NO_LAZY_FETCH", "1"),
+            ("GIT_OPTIONAL_LOCKS", "0"),
+            ("GIT_LITERAL_PATHSPECS", "1"),
+        ])
+        .current_dir(&repo)
+        .stdin(Stdio::null());
+        let t = Instant::now();
+        let out = cmd.output()?;
+        let d = t.elapsed();
+        assert!(out.status.success() && out.stdout.len() > 100);
+        Ok(d)
+    };
+    let whole = || -> Result<Duration, Box<dyn std::error::Error>> {
+        let t = Instant::now();
+        let out = rt
+            .block_on(tool.execute(json!({"operation": "status", "path": "repo"})))
+            .map_err(|e| e.to_string())?;
+        let d = t.elapsed();
+        assert_eq!(
+            out.content["unstaged"].as_array().map(Vec::len),
+            Some(20),
+            "{}",
+            out.content
+        );
+        Ok(d)
+    };
+    // Warm the page cache and the index.
+    for _ in 0..3 {
+        plain()?;
+        hardened()?;
+        whole()?;
+    }
+    let (mut base, mut flags, mut tool_runs) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        base.push(plain()?);
+        flags.push(hardened()?);
+        tool_runs.push(whole()?);
+    }
+    let (base, flags, tool_t) = (median(base), median(flags), median(tool_runs));
+    let ratio = tool_t.as_secs_f64() / base.as_secs_f64();
+    println!(
+        "git status on a {FILES}-file repository with 20 modified files (median of {RUNS}, sandbox {:?})",
+        sandbox.backend()
+    );
+    println!("  plain git status --porcelain=2:              {base:?}");
+    println!(
+        "  same with the read hardening flags and env:  {flags:?}  ratio {:.2}x (cost of the flags)",
+        flags.as_secs_f64() / base.as_secs_f64()
+    );
+    println!(
+        "  git_operations status (validation, config pre-pass, sandbox, parse): {tool_t:?}  ratio {ratio:.2}x (target <= {TARGET}x)"
+    );
+    if ratio > TARGET {
+        return Err(format!("git_operations status ratio {ratio:.2}x exceeds {TARGET}x").into());
+    }
+    Ok(())
+}
