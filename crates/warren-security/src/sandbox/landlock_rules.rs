@@ -56,24 +56,6 @@ fn abi() -> ABI {
 }
 
 const SYSTEM_EXEC: [&str; 6] = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32"];
-const SYSTEM_READ: [&str; 16] = [
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-    "/etc/localtime",
-    "/etc/hosts",
-    "/etc/resolv.conf",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-    "/etc/gitconfig",
-    "/etc/mime.types",
-    "/proc",
-    "/etc/os-release",
-];
 
 /// The global git config files of the daemon's user that exist: `~/.gitconfig` and, under
 /// `~/.config/git/`, only `config`, `attributes` and `ignore` (never the directory, which may
@@ -123,7 +105,7 @@ pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
     for p in SYSTEM_EXEC {
         rules.push((Path::new(p), exec_read, false));
     }
-    for p in SYSTEM_READ {
+    for p in super::SYSTEM_CONFIG_FILES.iter().chain(&["/proc"]) {
         rules.push((Path::new(p), read, false));
     }
     // The operator's global git config (identity for commits, GIT-5): read-only, when present.

@@ -68,6 +68,26 @@ pub enum SandboxError {
     Prepare { alias: String, reason: String },
 }
 
+/// System files every backend lets a child read (dynamic linker, users and groups, name
+/// resolution, certificates, the system git config). Not `/etc` as a whole: it holds secrets.
+pub(crate) const SYSTEM_CONFIG_FILES: [&str; 15] = [
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/gitconfig",
+    "/etc/mime.types",
+    "/etc/os-release",
+];
+
 /// Environment variables every child gets (values set by Warren, not inherited).
 pub const BASE_ENV: [&str; 5] = ["PATH", "HOME", "TMPDIR", "LANG", "TERM"];
 const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";

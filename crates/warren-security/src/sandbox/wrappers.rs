@@ -7,21 +7,6 @@ use std::process::Command;
 
 use crate::policy::SecurityPolicy;
 
-const BWRAP_RO_TRY: [&str; 12] = [
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-    "/etc/localtime",
-    "/etc/hosts",
-    "/etc/resolv.conf",
-    "/etc/ssl",
-    "/etc/gitconfig",
-];
-
 /// `bwrap` with the workspace and read-write roots bound writable, read-only roots bound
 /// read-only; write-only roots are not bound (a mount cannot be write-only; SBX-2).
 pub(crate) fn bubblewrap(policy: &SecurityPolicy, program: &OsStr, args: &[OsString]) -> Command {
@@ -43,7 +28,7 @@ pub(crate) fn bubblewrap(policy: &SecurityPolicy, program: &OsStr, args: &[OsStr
             Err(_) => {}
         }
     }
-    for file in BWRAP_RO_TRY {
+    for file in super::SYSTEM_CONFIG_FILES {
         cmd.args(["--ro-bind-try", file, file]);
     }
     // The operator's global git config files (commit identity, GIT-5), read-only.
