@@ -1,8 +1,11 @@
 //! Test helpers shared by Warren's crates (dev-dependency only): temporary install roots, a
-//! runner for the real `warren` binary, the failpoint crash runner and a daemon child handle.
+//! runner for the real `warren` binary, the failpoint crash runner, a daemon child handle and
+//! the local fake LLM server ([`fake_llm`]).
 //!
 //! Nothing here mutates the test process's environment: every child gets its environment
 //! explicitly (`WARREN_HOME` and `FAILPOINTS` removed unless a test sets them).
+
+pub mod fake_llm;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};

@@ -146,6 +146,10 @@ pub struct RiskProfile {
     pub shell_timeout_secs: u64,
     /// Tools this profile may use; unset = every tool.
     pub allowed_tools: Option<Vec<String>>,
+    /// Tools the operator is asked about before every call, whatever the autonomy (`"*"` = all).
+    pub always_ask: Vec<String>,
+    /// How long an approval prompt waits; no answer in time = denied.
+    pub approval_timeout_secs: u64,
 }
 
 impl Default for RiskProfile {
@@ -169,6 +173,8 @@ impl Default for RiskProfile {
             env_passthrough: Vec::new(),
             shell_timeout_secs: 60,
             allowed_tools: None,
+            always_ask: Vec::new(),
+            approval_timeout_secs: 120,
         }
     }
 }
