@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use warren_config::schema::{Autonomy, RiskProfile};
-use warren_tools::{BoxFuture, RiskClass};
+pub use warren_tools::BoxFuture;
+use warren_tools::RiskClass;
 
 /// What the operator is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -47,3 +47,13 @@ impl CancelToken {
         let _ = rx.wait_for(|v| *v).await;
     }
 }
+
+/// Cancels `token` on the first Ctrl-C (SIGINT) until the returned task is aborted (the CLI
+/// arms one per turn, so Ctrl-C cancels the running turn, not the process).
+pub fn cancel_on_ctrl_c(token: CancelToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            token.cancel();
+        }
+    })
+}

@@ -112,6 +112,23 @@ pub struct Services {
     pub trace: Arc<Trace>,
 }
 
+impl Services {
+    /// The services of a process for `root`: a fresh receipt key (STATE-20: a restart rotates
+    /// it), the cost ledger and the runtime trace as `config` sets them up.
+    pub fn for_install(
+        root: &InstallRoot,
+        config: &Config,
+        approver: Arc<dyn Approver>,
+    ) -> Result<Self, getrandom::Error> {
+        Ok(Self {
+            approver,
+            receipts: Arc::new(ReceiptKey::generate()?),
+            costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
+            trace: Arc::new(crate::trace::Trace::new(root, config)),
+        })
+    }
+}
+
 /// An agent ready to run turns: capabilities, provider route, profiles, services.
 pub struct AgentRunner {
     alias: AgentAlias,

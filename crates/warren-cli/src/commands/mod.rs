@@ -1,7 +1,10 @@
 //! Command dispatch: resolve the install root, call the library, print.
 
+mod agent;
 mod agents;
 mod config;
+mod costs;
+mod logs;
 mod memory;
 mod security;
 mod sessions;
@@ -36,6 +39,21 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status => status::run(&root, cli.json),
         Command::Security(cmd) => security::posture(&root, cmd, cli.json),
         Command::Tools(cmd) => security::tools(&root, cmd),
+        Command::Agent {
+            alias,
+            message,
+            session,
+        } => agent::run(
+            &root,
+            agent::AgentArgs {
+                alias,
+                message,
+                session,
+            },
+            cli.json,
+        ),
+        Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
+        Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }
