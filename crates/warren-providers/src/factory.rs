@@ -8,9 +8,10 @@ use std::time::Duration;
 use warren_config::schema::{ProviderConfig, ProviderKind};
 use warren_config::{Config, InstallRoot};
 
-use crate::{OpenAiProvider, Provider, ProviderError, Route, ScriptProvider};
+use crate::{AnthropicProvider, OpenAiProvider, Provider, ProviderError, Route, ScriptProvider};
 
 const OPENAI_URL: &str = "https://api.openai.com/v1";
+const ANTHROPIC_URL: &str = "https://api.anthropic.com";
 
 /// The provider names of the route starting at `primary`: itself, then its fallbacks (and
 /// theirs), each once.
@@ -75,7 +76,10 @@ fn build_one(
             Ok(Arc::new(ScriptProvider::load(name, &path)?))
         }
         ProviderKind::Openai => {
-            let base = pc.base_url.clone().unwrap_or_else(|| OPENAI_URL.to_string());
+            let base = pc
+                .base_url
+                .clone()
+                .unwrap_or_else(|| OPENAI_URL.to_string());
             let key = api_key(name, pc)?;
             if key.is_none() && base.starts_with(OPENAI_URL) {
                 return Err(ProviderError::MissingKey {
@@ -87,10 +91,20 @@ fn build_one(
                 .with_single_tool_control(pc.parallel_call_control.unwrap_or(true));
             Ok(Arc::new(provider))
         }
-        ProviderKind::Anthropic => Err(ProviderError::Config {
-            provider: name.to_string(),
-            message: "the Anthropic provider is not available in this build yet; use kind = \"openai\" (OpenRouter serves Anthropic models) or \"script\"".into(),
-        }),
+        ProviderKind::Anthropic => {
+            let base = pc
+                .base_url
+                .clone()
+                .unwrap_or_else(|| ANTHROPIC_URL.to_string());
+            let key = api_key(name, pc)?;
+            if key.is_none() && base.starts_with(ANTHROPIC_URL) {
+                return Err(ProviderError::MissingKey {
+                    provider: name.to_string(),
+                    detail: String::new(),
+                });
+            }
+            Ok(Arc::new(AnthropicProvider::new(name, base, key, timeout)))
+        }
     }
 }
 

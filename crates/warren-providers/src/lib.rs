@@ -1,5 +1,5 @@
 //! LLM providers (SPEC LOOP-1, LOOP-2, LOOP-4): the [`Provider`] trait, the OpenAI-compatible
-//! chat-completions client, the `script` provider that replays a scripted conversation, and
+//! chat-completions client, the Anthropic Messages client, the `script` provider that replays a scripted conversation, and
 //! [`Route`], a primary provider plus fallbacks with retries.
 //!
 //! A provider answers one [`ChatRequest`] with one [`ChatResponse`] (text, native tool calls,
@@ -7,8 +7,10 @@
 //! declared in [`Capabilities`]; the turn loop reads them to decide whether single-tool rounds
 //! can be activated (LOOP-4).
 
+mod anthropic;
 mod error;
 mod factory;
+mod http;
 mod openai;
 mod route;
 mod script;
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use warren_core::{ChatMessage, ToolCall, ToolDefinition, Usage};
 
+pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider};
 pub use error::ProviderError;
 pub use factory::{build_route, route_names};
 pub use openai::OpenAiProvider;

@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use warren_core::{ChatMessage, Role, ToolCall, Usage};
 
-use crate::error::{ProviderError, redact};
+use crate::error::ProviderError;
+use crate::http::{Wire, parse_arguments};
 use crate::sse::SseReader;
 use crate::{BoxFuture, Capabilities, ChatRequest, ChatResponse, EventSink, Provider, StreamEvent};
 
@@ -21,19 +22,17 @@ use crate::{BoxFuture, Capabilities, ChatRequest, ChatResponse, EventSink, Provi
 const MAX_BODY: u64 = 32 * 1024 * 1024;
 
 /// An OpenAI-compatible endpoint.
+#[derive(Clone)]
 pub struct OpenAiProvider {
-    name: String,
+    wire: Wire,
     base_url: String,
-    api_key: Option<String>,
-    timeout: Duration,
     single_tool_control: bool,
-    agent: ureq::Agent,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiProvider")
-            .field("name", &self.name)
+            .field("name", &self.wire.name)
             .field("base_url", &self.base_url)
             .finish_non_exhaustive()
     }
@@ -47,18 +46,10 @@ impl OpenAiProvider {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Self {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
         Self {
-            name: name.into(),
+            wire: Wire::new(name.into(), timeout, api_key),
             base_url: base_url.into().trim_end_matches('/').to_string(),
-            api_key,
-            timeout,
             single_tool_control: true,
-            agent,
         }
     }
 
@@ -112,16 +103,17 @@ impl OpenAiProvider {
         let url = self.url();
         let body = Self::body(request, true).to_string();
         let mut req = self
+            .wire
             .agent
             .post(&url)
             .header("Content-Type", "application/json")
             .header("Accept", "text/event-stream");
-        if let Some(key) = &self.api_key {
+        if let Some(key) = &self.wire.api_key {
             req = req.header("Authorization", &format!("Bearer {key}"));
         }
         let response = req
             .send(body.as_bytes())
-            .map_err(|e| self.transport(&url, e))?;
+            .map_err(|e| self.wire.transport(&url, e))?;
         let status = response.status().as_u16();
         let is_sse = response
             .headers()
@@ -135,18 +127,14 @@ impl OpenAiProvider {
                 .limit(64 * 1024)
                 .read_to_string()
                 .unwrap_or_default();
-            return Err(ProviderError::Status {
-                provider: self.name.clone(),
-                status,
-                message: self.redact(&error_message(&text)),
-            });
+            return Err(self.wire.status(status, &text));
         }
         if !is_sse {
             let text = body
                 .with_config()
                 .limit(MAX_BODY)
                 .read_to_string()
-                .map_err(|e| self.transport(&url, e))?;
+                .map_err(|e| self.wire.transport(&url, e))?;
             return self.parse_complete(&text, events);
         }
         let mut reader = SseReader::new(BufReader::new(body.into_reader()));
@@ -155,14 +143,16 @@ impl OpenAiProvider {
             if request.cancel.is_cancelled() {
                 return Err(ProviderError::Cancelled);
             }
-            let event = reader.next_event().map_err(|e| self.io_error(&url, e))?;
+            let event = reader
+                .next_event()
+                .map_err(|e| self.wire.io_error(&url, e))?;
             let Some(data) = event else { break };
             if data.trim() == "[DONE]" {
                 break;
             }
-            let chunk: Value = serde_json::from_str(&data).map_err(|e| self.protocol(e))?;
+            let chunk: Value = serde_json::from_str(&data).map_err(|e| self.wire.protocol(e))?;
             if let Some(err) = chunk.get("error") {
-                return Err(self.protocol(format!("stream error: {err}")));
+                return Err(self.wire.protocol(format!("stream error: {err}")));
             }
             if let Some(delta) = acc.add(&chunk) {
                 events(StreamEvent::TextDelta(delta));
@@ -171,7 +161,7 @@ impl OpenAiProvider {
         if request.cancel.is_cancelled() {
             return Err(ProviderError::Cancelled);
         }
-        acc.finish().map_err(|m| self.protocol(m))
+        acc.finish().map_err(|m| self.wire.protocol(m))
     }
 
     fn parse_complete(
@@ -179,7 +169,7 @@ impl OpenAiProvider {
         text: &str,
         events: &EventSink,
     ) -> Result<ChatResponse, ProviderError> {
-        let v: Value = serde_json::from_str(text).map_err(|e| self.protocol(e))?;
+        let v: Value = serde_json::from_str(text).map_err(|e| self.wire.protocol(e))?;
         let message = &v["choices"][0]["message"];
         let content = message["content"].as_str().unwrap_or_default().to_string();
         let mut calls = Vec::new();
@@ -191,7 +181,7 @@ impl OpenAiProvider {
                     .unwrap_or_default()
                     .to_string(),
                 arguments: parse_arguments(c["function"]["arguments"].as_str().unwrap_or("{}"))
-                    .map_err(|m| self.protocol(m))?,
+                    .map_err(|m| self.wire.protocol(m))?,
             });
         }
         if !content.is_empty() {
@@ -203,63 +193,11 @@ impl OpenAiProvider {
             usage: usage_of(&v["usage"]),
         })
     }
-
-    fn redact(&self, text: &str) -> String {
-        redact(text, self.api_key.as_deref())
-    }
-
-    fn protocol(&self, e: impl std::fmt::Display) -> ProviderError {
-        ProviderError::Protocol {
-            provider: self.name.clone(),
-            message: self.redact(&e.to_string()),
-        }
-    }
-
-    fn io_error(&self, url: &str, e: std::io::Error) -> ProviderError {
-        if e.kind() == std::io::ErrorKind::TimedOut {
-            return ProviderError::Timeout {
-                provider: self.name.clone(),
-                url: url.to_string(),
-                after: self.timeout,
-            };
-        }
-        // ureq wraps its own errors (including timeouts) in io::Error while streaming.
-        if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>())
-            && matches!(inner, ureq::Error::Timeout(_))
-        {
-            return ProviderError::Timeout {
-                provider: self.name.clone(),
-                url: url.to_string(),
-                after: self.timeout,
-            };
-        }
-        ProviderError::Transport {
-            provider: self.name.clone(),
-            url: url.to_string(),
-            message: self.redact(&e.to_string()),
-        }
-    }
-
-    fn transport(&self, url: &str, e: ureq::Error) -> ProviderError {
-        match e {
-            ureq::Error::Timeout(_) => ProviderError::Timeout {
-                provider: self.name.clone(),
-                url: url.to_string(),
-                after: self.timeout,
-            },
-            ureq::Error::Io(io) => self.io_error(url, io),
-            other => ProviderError::Transport {
-                provider: self.name.clone(),
-                url: url.to_string(),
-                message: self.redact(&other.to_string()),
-            },
-        }
-    }
 }
 
 impl Provider for OpenAiProvider {
     fn name(&self) -> &str {
-        &self.name
+        &self.wire.name
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -275,16 +213,9 @@ impl Provider for OpenAiProvider {
         request: Arc<ChatRequest>,
         events: EventSink,
     ) -> BoxFuture<'_, Result<ChatResponse, ProviderError>> {
-        let this = Self {
-            name: self.name.clone(),
-            base_url: self.base_url.clone(),
-            api_key: self.api_key.clone(),
-            timeout: self.timeout,
-            single_tool_control: self.single_tool_control,
-            agent: self.agent.clone(),
-        };
+        let this = self.clone();
         Box::pin(async move {
-            let name = this.name.clone();
+            let name = this.wire.name.clone();
             tokio::task::spawn_blocking(move || this.call_blocking(&request, &events))
                 .await
                 .unwrap_or_else(|e| {
@@ -317,35 +248,11 @@ fn wire_message(m: &ChatMessage) -> Value {
     }
 }
 
-/// The error text of an error body (`{"error": {"message": ...}}`), else the body itself.
-fn error_message(body: &str) -> String {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let msg = parsed
-        .as_ref()
-        .and_then(|v| v["error"]["message"].as_str().or(v["error"].as_str()))
-        .map(str::to_string)
-        .unwrap_or_else(|| body.trim().to_string());
-    let mut msg: String = msg.chars().take(500).collect();
-    if msg.is_empty() {
-        msg = "(empty body)".into();
-    }
-    msg
-}
-
 fn usage_of(v: &Value) -> Usage {
     Usage {
         input_tokens: v["prompt_tokens"].as_u64().unwrap_or(0),
         output_tokens: v["completion_tokens"].as_u64().unwrap_or(0),
     }
-}
-
-/// Decodes a JSON-string arguments field; empty = `{}`.
-fn parse_arguments(text: &str) -> Result<Value, String> {
-    if text.trim().is_empty() {
-        return Ok(json!({}));
-    }
-    serde_json::from_str(text)
-        .map_err(|e| format!("tool call arguments are not JSON ({e}): {text}"))
 }
 
 /// Assembles a streamed response: text deltas, tool calls by `index`, the final usage chunk.

@@ -1,8 +1,11 @@
-//! A local fake OpenAI chat-completions server speaking the real wire format: `POST
-//! /v1/chat/completions`, SSE streaming with `data:` chunks, tool-call deltas split across
-//! chunks by `index`, a final usage chunk (`stream_options.include_usage`) and `[DONE]`; error
-//! statuses with OpenAI's `{"error": {...}}` body. Every request is recorded (headers and
-//! JSON body) so tests can assert what Warren sent.
+//! Local fake LLM servers speaking the real wire formats. OpenAI ([`FakeOpenAi::start`]):
+//! `POST /v1/chat/completions`, SSE `data:` chunks, tool-call deltas split across chunks by
+//! `index`, a final usage chunk (`stream_options.include_usage`) and `[DONE]`; errors with
+//! OpenAI's `{"error": {...}}` body. Anthropic ([`FakeOpenAi::start_anthropic`]): `POST
+//! /v1/messages`, `event:`/`data:` SSE with `message_start`, `content_block_start`,
+//! `text_delta` and `input_json_delta` deltas, `message_delta` usage and `message_stop`;
+//! errors with Anthropic's `{"type": "error", "error": {...}}` body. Every request is recorded
+//! (headers and JSON body) so tests can assert what Warren sent.
 //!
 //! Replies are queued; when the queue is empty the server answers a plain text "ok".
 
@@ -100,8 +103,16 @@ impl FakeRequest {
     }
 }
 
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Dialect {
+    #[default]
+    OpenAi,
+    Anthropic,
+}
+
 #[derive(Default)]
 struct Shared {
+    dialect: Dialect,
     replies: Mutex<VecDeque<FakeReply>>,
     requests: Mutex<Vec<FakeRequest>>,
 }
@@ -113,10 +124,23 @@ pub struct FakeOpenAi {
 }
 
 impl FakeOpenAi {
+    /// An OpenAI chat-completions server.
     pub fn start() -> io::Result<Self> {
+        Self::start_with(Dialect::OpenAi)
+    }
+
+    /// An Anthropic Messages server (`base_url` has no `/v1`).
+    pub fn start_anthropic() -> io::Result<Self> {
+        Self::start_with(Dialect::Anthropic)
+    }
+
+    fn start_with(dialect: Dialect) -> io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            dialect,
+            ..Shared::default()
+        });
         let s = Arc::clone(&shared);
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -131,7 +155,10 @@ impl FakeOpenAi {
 
     /// The `base_url` to configure (`http://127.0.0.1:<port>/v1`).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        match self.shared.dialect {
+            Dialect::OpenAi => format!("http://{}/v1", self.addr),
+            Dialect::Anthropic => format!("http://{}", self.addr),
+        }
     }
 
     pub fn push(&self, reply: FakeReply) {
@@ -185,7 +212,13 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let mut out = stream;
     match reply {
         FakeReply::Status(status, message) => {
-            let body = json!({"error": {"message": message, "type": "fake_error"}}).to_string();
+            let body = match shared.dialect {
+                Dialect::OpenAi => json!({"error": {"message": message, "type": "fake_error"}}),
+                Dialect::Anthropic => {
+                    json!({"type": "error", "error": {"type": "api_error", "message": message}})
+                }
+            }
+            .to_string();
             write!(
                 out,
                 "HTTP/1.1 {status} Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -193,6 +226,14 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             )?;
         }
         FakeReply::Hang(d) => thread::sleep(d),
+        FakeReply::Chat {
+            text,
+            calls,
+            usage,
+            chunk_delay,
+        } if shared.dialect == Dialect::Anthropic => {
+            anthropic_stream(&mut out, &text, &calls, usage, chunk_delay)?;
+        }
         FakeReply::Chat {
             text,
             calls,
@@ -249,6 +290,82 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             }
             write!(out, "data: [DONE]\n\n")?;
             out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+fn anthropic_stream(
+    out: &mut TcpStream,
+    text: &[String],
+    calls: &[FakeCall],
+    usage: (u64, u64),
+    chunk_delay: Duration,
+) -> io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut events: Vec<(&str, Value)> = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message",
+               "role": "assistant", "content": [], "model": "fake", "stop_reason": null,
+               "usage": {"input_tokens": usage.0, "output_tokens": 1}}}),
+    )];
+    let mut index = 0;
+    if !text.is_empty() {
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        ));
+        for t in text {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}}),
+            ));
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    for c in calls {
+        let args = c.arguments.to_string();
+        let (a, b) = args.split_at(args.len() / 2);
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index,
+                   "content_block": {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}}),
+        ));
+        for piece in [a, b] {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index,
+                       "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    let stop = if calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": usage.1}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    for (name, data) in events {
+        write!(out, "event: {name}\ndata: {data}\n\n")?;
+        out.flush()?;
+        if !chunk_delay.is_zero() {
+            thread::sleep(chunk_delay);
         }
     }
     Ok(())
