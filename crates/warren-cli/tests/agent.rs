@@ -178,3 +178,55 @@ fn agent_errors_name_the_provider_and_status_without_the_key() -> R {
     );
     Ok(())
 }
+
+/// Deliverable 12: on a machine with no provider key, `warren init` wires `main` to the
+/// offline demo script, and `warren agent -m` runs it end to end (files, memory, a session).
+#[test]
+fn fresh_install_runs_the_offline_demo() -> R {
+    let root = TempRoot::new()?;
+    assert!(ok(&root, &["init"])?.contains("demo"));
+    // Approvals need a terminal; allow writes for this non-interactive run.
+    let config = root
+        .read_config()?
+        .replace("risk_profile = \"default\"", "risk_profile = \"demo\"")
+        + "\n[risk_profiles.demo]\nautonomy = \"full\"\n";
+    root.write_config(&config)?;
+    let first = ok(&root, &["agent", "-m", "hello"])?;
+    assert!(
+        first.contains("Warren's demo agent") && first.contains("Done."),
+        "{first}"
+    );
+    assert!(
+        root.path()
+            .join("agents/main/workspace/welcome.md")
+            .is_file()
+    );
+    assert!(ok(&root, &["memory", "list"])?.contains("demo-first-run"));
+    let second = ok(&root, &["agent", "-m", "what do you remember?"])?;
+    assert!(second.contains("end of the demo script"), "{second}");
+    assert!(ok(&root, &["sessions", "show", "cli-main"])?.contains("what do you remember?"));
+    Ok(())
+}
+
+/// Without a terminal nobody can approve: a supervised agent's writes are denied, and the
+/// turn still completes.
+#[test]
+fn supervised_writes_without_a_terminal_are_denied() -> R {
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    let out = root.run(bin(), &["agent", "-m", "hello"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("✗ file_write") && stderr.contains("denied"),
+        "{stderr}"
+    );
+    assert!(
+        !root
+            .path()
+            .join("agents/main/workspace/welcome.md")
+            .exists()
+    );
+    assert!(stdout.contains("Done."));
+    Ok(())
+}

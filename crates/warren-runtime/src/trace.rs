@@ -93,11 +93,23 @@ impl Trace {
 
     /// Emits one event.
     pub fn emit(&self, kind: &str, agent: &str, session: Option<&str>, data: serde_json::Value) {
-        let mut text = data.to_string();
-        for s in &self.secrets {
-            text = text.replace(s.as_str(), "[redacted]");
+        let logged = tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG);
+        if self.file.is_none() && self.live.receiver_count() == 0 && !logged {
+            return; // nobody would see it
         }
-        let data = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        let mut text = data.to_string();
+        let mut redacted = false;
+        for s in &self.secrets {
+            if text.contains(s.as_str()) {
+                text = text.replace(s.as_str(), "[redacted]");
+                redacted = true;
+            }
+        }
+        let data = if redacted {
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+        } else {
+            data
+        };
         let event = TraceEvent {
             time: OffsetDateTime::now_utc()
                 .format(&Rfc3339)

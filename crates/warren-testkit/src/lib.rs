@@ -53,7 +53,11 @@ impl TempRoot {
         cmd.arg("--config-dir").arg(&self.root).args(args);
         cmd.env_remove("WARREN_HOME")
             .env_remove("FAILPOINTS")
-            .env_remove("RUST_BACKTRACE");
+            .env_remove("RUST_BACKTRACE")
+            // `warren init` picks its starter provider from these.
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OLLAMA_HOST");
         cmd
     }
 
