@@ -350,11 +350,11 @@ mod tests {
                 ChatMessage::tool_result(&call, "content"),
                 ChatMessage::system("summarise"),
             ],
-            tools: vec![ToolDefinition {
+            tools: Arc::new(vec![ToolDefinition {
                 name: "file_read".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            }]),
             single_tool: true,
             ..ChatRequest::default()
         };

@@ -79,8 +79,9 @@ impl CancelFlag {
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
-    /// Native tool definitions; empty = a call without tools.
-    pub tools: Vec<ToolDefinition>,
+    /// Native tool definitions; empty = a call without tools (shared: the same list goes
+    /// out with every request of a turn).
+    pub tools: Arc<Vec<ToolDefinition>>,
     /// Ask for at most one tool call in the response (`parallel_tool_calls: false`,
     /// `disable_parallel_tool_use: true`; LOOP-2).
     pub single_tool: bool,

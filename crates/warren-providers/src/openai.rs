@@ -334,11 +334,11 @@ mod tests {
         ChatRequest {
             model: "m".into(),
             messages: vec![ChatMessage::user("hi")],
-            tools: vec![ToolDefinition {
+            tools: Arc::new(vec![ToolDefinition {
                 name: "file_read".into(),
                 description: "read".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            }]),
             single_tool: single,
             ..ChatRequest::default()
         }

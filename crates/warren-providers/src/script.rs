@@ -204,11 +204,11 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let p = ScriptProvider::load("s", &path).unwrap_or_else(|e| panic!("{e}"));
-        let tools = vec![ToolDefinition {
+        let tools = Arc::new(vec![ToolDefinition {
             name: "t".into(),
             description: String::new(),
             parameters: serde_json::json!({}),
-        }];
+        }]);
         let mut req = ChatRequest {
             messages: vec![ChatMessage::user("1")],
             tools,

@@ -31,11 +31,11 @@ fn request(single: bool) -> Arc<ChatRequest> {
     Arc::new(ChatRequest {
         model: "gpt-test".into(),
         messages: vec![ChatMessage::system("sys"), ChatMessage::user("hello")],
-        tools: vec![ToolDefinition {
+        tools: Arc::new(vec![ToolDefinition {
             name: "file_read".into(),
             description: "Read a file".into(),
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        }],
+        }]),
         single_tool: single,
         ..ChatRequest::default()
     })

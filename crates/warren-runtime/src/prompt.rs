@@ -32,14 +32,22 @@ pub async fn system_prompt(
         "You are the Warren agent '{alias}'. Your workspace is {}. Use the tools to act; paths are relative to the workspace.\n",
         workspace.display()
     );
-    for name in IDENTITY_FILES {
-        let path = workspace.join(name);
-        // Identity files are operator-written config of the agent, read from its own workspace.
-        if let Ok(text) = tokio::fs::read_to_string(&path).await {
-            let text: String = text.chars().take(MAX_IDENTITY_CHARS).collect();
-            out.push_str(&format!("\n## {name}\n{}\n", text.trim()));
+    // Identity files are operator-written config of the agent, read from its own workspace,
+    // all in one hop to the blocking pool.
+    let dir = workspace.to_path_buf();
+    let identity = tokio::task::spawn_blocking(move || {
+        let mut part = String::new();
+        for name in IDENTITY_FILES {
+            if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
+                let text: String = text.chars().take(MAX_IDENTITY_CHARS).collect();
+                part.push_str(&format!("\n## {name}\n{}\n", text.trim()));
+            }
         }
-    }
+        part
+    })
+    .await
+    .unwrap_or_default();
+    out.push_str(&identity);
     if let Some(memory) = memory {
         match memory
             .recall(RecallQuery::new(user_message.to_string(), RECALL_LIMIT))

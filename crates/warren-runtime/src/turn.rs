@@ -306,7 +306,8 @@ impl AgentRunner {
         let agent = self.alias.as_str();
         let mut outcome = TurnOutcome::default();
         let caps = self.route.capabilities();
-        let tools = self.definitions();
+        let tools = Arc::new(self.definitions());
+        let no_tools = Arc::new(Vec::new());
         let known: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
 
         // LOOP-3/4: single-tool rounds only when every member of the route supports them.
@@ -360,9 +361,9 @@ impl AgentRunner {
                 return Err(TurnError::Cancelled);
             }
             let native = if caps.native_tools {
-                tools.clone()
+                Arc::clone(&tools)
             } else {
-                Vec::new()
+                Arc::clone(&no_tools)
             };
             let (response, provider) = self
                 .call_provider(
@@ -422,7 +423,7 @@ impl AgentRunner {
         let (response, _) = self
             .call_provider(
                 &messages,
-                Vec::new(),
+                no_tools,
                 false,
                 session,
                 cancel,
@@ -442,7 +443,7 @@ impl AgentRunner {
     async fn call_provider(
         &self,
         messages: &[ChatMessage],
-        tools: Vec<ToolDefinition>,
+        tools: Arc<Vec<ToolDefinition>>,
         single: bool,
         session: Option<&str>,
         cancel: &CancelToken,
