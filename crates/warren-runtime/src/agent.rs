@@ -29,6 +29,8 @@ pub enum AgentError {
     Runtime(std::io::Error),
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    #[error("subagent refused: {0} (PERM-7)")]
+    Narrow(#[from] warren_security::NarrowViolation),
 }
 
 /// An agent's policy, sandbox and tools, built together from config.
@@ -88,6 +90,29 @@ impl AgentKit {
         );
         kit.memory = Some(memory);
         Ok(kit)
+    }
+
+    /// A subagent's kit (PERM-7): the policy narrowed by `req` (refused on the first axis that
+    /// would exceed this one), its own sandbox for that policy, and the same tools rebuilt on
+    /// it, sharing this agent's memory handle (so no wider memory grant).
+    pub fn narrowed(&self, req: warren_security::NarrowRequest) -> Result<Self, AgentError> {
+        let policy = self.policy.narrow(req)?;
+        let sandbox = Sandbox::for_policy(&policy)?;
+        let mut tools = warren_tools::agent_tools(&policy, &sandbox);
+        if let Some(memory) = &self.memory {
+            tools.extend(
+                warren_tools::memory_tools(Arc::clone(memory))
+                    .into_iter()
+                    .filter(|t| policy.tool_allowed(t.name())),
+            );
+        }
+        Ok(Self {
+            policy,
+            sandbox,
+            tools,
+            memory: self.memory.clone(),
+            _sealed: (),
+        })
     }
 
     /// The agent's scoped memory, when built with [`AgentKit::build_with_memory`].

@@ -8,6 +8,7 @@ pub mod approval;
 pub mod cancel;
 pub mod cost;
 pub mod daemon;
+pub mod delegate;
 pub mod history;
 pub mod prompt;
 pub mod receipts;

@@ -23,6 +23,7 @@ use warren_config::{Config, InstallRoot};
 use warren_core::{AgentAlias, ChatMessage, SessionKey, ToolCall, ToolDefinition, Usage};
 use warren_memory::MemoryStores;
 use warren_providers::{ChatRequest, EventSink, ProviderError, Route, StreamEvent};
+use warren_security::NarrowRequest;
 use warren_store::sessions::{NewMessage, Page, SessionError, SessionHandle, SessionInit};
 use warren_tools::{RiskClass, ToolError, ToolOutput};
 
@@ -32,6 +33,7 @@ use crate::approval::{
 };
 use crate::cancel::CancelToken;
 use crate::cost::{CostError, CostTracker};
+use crate::delegate::{self, DELEGATE_TOOL, DelegateArgs};
 use crate::history;
 use crate::prompt::system_prompt;
 use crate::receipts::ReceiptKey;
@@ -133,7 +135,7 @@ impl Services {
 pub struct AgentRunner {
     alias: AgentAlias,
     kit: AgentKit,
-    route: Route,
+    route: Arc<Route>,
     model: String,
     runtime: RuntimeProfile,
     risk: RiskProfile,
@@ -186,7 +188,7 @@ impl AgentRunner {
         Self {
             alias,
             kit,
-            route,
+            route: Arc::new(route),
             model,
             runtime,
             risk,
@@ -203,7 +205,8 @@ impl AgentRunner {
     }
 
     fn definitions(&self) -> Vec<ToolDefinition> {
-        self.kit
+        let mut defs: Vec<ToolDefinition> = self
+            .kit
             .tools()
             .iter()
             .map(|t| ToolDefinition {
@@ -211,7 +214,88 @@ impl AgentRunner {
                 description: t.description().to_string(),
                 parameters: t.parameters(),
             })
-            .collect()
+            .collect();
+        if self.can_delegate() {
+            defs.push(delegate::definition());
+        }
+        defs
+    }
+
+    /// PERM-7: the `delegate` tool exists only with delegation depth left and when the risk
+    /// profile allows the tool.
+    fn can_delegate(&self) -> bool {
+        self.runtime.delegation_depth > 0 && self.kit.policy().tool_allowed(DELEGATE_TOOL)
+    }
+
+    fn max_iterations(&self) -> u32 {
+        match self.runtime.max_tool_iterations {
+            0 => DEFAULT_MAX_ITERATIONS,
+            n => n,
+        }
+    }
+
+    /// Runs a `delegate` call as a child turn under a narrowed policy (PERM-7).
+    /// (Boxed and `Send` by its signature: the loop reaches itself through this call.)
+    fn delegate<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        cancel: &'a CancelToken,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send + 'a>> {
+        Box::pin(async move {
+            let fail = |m: String| CallResult {
+                ok: false,
+                content: format!("Error: {m}"),
+                receipt: None,
+            };
+            let args: DelegateArgs = match serde_json::from_value(call.arguments.clone()) {
+                Ok(a) => a,
+                Err(e) => return Some(fail(format!("invalid arguments: {e}"))),
+            };
+            let max = args
+                .max_iterations
+                .unwrap_or((self.max_iterations() / 2).max(1));
+            let request = NarrowRequest {
+                autonomy: args.autonomy,
+                allowed_tools: args.tools.clone(),
+                allowed_commands: args.allowed_commands.clone(),
+                max_tool_iterations: Some(max),
+                ..NarrowRequest::default()
+            };
+            let kit = match self.kit.narrowed(request) {
+                Ok(k) => k,
+                Err(e) => return Some(fail(e.to_string())),
+            };
+            let mut runtime = self.runtime.clone();
+            runtime.max_tool_iterations = max;
+            runtime.delegation_depth = runtime.delegation_depth.saturating_sub(1);
+            let mut risk = self.risk.clone();
+            risk.autonomy = kit.policy().autonomy();
+            let child = AgentRunner {
+                alias: self.alias.clone(),
+                kit,
+                route: Arc::clone(&self.route),
+                model: self.model.clone(),
+                runtime,
+                risk,
+                services: Arc::clone(&self.services),
+            };
+            let quiet: TurnEvents = Arc::new(|_| {});
+            let turn: ChildTurn<'_> =
+                Box::pin(child.run_detached(Vec::new(), &args.task, cancel, quiet));
+            match turn.await {
+                Ok((o, _)) => Some(self.finish_call(
+                    call,
+                    Ok(ToolOutput::json(json!({
+                        "reply": o.reply,
+                        "tool_calls": o.tool_calls,
+                        "provider_calls": o.provider_calls,
+                        "hit_iteration_cap": o.hit_iteration_cap,
+                    }))),
+                )),
+                Err(TurnError::Cancelled) => None,
+                Err(e) => Some(fail(format!("the subagent failed: {e}"))),
+            }
+        })
     }
 
     /// Runs one user turn of session `key`: takes history from and appends the turn to
@@ -348,10 +432,7 @@ impl AgentRunner {
         sink.push(&user).await?;
         messages.push(user);
 
-        let max = match self.runtime.max_tool_iterations {
-            0 => DEFAULT_MAX_ITERATIONS,
-            n => n,
-        };
+        let max = self.max_iterations();
         let text_sink: EventSink = {
             let events = Arc::clone(events);
             Arc::new(move |StreamEvent::TextDelta(t)| events(TurnEvent::TextDelta(t)))
@@ -509,6 +590,9 @@ impl AgentRunner {
 
     /// Whether `call` may need the operator (then the batch runs sequentially).
     fn may_need_approval(&self, call: &ToolCall) -> bool {
+        if call.name == DELEGATE_TOOL {
+            return true; // a child turn may ask; never run it inside a parallel batch
+        }
         match self.kit.tool(&call.name) {
             Ok(tool) => {
                 tool.risk() == RiskClass::Execute
@@ -623,6 +707,9 @@ impl AgentRunner {
         session: Option<&str>,
         cancel: &CancelToken,
     ) -> Option<CallResult> {
+        if call.name == DELEGATE_TOOL && self.can_delegate() {
+            return self.delegate(call, cancel).await;
+        }
         let tool = match self.kit.tool(&call.name) {
             Ok(t) => Arc::clone(t),
             Err(_) => return Some(self.unknown_tool(call)),
@@ -740,6 +827,15 @@ impl AgentRunner {
         }
     }
 }
+
+/// A child turn's future, boxed: the loop runs itself recursively through `delegate`.
+type ChildTurn<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<(TurnOutcome, Vec<ChatMessage>), TurnError>>
+            + Send
+            + 'a,
+    >,
+>;
 
 /// Races a tool future against cancellation (dropping the future kills its process).
 async fn race<F>(fut: F, cancel: &CancelToken) -> Option<Result<ToolOutput, ToolError>>

@@ -647,3 +647,124 @@ async fn parallel_batches_keep_call_order_and_text_calls_are_recovered() {
     assert_eq!(results[4].tool_call_id.as_deref(), Some("text_call_0"));
     assert!(results[4].content.contains("content 0"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegate_runs_a_narrowed_child_that_cannot_spawn_again_perm7() {
+    let f = Fixture::new(1, "[runtime_profiles.rt]\ndelegation_depth = 1\n");
+    f.fake().push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "d1",
+            "delegate",
+            json!({"task": "write child.md", "autonomy": "read_only", "max_iterations": 2}),
+        )],
+    ));
+    // The child's requests.
+    f.fake().push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "k1",
+            "file_write",
+            json!({"path": "child.md", "content": "x"}),
+        )],
+    ));
+    f.fake().push(FakeReply::text("the child could not write"));
+    // The parent again.
+    f.fake().push(FakeReply::text("parent done"));
+    let runner = f.runner(Arc::new(ApproveAll)).await;
+    let (events, seen) = collect();
+    let (outcome, msgs) = runner
+        .run_detached(Vec::new(), "delegate it", &CancelToken::new(), events)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.reply, "parent done");
+    assert!(
+        !f.workspace().join("child.md").exists(),
+        "read_only child wrote nothing"
+    );
+    let reqs = f.fake().requests();
+    let tool_names = |i: usize| -> Vec<String> {
+        reqs[i].body["tools"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(tool_names(0).contains(&"delegate".to_string()));
+    assert!(
+        !tool_names(1).contains(&"delegate".to_string()),
+        "no further spawning"
+    );
+    let child_write = reqs[2].body["messages"].to_string();
+    assert!(
+        child_write.contains("read_only"),
+        "the child's write was refused: {child_write}"
+    );
+    let result = msgs
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("d1"))
+        .expect("result");
+    assert!(
+        result.content.contains("the child could not write"),
+        "{}",
+        result.content
+    );
+    assert!(
+        seen.lock()
+            .expect("events")
+            .iter()
+            .any(|e| matches!(e, TurnEvent::ToolResult { ok: true, .. }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegate_refuses_every_escalating_axis_by_name_perm7() {
+    let f = Fixture::new(
+        1,
+        "[runtime_profiles.rt]\ndelegation_depth = 2\nmax_tool_iterations = 4\n[risk_profiles.sup]\nautonomy = \"supervised\"\nallowed_tools = [\"file_read\", \"shell\", \"delegate\"]\n",
+    );
+    let path = f.root.config_file();
+    let text = std::fs::read_to_string(&path)
+        .expect("config")
+        .replace("risk_profile = \"open\"", "risk_profile = \"sup\"");
+    std::fs::write(&path, text).expect("config");
+    for (args, axis) in [
+        (json!({"task": "t", "autonomy": "full"}), "autonomy"),
+        (
+            json!({"task": "t", "max_iterations": 50}),
+            "max_tool_iterations",
+        ),
+        (
+            json!({"task": "t", "tools": ["file_read", "file_write"]}),
+            "file_write",
+        ),
+        (json!({"task": "t", "allowed_commands": ["rm"]}), "'rm'"),
+    ] {
+        f.fake().push(FakeReply::calls(
+            "",
+            vec![FakeCall::new("d", "delegate", args)],
+        ));
+        f.fake().push(FakeReply::text("ok"));
+        let runner = f.runner(Arc::new(DenyAll)).await;
+        let (events, _) = collect();
+        let before = f.fake().requests().len();
+        let (_, msgs) = runner
+            .run_detached(Vec::new(), "go", &CancelToken::new(), events)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let result = msgs.iter().find(|m| m.role == Role::Tool).expect("result");
+        assert!(
+            result.content.contains("subagent refused") && result.content.contains(axis),
+            "{axis}: {}",
+            result.content
+        );
+        assert_eq!(
+            f.fake().requests().len(),
+            before + 2,
+            "no child request was made"
+        );
+    }
+}

@@ -214,6 +214,9 @@ pub struct RuntimeProfile {
     pub single_tool_rounds: bool,
     pub parallel_tools: bool,
     pub max_tool_iterations: u32,
+    /// How many levels of subagents the `delegate` tool may spawn (0 = no `delegate` tool;
+    /// a child gets one level less, PERM-7).
+    pub delegation_depth: u32,
 }
 
 impl Default for RuntimeProfile {
@@ -222,6 +225,7 @@ impl Default for RuntimeProfile {
             single_tool_rounds: false,
             parallel_tools: false,
             max_tool_iterations: 10,
+            delegation_depth: 0,
         }
     }
 }
