@@ -768,3 +768,52 @@ async fn delegate_refuses_every_escalating_axis_by_name_perm7() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_over_anthropic_sends_tool_results_as_tool_result_blocks() {
+    let f = Fixture::new(0, "");
+    let claude = FakeOpenAi::start_anthropic().expect("fake anthropic");
+    let path = f.root.config_file();
+    let text = std::fs::read_to_string(&path).expect("config")
+        + &format!(
+            "\n[providers.fake]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key = \"sk-ant-test\"\n",
+            claude.base_url()
+        );
+    std::fs::write(&path, text).expect("config");
+    claude.push(FakeReply::calls(
+        "Writing.",
+        vec![FakeCall::new(
+            "toolu_1",
+            "file_write",
+            json!({"path": "c.md", "content": "claude"}),
+        )],
+    ));
+    claude.push(FakeReply::text("Written."));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let (events, _) = collect();
+    let (outcome, _) = runner
+        .run_detached(Vec::new(), "write c.md", &CancelToken::new(), events)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.reply, "Written.");
+    assert_eq!(
+        std::fs::read_to_string(f.workspace().join("c.md")).expect("file"),
+        "claude"
+    );
+    let second = &claude.requests()[1].body;
+    let messages = second["messages"].as_array().expect("messages");
+    assert_eq!(
+        messages.len(),
+        3,
+        "user, assistant tool_use, user tool_result: {second}"
+    );
+    assert_eq!(messages[1]["content"][1]["type"], json!("tool_use"));
+    assert_eq!(messages[2]["content"][0]["type"], json!("tool_result"));
+    assert_eq!(messages[2]["content"][0]["tool_use_id"], json!("toolu_1"));
+    assert!(
+        second["system"]
+            .as_str()
+            .expect("system")
+            .contains("Warren agent 'ada'")
+    );
+}
