@@ -140,6 +140,8 @@ pub struct AgentRunner {
     runtime: RuntimeProfile,
     risk: RiskProfile,
     services: Arc<Services>,
+    /// The tool definitions sent with every request (built once: tools do not change).
+    definitions: Arc<Vec<ToolDefinition>>,
 }
 
 impl AgentRunner {
@@ -185,15 +187,30 @@ impl AgentRunner {
         risk: RiskProfile,
         services: Arc<Services>,
     ) -> Self {
-        Self {
+        Self::assemble(alias, kit, Arc::new(route), model, runtime, risk, services)
+    }
+
+    fn assemble(
+        alias: AgentAlias,
+        kit: AgentKit,
+        route: Arc<Route>,
+        model: String,
+        runtime: RuntimeProfile,
+        risk: RiskProfile,
+        services: Arc<Services>,
+    ) -> Self {
+        let mut runner = Self {
             alias,
             kit,
-            route: Arc::new(route),
+            route,
             model,
             runtime,
             risk,
             services,
-        }
+            definitions: Arc::new(Vec::new()),
+        };
+        runner.definitions = Arc::new(runner.build_definitions());
+        runner
     }
 
     pub fn alias(&self) -> &AgentAlias {
@@ -204,7 +221,7 @@ impl AgentRunner {
         &self.kit
     }
 
-    fn definitions(&self) -> Vec<ToolDefinition> {
+    fn build_definitions(&self) -> Vec<ToolDefinition> {
         let mut defs: Vec<ToolDefinition> = self
             .kit
             .tools()
@@ -270,15 +287,15 @@ impl AgentRunner {
             runtime.delegation_depth = runtime.delegation_depth.saturating_sub(1);
             let mut risk = self.risk.clone();
             risk.autonomy = kit.policy().autonomy();
-            let child = AgentRunner {
-                alias: self.alias.clone(),
+            let child = AgentRunner::assemble(
+                self.alias.clone(),
                 kit,
-                route: Arc::clone(&self.route),
-                model: self.model.clone(),
+                Arc::clone(&self.route),
+                self.model.clone(),
                 runtime,
                 risk,
-                services: Arc::clone(&self.services),
-            };
+                Arc::clone(&self.services),
+            );
             let quiet: TurnEvents = Arc::new(|_| {});
             let turn: ChildTurn<'_> =
                 Box::pin(child.run_detached(Vec::new(), &args.task, cancel, quiet));
@@ -390,7 +407,7 @@ impl AgentRunner {
         let agent = self.alias.as_str();
         let mut outcome = TurnOutcome::default();
         let caps = self.route.capabilities();
-        let tools = Arc::new(self.definitions());
+        let tools = Arc::clone(&self.definitions);
         let no_tools = Arc::new(Vec::new());
         let known: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
 
