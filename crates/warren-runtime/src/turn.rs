@@ -163,7 +163,20 @@ impl AgentRunner {
                 alias: alias.to_string(),
                 what: "provider",
             })?;
-        let model = agent.model.clone().unwrap_or_else(|| "default".to_string());
+        let scripted = config
+            .providers
+            .get(&provider)
+            .is_some_and(|p| p.kind == warren_config::schema::ProviderKind::Script);
+        let model = match (&agent.model, scripted) {
+            (Some(m), _) => m.clone(),
+            (None, true) => "script".to_string(),
+            (None, false) => {
+                return Err(TurnError::Unconfigured {
+                    alias: alias.to_string(),
+                    what: "model",
+                });
+            }
+        };
         let route = warren_providers::build_route(config, root, &provider)?;
         let kit = AgentKit::build_with_memory(config, root, alias, stores).await?;
         Ok(Self::from_parts(
