@@ -125,6 +125,11 @@ impl AnthropicProvider {
             .send(body.as_bytes())
             .map_err(|e| self.wire.transport(&url, e))?;
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let mut body = response.into_body();
         if !(200..300).contains(&status) {
             let text = body
@@ -132,7 +137,9 @@ impl AnthropicProvider {
                 .limit(64 * 1024)
                 .read_to_string()
                 .unwrap_or_default();
-            return Err(self.wire.status(status, &text));
+            return Err(self
+                .wire
+                .status_after(status, &text, retry_after.as_deref()));
         }
         let mut reader = SseReader::new(BufReader::new(body.into_reader()));
         let mut acc = Accumulator::default();

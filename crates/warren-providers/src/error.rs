@@ -12,6 +12,8 @@ pub enum ProviderError {
         provider: String,
         status: u16,
         message: String,
+        /// The server's `Retry-After`, when it sent one (in seconds).
+        retry_after: Option<Duration>,
     },
     #[error("provider '{provider}' timed out after {after:?} ({url})")]
     Timeout {
@@ -62,6 +64,14 @@ impl ProviderError {
             ProviderError::Status { status, .. } => *status == 429 || *status >= 500,
             ProviderError::Timeout { .. } => true,
             _ => false,
+        }
+    }
+
+    /// How long the server asked to wait before retrying.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Status { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 

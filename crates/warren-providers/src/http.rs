@@ -82,10 +82,23 @@ impl Wire {
 
     /// The error for a non-2xx answer with body `text`.
     pub(crate) fn status(&self, status: u16, text: &str) -> ProviderError {
+        self.status_after(status, text, None)
+    }
+
+    /// [`Wire::status`] with the response's `Retry-After` header value (seconds form).
+    pub(crate) fn status_after(
+        &self,
+        status: u16,
+        text: &str,
+        retry_after: Option<&str>,
+    ) -> ProviderError {
         ProviderError::Status {
             provider: self.name.clone(),
             status,
             message: self.redact(&error_message(text)),
+            retry_after: retry_after
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs),
         }
     }
 }

@@ -115,6 +115,11 @@ impl OpenAiProvider {
             .send(body.as_bytes())
             .map_err(|e| self.wire.transport(&url, e))?;
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let is_sse = response
             .headers()
             .get("content-type")
@@ -127,7 +132,9 @@ impl OpenAiProvider {
                 .limit(64 * 1024)
                 .read_to_string()
                 .unwrap_or_default();
-            return Err(self.wire.status(status, &text));
+            return Err(self
+                .wire
+                .status_after(status, &text, retry_after.as_deref()));
         }
         if !is_sse {
             let text = body

@@ -1,5 +1,5 @@
 //! A provider route: the selected provider plus its fallbacks, each retried with exponential
-//! backoff on HTTP 429, 5xx and timeouts (LOOP-4 for capabilities: a route supports what
+//! backoff on HTTP 429, 5xx and timeouts (a server's `Retry-After` is honoured up to a minute) (LOOP-4 for capabilities: a route supports what
 //! every reachable member supports).
 //!
 //! Fallback happens on any failure but cancellation. Each failed attempt is reported in the
@@ -9,6 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{Capabilities, ChatRequest, ChatResponse, EventSink, Provider, ProviderError};
+
+/// Longest `Retry-After` honoured; a server asking for more is treated as this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// One member of a route with its retry settings.
 struct Member {
@@ -144,7 +147,12 @@ impl Route {
                         if !retry {
                             break;
                         }
-                        let delay = member.backoff.saturating_mul(1 << attempt.min(10));
+                        // The server's Retry-After wins over our backoff, up to MAX_RETRY_AFTER.
+                        let backoff = member.backoff.saturating_mul(1 << attempt.min(10));
+                        let delay = failed
+                            .last()
+                            .and_then(|a: &RouteAttempt| a.error.retry_after())
+                            .map_or(backoff, |ra| ra.min(MAX_RETRY_AFTER).max(backoff));
                         tokio::time::sleep(delay).await;
                         attempt += 1;
                     }

@@ -240,3 +240,27 @@ fn cancelling_mid_stream_stops_the_call() {
         .unwrap_or_else(|| panic!("expected cancellation"));
     assert_eq!(err, ProviderError::Cancelled);
 }
+
+#[test]
+fn a_429_retry_after_is_honoured_before_the_retry() {
+    let s = server();
+    s.push(FakeReply::RateLimited {
+        retry_after_secs: 1,
+    });
+    s.push(FakeReply::text("after the wait"));
+    let route = Route::new().with(provider("primary", &s), 2, Duration::from_millis(1));
+    let started = std::time::Instant::now();
+    let r = rt()
+        .block_on(route.chat(request(false), no_events()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.response.text, "after the wait");
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        r.failed_attempts[0].error.retry_after(),
+        Some(Duration::from_secs(1))
+    );
+}

@@ -53,6 +53,8 @@ pub enum FakeReply {
     Status(u16, String),
     /// Accept the request and answer nothing for this long (timeouts).
     Hang(Duration),
+    /// HTTP 429 with `Retry-After: <secs>`.
+    RateLimited { retry_after_secs: u64 },
 }
 
 impl FakeReply {
@@ -226,6 +228,15 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             )?;
         }
         FakeReply::Hang(d) => thread::sleep(d),
+        FakeReply::RateLimited { retry_after_secs } => {
+            let body = json!({"error": {"message": "rate limited", "type": "rate_limit_error"}})
+                .to_string();
+            write!(
+                out,
+                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {retry_after_secs}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )?;
+        }
         FakeReply::Chat {
             text,
             calls,
