@@ -7,6 +7,10 @@
 //!
 //! Reload swaps rates with [`CostTracker::set_rates`]; old records keep the price they were
 //! written with (the rate is stored in each record).
+//!
+//! Totals come from the ledger file itself: before each check the tracker reads the records
+//! appended since its last look (by any process: the daemon and `warren agent` runs share the
+//! file), so a limit holds across processes.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -73,26 +77,62 @@ pub struct CostTracker {
     rates: Mutex<BTreeMap<String, ModelRate>>,
     monthly_limit: Option<f64>,
     daily_limit: Option<f64>,
-    spent: Mutex<BTreeMap<String, Spent>>,
+    totals: Mutex<Totals>,
+}
+
+/// Per-agent spending, and how far into the ledger it has been read.
+#[derive(Debug, Default)]
+struct Totals {
+    spent: BTreeMap<String, Spent>,
+    offset: u64,
 }
 
 impl CostTracker {
     /// Opens the ledger at `path` (totals of today and this month are read from it).
     pub fn open(path: PathBuf, config: &CostConfig) -> Self {
-        let mut spent: BTreeMap<String, Spent> = BTreeMap::new();
-        let now = OffsetDateTime::now_utc();
-        for r in read_ledger(&path) {
-            let s = spent.entry(r.agent.clone()).or_default();
-            add(s, r.time, r.cost_usd, now);
-        }
-        Self {
+        let tracker = Self {
             path,
             enabled: config.enabled,
             rates: Mutex::new(config.rates.clone()),
             monthly_limit: config.monthly_limit_usd,
             daily_limit: config.daily_limit_usd,
-            spent: Mutex::new(spent),
+            totals: Mutex::new(Totals::default()),
+        };
+        tracker.catch_up();
+        tracker
+    }
+
+    /// Adds the records appended to the ledger since the last look (complete lines only).
+    fn catch_up(&self) {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        if len < totals.offset {
+            *totals = Totals::default(); // the ledger was replaced
         }
+        if len == totals.offset {
+            return;
+        }
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return;
+        };
+        let mut tail = Vec::new();
+        if f.seek(SeekFrom::Start(totals.offset)).is_err() || f.read_to_end(&mut tail).is_err() {
+            return;
+        }
+        let complete = tail.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let now = OffsetDateTime::now_utc();
+        for line in tail[..complete].split(|b| *b == b'\n') {
+            if let Ok(r) = serde_json::from_slice::<CostRecord>(line) {
+                add(
+                    totals.spent.entry(r.agent).or_default(),
+                    r.time,
+                    r.cost_usd,
+                    now,
+                );
+            }
+        }
+        totals.offset += complete as u64;
     }
 
     /// Swaps the rates (reload); records already written keep theirs.
@@ -115,11 +155,13 @@ impl CostTracker {
         if !self.enabled {
             return Ok(());
         }
+        self.catch_up();
         let now = OffsetDateTime::now_utc();
         let mut s = self
-            .spent
+            .totals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .spent
             .get(agent)
             .copied()
             .unwrap_or_default();
@@ -182,16 +224,8 @@ impl CostTracker {
             rate,
             rejected,
         };
-        {
-            let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
-            add(
-                spent.entry(agent.to_string()).or_default(),
-                now,
-                cost_usd,
-                now,
-            );
-        }
         if self.enabled {
+            // Totals pick the record up from the file at the next check.
             self.append(&record)?;
         }
         Ok(record)
@@ -298,6 +332,25 @@ mod tests {
         assert!(
             reopened.check("a", Some(100.0)).is_err(),
             "the smaller limit wins"
+        );
+    }
+
+    #[test]
+    fn a_limit_holds_across_processes_sharing_the_ledger_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let daemon = CostTracker::open(path.clone(), &config(Some(1.0)));
+        let cli = CostTracker::open(path.clone(), &config(Some(1.0)));
+        assert!(daemon.check("a", None).is_ok());
+        let u = Usage {
+            input_tokens: 1,
+            output_tokens: 0,
+        };
+        cli.record("a", None, "p", "m", u, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            daemon.check("a", None).is_err(),
+            "the other process's spending counts"
         );
     }
 
