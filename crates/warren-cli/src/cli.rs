@@ -50,6 +50,34 @@ pub enum Command {
     /// Run one tool as an agent would, under its policy and sandbox
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Talk to an agent: one turn with -m, else a line REPL (Ctrl-C cancels a turn, Ctrl-D exits)
+    Agent {
+        /// The agent (default: the default agent)
+        #[arg(short = 'a', long = "agent", value_name = "ALIAS")]
+        alias: Option<String>,
+        /// Run one turn with this message and exit
+        #[arg(short, long)]
+        message: Option<String>,
+        /// The session to continue (default: cli-<alias>)
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+    },
+    /// Show the cost ledger (data/state/costs.jsonl), totalled per agent and model
+    Costs {
+        #[arg(long, value_name = "ALIAS")]
+        agent: Option<String>,
+        /// Only records at or after DATE (YYYY-MM-DD, UTC) or an RFC 3339 time
+        #[arg(long, value_name = "DATE")]
+        since: Option<String>,
+    },
+    /// Show the runtime trace (data/state/runtime-trace.jsonl)
+    Logs {
+        /// Keep printing new events
+        #[arg(short, long)]
+        follow: bool,
+        #[arg(long, value_name = "ALIAS")]
+        agent: Option<String>,
+    },
     /// Print a shell completion script
     Completions {
         #[arg(value_enum)]

@@ -50,7 +50,7 @@ fn init_creates_the_layout_and_a_valid_commented_starter() -> R {
         assert!(root.path().join(dir).is_dir(), "{dir} missing");
     }
     let starter = root.read_config()?;
-    assert!(starter.contains("[agents.main]") && starter.contains("# provider"));
+    assert!(starter.contains("[agents.main]") && starter.contains("provider = \"demo\""));
     assert!(ok(&root, &["config", "validate"])?.contains("is valid (1 agent)"));
     // Idempotent: a second init leaves the config alone.
     fs::write(root.config_path(), format!("{starter}# mine\n"))?;
@@ -80,7 +80,8 @@ fn config_set_get_round_trip_and_json() -> R {
     assert_eq!(json["risk_profile"], "default");
     assert_eq!(
         ok(&root, &["config", "get", "agents.main.provider"])?,
-        "(not set)\n"
+        "demo\n",
+        "no provider key in the environment: the offline demo"
     );
     assert_eq!(
         ok(&root, &["config", "path"])?.trim(),

@@ -49,6 +49,8 @@ pub enum ConfigError {
     Missing { path: PathBuf },
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
     #[error(
         "refusing to save: this config was not loaded from a file on disk, so saving it could \
          replace a real config with defaults"

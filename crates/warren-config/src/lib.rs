@@ -22,5 +22,7 @@ pub use keypath::{KeyPath, KeyPathError, Segment};
 pub use paths::{HOME_ENV, InstallRoot, LegacyMigration, PathError};
 pub use schema::Config;
 pub use secrets::{ENC_PREFIX, Secret, SecretError, SecretKey};
-pub use starter::{InitOutcome, STARTER_CONFIG, init};
+pub use starter::{
+    DEMO_SCRIPT, InitOutcome, STARTER_CONFIG, StarterProvider, init, init_with, starter_config,
+};
 pub use store::{CommitOutcome, ConfigStore, Snapshot, WriteTxn};

@@ -177,6 +177,10 @@ impl InstallRoot {
     pub fn agent_dir(&self, alias: &AgentAlias) -> PathBuf {
         self.agents_dir().join(alias.as_str())
     }
+    /// The bundled demo conversation `warren init` writes for the `script` provider.
+    pub fn demo_script(&self) -> PathBuf {
+        self.root.join("demo").join("demo-script.json")
+    }
     /// `<install>/agents/<alias>/workspace/` (PERM-1); created lazily by the agent, not here.
     pub fn agent_workspace(&self, alias: &AgentAlias) -> PathBuf {
         self.agent_dir(alias).join("workspace")

@@ -1,4 +1,7 @@
-//! `warren init`: the install layout and a commented starter config with one agent, `main`.
+//! `warren init`: the install layout and a commented starter config with one agent, `main`,
+//! wired to a provider: the offline `script` provider with the bundled demo script (files,
+//! memory, a session) unless the caller found an OpenAI key, an Anthropic key or an Ollama
+//! URL, in which case that provider (issue 7 deliverable 12).
 
 use std::io;
 
@@ -45,6 +48,50 @@ risk_profile = "default"       # built in: autonomy "supervised"; or a name from
 # persistence = "rolling"      # rolling | full | none
 "#;
 
+/// The bundled demo conversation for the `script` provider.
+pub const DEMO_SCRIPT: &str = include_str!("demo-script.json");
+
+/// Which provider the starter config uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StarterProvider {
+    /// The offline demo (`script` provider, bundled script).
+    Demo,
+    /// OpenAI, key from `OPENAI_API_KEY`.
+    OpenAi,
+    /// Anthropic, key from `ANTHROPIC_API_KEY`.
+    Anthropic,
+    /// A local Ollama server's OpenAI-compatible API.
+    Ollama { base_url: String },
+}
+
+/// The starter config text for `provider`.
+pub fn starter_config(provider: &StarterProvider) -> String {
+    let (agent, block) = match provider {
+        StarterProvider::Demo => (
+            "provider = \"demo\"              # a name from [providers.*]\nmodel = \"demo\"",
+            "[providers.demo]\nkind = \"script\"                # offline: replays the bundled demo conversation\nscript = \"demo/demo-script.json\"  # relative to the install root\n".to_string(),
+        ),
+        StarterProvider::OpenAi => (
+            "provider = \"openai\"            # a name from [providers.*]\nmodel = \"gpt-4o-mini\"",
+            "[providers.openai]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\n".to_string(),
+        ),
+        StarterProvider::Anthropic => (
+            "provider = \"anthropic\"         # a name from [providers.*]\nmodel = \"claude-sonnet-4-5\"",
+            "[providers.anthropic]\nkind = \"anthropic\"\napi_key_env = \"ANTHROPIC_API_KEY\"\n".to_string(),
+        ),
+        StarterProvider::Ollama { base_url } => (
+            "provider = \"ollama\"            # a name from [providers.*]\nmodel = \"llama3.2\"",
+            format!("[providers.ollama]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nparallel_call_control = false\n", base_url.trim_end_matches('/').trim_end_matches("/v1")),
+        ),
+    };
+    STARTER_CONFIG
+        .replace(
+            "# provider = \"openai\"          # a name from [providers.*]\n# model = \"gpt-4o-mini\"",
+            agent,
+        )
+        .replace("# [providers.openai]\n", &format!("{block}\n# [providers.openai]\n"))
+}
+
 /// What `init` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InitOutcome {
@@ -54,6 +101,15 @@ pub enum InitOutcome {
 
 /// Creates the layout and, if absent, the starter config (0600). Never replaces a config.
 pub fn init(root: &InstallRoot) -> Result<InitOutcome, ConfigError> {
+    init_with(root, &StarterProvider::Demo)
+}
+
+/// [`init`] with the starter wired to `provider`; the demo script is written (if absent) with
+/// the demo starter.
+pub fn init_with(
+    root: &InstallRoot,
+    provider: &StarterProvider,
+) -> Result<InitOutcome, ConfigError> {
     root.ensure_layout()?;
     let path = root.config_file();
     match std::fs::symlink_metadata(&path) {
@@ -61,6 +117,58 @@ pub fn init(root: &InstallRoot) -> Result<InitOutcome, ConfigError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(source) => return Err(ConfigError::Read { path, source }),
     }
-    atomic::write_durable(&path, STARTER_CONFIG.as_bytes(), 0o600, CrashPoints::CONFIG)?;
+    if *provider == StarterProvider::Demo {
+        let script = root.demo_script();
+        if !script.exists() {
+            if let Some(dir) = script.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+            }
+            // A bundled, re-creatable file: a plain write (the config's crash points stay the
+            // config's own).
+            std::fs::write(&script, DEMO_SCRIPT).map_err(|source| ConfigError::Write {
+                path: script.clone(),
+                source,
+            })?;
+        }
+    }
+    let text = starter_config(provider);
+    atomic::write_durable(&path, text.as_bytes(), 0o600, CrashPoints::CONFIG)?;
     Ok(InitOutcome::Created)
+}
+
+#[cfg(test)]
+mod starter_tests {
+    use super::*;
+    use crate::schema::{Config, ProviderKind};
+
+    /// Every starter parses against the schema and wires `main` to its provider.
+    #[test]
+    fn every_starter_is_a_valid_config_wired_to_its_provider() {
+        for (p, name, kind) in [
+            (StarterProvider::Demo, "demo", ProviderKind::Script),
+            (StarterProvider::OpenAi, "openai", ProviderKind::Openai),
+            (
+                StarterProvider::Anthropic,
+                "anthropic",
+                ProviderKind::Anthropic,
+            ),
+            (
+                StarterProvider::Ollama {
+                    base_url: "http://127.0.0.1:11434".into(),
+                },
+                "ollama",
+                ProviderKind::Openai,
+            ),
+        ] {
+            let text = starter_config(&p);
+            let config: Config = toml::from_str(&text).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+            assert_eq!(config.agents["main"].provider.as_deref(), Some(name));
+            assert_eq!(config.providers[name].kind, kind);
+        }
+        let demo: serde_json::Value = serde_json::from_str(DEMO_SCRIPT).unwrap_or_default();
+        assert!(demo["turns"].is_array(), "the bundled script is JSON");
+    }
 }

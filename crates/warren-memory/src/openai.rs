@@ -2,14 +2,9 @@
 //! `{"model", "input": [...]}` and `Authorization: Bearer <key>`, reading `data[].embedding`
 //! in `index` order. Works with Ollama, vLLM, llama.cpp and other local servers.
 //!
-//! Transport: plain HTTP/1.1 over `std::net::TcpStream`, on the blocking pool. Embedding
-//! endpoints are usually local (Ollama, vLLM on http://127.0.0.1), and this keeps the
-//! workspace free of an HTTP client and a TLS stack (build time on small machines). `https://`
-//! URLs are refused with a clear error; a TLS client (e.g. `ureq` with rustls) can slot in
-//! behind [`Embedder`] when a remote endpoint is needed.
+//! Transport: `ureq` (blocking, rustls with ring; the client the providers use), on the blocking
+//! pool, so `http://` local servers and `https://` hosted endpoints both work.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,21 +18,21 @@ use crate::store::MemFuture;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response accepted (a batch of vectors as JSON text).
-const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Embedder speaking the OpenAI embeddings wire format over http://.
+/// Embedder speaking the OpenAI embeddings wire format.
+#[derive(Clone)]
 pub struct OpenAiEmbedder {
-    host: String,
-    port: u16,
-    path: String,
+    url: String,
     model: String,
     api_key: Option<String>,
     dimensions: Option<usize>,
+    agent: ureq::Agent,
 }
 
 impl OpenAiEmbedder {
-    /// `base_url` like `http://127.0.0.1:11434/v1` (`/embeddings` is appended unless present;
-    /// a bare host gets `/v1/embeddings`).
+    /// `base_url` like `http://127.0.0.1:11434/v1` or `https://api.openai.com/v1`
+    /// (`/embeddings` is appended unless present; a bare host gets `/v1/embeddings`).
     pub fn new(
         base_url: &str,
         model: &str,
@@ -48,14 +43,15 @@ impl OpenAiEmbedder {
             url: base_url.to_string(),
             message: message.to_string(),
         };
-        if base_url.starts_with("https://") {
+        let (scheme, rest) = if let Some(rest) = base_url.strip_prefix("http://") {
+            ("http://", rest)
+        } else if let Some(rest) = base_url.strip_prefix("https://") {
+            ("https://", rest)
+        } else {
             return Err(bad(
-                "https:// endpoints are not supported yet (no TLS client is built in); use an http:// endpoint such as a local Ollama or vLLM server",
+                "memory.embedder.base_url must start with http:// or https://",
             ));
-        }
-        let rest = base_url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("memory.embedder.base_url must start with http://"))?;
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
@@ -65,16 +61,13 @@ impl OpenAiEmbedder {
                 "put credentials in memory.embedder.api_key, not in the URL",
             ));
         }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) => (
-                h,
-                p.parse::<u16>()
-                    .map_err(|_| bad("the port is not a number"))?,
-            ),
-            None => (authority, 80),
-        };
-        if host.is_empty() {
+        if authority.is_empty() || authority.starts_with(':') {
             return Err(bad("the URL has no host"));
+        }
+        if let Some((_, port)) = authority.rsplit_once(':')
+            && port.parse::<u16>().is_err()
+        {
+            return Err(bad("the port is not a number"));
         }
         let path = path.trim_end_matches('/');
         let path = if path.ends_with("/embeddings") {
@@ -84,56 +77,56 @@ impl OpenAiEmbedder {
         } else {
             format!("{path}/embeddings")
         };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(TIMEOUT))
+            .build()
+            .into();
         Ok(Self {
-            host: host.to_string(),
-            port,
-            path,
+            url: format!("{scheme}{authority}{path}"),
             model: model.to_string(),
             api_key,
             dimensions,
+            agent,
         })
     }
 
     fn url(&self) -> String {
-        format!("http://{}:{}{}", self.host, self.port, self.path)
+        self.url.clone()
     }
 
     fn err(&self, message: impl Into<String>) -> MemoryError {
+        let mut message = message.into();
+        if let Some(key) = self.api_key.as_deref().filter(|k| !k.is_empty()) {
+            message = message.replace(key, "[redacted]");
+        }
         MemoryError::Embedder {
             url: self.url(),
-            message: message.into(),
+            message,
         }
     }
 
     /// One blocking request.
     fn post(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, MemoryError> {
         let body = json!({ "model": self.model, "input": texts }).to_string();
-        let addr = (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .map_err(|e| self.err(format!("cannot resolve host: {e}")))?
-            .next()
-            .ok_or_else(|| self.err("host resolves to no address"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
-            .map_err(|e| self.err(format!("cannot connect: {e}")))?;
-        stream.set_read_timeout(Some(TIMEOUT)).ok();
-        stream.set_write_timeout(Some(TIMEOUT)).ok();
-        let auth = self
-            .api_key
-            .as_deref()
-            .map(|k| format!("Authorization: Bearer {k}\r\n"))
-            .unwrap_or_default();
-        let head = format!(
-            "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\nAccept: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-            self.path,
-            self.host,
-            self.port,
-            body.len()
-        );
-        stream
-            .write_all(head.as_bytes())
-            .and_then(|()| stream.write_all(body.as_bytes()))
-            .map_err(|e| self.err(format!("sending the request: {e}")))?;
-        let (status, body) = read_response(stream).map_err(|e| self.err(e))?;
+        let mut req = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json");
+        if let Some(key) = &self.api_key {
+            req = req.header("Authorization", &format!("Bearer {key}"));
+        }
+        let response = req
+            .send(body.as_bytes())
+            .map_err(|e| self.err(format!("request failed: {e}")))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| self.err(format!("reading the response: {e}")))?;
         if status != 200 {
             let snippet: String = String::from_utf8_lossy(&body).chars().take(300).collect();
             return Err(self.err(format!("HTTP {status}: {snippet}")));
@@ -177,72 +170,6 @@ impl OpenAiEmbedder {
     }
 }
 
-/// Reads a `Connection: close` HTTP/1.1 response: status and body (Content-Length, chunked,
-/// or until EOF).
-fn read_response(stream: TcpStream) -> Result<(u16, Vec<u8>), String> {
-    let mut reader = BufReader::new(stream.take(MAX_RESPONSE_BYTES as u64));
-    let mut line = String::new();
-    reader
-        .read_line(&mut line)
-        .map_err(|e| format!("reading the response: {e}"))?;
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP response: {:?}", line.trim_end()))?;
-    let mut length: Option<usize> = None;
-    let mut chunked = false;
-    loop {
-        line.clear();
-        reader
-            .read_line(&mut line)
-            .map_err(|e| format!("reading headers: {e}"))?;
-        let header = line.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-            if name == "content-length" {
-                length = value.parse().ok();
-            } else if name == "transfer-encoding" && value.eq_ignore_ascii_case("chunked") {
-                chunked = true;
-            }
-        }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            line.clear();
-            reader
-                .read_line(&mut line)
-                .map_err(|e| format!("reading a chunk size: {e}"))?;
-            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
-                .map_err(|_| format!("bad chunk size {:?}", line.trim()))?;
-            if size == 0 {
-                break;
-            }
-            let start = body.len();
-            body.resize(start + size, 0);
-            reader
-                .read_exact(&mut body[start..])
-                .map_err(|e| format!("reading a chunk: {e}"))?;
-            line.clear();
-            reader.read_line(&mut line).ok();
-        }
-    } else if let Some(n) = length {
-        body.resize(n, 0);
-        reader
-            .read_exact(&mut body)
-            .map_err(|e| format!("reading the body: {e}"))?;
-    } else {
-        reader
-            .read_to_end(&mut body)
-            .map_err(|e| format!("reading the body: {e}"))?;
-    }
-    Ok((status, body))
-}
-
 impl Embedder for OpenAiEmbedder {
     fn describe(&self) -> String {
         format!("{} (model {})", self.url(), self.model)
@@ -256,14 +183,7 @@ impl Embedder for OpenAiEmbedder {
     }
 
     fn embed(&self, texts: Vec<String>) -> MemFuture<'_, Vec<Vec<f32>>> {
-        let this = Self {
-            host: self.host.clone(),
-            port: self.port,
-            path: self.path.clone(),
-            model: self.model.clone(),
-            api_key: self.api_key.clone(),
-            dimensions: self.dimensions,
-        };
+        let this = self.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || this.post(&texts))
                 .await
@@ -301,12 +221,16 @@ mod tests {
                 .unwrap_or_else(|e| e.to_string())
         };
         assert_eq!(url("http://h:11434"), "http://h:11434/v1/embeddings");
-        assert_eq!(url("http://h/v1/"), "http://h:80/v1/embeddings");
+        assert_eq!(url("http://h/v1/"), "http://h/v1/embeddings");
         assert_eq!(
             url("http://h:1/api/embeddings"),
             "http://h:1/api/embeddings"
         );
-        assert!(url("https://api.openai.com/v1").contains("not supported yet"));
+        assert_eq!(
+            url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1/embeddings"
+        );
+        assert!(url("ftp://h/v1").contains("must start with"));
         assert!(url("http://u:p@h/v1").contains("api_key"));
     }
 }

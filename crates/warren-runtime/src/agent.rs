@@ -1,11 +1,13 @@
 //! The one constructor of an agent's capabilities (STYLE "one seam per decision"): its
-//! `SecurityPolicy` (PERM-2), its sandbox (SBX-3) and the tools bound to both. `AgentKit` has a
+//! `SecurityPolicy` (PERM-2), its sandbox (SBX-3), its scoped memory handle (MEM-1) and the
+//! tools bound to them. `AgentKit` has a
 //! private field, so no other code can assemble an agent's tools around a different policy.
 
 use std::sync::Arc;
 
 use warren_config::{Config, InstallRoot};
 use warren_core::AgentAlias;
+use warren_memory::{Memory, MemoryError, MemoryStores};
 use warren_security::SecurityPolicy;
 use warren_security::sandbox::{Sandbox, SandboxError};
 use warren_tools::{Tool, ToolError, ToolOutput};
@@ -25,6 +27,10 @@ pub enum AgentError {
     },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error("subagent refused: {0} (PERM-7)")]
+    Narrow(#[from] warren_security::NarrowViolation),
 }
 
 /// An agent's policy, sandbox and tools, built together from config.
@@ -32,6 +38,7 @@ pub struct AgentKit {
     policy: SecurityPolicy,
     sandbox: Sandbox,
     tools: Vec<Arc<dyn Tool>>,
+    memory: Option<Arc<dyn Memory>>,
     _sealed: (),
 }
 
@@ -60,8 +67,57 @@ impl AgentKit {
             policy,
             sandbox,
             tools,
+            memory: None,
             _sealed: (),
         })
+    }
+
+    /// [`AgentKit::build`] plus the agent's scoped memory handle (from the one memory factory)
+    /// and the memory tools bound to it: what the turn loop runs with.
+    pub async fn build_with_memory(
+        config: &Config,
+        root: &InstallRoot,
+        alias: &AgentAlias,
+        stores: &MemoryStores,
+    ) -> Result<Self, AgentError> {
+        let mut kit = Self::build(config, root, alias)?;
+        let memory = warren_memory::create_memory_for_agent(stores, config, alias).await?;
+        let policy = &kit.policy;
+        kit.tools.extend(
+            warren_tools::memory_tools(Arc::clone(&memory))
+                .into_iter()
+                .filter(|t| policy.tool_allowed(t.name())),
+        );
+        kit.memory = Some(memory);
+        Ok(kit)
+    }
+
+    /// A subagent's kit (PERM-7): the policy narrowed by `req` (refused on the first axis that
+    /// would exceed this one), its own sandbox for that policy, and the same tools rebuilt on
+    /// it, sharing this agent's memory handle (so no wider memory grant).
+    pub fn narrowed(&self, req: warren_security::NarrowRequest) -> Result<Self, AgentError> {
+        let policy = self.policy.narrow(req)?;
+        let sandbox = Sandbox::for_policy(&policy)?;
+        let mut tools = warren_tools::agent_tools(&policy, &sandbox);
+        if let Some(memory) = &self.memory {
+            tools.extend(
+                warren_tools::memory_tools(Arc::clone(memory))
+                    .into_iter()
+                    .filter(|t| policy.tool_allowed(t.name())),
+            );
+        }
+        Ok(Self {
+            policy,
+            sandbox,
+            tools,
+            memory: self.memory.clone(),
+            _sealed: (),
+        })
+    }
+
+    /// The agent's scoped memory, when built with [`AgentKit::build_with_memory`].
+    pub fn memory(&self) -> Option<&Arc<dyn Memory>> {
+        self.memory.as_ref()
     }
 
     pub fn policy(&self) -> &SecurityPolicy {

@@ -1,11 +1,25 @@
-//! Warren's runtime. For now: the daemon, its install-root lock (LAYOUT-4) and the outer reload
-//! loop (STATE-19). Later issues add agents, the turn loop, the scheduler and supervision.
+//! Warren's runtime: agents and their capabilities ([`AgentKit`]), the turn loop
+//! ([`turn::AgentRunner`], LOOP-1..7) with approvals, receipts, cancellation, the cost ledger
+//! (STATE-14) and the runtime trace (STATE-13); the daemon, its install-root lock (LAYOUT-4)
+//! and the outer reload loop (STATE-19).
 
 pub mod agent;
+pub mod approval;
+pub mod cancel;
+pub mod cost;
 pub mod daemon;
+pub mod delegate;
+pub mod history;
+pub mod prompt;
+pub mod receipts;
 pub mod sessions;
+pub mod toolparse;
+pub mod trace;
+pub mod turn;
 
 pub use agent::{AgentError, AgentKit};
+pub use cancel::CancelToken;
 pub use daemon::{
     DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking,
 };
+pub use turn::{AgentRunner, Services, TurnError, TurnEvent, TurnEvents, TurnOutcome};

@@ -33,6 +33,8 @@ const GATES: &[Gate] = &[
             "crates/warren-testkit/",
             "crates/warren-memory/",
             "crates/warren-store/",
+            // The script provider reads the script file config names (not an agent's files).
+            "crates/warren-providers/src/script.rs",
         ],
     },
     Gate {

@@ -1,8 +1,11 @@
 //! Test helpers shared by Warren's crates (dev-dependency only): temporary install roots, a
-//! runner for the real `warren` binary, the failpoint crash runner and a daemon child handle.
+//! runner for the real `warren` binary, the failpoint crash runner, a daemon child handle and
+//! the local fake LLM server ([`fake_llm`]).
 //!
 //! Nothing here mutates the test process's environment: every child gets its environment
 //! explicitly (`WARREN_HOME` and `FAILPOINTS` removed unless a test sets them).
+
+pub mod fake_llm;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};
@@ -50,7 +53,11 @@ impl TempRoot {
         cmd.arg("--config-dir").arg(&self.root).args(args);
         cmd.env_remove("WARREN_HOME")
             .env_remove("FAILPOINTS")
-            .env_remove("RUST_BACKTRACE");
+            .env_remove("RUST_BACKTRACE")
+            // `warren init` picks its starter provider from these.
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OLLAMA_HOST");
         cmd
     }
 

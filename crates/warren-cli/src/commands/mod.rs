@@ -1,7 +1,10 @@
 //! Command dispatch: resolve the install root, call the library, print.
 
+mod agent;
 mod agents;
 mod config;
+mod costs;
+mod logs;
 mod memory;
 mod security;
 mod sessions;
@@ -12,7 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::CommandFactory;
-use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot};
+use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot, StarterProvider};
 
 use crate::cli::{Cli, Command};
 
@@ -36,22 +39,68 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status => status::run(&root, cli.json),
         Command::Security(cmd) => security::posture(&root, cmd, cli.json),
         Command::Tools(cmd) => security::tools(&root, cmd),
+        Command::Agent {
+            alias,
+            message,
+            session,
+        } => agent::run(
+            &root,
+            agent::AgentArgs {
+                alias,
+                message,
+                session,
+            },
+            cli.json,
+        ),
+        Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
+        Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 
+/// The starter provider from the environment: an OpenAI key, an Anthropic key or an Ollama
+/// URL (`OLLAMA_HOST`), else the offline demo.
+fn starter_provider() -> StarterProvider {
+    let set = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    if set("OPENAI_API_KEY").is_some() {
+        StarterProvider::OpenAi
+    } else if set("ANTHROPIC_API_KEY").is_some() {
+        StarterProvider::Anthropic
+    } else if let Some(host) = set("OLLAMA_HOST") {
+        let base_url = if host.starts_with("http://") || host.starts_with("https://") {
+            host
+        } else {
+            format!("http://{host}")
+        };
+        StarterProvider::Ollama { base_url }
+    } else {
+        StarterProvider::Demo
+    }
+}
+
 fn init(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
-    let outcome = warren_config::init(root)?;
+    let provider = starter_provider();
+    let outcome = warren_config::init_with(root, &provider)?;
     let path = root.config_file();
     if json {
         print_json(&serde_json::json!({
             "install_root": root.root(),
             "config": path,
             "created": outcome == InitOutcome::Created,
+            "provider": provider_label(&provider),
         }))?;
     } else if outcome == InitOutcome::Created {
         println!("initialised Warren at {}", root.root().display());
-        println!("config: {} (one agent: main)", path.display());
+        println!(
+            "config: {} (one agent: main, provider: {})",
+            path.display(),
+            provider_label(&provider)
+        );
+        if provider == StarterProvider::Demo {
+            println!(
+                "no provider key found: main runs the offline demo script; try `warren agent -m hello`"
+            );
+        }
     } else {
         println!(
             "config already exists at {}; left unchanged",
@@ -59,6 +108,15 @@ fn init(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn provider_label(p: &StarterProvider) -> &'static str {
+    match p {
+        StarterProvider::Demo => "demo (script)",
+        StarterProvider::OpenAi => "openai (OPENAI_API_KEY)",
+        StarterProvider::Anthropic => "anthropic (ANTHROPIC_API_KEY)",
+        StarterProvider::Ollama { .. } => "ollama (OLLAMA_HOST)",
+    }
 }
 
 /// The config store with the rules over durable state registered (MEM-9 backend lock), for

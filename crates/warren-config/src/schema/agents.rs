@@ -146,6 +146,10 @@ pub struct RiskProfile {
     pub shell_timeout_secs: u64,
     /// Tools this profile may use; unset = every tool.
     pub allowed_tools: Option<Vec<String>>,
+    /// Tools the operator is asked about before every call, whatever the autonomy (`"*"` = all).
+    pub always_ask: Vec<String>,
+    /// How long an approval prompt waits; no answer in time = denied.
+    pub approval_timeout_secs: u64,
 }
 
 impl Default for RiskProfile {
@@ -169,6 +173,8 @@ impl Default for RiskProfile {
             env_passthrough: Vec::new(),
             shell_timeout_secs: 60,
             allowed_tools: None,
+            always_ask: Vec::new(),
+            approval_timeout_secs: 120,
         }
     }
 }
@@ -208,6 +214,9 @@ pub struct RuntimeProfile {
     pub single_tool_rounds: bool,
     pub parallel_tools: bool,
     pub max_tool_iterations: u32,
+    /// How many levels of subagents the `delegate` tool may spawn (0 = no `delegate` tool;
+    /// a child gets one level less, PERM-7).
+    pub delegation_depth: u32,
 }
 
 impl Default for RuntimeProfile {
@@ -216,6 +225,7 @@ impl Default for RuntimeProfile {
             single_tool_rounds: false,
             parallel_tools: false,
             max_tool_iterations: 10,
+            delegation_depth: 0,
         }
     }
 }

@@ -54,6 +54,11 @@ pub struct ProviderConfig {
     pub script: Option<PathBuf>,
     pub timeout_secs: u64,
     pub max_retries: u32,
+    /// First retry delay; doubles per attempt (429, 5xx and timeouts are retried).
+    pub retry_backoff_ms: u64,
+    /// Whether the endpoint honours a request for at most one tool call per response
+    /// (`parallel_tool_calls: false`; LOOP-4). Unset = yes for OpenAI and Anthropic.
+    pub parallel_call_control: Option<bool>,
 }
 
 impl Default for ProviderConfig {
@@ -67,6 +72,8 @@ impl Default for ProviderConfig {
             script: None,
             timeout_secs: 120,
             max_retries: 3,
+            retry_backoff_ms: 500,
+            parallel_call_control: None,
         }
     }
 }

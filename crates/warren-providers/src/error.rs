@@ -1,0 +1,114 @@
+//! Provider errors: each names the provider and, for HTTP failures, the status. The API key
+//! never appears: bodies quoted from a server are redacted before they reach an error.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a provider call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider '{provider}' answered HTTP {status}: {message}")]
+    Status {
+        provider: String,
+        status: u16,
+        message: String,
+        /// The server's `Retry-After`, when it sent one (in seconds).
+        retry_after: Option<Duration>,
+    },
+    #[error("provider '{provider}' timed out after {after:?} ({url})")]
+    Timeout {
+        provider: String,
+        url: String,
+        after: Duration,
+    },
+    #[error("provider '{provider}' could not be reached at {url}: {message}")]
+    Transport {
+        provider: String,
+        url: String,
+        message: String,
+    },
+    #[error("provider '{provider}' sent a response Warren cannot read: {message}")]
+    Protocol { provider: String, message: String },
+    #[error(
+        "provider '{provider}' has no API key (run `warren config set providers.{provider}.api_key --secret`, or set api_key_env){detail}"
+    )]
+    MissingKey { provider: String, detail: String },
+    #[error("provider '{provider}' is misconfigured: {message}")]
+    Config { provider: String, message: String },
+    #[error("provider '{provider}': script {}: {message}", path.display())]
+    Script {
+        provider: String,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("provider '{provider}' is not configured (see [providers] in config.toml)")]
+    Unknown { provider: String },
+    #[error("the provider call was cancelled")]
+    Cancelled,
+    #[error("every provider of the route failed: {}", join(.attempts))]
+    AllFailed { attempts: Vec<ProviderError> },
+}
+
+fn join(errors: &[ProviderError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ProviderError {
+    /// Worth retrying on the same provider: HTTP 429, 5xx, timeouts.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Status { status, .. } => *status == 429 || *status >= 500,
+            ProviderError::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// How long the server asked to wait before retrying.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, if the provider answered with one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Replaces every occurrence of `secret` (and its 8+ character prefixes servers like to echo)
+/// in `text`.
+pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
+    let mut out = text.to_string();
+    if let Some(secret) = secret.filter(|s| s.len() >= 4) {
+        out = out.replace(secret, "[redacted]");
+        // "Incorrect API key provided: sk-abc...xyz": servers echo a prefix.
+        let prefix: String = secret.chars().take(8).collect();
+        if prefix.len() >= 8 {
+            out = out.replace(&prefix, "[redacted]");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_removes_key_and_echoed_prefix() {
+        let key = "sk-test-0123456789abcdef";
+        let text = format!("bad key {key}; provided: sk-test-0...cdef");
+        let out = redact(&text, Some(key));
+        assert!(!out.contains(key));
+        assert!(!out.contains("sk-test-0"), "{out}");
+    }
+}

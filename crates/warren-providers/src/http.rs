@@ -1,0 +1,128 @@
+//! What the HTTP providers share: mapping `ureq` failures to [`ProviderError`] (timeouts are
+//! retryable; the key is redacted from anything quoted), error-body messages and JSON-string
+//! tool arguments.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::error::{ProviderError, redact};
+
+/// The identity of one HTTP provider in its errors.
+#[derive(Clone)]
+pub(crate) struct Wire {
+    pub name: String,
+    pub timeout: Duration,
+    pub api_key: Option<String>,
+    pub agent: ureq::Agent,
+}
+
+impl Wire {
+    pub(crate) fn new(name: String, timeout: Duration, api_key: Option<String>) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .into();
+        Self {
+            name,
+            timeout,
+            api_key,
+            agent,
+        }
+    }
+
+    pub(crate) fn redact(&self, text: &str) -> String {
+        redact(text, self.api_key.as_deref())
+    }
+
+    pub(crate) fn protocol(&self, e: impl std::fmt::Display) -> ProviderError {
+        ProviderError::Protocol {
+            provider: self.name.clone(),
+            message: self.redact(&e.to_string()),
+        }
+    }
+
+    fn timeout_error(&self, url: &str) -> ProviderError {
+        ProviderError::Timeout {
+            provider: self.name.clone(),
+            url: url.to_string(),
+            after: self.timeout,
+        }
+    }
+
+    pub(crate) fn io_error(&self, url: &str, e: std::io::Error) -> ProviderError {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            return self.timeout_error(url);
+        }
+        // ureq wraps its own errors (including timeouts) in io::Error while streaming.
+        if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>())
+            && matches!(inner, ureq::Error::Timeout(_))
+        {
+            return self.timeout_error(url);
+        }
+        ProviderError::Transport {
+            provider: self.name.clone(),
+            url: url.to_string(),
+            message: self.redact(&e.to_string()),
+        }
+    }
+
+    pub(crate) fn transport(&self, url: &str, e: ureq::Error) -> ProviderError {
+        match e {
+            ureq::Error::Timeout(_) => self.timeout_error(url),
+            ureq::Error::Io(io) => self.io_error(url, io),
+            other => ProviderError::Transport {
+                provider: self.name.clone(),
+                url: url.to_string(),
+                message: self.redact(&other.to_string()),
+            },
+        }
+    }
+
+    /// The error for a non-2xx answer with body `text`.
+    pub(crate) fn status(&self, status: u16, text: &str) -> ProviderError {
+        self.status_after(status, text, None)
+    }
+
+    /// [`Wire::status`] with the response's `Retry-After` header value (seconds form).
+    pub(crate) fn status_after(
+        &self,
+        status: u16,
+        text: &str,
+        retry_after: Option<&str>,
+    ) -> ProviderError {
+        ProviderError::Status {
+            provider: self.name.clone(),
+            status,
+            message: self.redact(&error_message(text)),
+            retry_after: retry_after
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs),
+        }
+    }
+}
+
+/// The error text of an error body (`{"error": {"message": ...}}`), else the body itself.
+pub(crate) fn error_message(body: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let msg = parsed
+        .as_ref()
+        .and_then(|v| v["error"]["message"].as_str().or(v["error"].as_str()))
+        .map(str::to_string)
+        .unwrap_or_else(|| body.trim().to_string());
+    let mut msg: String = msg.chars().take(500).collect();
+    if msg.is_empty() {
+        msg = "(empty body)".into();
+    }
+    msg
+}
+
+/// Decodes a JSON-string arguments field; empty = `{}`.
+pub(crate) fn parse_arguments(text: &str) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_str(text)
+        .map_err(|e| format!("tool call arguments are not JSON ({e}): {text}"))
+}

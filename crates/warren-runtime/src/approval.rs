@@ -1,0 +1,163 @@
+//! Tool approvals by autonomy level (LOOP-1, issue 7 §5). The channel that asks the operator
+//! is the [`Approver`] interface: the CLI prompts on the terminal; the gateway will add an HTTP
+//! one. No answer within the profile's `approval_timeout_secs` = denied.
+//!
+//! What needs asking before a call runs ([`requirement`]):
+//! - `read_only`: only `Read` tools run; anything with side effects is refused.
+//! - `supervised`: `Write` tools (medium risk) are asked about; `Execute` (the shell) goes to
+//!   the shell's own command policy, which asks (medium) or blocks (high) through
+//!   `ToolError::ApprovalRequired` / `Denied`.
+//! - `full`: only tools listed in the risk profile's `always_ask` are asked about.
+//!
+//! `always_ask` applies at every level.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use warren_config::schema::{Autonomy, RiskProfile};
+pub use warren_tools::BoxFuture;
+use warren_tools::RiskClass;
+
+/// What the operator is asked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalRequest {
+    pub agent: String,
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    /// Why approval is needed.
+    pub reason: String,
+}
+
+/// The operator's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Approved,
+    Denied,
+    /// Nobody answered in time (treated as denied).
+    TimedOut,
+}
+
+/// A channel that asks the operator.
+pub trait Approver: Send + Sync {
+    fn ask(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision>;
+}
+
+/// Denies everything (non-interactive runs without an approval channel).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DenyAll;
+
+impl Approver for DenyAll {
+    fn ask(&self, _request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        Box::pin(async { ApprovalDecision::Denied })
+    }
+}
+
+/// Approves everything (tests and benchmarks only; never the default of an entry point).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn ask(&self, _request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        Box::pin(async { ApprovalDecision::Approved })
+    }
+}
+
+/// Asks `approver`, giving up after `timeout` (= [`ApprovalDecision::TimedOut`]).
+pub async fn ask_with_timeout(
+    approver: &dyn Approver,
+    request: ApprovalRequest,
+    timeout: Duration,
+) -> ApprovalDecision {
+    tokio::time::timeout(timeout, approver.ask(request))
+        .await
+        .unwrap_or(ApprovalDecision::TimedOut)
+}
+
+/// What the runtime must do before a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    /// Run it (the tool's own policy still applies).
+    Run,
+    /// Ask the operator first.
+    Ask(String),
+    /// Refuse without running.
+    Refuse(String),
+}
+
+/// The requirement for calling `tool` (of risk `risk`) under `risk_profile`.
+pub fn requirement(risk_profile: &RiskProfile, tool: &str, risk: RiskClass) -> Requirement {
+    let listed = risk_profile
+        .always_ask
+        .iter()
+        .any(|t| t == "*" || t == tool);
+    match risk_profile.autonomy {
+        Autonomy::ReadOnly if risk != RiskClass::Read => Requirement::Refuse(format!(
+            "autonomy is read_only: '{tool}' has side effects and is not run"
+        )),
+        _ if listed => Requirement::Ask(format!("'{tool}' is listed in always_ask")),
+        Autonomy::Supervised if risk == RiskClass::Write => Requirement::Ask(format!(
+            "supervised autonomy: '{tool}' changes files or state"
+        )),
+        _ => Requirement::Run,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(autonomy: Autonomy, always_ask: &[&str]) -> RiskProfile {
+        RiskProfile {
+            autonomy,
+            always_ask: always_ask.iter().map(|s| s.to_string()).collect(),
+            ..RiskProfile::default()
+        }
+    }
+
+    #[test]
+    fn autonomy_levels_decide_what_is_asked() {
+        use Requirement::*;
+        let ro = profile(Autonomy::ReadOnly, &[]);
+        assert_eq!(requirement(&ro, "file_read", RiskClass::Read), Run);
+        assert!(matches!(
+            requirement(&ro, "file_write", RiskClass::Write),
+            Refuse(_)
+        ));
+        assert!(matches!(
+            requirement(&ro, "shell", RiskClass::Execute),
+            Refuse(_)
+        ));
+        let sup = profile(Autonomy::Supervised, &[]);
+        assert_eq!(requirement(&sup, "file_read", RiskClass::Read), Run);
+        assert!(matches!(
+            requirement(&sup, "file_write", RiskClass::Write),
+            Ask(_)
+        ));
+        assert_eq!(requirement(&sup, "shell", RiskClass::Execute), Run);
+        let full = profile(Autonomy::Full, &["shell"]);
+        assert_eq!(requirement(&full, "file_write", RiskClass::Write), Run);
+        assert!(matches!(
+            requirement(&full, "shell", RiskClass::Execute),
+            Ask(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_is_denied() {
+        struct Never;
+        impl Approver for Never {
+            fn ask(&self, _r: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+                Box::pin(std::future::pending())
+            }
+        }
+        let req = ApprovalRequest {
+            agent: "a".into(),
+            tool: "t".into(),
+            arguments: serde_json::json!({}),
+            reason: "r".into(),
+        };
+        let d = ask_with_timeout(&Never, req, Duration::from_millis(10)).await;
+        assert_eq!(d, ApprovalDecision::TimedOut);
+    }
+}

@@ -1,0 +1,382 @@
+//! The cost ledger (STATE-14): [`CostTracker`] prices each provider request with the per-model
+//! rates of `[cost.rates.<model>]`, appends a record to `data/state/costs.jsonl` (time, agent,
+//! session, provider, model, tokens in/out, cost and the rate used) and ENFORCES per-agent
+//! limits before a provider call: the daily limit is the smaller of `[cost] daily_limit_usd`
+//! and the agent's risk profile `max_cost_per_day_usd`; the monthly one is
+//! `[cost] monthly_limit_usd`. A rejected request (LOOP-6) is recorded like any other.
+//!
+//! Reload swaps rates with [`CostTracker::set_rates`]; old records keep the price they were
+//! written with (the rate is stored in each record).
+//!
+//! Totals come from the ledger file itself: before each check the tracker reads the records
+//! appended since its last look (by any process: the daemon and `warren agent` runs share the
+//! file), so a limit holds across processes.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use time::format_description::well_known::Rfc3339;
+use time::{Date, OffsetDateTime};
+use warren_config::schema::{CostConfig, ModelRate};
+use warren_core::Usage;
+
+/// One ledger line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostRecord {
+    #[serde(with = "time::serde::rfc3339")]
+    pub time: OffsetDateTime,
+    pub agent: String,
+    pub session: Option<String>,
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// The rate used (`None` = no rate configured for the model: cost 0).
+    pub rate: Option<ModelRate>,
+    /// The request was rejected by the loop (LOOP-6) but still billed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rejected: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CostError {
+    #[error(
+        "agent '{agent}' reached its {period} cost limit (${spent:.4} of ${limit:.4}); the provider was not called (raise [cost] {key} or wait)"
+    )]
+    LimitReached {
+        agent: String,
+        period: &'static str,
+        spent: f64,
+        limit: f64,
+        key: &'static str,
+    },
+    #[error("cost ledger {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Spent {
+    day: Option<Date>,
+    today: f64,
+    month: Option<(i32, u8)>,
+    this_month: f64,
+}
+
+/// Prices, records and limits provider usage.
+#[derive(Debug)]
+pub struct CostTracker {
+    path: PathBuf,
+    enabled: bool,
+    rates: Mutex<BTreeMap<String, ModelRate>>,
+    monthly_limit: Option<f64>,
+    daily_limit: Option<f64>,
+    totals: Mutex<Totals>,
+}
+
+/// Per-agent spending, and how far into the ledger it has been read.
+#[derive(Debug, Default)]
+struct Totals {
+    spent: BTreeMap<String, Spent>,
+    offset: u64,
+}
+
+impl CostTracker {
+    /// Opens the ledger at `path` (totals of today and this month are read from it).
+    pub fn open(path: PathBuf, config: &CostConfig) -> Self {
+        let tracker = Self {
+            path,
+            enabled: config.enabled,
+            rates: Mutex::new(config.rates.clone()),
+            monthly_limit: config.monthly_limit_usd,
+            daily_limit: config.daily_limit_usd,
+            totals: Mutex::new(Totals::default()),
+        };
+        tracker.catch_up();
+        tracker
+    }
+
+    /// Adds the records appended to the ledger since the last look (complete lines only).
+    fn catch_up(&self) {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        if len < totals.offset {
+            *totals = Totals::default(); // the ledger was replaced
+        }
+        if len == totals.offset {
+            return;
+        }
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return;
+        };
+        let mut tail = Vec::new();
+        if f.seek(SeekFrom::Start(totals.offset)).is_err() || f.read_to_end(&mut tail).is_err() {
+            return;
+        }
+        let complete = tail.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let now = OffsetDateTime::now_utc();
+        for line in tail[..complete].split(|b| *b == b'\n') {
+            if let Ok(r) = serde_json::from_slice::<CostRecord>(line) {
+                add(
+                    totals.spent.entry(r.agent).or_default(),
+                    r.time,
+                    r.cost_usd,
+                    now,
+                );
+            }
+        }
+        totals.offset += complete as u64;
+    }
+
+    /// Swaps the rates (reload); records already written keep theirs.
+    pub fn set_rates(&self, rates: BTreeMap<String, ModelRate>) {
+        *self.rates.lock().unwrap_or_else(|p| p.into_inner()) = rates;
+    }
+
+    /// The rate of `model`, if configured.
+    pub fn rate(&self, model: &str) -> Option<ModelRate> {
+        self.rates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(model)
+            .cloned()
+    }
+
+    /// Refuses when `agent` has reached a limit (checked BEFORE each provider call).
+    /// `agent_daily_limit` is the agent's risk profile `max_cost_per_day_usd`.
+    pub fn check(&self, agent: &str, agent_daily_limit: Option<f64>) -> Result<(), CostError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        self.catch_up();
+        let now = OffsetDateTime::now_utc();
+        let mut s = self
+            .totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spent
+            .get(agent)
+            .copied()
+            .unwrap_or_default();
+        add(&mut s, now, 0.0, now);
+        let daily = match (self.daily_limit, agent_daily_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(limit) = daily
+            && s.today >= limit
+        {
+            return Err(CostError::LimitReached {
+                agent: agent.to_string(),
+                period: "daily",
+                spent: s.today,
+                limit,
+                key: "daily_limit_usd (or the risk profile's max_cost_per_day_usd)",
+            });
+        }
+        if let Some(limit) = self.monthly_limit
+            && s.this_month >= limit
+        {
+            return Err(CostError::LimitReached {
+                agent: agent.to_string(),
+                period: "monthly",
+                spent: s.this_month,
+                limit,
+                key: "monthly_limit_usd",
+            });
+        }
+        Ok(())
+    }
+
+    /// Prices and appends one request's usage.
+    pub fn record(
+        &self,
+        agent: &str,
+        session: Option<&str>,
+        provider: &str,
+        model: &str,
+        usage: Usage,
+        rejected: bool,
+    ) -> Result<CostRecord, CostError> {
+        let rate = self.rate(model);
+        let cost_usd = rate.as_ref().map_or(0.0, |r| {
+            (usage.input_tokens as f64 * r.input_per_mtok
+                + usage.output_tokens as f64 * r.output_per_mtok)
+                / 1_000_000.0
+        });
+        let now = OffsetDateTime::now_utc();
+        let record = CostRecord {
+            time: now,
+            agent: agent.to_string(),
+            session: session.map(str::to_string),
+            provider: provider.to_string(),
+            model: model.to_string(),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cost_usd,
+            rate,
+            rejected,
+        };
+        if self.enabled {
+            // Totals pick the record up from the file at the next check.
+            self.append(&record)?;
+        }
+        Ok(record)
+    }
+
+    fn append(&self, record: &CostRecord) -> Result<(), CostError> {
+        let io = |source| CostError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut line = serde_json::to_vec(record).map_err(|e| io(std::io::Error::other(e)))?;
+        line.push(b'\n');
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(io)?;
+        f.write_all(&line).map_err(io)?;
+        f.sync_data().map_err(io)
+    }
+}
+
+fn add(s: &mut Spent, time: OffsetDateTime, cost: f64, now: OffsetDateTime) {
+    let (day, month) = (now.date(), (now.year(), u8::from(now.month())));
+    if s.day != Some(day) {
+        s.day = Some(day);
+        s.today = 0.0;
+    }
+    if s.month != Some(month) {
+        s.month = Some(month);
+        s.this_month = 0.0;
+    }
+    if time.date() == day {
+        s.today += cost;
+    }
+    if (time.year(), u8::from(time.month())) == month {
+        s.this_month += cost;
+    }
+}
+
+/// Every readable record of the ledger at `path`, oldest first (bad lines skipped).
+pub fn read_ledger(path: &Path) -> Vec<CostRecord> {
+    std::fs::read_to_string(path)
+        .map(|text| {
+            text.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// RFC 3339 text of a record's time (for display).
+pub fn format_time(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(daily: Option<f64>) -> CostConfig {
+        let mut c = CostConfig {
+            daily_limit_usd: daily,
+            ..CostConfig::default()
+        };
+        c.rates.insert(
+            "m".into(),
+            ModelRate {
+                input_per_mtok: 1_000_000.0,
+                output_per_mtok: 0.0,
+            },
+        );
+        c
+    }
+
+    #[test]
+    fn limits_are_enforced_before_the_call_and_survive_a_reopen_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let t = CostTracker::open(path.clone(), &config(Some(2.0)));
+        let u = Usage {
+            input_tokens: 1,
+            output_tokens: 0,
+        };
+        assert!(t.check("a", None).is_ok());
+        t.record("a", None, "p", "m", u, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(t.check("a", None).is_ok());
+        t.record("a", None, "p", "m", u, true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            t.check("a", None),
+            Err(CostError::LimitReached {
+                period: "daily",
+                ..
+            })
+        ));
+        assert!(t.check("b", None).is_ok(), "limits are per agent");
+        let reopened = CostTracker::open(path.clone(), &config(Some(2.0)));
+        assert!(reopened.check("a", None).is_err());
+        assert!(
+            reopened.check("a", Some(100.0)).is_err(),
+            "the smaller limit wins"
+        );
+    }
+
+    #[test]
+    fn a_limit_holds_across_processes_sharing_the_ledger_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let daemon = CostTracker::open(path.clone(), &config(Some(1.0)));
+        let cli = CostTracker::open(path.clone(), &config(Some(1.0)));
+        assert!(daemon.check("a", None).is_ok());
+        let u = Usage {
+            input_tokens: 1,
+            output_tokens: 0,
+        };
+        cli.record("a", None, "p", "m", u, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            daemon.check("a", None).is_err(),
+            "the other process's spending counts"
+        );
+    }
+
+    #[test]
+    fn reload_swaps_rates_without_touching_old_records_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let t = CostTracker::open(path.clone(), &config(None));
+        let u = Usage {
+            input_tokens: 2,
+            output_tokens: 0,
+        };
+        t.record("a", None, "p", "m", u, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut rates = BTreeMap::new();
+        rates.insert(
+            "m".to_string(),
+            ModelRate {
+                input_per_mtok: 500_000.0,
+                output_per_mtok: 0.0,
+            },
+        );
+        t.set_rates(rates);
+        t.record("a", None, "p", "m", u, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let costs: Vec<f64> = read_ledger(&path).iter().map(|r| r.cost_usd).collect();
+        assert_eq!(costs, vec![2.0, 1.0]);
+    }
+}

@@ -1,0 +1,282 @@
+//! Running a round's tool calls (LOOP-1, issue 7 §3 and §5): approvals by autonomy level,
+//! concurrent execution of an admitted batch, cancellation, receipts, and results in call
+//! order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use time::OffsetDateTime;
+use warren_core::{ChatMessage, ToolCall};
+use warren_tools::{RiskClass, ToolError, ToolOutput};
+
+use super::{AgentRunner, MAX_RESULT_CHARS, TurnEvent, TurnEvents, TurnOutcome};
+use crate::approval::{
+    ApprovalDecision, ApprovalRequest, Requirement, ask_with_timeout, requirement,
+};
+use crate::cancel::CancelToken;
+use crate::delegate::DELEGATE_TOOL;
+use crate::history;
+
+impl AgentRunner {
+    /// Whether `call` may need the operator (then the batch runs sequentially).
+    pub(super) fn may_need_approval(&self, call: &ToolCall) -> bool {
+        if call.name == DELEGATE_TOOL {
+            return true; // a child turn may ask; never run it inside a parallel batch
+        }
+        match self.kit.tool(&call.name) {
+            Ok(tool) => {
+                tool.risk() == RiskClass::Execute
+                    || matches!(
+                        requirement(&self.risk, &call.name, tool.risk()),
+                        Requirement::Ask(_)
+                    )
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Runs a round's calls; results in call order (LOOP-1, issue 7 §3).
+    pub(super) async fn run_calls(
+        &self,
+        calls: &[ToolCall],
+        session: Option<&str>,
+        cancel: &CancelToken,
+        events: &TurnEvents,
+        outcome: &mut TurnOutcome,
+    ) -> Vec<ChatMessage> {
+        for c in calls {
+            events(TurnEvent::ToolCall(c.clone()));
+        }
+        let parallel = self.runtime.parallel_tools
+            && calls.len() > 1
+            && !calls.iter().any(|c| self.may_need_approval(c));
+        let mut results: Vec<Option<CallResult>> = vec![None; calls.len()];
+        if parallel {
+            let mut set = tokio::task::JoinSet::new();
+            for (i, call) in calls.iter().enumerate() {
+                if let Ok(tool) = self.kit.tool(&call.name) {
+                    let tool = Arc::clone(tool);
+                    let args = call.arguments.clone();
+                    let cancel = cancel.clone();
+                    set.spawn(async move {
+                        let r = tokio::select! {
+                            r = tool.execute(args) => Some(r),
+                            () = cancel.cancelled() => None,
+                        };
+                        (i, r)
+                    });
+                }
+            }
+            while let Some(joined) = set.join_next().await {
+                if let Ok((i, Some(r))) = joined {
+                    results[i] = Some(self.finish_call(&calls[i], r));
+                }
+            }
+            for (i, call) in calls.iter().enumerate() {
+                if results[i].is_none() && self.kit.tool(&call.name).is_err() {
+                    results[i] = Some(self.unknown_tool(call));
+                }
+            }
+        } else {
+            for (i, call) in calls.iter().enumerate() {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                results[i] = self.run_one(call, session, cancel).await;
+            }
+        }
+        let mut out = Vec::with_capacity(calls.len());
+        for (call, result) in calls.iter().zip(results) {
+            let r = result.unwrap_or(CallResult {
+                ok: false,
+                content: history::INTERRUPTED.to_string(),
+                receipt: None,
+            });
+            outcome.tool_calls += 1;
+            self.services.trace.emit(
+                "tool_call",
+                self.alias.as_str(),
+                session,
+                json!({"tool": call.name, "id": call.id, "ok": r.ok, "receipt": r.receipt,
+                       "chars": r.content.len()}),
+            );
+            if let Some(receipt) = &r.receipt {
+                outcome.receipts.push((call.name.clone(), receipt.clone()));
+            }
+            events(TurnEvent::ToolResult {
+                call: call.clone(),
+                ok: r.ok,
+                content: r.content.clone(),
+                receipt: r.receipt.clone(),
+            });
+            let text = match &r.receipt {
+                Some(receipt) => format!("{}\n\n[receipt: {receipt}]", r.content),
+                None => r.content,
+            };
+            out.push(ChatMessage::tool_result(call, text));
+        }
+        out
+    }
+
+    pub(super) fn unknown_tool(&self, call: &ToolCall) -> CallResult {
+        let msg = match self.kit.tool(&call.name) {
+            Err(e) => e.to_string(),
+            Ok(_) => String::new(),
+        };
+        CallResult {
+            ok: false,
+            content: format!("Error: {msg}"),
+            receipt: None,
+        }
+    }
+
+    /// One call with its approvals; `None` if cancelled before a result.
+    pub(super) async fn run_one(
+        &self,
+        call: &ToolCall,
+        session: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Option<CallResult> {
+        if call.name == DELEGATE_TOOL && self.can_delegate() {
+            return self.delegate(call, cancel).await;
+        }
+        let tool = match self.kit.tool(&call.name) {
+            Ok(t) => Arc::clone(t),
+            Err(_) => return Some(self.unknown_tool(call)),
+        };
+        let mut approved = false;
+        match requirement(&self.risk, &call.name, tool.risk()) {
+            Requirement::Refuse(reason) => {
+                return Some(CallResult {
+                    ok: false,
+                    content: format!("Error: refused by the runtime: {reason}"),
+                    receipt: None,
+                });
+            }
+            Requirement::Ask(reason) => {
+                if let Some(denied) = self.approve(call, reason, session, cancel).await? {
+                    return Some(denied);
+                }
+                approved = true;
+            }
+            Requirement::Run => {}
+        }
+        let run = |approved: bool| {
+            let tool = Arc::clone(&tool);
+            let args = call.arguments.clone();
+            async move {
+                if approved {
+                    tool.execute_approved(args).await
+                } else {
+                    tool.execute(args).await
+                }
+            }
+        };
+        let mut result = race(run(approved), cancel).await?;
+        if let Err(ToolError::ApprovalRequired(reason)) = &result {
+            if let Some(denied) = self.approve(call, reason.clone(), session, cancel).await? {
+                return Some(denied);
+            }
+            result = race(run(true), cancel).await?;
+        }
+        Some(self.finish_call(call, result))
+    }
+
+    /// Asks the operator. `Some(Some(denied result))` when refused, `Some(None)` approved,
+    /// `None` cancelled.
+    pub(super) async fn approve(
+        &self,
+        call: &ToolCall,
+        reason: String,
+        session: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Option<Option<CallResult>> {
+        let request = ApprovalRequest {
+            agent: self.alias.to_string(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            reason,
+        };
+        let timeout = Duration::from_secs(self.risk.approval_timeout_secs.max(1));
+        let decision = tokio::select! {
+            d = ask_with_timeout(self.services.approver.as_ref(), request, timeout) => d,
+            () = cancel.cancelled() => return None,
+        };
+        self.services.trace.emit(
+            "approval",
+            self.alias.as_str(),
+            session,
+            json!({"tool": call.name, "id": call.id, "decision": decision}),
+        );
+        Some(match decision {
+            ApprovalDecision::Approved => None,
+            ApprovalDecision::Denied => Some(CallResult {
+                ok: false,
+                content: "Error: the operator denied this call; it was not run".into(),
+                receipt: None,
+            }),
+            ApprovalDecision::TimedOut => Some(CallResult {
+                ok: false,
+                content: "Error: no approval arrived in time; the call was denied and not run"
+                    .into(),
+                receipt: None,
+            }),
+        })
+    }
+
+    pub(super) fn finish_call(
+        &self,
+        call: &ToolCall,
+        result: Result<ToolOutput, ToolError>,
+    ) -> CallResult {
+        match result {
+            Ok(out) => {
+                let mut content = match out.content {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                if content.is_empty() {
+                    content = "(no output)".into();
+                }
+                let secs = OffsetDateTime::now_utc().unix_timestamp();
+                let receipt =
+                    self.services
+                        .receipts
+                        .sign(&call.name, &call.arguments, &content, secs);
+                if content.chars().count() > MAX_RESULT_CHARS {
+                    content = content.chars().take(MAX_RESULT_CHARS).collect::<String>()
+                        + "\n[truncated]";
+                }
+                CallResult {
+                    ok: true,
+                    content,
+                    receipt: Some(receipt),
+                }
+            }
+            Err(e) => CallResult {
+                ok: false,
+                content: format!("Error: {e}"),
+                receipt: None,
+            },
+        }
+    }
+}
+
+/// Races a tool future against cancellation (dropping the future kills its process).
+async fn race<F>(fut: F, cancel: &CancelToken) -> Option<Result<ToolOutput, ToolError>>
+where
+    F: std::future::Future<Output = Result<ToolOutput, ToolError>>,
+{
+    tokio::select! {
+        r = fut => Some(r),
+        () = cancel.cancelled() => None,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct CallResult {
+    pub(super) ok: bool,
+    pub(super) content: String,
+    pub(super) receipt: Option<String>,
+}

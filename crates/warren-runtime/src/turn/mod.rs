@@ -1,0 +1,593 @@
+//! The turn loop (LOOP-1..7): build the prompt, call the provider route, run the tool calls it
+//! returns (native, or recovered from `<tool_call>` text), append the results in call order,
+//! and call again, until a final answer, cancellation or `max_tool_iterations` (then one last
+//! call without tools asking for a summary).
+//!
+//! Single-tool rounds (LOOP-2..7): when the agent's runtime profile sets
+//! `single_tool_rounds` and the route's primary AND every fallback support the control, each
+//! request asks for at most one call; a response with more than one call (native or
+//! recovered) fails the turn before any call runs or enters history, and its usage is still
+//! billed. When some route member lacks support, the loop keeps batch behaviour and emits ONE
+//! limitation notice per turn.
+//!
+//! `parallel_tools` runs an admitted batch concurrently only when no call may need approval;
+//! results keep call order either way.
+
+mod calls;
+mod subagent;
+
+use std::sync::Arc;
+
+use serde_json::json;
+use warren_config::schema::{RiskProfile, RuntimeProfile};
+use warren_config::{Config, InstallRoot};
+use warren_core::{AgentAlias, ChatMessage, SessionKey, ToolCall, ToolDefinition, Usage};
+use warren_memory::MemoryStores;
+use warren_providers::{ChatRequest, EventSink, ProviderError, Route, StreamEvent};
+use warren_store::sessions::{NewMessage, Page, SessionError, SessionHandle, SessionInit};
+
+use crate::agent::{AgentError, AgentKit};
+use crate::approval::Approver;
+use crate::cancel::CancelToken;
+use crate::cost::{CostError, CostTracker};
+use crate::delegate::{self, DELEGATE_TOOL};
+use crate::history;
+use crate::prompt::system_prompt;
+use crate::receipts::ReceiptKey;
+use crate::toolparse::{protocol_instructions, recover_tool_calls};
+use crate::trace::Trace;
+
+/// Longest tool result put in history, in characters.
+pub const MAX_RESULT_CHARS: usize = 50_000;
+/// Newest session messages loaded as history.
+pub const HISTORY_LIMIT: usize = 200;
+/// The default of `max_tool_iterations` when the profile says 0.
+pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
+
+/// What a turn shows while it runs (the CLI prints these; the gateway will stream them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    TextDelta(String),
+    /// A limitation or policy notice for the operator (e.g. LOOP-4).
+    Notice(String),
+    ToolCall(ToolCall),
+    ToolResult {
+        call: ToolCall,
+        ok: bool,
+        content: String,
+        receipt: Option<String>,
+    },
+}
+
+pub type TurnEvents = Arc<dyn Fn(TurnEvent) + Send + Sync>;
+
+/// A turn that could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(
+        "single-tool rounds are on for agent '{agent}' but provider '{provider}' returned {count} tool calls in one response; none of them was run (LOOP-5)"
+    )]
+    SingleToolViolation {
+        agent: String,
+        provider: String,
+        count: usize,
+    },
+    #[error("the turn was cancelled")]
+    Cancelled,
+    #[error(transparent)]
+    Cost(#[from] CostError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error("agent '{alias}' has no {what}: set agents.{alias}.{what} in config.toml")]
+    Unconfigured { alias: String, what: &'static str },
+    #[error("agent '{alias}' is not configured (see `warren agents list`)")]
+    UnknownAgent { alias: String },
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnOutcome {
+    pub reply: String,
+    /// Tokens of every provider request of the turn (rejected ones included, LOOP-6).
+    pub usage: Usage,
+    pub provider_calls: u32,
+    pub tool_calls: u32,
+    /// `max_tool_iterations` was reached and the reply is the tools-free summary.
+    pub hit_iteration_cap: bool,
+    pub notices: Vec<String>,
+    /// Receipts of the executed calls, `(tool, receipt)`.
+    pub receipts: Vec<(String, String)>,
+}
+
+/// Shared per-process services of the loop.
+pub struct Services {
+    pub approver: Arc<dyn Approver>,
+    pub receipts: Arc<ReceiptKey>,
+    pub costs: Arc<CostTracker>,
+    pub trace: Arc<Trace>,
+}
+
+impl Services {
+    /// The services of a process for `root`: a fresh receipt key (STATE-20: a restart rotates
+    /// it), the cost ledger and the runtime trace as `config` sets them up.
+    pub fn for_install(
+        root: &InstallRoot,
+        config: &Config,
+        approver: Arc<dyn Approver>,
+    ) -> Result<Self, getrandom::Error> {
+        Ok(Self {
+            approver,
+            receipts: Arc::new(ReceiptKey::generate()?),
+            costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
+            trace: Arc::new(crate::trace::Trace::new(root, config)),
+        })
+    }
+}
+
+/// An agent ready to run turns: capabilities, provider route, profiles, services.
+pub struct AgentRunner {
+    alias: AgentAlias,
+    kit: AgentKit,
+    route: Arc<Route>,
+    model: String,
+    runtime: RuntimeProfile,
+    risk: RiskProfile,
+    services: Arc<Services>,
+    /// The tool definitions sent with every request (built once: tools do not change).
+    definitions: Arc<Vec<ToolDefinition>>,
+}
+
+impl AgentRunner {
+    /// Builds `alias` from config: its kit (policy, sandbox, memory, tools) and its route.
+    pub async fn build(
+        config: &Config,
+        root: &InstallRoot,
+        alias: &AgentAlias,
+        stores: &MemoryStores,
+        services: Arc<Services>,
+    ) -> Result<Self, TurnError> {
+        let agent = config.agent(alias).ok_or_else(|| TurnError::UnknownAgent {
+            alias: alias.to_string(),
+        })?;
+        let provider = agent
+            .provider
+            .clone()
+            .ok_or_else(|| TurnError::Unconfigured {
+                alias: alias.to_string(),
+                what: "provider",
+            })?;
+        let scripted = config
+            .providers
+            .get(&provider)
+            .is_some_and(|p| p.kind == warren_config::schema::ProviderKind::Script);
+        let model = match (&agent.model, scripted) {
+            (Some(m), _) => m.clone(),
+            (None, true) => "script".to_string(),
+            (None, false) => {
+                return Err(TurnError::Unconfigured {
+                    alias: alias.to_string(),
+                    what: "model",
+                });
+            }
+        };
+        let route = warren_providers::build_route(config, root, &provider)?;
+        let kit = AgentKit::build_with_memory(config, root, alias, stores).await?;
+        Ok(Self::from_parts(
+            alias.clone(),
+            kit,
+            route,
+            model,
+            config.runtime_profile_of(agent),
+            config.risk_profile_of(agent),
+            services,
+        ))
+    }
+
+    /// Assembles a runner from built parts (tests and benchmarks choose the route).
+    pub fn from_parts(
+        alias: AgentAlias,
+        kit: AgentKit,
+        route: Route,
+        model: String,
+        runtime: RuntimeProfile,
+        risk: RiskProfile,
+        services: Arc<Services>,
+    ) -> Self {
+        Self::assemble(alias, kit, Arc::new(route), model, runtime, risk, services)
+    }
+
+    fn assemble(
+        alias: AgentAlias,
+        kit: AgentKit,
+        route: Arc<Route>,
+        model: String,
+        runtime: RuntimeProfile,
+        risk: RiskProfile,
+        services: Arc<Services>,
+    ) -> Self {
+        let mut runner = Self {
+            alias,
+            kit,
+            route,
+            model,
+            runtime,
+            risk,
+            services,
+            definitions: Arc::new(Vec::new()),
+        };
+        runner.definitions = Arc::new(runner.build_definitions());
+        runner
+    }
+
+    pub fn alias(&self) -> &AgentAlias {
+        &self.alias
+    }
+
+    pub fn kit(&self) -> &AgentKit {
+        &self.kit
+    }
+
+    fn build_definitions(&self) -> Vec<ToolDefinition> {
+        let mut defs: Vec<ToolDefinition> = self
+            .kit
+            .tools()
+            .iter()
+            .map(|t| ToolDefinition {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                parameters: t.parameters(),
+            })
+            .collect();
+        if self.can_delegate() {
+            defs.push(delegate::definition());
+        }
+        defs
+    }
+
+    /// PERM-7: the `delegate` tool exists only with delegation depth left and when the risk
+    /// profile allows the tool.
+    fn can_delegate(&self) -> bool {
+        self.runtime.delegation_depth > 0 && self.kit.policy().tool_allowed(DELEGATE_TOOL)
+    }
+
+    fn max_iterations(&self) -> u32 {
+        match self.runtime.max_tool_iterations {
+            0 => DEFAULT_MAX_ITERATIONS,
+            n => n,
+        }
+    }
+
+    /// Runs one user turn of session `key`: takes history from and appends the turn to
+    /// `sessions` (assistant tool-call messages and their results are appended per round).
+    pub async fn chat(
+        &self,
+        sessions: &SessionHandle,
+        key: &SessionKey,
+        user_message: &str,
+        cancel: &CancelToken,
+        events: TurnEvents,
+    ) -> Result<TurnOutcome, TurnError> {
+        let init = SessionInit {
+            agent: Some(self.alias.clone()),
+            channel: Some("cli".into()),
+            name: None,
+        };
+        let k = key.clone();
+        sessions.run(move |b| b.ensure(&k, &init)).await?;
+        let loaded = sessions
+            .load(key.clone(), Page::Last(HISTORY_LIMIT))
+            .await?;
+        let history = history::repair(loaded.messages.iter().map(history::decode).collect());
+        let mut sink = SessionSink {
+            sessions,
+            key,
+            agent: &self.alias,
+        };
+        self.run_turn(history, user_message, Some(key), cancel, events, &mut sink)
+            .await
+    }
+
+    /// Runs one user turn over `history` without a session store (benchmarks, subturns).
+    pub async fn run_detached(
+        &self,
+        history: Vec<ChatMessage>,
+        user_message: &str,
+        cancel: &CancelToken,
+        events: TurnEvents,
+    ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
+        let mut sink = VecSink(Vec::new());
+        let outcome = self
+            .run_turn(history, user_message, None, cancel, events, &mut sink)
+            .await?;
+        Ok((outcome, sink.0))
+    }
+
+    async fn run_turn(
+        &self,
+        history: Vec<ChatMessage>,
+        user_message: &str,
+        session: Option<&SessionKey>,
+        cancel: &CancelToken,
+        events: TurnEvents,
+        sink: &mut dyn MessageSink,
+    ) -> Result<TurnOutcome, TurnError> {
+        let agent = self.alias.as_str();
+        let session_str = session.map(SessionKey::as_str);
+        let trace = &self.services.trace;
+        trace.emit(
+            "turn_start",
+            agent,
+            session_str,
+            json!({"chars": user_message.len()}),
+        );
+        let result = self
+            .turn_inner(history, user_message, session_str, cancel, &events, sink)
+            .await;
+        match &result {
+            Ok(o) => trace.emit(
+                "turn_end",
+                agent,
+                session_str,
+                json!({"provider_calls": o.provider_calls, "tool_calls": o.tool_calls,
+                       "input_tokens": o.usage.input_tokens, "output_tokens": o.usage.output_tokens,
+                       "hit_iteration_cap": o.hit_iteration_cap}),
+            ),
+            Err(e) => trace.emit("error", agent, session_str, json!({"error": e.to_string()})),
+        }
+        result
+    }
+
+    async fn turn_inner(
+        &self,
+        history: Vec<ChatMessage>,
+        user_message: &str,
+        session: Option<&str>,
+        cancel: &CancelToken,
+        events: &TurnEvents,
+        sink: &mut dyn MessageSink,
+    ) -> Result<TurnOutcome, TurnError> {
+        let agent = self.alias.as_str();
+        let mut outcome = TurnOutcome::default();
+        let caps = self.route.capabilities();
+        let tools = Arc::clone(&self.definitions);
+        let no_tools = Arc::new(Vec::new());
+        let known: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+
+        // LOOP-3/4: single-tool rounds only when every member of the route supports them.
+        let single =
+            self.runtime.single_tool_rounds && caps.single_tool_control && caps.native_tools;
+        if self.runtime.single_tool_rounds && !single {
+            let lacking = self.route.lacking_single_tool_control();
+            let notice = format!(
+                "single-tool rounds are configured but provider(s) {} of the route cannot limit a response to one tool call; this turn uses batch tool rounds (LOOP-4)",
+                if lacking.is_empty() {
+                    self.route.names().join(", ")
+                } else {
+                    lacking.join(", ")
+                }
+            );
+            self.services
+                .trace
+                .emit("notice", agent, session, json!({"notice": notice}));
+            events(TurnEvent::Notice(notice.clone()));
+            outcome.notices.push(notice);
+        }
+
+        let mut system = system_prompt(
+            agent,
+            self.kit.policy().workspace(),
+            self.kit.memory(),
+            user_message,
+        )
+        .await;
+        if !caps.native_tools {
+            system.push('\n');
+            system.push_str(&protocol_instructions(&tools));
+        }
+        let mut messages = Vec::with_capacity(history.len() + 4);
+        messages.push(ChatMessage::system(system));
+        messages.extend(history);
+        let user = ChatMessage::user(user_message);
+        sink.push(&user).await?;
+        messages.push(user);
+
+        let max = self.max_iterations();
+        let text_sink: EventSink = {
+            let events = Arc::clone(events);
+            Arc::new(move |StreamEvent::TextDelta(t)| events(TurnEvent::TextDelta(t)))
+        };
+        for _iteration in 0..max {
+            if cancel.is_cancelled() {
+                return Err(TurnError::Cancelled);
+            }
+            let native = if caps.native_tools {
+                Arc::clone(&tools)
+            } else {
+                Arc::clone(&no_tools)
+            };
+            let (response, provider) = self
+                .call_provider(
+                    &messages,
+                    native,
+                    single,
+                    session,
+                    cancel,
+                    &text_sink,
+                    &mut outcome,
+                )
+                .await?;
+            let mut calls = response.tool_calls;
+            let mut text = response.text;
+            if calls.is_empty() {
+                let (recovered, rest) = recover_tool_calls(&text, &known);
+                if !recovered.is_empty() {
+                    calls = recovered;
+                    text = rest;
+                }
+            }
+            if calls.is_empty() {
+                let answer = ChatMessage::assistant(text.clone());
+                sink.push(&answer).await?;
+                outcome.reply = text;
+                return Ok(outcome);
+            }
+            if single && calls.len() > 1 {
+                // LOOP-5: nothing runs, nothing enters history; the usage was billed (LOOP-6).
+                self.mark_last_rejected(session, &provider);
+                return Err(TurnError::SingleToolViolation {
+                    agent: agent.to_string(),
+                    provider,
+                    count: calls.len(),
+                });
+            }
+            let results = self
+                .run_calls(&calls, session, cancel, events, &mut outcome)
+                .await;
+            let round_call = ChatMessage::assistant_calls(text, calls);
+            sink.push(&round_call).await?;
+            messages.push(round_call);
+            for r in results {
+                sink.push(&r).await?;
+                messages.push(r);
+            }
+            if cancel.is_cancelled() {
+                return Err(TurnError::Cancelled);
+            }
+        }
+
+        // The cap: one last call without tools, asking for a summary.
+        outcome.hit_iteration_cap = true;
+        messages.push(ChatMessage::system(format!(
+            "You have reached the limit of {max} tool rounds (max_tool_iterations) for this turn. Do not call tools. Summarise what you did, what the results were and what is left to do."
+        )));
+        let (response, _) = self
+            .call_provider(
+                &messages,
+                no_tools,
+                false,
+                session,
+                cancel,
+                &text_sink,
+                &mut outcome,
+            )
+            .await?;
+        let (_, text) = recover_tool_calls(&response.text, &known);
+        let answer = ChatMessage::assistant(text.clone());
+        sink.push(&answer).await?;
+        outcome.reply = text;
+        Ok(outcome)
+    }
+
+    /// One metered provider request (limits checked before, usage recorded after).
+    #[allow(clippy::too_many_arguments)]
+    async fn call_provider(
+        &self,
+        messages: &[ChatMessage],
+        tools: Arc<Vec<ToolDefinition>>,
+        single: bool,
+        session: Option<&str>,
+        cancel: &CancelToken,
+        text_sink: &EventSink,
+        outcome: &mut TurnOutcome,
+    ) -> Result<(warren_providers::ChatResponse, String), TurnError> {
+        let agent = self.alias.as_str();
+        self.services
+            .costs
+            .check(agent, Some(self.risk.max_cost_per_day_usd))?;
+        let request = Arc::new(ChatRequest {
+            model: self.model.clone(),
+            messages: messages.to_vec(),
+            single_tool: single && !tools.is_empty(),
+            tools,
+            max_tokens: None,
+            cancel: cancel.provider_flag(),
+        });
+        let call = self.route.chat(Arc::clone(&request), Arc::clone(text_sink));
+        let routed = tokio::select! {
+            r = call => r,
+            () = cancel.cancelled() => return Err(TurnError::Cancelled),
+        };
+        let routed = match routed {
+            Ok(r) => r,
+            Err(ProviderError::Cancelled) => return Err(TurnError::Cancelled),
+            Err(e) => return Err(e.into()),
+        };
+        for failed in &routed.failed_attempts {
+            self.services.trace.emit(
+                "provider_call",
+                agent,
+                session,
+                json!({"provider": failed.provider, "model": self.model, "ok": false, "error": failed.error.to_string()}),
+            );
+        }
+        let usage = routed.response.usage;
+        outcome.usage.add(usage);
+        outcome.provider_calls += 1;
+        self.services.trace.emit(
+            "provider_call",
+            agent,
+            session,
+            json!({"provider": routed.provider, "model": self.model, "ok": true,
+                   "single_tool": request.single_tool, "tools": request.tools.len(),
+                   "tool_calls": routed.response.tool_calls.len(),
+                   "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}),
+        );
+        self.services
+            .costs
+            .record(agent, session, &routed.provider, &self.model, usage, false)?;
+        Ok((routed.response, routed.provider))
+    }
+
+    fn mark_last_rejected(&self, session: Option<&str>, provider: &str) {
+        self.services.trace.emit(
+            "error",
+            self.alias.as_str(),
+            session,
+            json!({"provider": provider, "error": "single-tool violation: response rejected, usage billed"}),
+        );
+    }
+}
+
+/// Where a turn's new messages go.
+trait MessageSink: Send {
+    fn push<'a>(
+        &'a mut self,
+        message: &'a ChatMessage,
+    ) -> warren_tools::BoxFuture<'a, Result<(), SessionError>>;
+}
+
+struct VecSink(Vec<ChatMessage>);
+
+impl MessageSink for VecSink {
+    fn push<'a>(
+        &'a mut self,
+        message: &'a ChatMessage,
+    ) -> warren_tools::BoxFuture<'a, Result<(), SessionError>> {
+        self.0.push(message.clone());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct SessionSink<'s> {
+    sessions: &'s SessionHandle,
+    key: &'s SessionKey,
+    agent: &'s AgentAlias,
+}
+
+impl MessageSink for SessionSink<'_> {
+    fn push<'a>(
+        &'a mut self,
+        message: &'a ChatMessage,
+    ) -> warren_tools::BoxFuture<'a, Result<(), SessionError>> {
+        let stored = NewMessage::new(message.role, history::encode(message)).by(self.agent.clone());
+        let key = self.key.clone();
+        Box::pin(async move {
+            self.sessions.append(key, stored).await?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,89 @@
+//! The `delegate` tool's execution (PERM-7): a child turn under a narrowed policy. The
+//! arguments and the definition live in [`crate::delegate`].
+
+use std::sync::Arc;
+
+use serde_json::json;
+use warren_core::{ChatMessage, ToolCall};
+use warren_security::NarrowRequest;
+use warren_tools::ToolOutput;
+
+use super::calls::CallResult;
+use super::{AgentRunner, TurnError, TurnEvents, TurnOutcome};
+use crate::cancel::CancelToken;
+use crate::delegate::DelegateArgs;
+
+impl AgentRunner {
+    /// Runs a `delegate` call as a child turn under a narrowed policy (PERM-7).
+    /// (Boxed and `Send` by its signature: the loop reaches itself through this call.)
+    pub(super) fn delegate<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        cancel: &'a CancelToken,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send + 'a>> {
+        Box::pin(async move {
+            let fail = |m: String| CallResult {
+                ok: false,
+                content: format!("Error: {m}"),
+                receipt: None,
+            };
+            let args: DelegateArgs = match serde_json::from_value(call.arguments.clone()) {
+                Ok(a) => a,
+                Err(e) => return Some(fail(format!("invalid arguments: {e}"))),
+            };
+            let max = args
+                .max_iterations
+                .unwrap_or((self.max_iterations() / 2).max(1));
+            let request = NarrowRequest {
+                autonomy: args.autonomy,
+                allowed_tools: args.tools.clone(),
+                allowed_commands: args.allowed_commands.clone(),
+                max_tool_iterations: Some(max),
+                ..NarrowRequest::default()
+            };
+            let kit = match self.kit.narrowed(request) {
+                Ok(k) => k,
+                Err(e) => return Some(fail(e.to_string())),
+            };
+            let mut runtime = self.runtime.clone();
+            runtime.max_tool_iterations = max;
+            runtime.delegation_depth = runtime.delegation_depth.saturating_sub(1);
+            let mut risk = self.risk.clone();
+            risk.autonomy = kit.policy().autonomy();
+            let child = AgentRunner::assemble(
+                self.alias.clone(),
+                kit,
+                Arc::clone(&self.route),
+                self.model.clone(),
+                runtime,
+                risk,
+                Arc::clone(&self.services),
+            );
+            let quiet: TurnEvents = Arc::new(|_| {});
+            let turn: ChildTurn<'_> =
+                Box::pin(child.run_detached(Vec::new(), &args.task, cancel, quiet));
+            match turn.await {
+                Ok((o, _)) => Some(self.finish_call(
+                    call,
+                    Ok(ToolOutput::json(json!({
+                        "reply": o.reply,
+                        "tool_calls": o.tool_calls,
+                        "provider_calls": o.provider_calls,
+                        "hit_iteration_cap": o.hit_iteration_cap,
+                    }))),
+                )),
+                Err(TurnError::Cancelled) => None,
+                Err(e) => Some(fail(format!("the subagent failed: {e}"))),
+            }
+        })
+    }
+}
+
+/// A child turn's future, boxed: the loop runs itself recursively through `delegate`.
+type ChildTurn<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<(TurnOutcome, Vec<ChatMessage>), TurnError>>
+            + Send
+            + 'a,
+    >,
+>;
