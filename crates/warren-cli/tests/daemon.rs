@@ -133,3 +133,30 @@ fn the_daemon_imports_legacy_jsonl_at_start_and_names_conflicts_mig1_mig7() -> R
     daemon.wait_for("warren daemon ready", WAIT)?;
     Ok(())
 }
+
+#[test]
+fn the_daemon_refuses_a_memory_backend_change_after_the_agent_wrote_mem9() -> R {
+    let root = TempRoot::new()?;
+    root.write_config("[agents.main]\n")?;
+    let out = root.run(
+        bin(),
+        &[
+            "tools",
+            "run",
+            "main",
+            "memory_store",
+            r#"{"key": "k", "content": "remember me"}"#,
+        ],
+    )?;
+    assert!(out.status.success(), "{}", text(&out).0);
+    // Switched by hand behind the CLI's back.
+    root.write_config("[agents.main.memory]\nbackend = \"markdown\"\n")?;
+    let out = root.run(bin(), &["daemon"])?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("agents.main.memory.backend") || stderr.contains("main"),
+        "{stderr}"
+    );
+    Ok(())
+}

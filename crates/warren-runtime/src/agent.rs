@@ -148,25 +148,18 @@ impl AgentKit {
             })
     }
 
-    /// Runs one tool call to completion on a private runtime (the CLI's `warren tools run`).
-    /// `approved` is the operator's approval, given on the command line.
-    pub fn run_tool_blocking(
+    /// Runs one tool call. `approved` is the operator's approval (the CLI's `--approve`).
+    pub async fn run_tool(
         &self,
         name: &str,
         args: serde_json::Value,
         approved: bool,
     ) -> Result<Result<ToolOutput, ToolError>, AgentError> {
         let tool = self.tool(name)?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(AgentError::Runtime)?;
-        Ok(runtime.block_on(async {
-            if approved {
-                tool.execute_approved(args).await
-            } else {
-                tool.execute(args).await
-            }
-        }))
+        Ok(if approved {
+            tool.execute_approved(args).await
+        } else {
+            tool.execute(args).await
+        })
     }
 }

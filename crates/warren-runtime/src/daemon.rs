@@ -171,7 +171,11 @@ pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonE
     if warren_config::init(&root)? == InitOutcome::Created {
         tracing::info!(path = %root.config_file().display(), "no config found: wrote the starter config");
     }
-    let store = ConfigStore::load(root.clone())?;
+    // MEM-9: an agent's memory backend is locked once it has written; every generation the
+    // daemon publishes (start and reload) is checked against the stores themselves.
+    let store = ConfigStore::load(root.clone())?
+        .with_check(std::sync::Arc::new(warren_memory::BackendLock));
+    store.check_current()?;
     match root.migrate_legacy_workspace(store.snapshot().default_agent().as_ref())? {
         LegacyMigration::Moved { from, to } => {
             tracing::info!(from = %from.display(), to = %to.display(), "migrated the legacy workspace into the default agent's workspace");

@@ -15,6 +15,29 @@ fn kit(root: &InstallRoot, alias: &str) -> anyhow::Result<AgentKit> {
     Ok(AgentKit::build(store.snapshot().config(), root, &alias)?)
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// The agent's full kit (memory tools included) on `runtime`, which must outlive its use.
+fn kit_with_memory(
+    runtime: &tokio::runtime::Runtime,
+    root: &InstallRoot,
+    alias: &str,
+) -> anyhow::Result<AgentKit> {
+    let alias = AgentAlias::new(alias)?;
+    let store = super::load_checked(root)?;
+    let stores = warren_memory::MemoryStores::new(root.clone());
+    Ok(runtime.block_on(AgentKit::build_with_memory(
+        store.snapshot().config(),
+        root,
+        &alias,
+        &stores,
+    ))?)
+}
+
 pub fn posture(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::Result<ExitCode> {
     let SecurityCommand::Posture { alias } = cmd;
     let kit = kit(root, &alias)?;
@@ -61,7 +84,8 @@ pub fn posture(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::
 pub fn tools(root: &InstallRoot, cmd: ToolsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ToolsCommand::List { alias } => {
-            let kit = kit(root, &alias)?;
+            let runtime = runtime()?;
+            let kit = kit_with_memory(&runtime, root, &alias)?;
             let specs: Vec<_> = kit.tools().iter().map(|t| t.spec()).collect();
             super::print_json(&serde_json::to_value(specs)?)?;
             Ok(ExitCode::SUCCESS)
@@ -74,8 +98,9 @@ pub fn tools(root: &InstallRoot, cmd: ToolsCommand) -> anyhow::Result<ExitCode> 
         } => {
             let args: serde_json::Value = serde_json::from_str(&args)
                 .with_context(|| format!("the arguments of {tool} are not valid JSON"))?;
-            let kit = kit(root, &alias)?;
-            match kit.run_tool_blocking(&tool, args, approve)? {
+            let runtime = runtime()?;
+            let kit = kit_with_memory(&runtime, root, &alias)?;
+            match runtime.block_on(kit.run_tool(&tool, args, approve))? {
                 Ok(output) => {
                     super::print_json(
                         &serde_json::json!({ "ok": true, "result": output.content }),
