@@ -50,6 +50,11 @@ pub enum Command {
     /// Run one tool as an agent would, under its policy and sandbox
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Ask the running daemon for a one-time pairing code (shown here only, never logged)
+    Pair,
+    /// List and revoke the gateway's paired bearer tokens
+    #[command(subcommand)]
+    Tokens(TokensCommand),
     /// Print a shell completion script
     Completions {
         #[arg(value_enum)]
@@ -74,6 +79,14 @@ pub enum ConfigCommand {
     },
     /// Check config.toml and report every problem with its key and line
     Validate,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Paired devices: id (prefix of the token hash), name, created, last seen
+    List,
+    /// Revoke a device's token (by id from `tokens list`); a running daemon reloads
+    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]

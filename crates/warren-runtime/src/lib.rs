@@ -7,5 +7,6 @@ pub mod sessions;
 
 pub use agent::{AgentError, AgentKit};
 pub use daemon::{
-    DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking,
+    DaemonError, DaemonLock, DaemonState, DaemonStatus, Generation, GenerationHook, ReloadTrigger,
+    RunningSubsystem, StartFuture, probe, run, run_blocking, run_blocking_with,
 };
