@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::SystemTime;
 
 use axum::body::Bytes;
-use axum::extract::connect_info::ConnectInfo;
+use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -177,19 +177,24 @@ pub struct Peer(pub Option<IpAddr>);
 impl<S: Send + Sync> FromRequestParts<S> for Peer {
     type Rejection = std::convert::Infallible;
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+        Ok(Peer(peer_from(&parts.extensions)))
     }
 }
 
-fn peer_of(req: &Request) -> Option<IpAddr> {
-    req.extensions()
+/// The listener's peer address, or the mocked one in tests.
+fn peer_from(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+    extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
+        .or_else(|| {
+            extensions
+                .get::<MockConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        })
+}
+
+fn peer_of(req: &Request) -> Option<IpAddr> {
+    peer_from(req.extensions())
 }
 
 /// The hash of the caller's token, for handlers behind [`require_token`].
