@@ -150,3 +150,45 @@ fn pair_reload_to_a_new_port_in_place_and_revoke_state15_state19_state21() -> R 
     );
     Ok(())
 }
+
+/// kill the daemon (SIGABRT at each config-save crash point) while it persists a paired
+/// token's hash: the token was never returned, and the restarted daemon loads a whole config
+/// whose token set matches its device list (STATE-15, CFG-4).
+#[test]
+fn a_crash_during_the_paired_token_save_never_hands_out_a_token_state15() -> R {
+    for point in warren_config::failpoint::CONFIG_SAVE {
+        let root = TempRoot::new()?;
+        let port = free_port()?;
+        root.write_config(&format!("[agents.main]\n\n[gateway]\nport = {port}\n"))?;
+        let mut cmd = root.warren(bin(), &["daemon"]);
+        cmd.env("FAILPOINTS", format!("{point}=return"));
+        let mut daemon = DaemonChild::spawn(cmd)?;
+        daemon.wait_for("warren daemon ready", WAIT)?;
+        let out = root.run(bin(), &["pair", "--json"])?;
+        let code = serde_json::from_str::<serde_json::Value>(&text(&out).0)?["code"]
+            .as_str()
+            .ok_or("no code")?
+            .to_string();
+        let body = serde_json::json!({"code": code, "device": "laptop"}).to_string();
+        let answer = http(port, "POST", "/pair", None, &body);
+        assert!(
+            !matches!(&answer, Ok((200, _))),
+            "{point}: a token was returned: {answer:?}"
+        );
+        daemon.wait_for(&format!("failpoint {point} reached"), WAIT)?;
+        daemon.wait(WAIT)?;
+
+        // Restart: the config is whole, and the registry follows the token set.
+        let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+        daemon.wait_for("warren daemon ready", WAIT)?;
+        let out = root.run(bin(), &["config", "validate"])?;
+        assert!(out.status.success(), "{point}: {:?}", text(&out));
+        let out = root.run(bin(), &["tokens", "list", "--json"])?;
+        let listed: serde_json::Value = serde_json::from_str(&text(&out).0)?;
+        let stored = root.read_config()?.matches("enc2:").count();
+        assert_eq!(listed.as_array().map(Vec::len), Some(stored), "{point}");
+        daemon.signal("TERM")?;
+        daemon.wait(WAIT)?;
+    }
+    Ok(())
+}
