@@ -192,3 +192,32 @@ fn a_crash_during_the_paired_token_save_never_hands_out_a_token_state15() -> R {
     }
     Ok(())
 }
+
+/// A second daemon on the same root is refused and the first one's gateway keeps answering
+/// (LAYOUT-4); the published endpoint still names the first daemon.
+#[test]
+fn a_second_daemon_is_refused_and_the_first_gateway_keeps_serving_layout4() -> R {
+    let root = TempRoot::new()?;
+    let port = free_port()?;
+    root.write_config(&format!("[agents.main]\n\n[gateway]\nport = {port}\n"))?;
+    let mut first = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    first.wait_for("gateway listening", WAIT)?;
+    let endpoint = std::fs::read_to_string(root.path().join("data/gateway.json"))?;
+    let second = root.run(bin(), &["daemon"])?;
+    assert_eq!(second.status.code(), Some(1), "{:?}", text(&second));
+    assert_eq!(http(port, "GET", "/health", None, "")?.0, 200);
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("data/gateway.json"))?,
+        endpoint
+    );
+    let out = root.run(bin(), &["pair"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    first.signal("TERM")?;
+    assert_eq!(first.wait(WAIT)?.code(), Some(0));
+    // With no daemon, `warren pair` says how to start one.
+    let out = root.run(bin(), &["pair"])?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("start `warren daemon` first"), "{stderr}");
+    Ok(())
+}
