@@ -42,11 +42,27 @@ pub fn pair(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 pub fn tokens(root: &InstallRoot, cmd: TokensCommand, json: bool) -> anyhow::Result<ExitCode> {
-    let devices = Devices::open(&root.devices_db())?;
+    let store = super::load_checked(root)?;
+    // A read never creates the registry: without one, every token is listed unnamed.
+    let devices = if root.devices_db().exists() || matches!(cmd, TokensCommand::Revoke { .. }) {
+        Some(Devices::open(&root.devices_db())?)
+    } else {
+        None
+    };
     match cmd {
         TokensCommand::List => {
-            let store = super::load_checked(root)?;
-            let listed = tokens::list_blocking(&store.snapshot(), &devices)?;
+            let listed = match &devices {
+                Some(devices) => tokens::list_blocking(&store.snapshot(), devices)?,
+                None => tokens::token_hashes(&store.snapshot())
+                    .iter()
+                    .map(|h| warren_gateway::devices::Device {
+                        id: device_id(h).to_string(),
+                        name: warren_gateway::devices::UNNAMED.to_string(),
+                        created_unix: 0,
+                        last_seen_unix: None,
+                    })
+                    .collect(),
+            };
             if json {
                 super::print_json(&serde_json::to_value(&listed)?)?;
             } else if listed.is_empty() {
@@ -66,8 +82,7 @@ pub fn tokens(root: &InstallRoot, cmd: TokensCommand, json: bool) -> anyhow::Res
             }
         }
         TokensCommand::Revoke { id } => {
-            let store = super::load_checked(root)?;
-            let hash = tokens::revoke_blocking(&store, Some(&devices), &id)?;
+            let hash = tokens::revoke_blocking(&store, devices.as_ref(), &id)?;
             let reloaded = match warren_runtime::probe(root)? {
                 warren_runtime::DaemonStatus::Running { .. } => {
                     match admin_call(root, "POST", "/admin/reload") {
