@@ -430,3 +430,25 @@ async fn openapi_lists_every_route_with_its_access_rule() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_patched_secret_is_stored_encrypted_and_never_shown_cfg6() {
+    let f = fixture();
+    let token = f.pair("laptop").await;
+    let secret = "sk-test-0123456789abcdef";
+    let patch = json!({"memory.embedder.api_key": secret}).to_string();
+    let (status, body) = f
+        .call("PATCH", "/api/config", Some(&token), Some(&patch))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(!body.to_string().contains(secret));
+    let file = std::fs::read_to_string(f.root.config_file()).unwrap();
+    assert!(!file.contains(secret), "stored encrypted: {file}");
+    assert!(file.contains("api_key = \"enc2:"), "{file}");
+    let (_, config) = f.call("GET", "/api/config", Some(&token), None).await;
+    assert_eq!(
+        config["config"]["memory"]["embedder"]["api_key"],
+        "[redacted]"
+    );
+    assert!(!config.to_string().contains(secret));
+}
