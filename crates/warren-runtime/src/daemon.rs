@@ -431,4 +431,46 @@ mod tests {
         let _again = DaemonLock::acquire(&root)?;
         Ok(())
     }
+
+    #[tokio::test]
+    async fn every_reload_request_gets_the_outcome_state19() {
+        let trigger = ReloadTrigger::default();
+        let (a, b) = (trigger.clone(), trigger.clone());
+        let first = tokio::spawn(async move { a.request().await });
+        let second = tokio::spawn(async move { b.request().await });
+        // The daemon loop side: wait for the signal, then answer everyone waiting.
+        trigger.0.notify.notified().await;
+        tokio::task::yield_now().await;
+        while trigger.0.waiters.lock().map(|w| w.len()).unwrap_or(0) < 2 {
+            tokio::task::yield_now().await;
+        }
+        trigger.answer(&Err("gateway.port: invalid".to_string()));
+        assert_eq!(
+            first.await.ok(),
+            Some(Err("gateway.port: invalid".to_string()))
+        );
+        assert_eq!(
+            second.await.ok(),
+            Some(Err("gateway.port: invalid".to_string()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subsystem_that_ignores_stop_is_aborted_after_the_grace_state19() {
+        let (stop, _ignored) = oneshot::channel::<()>();
+        let task = tokio::spawn(std::future::pending::<()>());
+        let abort = task.abort_handle();
+        let started = std::time::Instant::now();
+        RunningSubsystem::new("stuck", stop, task)
+            .stop(Duration::from_millis(50))
+            .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        for _ in 0..1000 {
+            if abort.is_finished() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(abort.is_finished());
+    }
 }
