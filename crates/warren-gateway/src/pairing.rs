@@ -24,6 +24,9 @@ pub const CODE_TTL: Duration = Duration::from_secs(300);
 pub const MAX_FAILURES: u32 = 5;
 /// How long a lockout lasts.
 pub const LOCKOUT: Duration = Duration::from_secs(300);
+/// Wrong guesses (from all clients together) that burn the pending code: many source addresses
+/// (the whole 127.0.0.0/8 on loopback) cannot share out a brute force of the 10^6 codes.
+pub const MAX_CODE_FAILURES: u32 = 10;
 /// Failures older than this are forgotten.
 const FAILURE_WINDOW: Duration = Duration::from_secs(900);
 /// At most this many clients are tracked (the oldest entry is evicted first).
@@ -115,6 +118,7 @@ pub enum PairRefused {
 struct Pending {
     code: String,
     expires: Instant,
+    wrong_guesses: u32,
 }
 
 struct Failures {
@@ -156,6 +160,7 @@ impl Pairing {
         self.lock().code = Some(Pending {
             code: code.clone(),
             expires: Instant::now() + CODE_TTL,
+            wrong_guesses: 0,
         });
         Ok((code, CODE_TTL))
     }
@@ -190,6 +195,12 @@ impl Pairing {
             inner.code = None;
             inner.failures.remove(&client);
             return Ok(());
+        }
+        if let Some(pending) = inner.code.as_mut() {
+            pending.wrong_guesses += 1;
+            if pending.wrong_guesses >= MAX_CODE_FAILURES {
+                inner.code = None; // burnt: the operator runs `warren pair` again
+            }
         }
         if inner.failures.len() >= MAX_TRACKED_CLIENTS && !inner.failures.contains_key(&client) {
             inner
@@ -283,5 +294,19 @@ mod tests {
             Err(PairRefused::LockedOut { .. })
         ));
         assert_eq!(pairing.redeem(client, &code), Ok(()));
+    }
+
+    #[test]
+    fn wrong_guesses_from_many_addresses_burn_the_code_state21() {
+        let pairing = Pairing::default();
+        let (code, _) = pairing.issue_code().unwrap();
+        let wrong = if code == "111111" { "222222" } else { "111111" };
+        for i in 0..MAX_CODE_FAILURES {
+            let client: IpAddr = [127, 0, 1, u8::try_from(i).unwrap()].into();
+            assert!(pairing.redeem(client, wrong).is_err());
+        }
+        assert!(!pairing.has_code(), "the code is burnt");
+        let fresh: IpAddr = [127, 0, 2, 1].into();
+        assert!(pairing.redeem(fresh, &code).is_err(), "even the right code");
     }
 }
