@@ -212,6 +212,10 @@ fn a_second_daemon_is_refused_and_the_first_gateway_keeps_serving_layout4() -> R
     );
     let out = root.run(bin(), &["pair"])?;
     assert!(out.status.success(), "{:?}", text(&out));
+    let out = root.run(bin(), &["status", "--json"])?;
+    let status: serde_json::Value = serde_json::from_str(&text(&out).0)?;
+    assert_eq!(status["gateway"], format!("127.0.0.1:{port}"));
+    assert!(!text(&out).0.contains("admin_key"));
     first.signal("TERM")?;
     assert_eq!(first.wait(WAIT)?.code(), Some(0));
     // With no daemon, `warren pair` says how to start one.
