@@ -78,6 +78,11 @@ pub enum Command {
         #[arg(long, value_name = "ALIAS")]
         agent: Option<String>,
     },
+    /// Ask the running daemon for a one-time pairing code (shown here only, never logged)
+    Pair,
+    /// List and revoke the gateway's paired bearer tokens
+    #[command(subcommand)]
+    Tokens(TokensCommand),
     /// Print a shell completion script
     Completions {
         #[arg(value_enum)]
@@ -102,6 +107,14 @@ pub enum ConfigCommand {
     },
     /// Check config.toml and report every problem with its key and line
     Validate,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Paired devices: id (prefix of the token hash), name, created, last seen
+    List,
+    /// Revoke a device's token (by id from `tokens list`); a running daemon reloads
+    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -143,6 +143,11 @@ impl InstallRoot {
     pub fn devices_db(&self) -> PathBuf {
         self.data_dir().join("devices.db")
     }
+    /// Where the running gateway publishes its address and the local admin key (0600) for
+    /// `warren pair` and `warren tokens` (STATE-15); removed when the gateway stops.
+    pub fn gateway_admin(&self) -> PathBuf {
+        self.data_dir().join("gateway.json")
+    }
     pub fn memory_dir(&self) -> PathBuf {
         self.data_dir().join("memory")
     }

@@ -7,18 +7,20 @@
 //! whether a daemon runs.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
+use std::future::Future;
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use warren_config::atomic::{self, CrashPoints};
 use warren_config::{
-    ConfigError, ConfigStore, InitOutcome, InstallRoot, LegacyMigration, PathError,
+    ConfigError, ConfigStore, InitOutcome, InstallRoot, LegacyMigration, PathError, Snapshot,
 };
 
 /// Why the daemon could not start or stopped with an error.
@@ -140,13 +142,107 @@ pub fn probe(root: &InstallRoot) -> Result<DaemonStatus, DaemonError> {
 }
 
 /// Asks a running daemon loop to reload (the in-process side of `POST /admin/reload`).
+/// [`ReloadTrigger::request`] also waits for the outcome: the new generation, or the validation
+/// error that kept the running one.
 #[derive(Debug, Clone, Default)]
-pub struct ReloadTrigger(Arc<Notify>);
+pub struct ReloadTrigger(Arc<ReloadShared>);
+
+#[derive(Debug, Default)]
+struct ReloadShared {
+    notify: Notify,
+    waiters: std::sync::Mutex<Vec<oneshot::Sender<Result<u64, String>>>>,
+}
 
 impl ReloadTrigger {
+    /// Fire and forget.
     pub fn reload(&self) {
-        self.0.notify_one();
+        self.0.notify.notify_one();
     }
+
+    /// Asks for a reload and waits for its outcome: `Ok(generation)` once the new config is
+    /// published (subsystems are rebuilt right after), or `Err(message)` when the config on
+    /// disk is invalid and the running generation stays.
+    pub async fn request(&self) -> Result<u64, String> {
+        let (tx, rx) = oneshot::channel();
+        match self.0.waiters.lock() {
+            Ok(mut w) => w.push(tx),
+            Err(p) => p.into_inner().push(tx),
+        }
+        self.0.notify.notify_one();
+        rx.await
+            .unwrap_or_else(|_| Err("the daemon stopped before reloading".to_string()))
+    }
+
+    fn answer(&self, outcome: &Result<u64, String>) {
+        let waiters = match self.0.waiters.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for w in waiters {
+            let _ = w.send(outcome.clone());
+        }
+    }
+}
+
+/// What a generation's subsystems are built from (STATE-19: rebuilt on every reload).
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub root: InstallRoot,
+    /// The one config owner (CFG-1..3); writers go through `store.write()`.
+    pub store: ConfigStore,
+    /// The config of this generation.
+    pub snapshot: Arc<Snapshot>,
+    /// Asks the daemon loop to reload (`POST /admin/reload`).
+    pub reload: ReloadTrigger,
+    /// Process start (survives reloads).
+    pub started_at: SystemTime,
+}
+
+/// A subsystem started for one generation; stopped before the next one starts.
+pub struct RunningSubsystem {
+    name: &'static str,
+    stop: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl RunningSubsystem {
+    /// `task` must finish soon after `stop` fires (in-flight work drains, listeners close).
+    pub fn new(
+        name: &'static str,
+        stop: oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Self {
+        Self {
+            name,
+            stop,
+            done: task,
+        }
+    }
+
+    /// Signals the stop and waits up to `grace` for the task; then aborts it.
+    pub async fn stop(self, grace: Duration) {
+        let _ = self.stop.send(());
+        let mut done = self.done;
+        if tokio::time::timeout(grace, &mut done).await.is_err() {
+            tracing::warn!(
+                subsystem = self.name,
+                "did not stop within {grace:?}; aborted"
+            );
+            done.abort();
+        }
+    }
+}
+
+/// The future a [`GenerationHook`] returns.
+pub type StartFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<RunningSubsystem, String>> + Send + 'a>>;
+
+/// A subsystem that crates above the runtime (the gateway) plug into the daemon loop: started
+/// for every generation, stopped before the next. A start failure is logged and the daemon
+/// keeps running without that subsystem until the next reload.
+pub trait GenerationHook: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a>;
 }
 
 enum Exit {
@@ -156,16 +252,28 @@ enum Exit {
 
 /// Builds a tokio runtime and runs the daemon until SIGTERM/SIGINT.
 pub fn run_blocking(root: InstallRoot) -> Result<(), DaemonError> {
+    run_blocking_with(root, Vec::new())
+}
+
+/// [`run_blocking`] with subsystems from the crates above (the binary passes the gateway).
+pub fn run_blocking_with(
+    root: InstallRoot,
+    hooks: Vec<Arc<dyn GenerationHook>>,
+) -> Result<(), DaemonError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("warren-daemon")
         .build()
         .map_err(DaemonError::Runtime)?;
-    runtime.block_on(run(root, ReloadTrigger::default()))
+    runtime.block_on(run(root, ReloadTrigger::default(), hooks))
 }
 
 /// The daemon: lock, prepare the root, load config, then the outer reload loop.
-pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonError> {
+pub async fn run(
+    root: InstallRoot,
+    reload: ReloadTrigger,
+    hooks: Vec<Arc<dyn GenerationHook>>,
+) -> Result<(), DaemonError> {
     let lock = DaemonLock::acquire(&root)?;
     root.ensure_layout()?;
     if warren_config::init(&root)? == InitOutcome::Created {
@@ -188,22 +296,51 @@ pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonE
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
+    let started_at = SystemTime::now();
     let started = unix_now();
 
+    // Subsystems of the running generation; rebuilt only when a reload published a new one.
+    let mut running: Vec<RunningSubsystem> = Vec::new();
+    let mut _sessions = crate::sessions::SessionStores::default();
+    let mut rebuild = true;
     loop {
         let snapshot = store.snapshot();
-        publish_state(
-            &root,
-            &DaemonState {
-                pid: std::process::id(),
-                config_generation: snapshot.generation(),
-                started_at_unix: started,
-                generation_since_unix: unix_now(),
-            },
-        );
-        // Subsystems of this generation are built from `snapshot` here (later issues: gateway,
-        // agents, sessions, memory, cost, scheduler) and torn down when the loop turns.
-        let _sessions = crate::sessions::open(&root, &snapshot.channels).await;
+        let grace = Duration::from_secs(snapshot.runtime.shutdown_grace_secs);
+        if rebuild {
+            for subsystem in running.drain(..) {
+                subsystem.stop(grace).await;
+            }
+            publish_state(
+                &root,
+                &DaemonState {
+                    pid: std::process::id(),
+                    config_generation: snapshot.generation(),
+                    started_at_unix: started,
+                    generation_since_unix: unix_now(),
+                },
+            );
+            // Subsystems of this generation are built from `snapshot` here (later issues:
+            // agents, sessions, memory, cost, scheduler) and torn down when the loop turns.
+            _sessions = crate::sessions::SessionStores::default(); // close the old stores first
+            _sessions = crate::sessions::open(&root, &snapshot.channels).await;
+            let generation = Generation {
+                root: root.clone(),
+                store: store.clone(),
+                snapshot: Arc::clone(&snapshot),
+                reload: reload.clone(),
+                started_at,
+            };
+            for hook in &hooks {
+                match hook.start(&generation).await {
+                    Ok(subsystem) => running.push(subsystem),
+                    Err(e) => tracing::error!(
+                        subsystem = hook.name(),
+                        generation = snapshot.generation(),
+                        "cannot start: {e}"
+                    ),
+                }
+            }
+        }
         tracing::info!(
             pid = std::process::id(),
             root = %root.root().display(),
@@ -214,20 +351,29 @@ pub async fn run(root: InstallRoot, reload: ReloadTrigger) -> Result<(), DaemonE
         );
         let exit = tokio::select! {
             _ = hup.recv() => Exit::Reload,
-            () = reload.0.notified() => Exit::Reload,
+            () = reload.0.notify.notified() => Exit::Reload,
             _ = term.recv() => Exit::Shutdown("SIGTERM"),
             _ = int.recv() => Exit::Shutdown("SIGINT"),
         };
         match exit {
-            Exit::Reload => match store.reload().await {
-                Ok(generation) => tracing::info!(generation, "config reloaded"),
-                Err(e) => tracing::error!(
-                    generation = snapshot.generation(),
-                    "reload refused, keeping the running generation: {e}"
-                ),
-            },
+            Exit::Reload => {
+                let outcome = store.reload().await.map_err(|e| e.to_string());
+                match &outcome {
+                    Ok(generation) => tracing::info!(generation, "config reloaded"),
+                    Err(e) => tracing::error!(
+                        generation = snapshot.generation(),
+                        "reload refused, keeping the running generation: {e}"
+                    ),
+                }
+                rebuild = outcome.is_ok();
+                reload.answer(&outcome);
+            }
             Exit::Shutdown(why) => {
                 tracing::info!("{why} received: shutting down");
+                let grace = Duration::from_secs(store.snapshot().runtime.shutdown_grace_secs);
+                for subsystem in running.drain(..) {
+                    subsystem.stop(grace).await;
+                }
                 break;
             }
         }
@@ -288,5 +434,47 @@ mod tests {
         assert_eq!(probe(&root)?, DaemonStatus::NotRunning);
         let _again = DaemonLock::acquire(&root)?;
         Ok(())
+    }
+
+    #[tokio::test]
+    async fn every_reload_request_gets_the_outcome_state19() {
+        let trigger = ReloadTrigger::default();
+        let (a, b) = (trigger.clone(), trigger.clone());
+        let first = tokio::spawn(async move { a.request().await });
+        let second = tokio::spawn(async move { b.request().await });
+        // The daemon loop side: wait for the signal, then answer everyone waiting.
+        trigger.0.notify.notified().await;
+        tokio::task::yield_now().await;
+        while trigger.0.waiters.lock().map(|w| w.len()).unwrap_or(0) < 2 {
+            tokio::task::yield_now().await;
+        }
+        trigger.answer(&Err("gateway.port: invalid".to_string()));
+        assert_eq!(
+            first.await.ok(),
+            Some(Err("gateway.port: invalid".to_string()))
+        );
+        assert_eq!(
+            second.await.ok(),
+            Some(Err("gateway.port: invalid".to_string()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subsystem_that_ignores_stop_is_aborted_after_the_grace_state19() {
+        let (stop, _ignored) = oneshot::channel::<()>();
+        let task = tokio::spawn(std::future::pending::<()>());
+        let abort = task.abort_handle();
+        let started = std::time::Instant::now();
+        RunningSubsystem::new("stuck", stop, task)
+            .stop(Duration::from_millis(50))
+            .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        for _ in 0..1000 {
+            if abort.is_finished() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(abort.is_finished());
     }
 }

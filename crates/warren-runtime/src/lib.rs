@@ -20,6 +20,7 @@ pub mod turn;
 pub use agent::{AgentError, AgentKit};
 pub use cancel::CancelToken;
 pub use daemon::{
-    DaemonError, DaemonLock, DaemonState, DaemonStatus, ReloadTrigger, probe, run, run_blocking,
+    DaemonError, DaemonLock, DaemonState, DaemonStatus, Generation, GenerationHook, ReloadTrigger,
+    RunningSubsystem, StartFuture, probe, run, run_blocking, run_blocking_with,
 };
 pub use turn::{AgentRunner, Services, TurnError, TurnEvent, TurnEvents, TurnOutcome};

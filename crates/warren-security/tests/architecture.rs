@@ -29,6 +29,9 @@ const GATES: &[Gate] = &[
             "crates/warren-security/",
             "crates/warren-config/",
             "crates/warren-runtime/",
+            // The gateway touches only its own state files at InstallRoot paths (devices.db,
+            // gateway.json), never a path a model or request names.
+            "crates/warren-gateway/",
             "crates/warren-cli/",
             "crates/warren-testkit/",
             "crates/warren-memory/",

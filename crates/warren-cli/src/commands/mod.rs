@@ -4,6 +4,7 @@ mod agent;
 mod agents;
 mod config;
 mod costs;
+mod gateway;
 mod logs;
 mod memory;
 mod security;
@@ -29,9 +30,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Init => init(&root, cli.json),
         Command::Daemon => {
-            warren_runtime::run_blocking(root)?;
+            let gateway = std::sync::Arc::new(warren_gateway::GatewayHook::new());
+            warren_runtime::run_blocking_with(root, vec![gateway])?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Pair => gateway::pair(&root, cli.json),
+        Command::Tokens(cmd) => gateway::tokens(&root, cmd, cli.json),
         Command::Config(cmd) => config::run(&root, cmd, cli.json),
         Command::Agents(cmd) => agents::run(&root, cmd, cli.json),
         Command::Sessions(cmd) => sessions::run(&root, cmd, cli.json),

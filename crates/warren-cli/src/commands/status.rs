@@ -16,8 +16,16 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         DaemonStatus::Running { state: Some(s), .. } => Some(s.config_generation),
         _ => None,
     };
+    // The address the running gateway published (never its admin key).
+    let gateway = match &daemon {
+        DaemonStatus::Running { .. } => {
+            warren_gateway::read_endpoint(root).map(|e| e.addr.to_string())
+        }
+        DaemonStatus::NotRunning => None,
+    };
     if json {
         super::print_json(&serde_json::json!({
+            "gateway": gateway,
             "install_root": root.root(),
             "config_file": root.config_file(),
             "config": if config.is_ok() { serde_json::Value::from("valid") } else { serde_json::Value::from(config_state.clone()) },
@@ -45,6 +53,10 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
             match generation {
                 Some(g) => println!("config generation: {g}"),
                 None => println!("config generation: unknown (daemon is starting)"),
+            }
+            match &gateway {
+                Some(addr) => println!("gateway:           http://{addr}"),
+                None => println!("gateway:           not listening"),
             }
         }
     }

@@ -1,0 +1,84 @@
+//! A minimal blocking HTTP/1.1 client for the CLI's admin calls to the running daemon over
+//! loopback (`warren pair`, `warren tokens revoke` asking for a reload). No TLS, no redirects.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use warren_config::InstallRoot;
+
+use crate::routes::ADMIN_KEY_HEADER;
+use crate::server::read_endpoint;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no running gateway found ({path} is missing); start `warren daemon` first")]
+    NoGateway { path: String },
+    #[error("cannot reach the gateway at {addr}: {source}")]
+    Io {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("the gateway at {addr} sent a malformed answer")]
+    Malformed { addr: String },
+}
+
+/// Calls an admin route of the daemon owning `root`; returns (status, JSON body).
+pub fn admin_call(
+    root: &InstallRoot,
+    method: &str,
+    path: &str,
+) -> Result<(u16, serde_json::Value), ClientError> {
+    let endpoint = read_endpoint(root).ok_or_else(|| ClientError::NoGateway {
+        path: root.gateway_admin().display().to_string(),
+    })?;
+    let addr = endpoint.addr.to_string();
+    let io = |source| ClientError::Io {
+        addr: addr.clone(),
+        source,
+    };
+    let mut stream =
+        TcpStream::connect_timeout(&endpoint.addr, Duration::from_secs(5)).map_err(io)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(io)?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ADMIN_KEY_HEADER}: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        endpoint.admin_key
+    );
+    stream.write_all(request.as_bytes()).map_err(io)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(io)?;
+    let malformed = || ClientError::Malformed { addr: addr.clone() };
+    let text = String::from_utf8(raw).map_err(|_| malformed())?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(malformed)?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(malformed)?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    let body = if chunked {
+        dechunk(body).ok_or_else(malformed)?
+    } else {
+        body.to_string()
+    };
+    let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+    Ok((status, json))
+}
+
+fn dechunk(mut body: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(rest.get(..size)?);
+        body = rest.get(size + 2..)?;
+    }
+}

@@ -1,0 +1,159 @@
+//! The gateway's error responses: `{"error": code, "message": ..., "field"?: ...}`. Messages
+//! name the route, field or config key at fault, never a token, code or secret value.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use warren_config::ConfigError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+    pub retry_after_secs: Option<u64>,
+    pub problems: Vec<serde_json::Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            retry_after_secs: None,
+            problems: Vec::new(),
+        }
+    }
+
+    pub fn bad_field(route: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        let field = field.into();
+        let message = format!("{route}: field '{field}': {}", message.into());
+        Self {
+            field: Some(field),
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+        }
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid bearer token is required (Authorization: Bearer wrn_...); pair a device with `warren pair`",
+        )
+    }
+
+    pub fn internal(route: &str, message: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            format!("{route}: {message}"),
+        )
+    }
+
+    /// Maps a config write error: validation and edits are the caller's (400, naming the key),
+    /// a stale base is a conflict (409), the rest is ours (500).
+    pub fn from_config(route: &str, e: &ConfigError) -> Self {
+        match e {
+            ConfigError::Invalid { problems, .. } => {
+                let mut err = Self::new(
+                    StatusCode::BAD_REQUEST,
+                    "validation_failed",
+                    format!("{route}: {e}"),
+                );
+                err.field = problems.iter().find_map(|p| p.key.clone());
+                err.problems = problems
+                    .iter()
+                    .map(
+                        |p| serde_json::json!({"key": p.key, "message": p.message, "hint": p.hint}),
+                    )
+                    .collect();
+                err
+            }
+            ConfigError::Edit { key, .. } => Self {
+                field: Some(key.clone()),
+                ..Self::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_key",
+                    format!("{route}: {e}"),
+                )
+            },
+            ConfigError::KeyPath(_) => Self::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_key",
+                format!("{route}: {e}"),
+            ),
+            ConfigError::Stale { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "config_changed_externally",
+                format!("{route}: {e} (POST /admin/reload picks up the file)"),
+            ),
+            other => Self::internal(route, other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = serde_json::json!({"error": self.code, "message": self.message});
+        if let Some(field) = &self.field {
+            body["field"] = field.clone().into();
+        }
+        if let Some(secs) = self.retry_after_secs {
+            body["retry_after_secs"] = secs.into();
+        }
+        if !self.problems.is_empty() {
+            body["problems"] = self.problems.clone().into();
+        }
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Parses a JSON body; a failure is a 400 naming the field at fault. The offending value is
+/// never echoed (it may be a code or a secret).
+pub fn parse_json<T: DeserializeOwned>(route: &str, body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.inner();
+        let message = if inner.is_syntax() || inner.is_eof() {
+            format!(
+                "malformed JSON at line {} column {}",
+                inner.line(),
+                inner.column()
+            )
+        } else {
+            let text = inner.to_string();
+            if text.starts_with("missing field") || text.starts_with("unknown field") {
+                text.split(" at line").next().unwrap_or(&text).to_string()
+            } else {
+                "wrong type or value".to_string()
+            }
+        };
+        let field = if path == "." {
+            // A missing field is reported at the parent; name it from the message.
+            inner
+                .to_string()
+                .split('`')
+                .nth(1)
+                .map_or_else(|| "(body)".to_string(), str::to_string)
+        } else {
+            path
+        };
+        ApiError::bad_field(route, field, message)
+    })
+}

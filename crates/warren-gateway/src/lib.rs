@@ -1,0 +1,22 @@
+//! Warren's HTTP gateway (axum): `/health`, component health and status (STATE-17), pairing and
+//! bearer tokens (STATE-15, STATE-21), the device registry (STATE-16), config read/patch through
+//! the one config owner (CFG-1..3), reload (STATE-19) and an OpenAPI document.
+//!
+//! The gateway runs as a daemon subsystem ([`GatewayHook`]), started per config generation by
+//! `warren_runtime::daemon::run`; the binary passes the hook in (this crate sits above the
+//! runtime). Chat, approvals and sessions over HTTP come with the agent loop.
+
+pub mod client;
+mod config_api;
+pub mod devices;
+pub mod error;
+pub mod openapi;
+pub mod pairing;
+pub mod routes;
+pub mod server;
+pub mod state;
+pub mod tokens;
+
+pub use routes::{Access, BODY_LIMIT, ROUTES, Route, router};
+pub use server::{AdminEndpoint, GatewayHook, read_endpoint};
+pub use state::{AppState, ProcessState};

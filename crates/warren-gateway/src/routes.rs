@@ -1,0 +1,484 @@
+//! The route table: every route with its access rule, built into the router and into the
+//! OpenAPI document from the same list, so neither can forget one (STATE-17, STATE-21).
+//!
+//! Access: `/health` and `/pair` are public; every `/api` route needs a paired bearer token;
+//! `/admin` routes answer only on loopback (unless `gateway.allow_remote_admin`) and need the
+//! local admin key of `data/gateway.json` or a bearer token.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::SystemTime;
+
+use axum::body::Bytes;
+use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, patch, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, parse_json};
+use crate::pairing::{self, PairRefused, device_id, hash_token, new_token};
+use crate::state::AppState;
+use crate::tokens;
+
+/// Request bodies larger than this are refused with 413.
+pub const BODY_LIMIT: usize = 64 * 1024;
+/// The header carrying the local admin key.
+pub const ADMIN_KEY_HEADER: &str = "x-warren-admin";
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Public,
+    Token,
+    Admin,
+}
+
+/// One route: method, path, access rule, handler and its documentation.
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub access: Access,
+    pub summary: &'static str,
+    /// A JSON example body (documents the request; `None` = no body).
+    pub request: Option<&'static str>,
+    pub handler: fn() -> MethodRouter<AppState>,
+}
+
+/// Every route of the gateway.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "GET",
+        path: "/health",
+        access: Access::Public,
+        summary: "Liveness: {\"status\":\"ok\"} and nothing else",
+        request: None,
+        handler: || get(health),
+    },
+    Route {
+        method: "POST",
+        path: "/pair",
+        access: Access::Public,
+        summary: "Exchange a one-time pairing code (from `warren pair`) for a bearer token",
+        request: Some(r#"{"code": "123456", "device": "laptop"}"#),
+        handler: || post(pair),
+    },
+    Route {
+        method: "GET",
+        path: "/api/health",
+        access: Access::Token,
+        summary: "Health of each component (gateway, config, device registry, agents)",
+        request: None,
+        handler: || get(api_health),
+    },
+    Route {
+        method: "GET",
+        path: "/api/status",
+        access: Access::Token,
+        summary: "Agents with their sandbox posture, config generation, uptime",
+        request: None,
+        handler: || get(api_status),
+    },
+    Route {
+        method: "GET",
+        path: "/api/devices",
+        access: Access::Token,
+        summary: "Paired devices (id = prefix of the token hash, name, created, last seen)",
+        request: None,
+        handler: || get(devices_list),
+    },
+    Route {
+        method: "DELETE",
+        path: "/api/devices/{id}",
+        access: Access::Token,
+        summary: "Revoke a device's token (persisted before the answer)",
+        request: None,
+        handler: || delete(device_delete),
+    },
+    Route {
+        method: "GET",
+        path: "/api/config",
+        access: Access::Token,
+        summary: "The effective config; secrets show as [redacted]",
+        request: None,
+        handler: || get(crate::config_api::get_config),
+    },
+    Route {
+        method: "PATCH",
+        path: "/api/config",
+        access: Access::Token,
+        summary: "Set (or with null remove) dotted keys; validated, dirty-path, one write lock",
+        request: Some(r#"{"log.level": "debug", "cron.poll_interval_secs": 30}"#),
+        handler: || patch(crate::config_api::patch_config),
+    },
+    Route {
+        method: "GET",
+        path: "/api/openapi.json",
+        access: Access::Token,
+        summary: "This document",
+        request: None,
+        handler: || get(openapi),
+    },
+    Route {
+        method: "POST",
+        path: "/admin/reload",
+        access: Access::Admin,
+        summary: "Re-read config.toml and rebuild every subsystem in this process; an invalid config keeps the running generation (400)",
+        request: None,
+        handler: || post(admin_reload),
+    },
+    Route {
+        method: "POST",
+        path: "/admin/paircode",
+        access: Access::Admin,
+        summary: "Issue a one-time pairing code (shown only to the caller; expires)",
+        request: None,
+        handler: || post(admin_paircode),
+    },
+];
+
+/// The router over [`ROUTES`].
+pub fn router(state: AppState) -> Router {
+    let mut router = Router::new();
+    for route in ROUTES {
+        let handler = (route.handler)();
+        let handler =
+            match route.access {
+                Access::Public => handler,
+                Access::Token => handler
+                    .route_layer(middleware::from_fn_with_state(state.clone(), require_token)),
+                Access::Admin => handler
+                    .route_layer(middleware::from_fn_with_state(state.clone(), require_admin)),
+            };
+        router = router.route(route.path, handler);
+    }
+    router
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route (see GET /api/openapi.json)",
+    )
+}
+
+/// The caller's address (from the listener); `None` when unknown (treated as remote).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer(peer_from(&parts.extensions)))
+    }
+}
+
+/// The listener's peer address, or the mocked one in tests.
+fn peer_from(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| {
+            extensions
+                .get::<MockConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        })
+}
+
+fn peer_of(req: &Request) -> Option<IpAddr> {
+    peer_from(req.extensions())
+}
+
+/// The hash of the caller's token, for handlers behind [`require_token`].
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_hash: String,
+}
+
+async fn require_token(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    match state.authenticate(req.headers()) {
+        Some(token_hash) => {
+            req.extensions_mut().insert(Caller { token_hash });
+            next.run(req).await
+        }
+        None => ApiError::unauthorized().into_response(),
+    }
+}
+
+fn admin_key_ok(state: &AppState, headers: &HeaderMap) -> bool {
+    headers
+        .get(ADMIN_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|key| pairing::ct_eq(key, &state.0.process.admin_key))
+}
+
+async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let loopback = peer_of(&req).is_some_and(|ip| ip.is_loopback());
+    let remote_allowed = state.store().snapshot().gateway.allow_remote_admin;
+    let bearer_ok = state.authenticate(req.headers()).is_some();
+    let authorised = if loopback {
+        bearer_ok || admin_key_ok(&state, req.headers())
+    } else {
+        remote_allowed && bearer_ok
+    };
+    if authorised {
+        return next.run(req).await;
+    }
+    if !loopback && !remote_allowed {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "loopback_only",
+            "admin routes answer only on loopback (gateway.allow_remote_admin = true admits paired remote callers)",
+        )
+        .into_response();
+    }
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "admin routes need the local admin key (used by `warren pair`) or a bearer token",
+    )
+    .into_response()
+}
+
+async fn health() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"status":"ok"}"#,
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairRequest {
+    code: String,
+    device: String,
+}
+
+const MAX_DEVICE_NAME: usize = 64;
+
+async fn pair(
+    State(state): State<AppState>,
+    Peer(peer): Peer,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "POST /pair";
+    let request: PairRequest = parse_json(ROUTE, &body)?;
+    let device = request.device.trim().to_string();
+    if device.is_empty()
+        || device.chars().count() > MAX_DEVICE_NAME
+        || device.chars().any(char::is_control)
+    {
+        return Err(ApiError::bad_field(
+            ROUTE,
+            "device",
+            format!("1 to {MAX_DEVICE_NAME} printable characters"),
+        ));
+    }
+    let client = peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    state
+        .process()
+        .pairing
+        .redeem(client, &request.code)
+        .map_err(|refused| match refused {
+            PairRefused::LockedOut { retry_after_secs } => ApiError {
+                retry_after_secs: Some(retry_after_secs),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "locked_out",
+                    refused.to_string(),
+                )
+            },
+            PairRefused::WrongCode { .. } => ApiError {
+                field: Some("code".into()),
+                ..ApiError::new(StatusCode::FORBIDDEN, "invalid_code", refused.to_string())
+            },
+        })?;
+    let token = new_token().map_err(|e| ApiError::internal(ROUTE, e))?;
+    let hash = hash_token(&token);
+    // STATE-15: the hash is durably in config.toml before the token leaves this process.
+    let store = state.store().clone();
+    let persisted_hash = hash.clone();
+    tokio::task::spawn_blocking(move || tokens::add_hash_blocking(&store, &persisted_hash))
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?
+        .map_err(|e| {
+            let mut err = ApiError::from_config(ROUTE, &e);
+            err.message = format!(
+                "{}; no token was issued (run `warren pair` again)",
+                err.message
+            );
+            err
+        })?;
+    if let Ok(devices) = &state.process().devices {
+        let (devices, row_hash, name) = (devices.clone(), hash.clone(), device.clone());
+        let inserted = tokio::task::spawn_blocking(move || devices.insert(&row_hash, &name)).await;
+        if !matches!(inserted, Ok(Ok(()))) {
+            tracing::warn!(
+                device = device_id(&hash),
+                "paired, but the device registry row was not written"
+            );
+        }
+    }
+    tracing::info!(device = device_id(&hash), "device paired");
+    Ok(Json(json!({
+        "token": token,
+        "device": {"id": device_id(&hash), "name": device},
+    })))
+}
+
+fn uptime_secs(since: SystemTime) -> u64 {
+    SystemTime::now()
+        .duration_since(since)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn api_health(State(state): State<AppState>) -> Json<Value> {
+    let inner = &state.0;
+    let devices = match &inner.process.devices {
+        Ok(_) => json!({"status": "ok"}),
+        Err(e) => json!({"status": "error", "error": e}),
+    };
+    let agents: serde_json::Map<String, Value> = inner
+        .agents
+        .iter()
+        .map(|a| {
+            let v = if a.ok {
+                json!({"status": "ok"})
+            } else {
+                json!({"status": "error", "error": a.sandbox.get("error")})
+            };
+            (a.alias.clone(), v)
+        })
+        .collect();
+    let all_ok = inner.process.devices.is_ok() && inner.agents.iter().all(|a| a.ok);
+    Json(json!({
+        "status": if all_ok { "ok" } else { "degraded" },
+        "pid": std::process::id(),
+        "uptime_secs": uptime_secs(inner.started_at),
+        "components": {
+            "gateway": {"status": "ok", "listening": inner.local_addr.map(|a| a.to_string())},
+            "config": {"status": "ok", "generation": inner.store.generation(), "daemon_generation": inner.generation},
+            "devices": devices,
+            "agents": agents,
+        },
+    }))
+}
+
+async fn api_status(State(state): State<AppState>) -> Json<Value> {
+    let inner = &state.0;
+    let snapshot = inner.store.snapshot();
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
+        "started_at_unix": unix(inner.started_at),
+        "uptime_secs": uptime_secs(inner.started_at),
+        "config_generation": snapshot.generation(),
+        "daemon_generation": inner.generation,
+        "generation_since_unix": unix(inner.generation_since),
+        "gateway": {
+            "bind": snapshot.gateway.bind,
+            "port": snapshot.gateway.port,
+            "listening": inner.local_addr.map(|a| a.to_string()),
+            "paired_devices": snapshot.gateway.paired_tokens.len(),
+        },
+        "agents": inner.agents,
+    }))
+}
+
+async fn devices_list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/devices";
+    let devices = state
+        .process()
+        .devices
+        .clone()
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    let config = state.store().snapshot();
+    let hashes = tokens::token_hashes(&config);
+    let listed = devices
+        .run(move |d| d.list(&hashes))
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    Ok(Json(json!({"count": listed.len(), "devices": listed})))
+}
+
+async fn device_delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "DELETE /api/devices/{id}";
+    let store = state.store().clone();
+    let devices = state.process().devices.clone().ok();
+    let revoked =
+        tokio::task::spawn_blocking(move || tokens::revoke_blocking(&store, devices.as_ref(), &id))
+            .await
+            .map_err(|e| ApiError::internal(ROUTE, e))?;
+    match revoked {
+        Ok(hash) => {
+            tracing::info!(device = device_id(&hash), "device revoked");
+            Ok(Json(json!({"revoked": device_id(&hash)})))
+        }
+        Err(tokens::RevokeError::Config(e)) => Err(ApiError::from_config(ROUTE, &e)),
+        Err(e @ tokens::RevokeError::NotFound(_)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{ROUTE}: {e}"),
+        )),
+        Err(e @ tokens::RevokeError::Ambiguous(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "ambiguous_id",
+            format!("{ROUTE}: {e}"),
+        )),
+    }
+}
+
+async fn openapi() -> Json<Value> {
+    Json(crate::openapi::document())
+}
+
+async fn admin_reload(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let Some(reload) = &state.0.reload else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_daemon",
+            "POST /admin/reload: this gateway runs without a daemon loop",
+        ));
+    };
+    match reload.request().await {
+        Ok(generation) => Ok(Json(json!({"reloaded": true, "generation": generation}))),
+        Err(message) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_config",
+            format!(
+                "POST /admin/reload: {message}; the running generation {} keeps serving",
+                state.0.generation
+            ),
+        )),
+    }
+}
+
+async fn admin_paircode(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let (code, ttl) = state
+        .process()
+        .pairing
+        .issue_code()
+        .map_err(|e| ApiError::internal("POST /admin/paircode", e))?;
+    // Shown to the caller only: never logged (STATE-21).
+    Ok(Json(
+        json!({"code": code, "expires_in_secs": ttl.as_secs()}),
+    ))
+}
