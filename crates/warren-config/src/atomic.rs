@@ -10,7 +10,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::failpoint::crash_point;
@@ -139,25 +139,7 @@ pub fn backup_path(target: &Path) -> PathBuf {
 
 /// Makes `<target>.bak` another name of the current target (no copy, atomic replace).
 fn keep_backup(target: &Path) -> io::Result<()> {
-    let current = match fs::symlink_metadata(target) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(m) if !m.is_file() => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "target is not a regular file",
-            ));
-        }
-        Ok(m) => m,
-    };
     let bak = backup_path(target);
-    // After a crash between this step and the rename, .bak may already be the current file
-    // (and rename() between two names of one inode is a no-op that would leave `staged` behind).
-    if fs::symlink_metadata(&bak)
-        .is_ok_and(|b| b.dev() == current.dev() && b.ino() == current.ino())
-    {
-        return Ok(());
-    }
     let staged = bak.with_file_name(format!(
         ".{}{TEMP_MARK}{}-{:016x}",
         bak.file_name()
@@ -166,9 +148,15 @@ fn keep_backup(target: &Path) -> io::Result<()> {
         std::process::id(),
         random_u64()
     ));
-    fs::hard_link(target, &staged)?;
+    match fs::hard_link(target, &staged) {
+        // No previous file: nothing to keep.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    }
     let renamed = fs::rename(&staged, &bak);
-    // Normally gone after the rename; removed here if the rename failed.
+    // Gone after a normal rename; still there if the rename failed, or if .bak already was this
+    // very inode (after a crash between this step and the main rename, rename() between two
+    // names of one inode is a no-op).
     let _ = fs::remove_file(&staged);
     renamed
 }
