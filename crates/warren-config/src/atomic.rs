@@ -140,25 +140,17 @@ pub fn backup_path(target: &Path) -> PathBuf {
 /// Makes `<target>.bak` another name of the current target (no copy, atomic replace).
 fn keep_backup(target: &Path) -> io::Result<()> {
     let bak = backup_path(target);
-    let staged = bak.with_file_name(format!(
-        ".{}{TEMP_MARK}{}-{:016x}",
-        bak.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id(),
-        random_u64()
-    ));
-    match fs::hard_link(target, &staged) {
-        // No previous file: nothing to keep.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        other => other?,
+    // Drop the older backup, then make `.bak` a second name of the current file. A crash in
+    // between leaves no `.bak` for a moment, never a wrong one; the target is untouched.
+    match fs::remove_file(&bak) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
     }
-    let renamed = fs::rename(&staged, &bak);
-    // Gone after a normal rename; still there if the rename failed, or if .bak already was this
-    // very inode (after a crash between this step and the main rename, rename() between two
-    // names of one inode is a no-op).
-    let _ = fs::remove_file(&staged);
-    renamed
+    match fs::hard_link(target, &bak) {
+        // No previous file: nothing to keep.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// Opens (creating, 0600) a lock file for `flock`, never through a symlink. Every lock file of
