@@ -185,10 +185,7 @@ pub fn sweep_stale_temps(target: &Path) {
     let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return;
     };
-    let prefixes = [
-        format!(".{name}{TEMP_MARK}"),
-        format!(".{name}.bak{TEMP_MARK}"),
-    ];
+    let prefixes = [format!(".{name}{TEMP_MARK}")];
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };

@@ -111,36 +111,11 @@ impl AnthropicProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let url = format!("{}/v1/messages", self.base_url);
         let body = Self::body(request).to_string();
-        let mut req = self
-            .wire
-            .agent
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .header("Accept", "text/event-stream");
+        let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION)];
         if let Some(key) = &self.wire.api_key {
-            req = req.header("x-api-key", key);
+            headers.push(("x-api-key", key.as_str()));
         }
-        let response = req
-            .send(body.as_bytes())
-            .map_err(|e| self.wire.transport(&url, e))?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let mut body = response.into_body();
-        if !(200..300).contains(&status) {
-            let text = body
-                .with_config()
-                .limit(64 * 1024)
-                .read_to_string()
-                .unwrap_or_default();
-            return Err(self
-                .wire
-                .status_after(status, &text, retry_after.as_deref()));
-        }
+        let (body, _) = self.wire.post_stream(&url, &headers, &body)?;
         let mut reader = SseReader::new(BufReader::new(body.into_reader()));
         let mut acc = Accumulator::default();
         loop {

@@ -68,6 +68,48 @@ impl Wire {
         }
     }
 
+    /// POSTs a JSON `body` asking for a stream, with the provider's own `headers`. A non-2xx
+    /// answer becomes the status error (its body and `Retry-After` quoted, the key redacted);
+    /// otherwise returns the body and whether the server really answered with SSE.
+    pub(crate) fn post_stream(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(ureq::Body, bool), ProviderError> {
+        let mut req = self
+            .agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "text/event-stream");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let response = req
+            .send(body.as_bytes())
+            .map_err(|e| self.transport(url, e))?;
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after");
+        let is_sse = header("content-type").is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut body = response.into_body();
+        if !(200..300).contains(&status) {
+            let text = body
+                .with_config()
+                .limit(64 * 1024)
+                .read_to_string()
+                .unwrap_or_default();
+            return Err(self.status_after(status, &text, retry_after.as_deref()));
+        }
+        Ok((body, is_sse))
+    }
+
     pub(crate) fn transport(&self, url: &str, e: ureq::Error) -> ProviderError {
         match e {
             ureq::Error::Timeout(_) => self.timeout_error(url),

@@ -102,40 +102,14 @@ impl OpenAiProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let url = self.url();
         let body = Self::body(request, true).to_string();
-        let mut req = self
+        let auth = self
             .wire
-            .agent
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "text/event-stream");
-        if let Some(key) = &self.wire.api_key {
-            req = req.header("Authorization", &format!("Bearer {key}"));
-        }
-        let response = req
-            .send(body.as_bytes())
-            .map_err(|e| self.wire.transport(&url, e))?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let is_sse = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let mut body = response.into_body();
-        if !(200..300).contains(&status) {
-            let text = body
-                .with_config()
-                .limit(64 * 1024)
-                .read_to_string()
-                .unwrap_or_default();
-            return Err(self
-                .wire
-                .status_after(status, &text, retry_after.as_deref()));
-        }
+            .api_key
+            .as_ref()
+            .map(|key| format!("Bearer {key}"));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        let (mut body, is_sse) = self.wire.post_stream(&url, &headers, &body)?;
         if !is_sse {
             let text = body
                 .with_config()
