@@ -134,6 +134,14 @@ impl InstallRoot {
     pub fn state_dir(&self) -> PathBuf {
         self.data_dir().join("state")
     }
+    /// `data/agents/_deleted/`: agent deletion archives (LIFE-4).
+    pub fn deleted_agents_dir(&self) -> PathBuf {
+        self.data_dir().join("agents").join("_deleted")
+    }
+    /// `data/state/lifecycle/`: journal of agent rename/delete/restore (BEYOND-3).
+    pub fn lifecycle_journal_dir(&self) -> PathBuf {
+        self.state_dir().join("lifecycle")
+    }
     pub fn runtime_trace(&self) -> PathBuf {
         self.state_dir().join("runtime-trace.jsonl")
     }

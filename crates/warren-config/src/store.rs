@@ -410,6 +410,47 @@ impl WriteTxn<'_> {
         self.try_edit(&path, |doc| edit::set_item(doc, &path, Item::Table(table)))
     }
 
+    /// The whole item at `path` in the edited document as TOML text (`[t]` tables included),
+    /// or `None` when absent. Used by agent lifecycle to capture and move `[agents.<alias>]`.
+    pub fn item_text(&self, path: &KeyPath) -> Option<String> {
+        let item = edit::get(&self.doc, path)?.clone();
+        let mut doc = DocumentMut::new();
+        doc.insert("item", item);
+        Some(doc.to_string())
+    }
+
+    /// Sets `path` to an item captured by [`WriteTxn::item_text`] (not validated until
+    /// [`WriteTxn::preview`] or commit).
+    pub fn set_item_text(&mut self, path: &KeyPath, text: &str) -> Result<(), ConfigError> {
+        let doc: DocumentMut = text.parse().map_err(|e| ConfigError::Edit {
+            key: path.to_string(),
+            message: format!("captured entry does not parse: {e}"),
+        })?;
+        let Some(item) = doc.get("item").cloned() else {
+            return Err(ConfigError::Edit {
+                key: path.to_string(),
+                message: "captured entry is empty".into(),
+            });
+        };
+        let item = match item {
+            Item::Table(mut t) => {
+                t.set_implicit(false);
+                Item::Table(t)
+            }
+            other => other,
+        };
+        edit::set_item(&mut self.doc, path, item)?;
+        self.validated = None;
+        self.mark(path);
+        Ok(())
+    }
+
+    /// Validates the edited document as a whole and returns the config it would publish,
+    /// without saving (lifecycle post-condition checks run on this).
+    pub fn preview(&mut self) -> Result<&Config, ConfigError> {
+        self.validate().map(|c| &*c)
+    }
+
     /// The key paths changed so far.
     pub fn dirty(&self) -> &[KeyPath] {
         &self.dirty

@@ -572,13 +572,46 @@ impl MemoryStore for MarkdownStore {
         })
     }
 
-    /// Markdown attribution is the directory: renaming it is the agent-lifecycle's job.
-    fn rename_agent(&self, from: AgentAlias, _to: AgentAlias) -> MemFuture<'_, bool> {
+    /// Markdown attribution is the directory: the lifecycle moves the whole workspace first.
+    /// What is still under `from`'s workspace afterwards (the move was refused or the agent is
+    /// being converged after a crash) is moved here: `MEMORY.md` and `memory/`. Refuses to merge
+    /// into a workspace that already holds memory files. Returns whether anything moved.
+    fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
+        let (old_ws, new_ws) = (self.root.agent_workspace(&from), self.root.agent_workspace(&to));
         Box::pin(async move {
-            Err(MemoryError::Lifecycle {
-                agent: from.to_string(),
-                message: "markdown memory lives in the agent's workspace; it moves with the workspace when the agent is renamed".into(),
+            tokio::task::spawn_blocking(move || {
+                let present = |ws: &Path| -> Result<bool, MemoryError> {
+                    Ok(files(ws)?.iter().any(|(p, _)| p.exists()))
+                };
+                if !present(&old_ws)? {
+                    return Ok(false);
+                }
+                if present(&new_ws)? {
+                    return Err(MemoryError::Lifecycle {
+                        agent: from.to_string(),
+                        message: format!(
+                            "cannot move markdown memory into {}: it already holds memory files",
+                            new_ws.display()
+                        ),
+                    });
+                }
+                let io = |path: &Path| {
+                    let path = path.to_path_buf();
+                    move |source| MemoryError::Io { path, source }
+                };
+                fs::create_dir_all(&new_ws).map_err(io(&new_ws))?;
+                let core = core_file(&old_ws);
+                if core.exists() {
+                    fs::rename(&core, core_file(&new_ws)).map_err(io(&core))?;
+                }
+                let daily = old_ws.join("memory");
+                if daily.exists() {
+                    fs::rename(&daily, new_ws.join("memory")).map_err(io(&daily))?;
+                }
+                Ok(true)
             })
+            .await
+            .map_err(|e| MemoryError::Worker(e.to_string()))?
         })
     }
 }

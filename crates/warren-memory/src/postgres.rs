@@ -696,6 +696,61 @@ impl MemoryStore for PostgresStore {
         })
     }
 
+    fn import_agent(&self, alias: AgentAlias, rows: Vec<MemoryEntry>) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            let s = &self.schema;
+            self.client().await?;
+            let mut client = self.fresh().await?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            tx.execute(
+                &format!(
+                    r#"INSERT INTO "{s}".agents (id, alias, backend, created_at) VALUES ($1, $2, 'postgres', $3)
+                       ON CONFLICT (alias) DO NOTHING"#
+                ),
+                &[&Uuid::new_v4(), &alias.as_str(), &now()],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            let agent: Uuid = tx
+                .query_one(
+                    &format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#),
+                    &[&alias.as_str()],
+                )
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(|e| self.pg(e))?;
+            let insert = tx
+                .prepare(&format!(
+                    r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at, updated_at)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"#
+                ))
+                .await
+                .map_err(|e| self.pg(e))?;
+            let mut inserted = 0u64;
+            for e in &rows {
+                let id = Uuid::parse_str(&e.id).unwrap_or_else(|_| Uuid::new_v4());
+                inserted += tx
+                    .execute(
+                        &insert,
+                        &[
+                            &id,
+                            &agent,
+                            &e.key,
+                            &e.content,
+                            &e.category,
+                            &e.session,
+                            &e.created_at,
+                            &e.updated_at,
+                        ],
+                    )
+                    .await
+                    .map_err(|e| self.pg(e))?;
+            }
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            Ok(inserted)
+        })
+    }
+
     fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
         Box::pin(async move {
             let s = &self.schema;

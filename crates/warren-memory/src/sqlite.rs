@@ -665,6 +665,48 @@ impl MemoryStore for SqliteStore {
         })
     }
 
+    fn import_agent(&self, alias: AgentAlias, rows: Vec<MemoryEntry>) -> MemFuture<'_, u64> {
+        self.run(move |conn, path| {
+            let tx = conn.transaction().map_err(sql(path))?;
+            tx.execute(
+                "INSERT INTO agents (id, alias, backend, created_at) VALUES (?1, ?2, 'sqlite', ?3) \
+                 ON CONFLICT(alias) DO NOTHING",
+                params![uuid::Uuid::new_v4().to_string(), alias.as_str(), micros(now())],
+            )
+            .map_err(sql(path))?;
+            let agent: String = tx
+                .query_row("SELECT id FROM agents WHERE alias = ?1", [alias.as_str()], |r| {
+                    r.get(0)
+                })
+                .map_err(sql(path))?;
+            let mut inserted = 0u64;
+            {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+                    )
+                    .map_err(sql(path))?;
+                for e in &rows {
+                    inserted += stmt
+                        .execute(params![
+                            e.id,
+                            agent,
+                            e.key,
+                            e.content,
+                            e.category,
+                            e.session,
+                            micros(e.created_at),
+                            micros(e.updated_at)
+                        ])
+                        .map_err(sql(path))? as u64;
+                }
+            }
+            tx.commit().map_err(sql(path))?;
+            Ok(inserted)
+        })
+    }
+
     fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
         self.run(move |conn, path| {
             let tx = conn.transaction().map_err(sql(path))?;

@@ -70,6 +70,24 @@ pub trait MemoryStore: Send + Sync {
     /// Moves `from`'s attribution to `to` (rows keep their agent id). Refuses when `to`
     /// already has rows. Returns whether anything was renamed.
     fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool>;
+    /// Puts exported rows back under `alias` (agent restore, BEYOND-1), keeping each row's id,
+    /// key, content, category, session and timestamps; registers the agent if needed. Rows
+    /// whose id (or key) is already present are skipped, so a retried restore converges.
+    /// Returns how many rows were inserted. Stores that keep no rows accept only an empty list.
+    fn import_agent(&self, alias: AgentAlias, entries: Vec<MemoryEntry>) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            if entries.is_empty() {
+                return Ok(0);
+            }
+            Err(MemoryError::Lifecycle {
+                agent: alias.to_string(),
+                message: format!(
+                    "the {:?} memory backend cannot import rows; its memory travels inside the workspace",
+                    self.kind()
+                ),
+            })
+        })
+    }
     /// Records the embedder identity vectors are made with. When it differs from the one
     /// recorded, every stored vector is dropped (they are incomparable with new ones) and
     /// `true` is returned. Stores without vectors ignore it.

@@ -85,6 +85,8 @@ pub struct CostTracker {
 struct Totals {
     spent: BTreeMap<String, Spent>,
     offset: u64,
+    /// Inode of the ledger read so far: a rewritten ledger (agent rename) is re-read whole.
+    ino: u64,
 }
 
 impl CostTracker {
@@ -106,10 +108,12 @@ impl CostTracker {
     fn catch_up(&self) {
         use std::io::{Read, Seek, SeekFrom};
         let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
-        let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        if len < totals.offset {
+        use std::os::unix::fs::MetadataExt;
+        let (len, ino) = std::fs::metadata(&self.path).map_or((0, 0), |m| (m.len(), m.ino()));
+        if len < totals.offset || (totals.ino != 0 && ino != totals.ino) {
             *totals = Totals::default(); // the ledger was replaced
         }
+        totals.ino = ino;
         if len == totals.offset {
             return;
         }

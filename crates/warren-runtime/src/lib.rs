@@ -10,6 +10,7 @@ pub mod cost;
 pub mod daemon;
 pub mod delegate;
 pub mod history;
+pub mod lifecycle;
 pub mod prompt;
 pub mod receipts;
 pub mod sessions;

@@ -7,12 +7,16 @@
 //! A closed or killed session is a tombstone: it stays listed by id but can never be loaded,
 //! resumed or re-created under the same id, and the first tombstone wins (a later `close`
 //! does not turn "killed" into "closed"). The ACP server itself is a later issue.
+//!
+//! `acp_transcript` keeps each ACP session's own protocol transcript (prompt and update
+//! messages in order), so agent deletion can archive ACP sessions WITH their transcripts and
+//! restore them (LIFE-4, BEYOND-1).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
@@ -34,7 +38,15 @@ CREATE TABLE IF NOT EXISTS acp_sessions (
     closed_at  TEXT
 );
 CREATE INDEX IF NOT EXISTS acp_sessions_by_agent ON acp_sessions(agent);
-PRAGMA user_version = 1;
+CREATE TABLE IF NOT EXISTS acp_transcript (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    role       TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+PRAGMA user_version = 2;
 ";
 
 const COLUMNS: &str =
@@ -62,7 +74,7 @@ pub enum AcpError {
 }
 
 /// Lifecycle of an ACP session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AcpState {
     Active,
@@ -95,7 +107,7 @@ impl std::fmt::Display for AcpState {
 }
 
 /// One ACP session record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcpSession {
     pub id: String,
     pub agent: AgentAlias,
@@ -110,6 +122,23 @@ pub struct AcpSession {
     pub updated_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub closed_at: Option<OffsetDateTime>,
+}
+
+/// One message of an ACP session's transcript.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcpMessage {
+    pub seq: u64,
+    pub role: String,
+    pub content: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// An ACP session with its transcript, as agent deletion archives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcpExport {
+    pub session: AcpSession,
+    pub transcript: Vec<AcpMessage>,
 }
 
 /// What `session/new` records.
@@ -334,14 +363,219 @@ impl AcpSessionStore {
         rows.into_iter().map(|r| self.decode(r)).collect()
     }
 
+    /// Appends one message to an active session's transcript; returns its sequence number.
+    pub fn append_transcript(&self, id: &str, role: &str, content: &str) -> Result<u64, AcpError> {
+        let now = timefmt::format(timefmt::now());
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction()
+            .map_err(err(&self.path, "append to a transcript"))?;
+        let active: Option<String> = tx
+            .query_row(
+                "SELECT state FROM acp_sessions WHERE session_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(err(&self.path, "append to a transcript"))?;
+        match active.as_deref() {
+            None => return Err(AcpError::NotFound { id: id.into() }),
+            Some("active") => {}
+            Some(other) => {
+                return Err(AcpError::Tombstoned {
+                    id: id.into(),
+                    state: AcpState::parse(other).unwrap_or(AcpState::Closed),
+                });
+            }
+        }
+        let seq: i64 = tx
+            .query_row(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM acp_transcript WHERE session_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .map_err(err(&self.path, "append to a transcript"))?;
+        tx.execute(
+            "INSERT INTO acp_transcript (session_id, seq, role, content, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, seq, role, content, now],
+        )
+        .map_err(err(&self.path, "append to a transcript"))?;
+        tx.execute(
+            "UPDATE acp_sessions SET updated_at = ?2 WHERE session_id = ?1",
+            params![id, now],
+        )
+        .map_err(err(&self.path, "append to a transcript"))?;
+        tx.commit()
+            .map_err(err(&self.path, "append to a transcript"))?;
+        Ok(u64::try_from(seq).unwrap_or(0))
+    }
+
+    /// A session's transcript, oldest first (tombstones included).
+    pub fn transcript(&self, id: &str) -> Result<Vec<AcpMessage>, AcpError> {
+        let rows: Vec<(i64, String, String, String)> = self
+            .conn()
+            .prepare(
+                "SELECT seq, role, content, created_at FROM acp_transcript WHERE session_id = ?1 ORDER BY seq",
+            )
+            .and_then(|mut s| {
+                s.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect()
+            })
+            .map_err(err(&self.path, "read a transcript"))?;
+        rows.into_iter()
+            .map(|(seq, role, content, at)| {
+                Ok(AcpMessage {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    role,
+                    content,
+                    created_at: timefmt::parse(&at).ok_or_else(|| AcpError::Corrupt {
+                        path: self.path.clone(),
+                        detail: format!("transcript time '{at}' is not RFC 3339"),
+                    })?,
+                })
+            })
+            .collect()
+    }
+
+    /// How many records (tombstones included) `agent` owns.
+    pub fn count_agent(&self, agent: &AgentAlias) -> Result<u64, AcpError> {
+        let n: i64 = self
+            .conn()
+            .query_row(
+                "SELECT COUNT(*) FROM acp_sessions WHERE agent = ?1",
+                [agent.as_str()],
+                |r| r.get(0),
+            )
+            .map_err(err(&self.path, "count an agent's sessions"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Every record of `agent` (tombstones included) with its transcript, oldest first.
+    pub fn export_agent(&self, agent: &AgentAlias) -> Result<Vec<AcpExport>, AcpError> {
+        let rows: Vec<RawRow> = self
+            .conn()
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM acp_sessions WHERE agent = ?1 ORDER BY created_at, session_id"
+            ))
+            .and_then(|mut s| s.query_map([agent.as_str()], raw)?.collect())
+            .map_err(err(&self.path, "export an agent's sessions"))?;
+        rows.into_iter()
+            .map(|r| {
+                let session = self.decode(r)?;
+                let transcript = self.transcript(&session.id)?;
+                Ok(AcpExport {
+                    session,
+                    transcript,
+                })
+            })
+            .collect()
+    }
+
+    /// Puts exported records back under `agent` (restore), rewriting a `cwd` that starts with
+    /// `cwd_from` to start with `cwd_to`. Existing ids are left alone, so a retry converges.
+    /// Returns how many sessions were inserted.
+    pub fn import_agent(
+        &self,
+        agent: &AgentAlias,
+        sessions: &[AcpExport],
+        cwd_rewrite: Option<(&str, &str)>,
+    ) -> Result<u64, AcpError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction()
+            .map_err(err(&self.path, "import sessions"))?;
+        let mut inserted = 0u64;
+        for e in sessions {
+            let s = &e.session;
+            let cwd = rewrite_cwd(&s.cwd, cwd_rewrite);
+            let n = tx
+                .execute(
+                    "INSERT INTO acp_sessions (session_id, agent, cwd, mode, transcript, state, created_at, updated_at, closed_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(session_id) DO NOTHING",
+                    params![
+                        s.id,
+                        agent.as_str(),
+                        cwd,
+                        s.mode,
+                        s.transcript,
+                        s.state.as_str(),
+                        timefmt::format(s.created_at),
+                        timefmt::format(s.updated_at),
+                        s.closed_at.map(timefmt::format)
+                    ],
+                )
+                .map_err(err(&self.path, "import sessions"))?;
+            inserted += n as u64;
+            for m in &e.transcript {
+                tx.execute(
+                    "INSERT INTO acp_transcript (session_id, seq, role, content, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                    params![
+                        s.id,
+                        i64::try_from(m.seq).unwrap_or(i64::MAX),
+                        m.role,
+                        m.content,
+                        timefmt::format(m.created_at)
+                    ],
+                )
+                .map_err(err(&self.path, "import sessions"))?;
+            }
+        }
+        tx.commit().map_err(err(&self.path, "import sessions"))?;
+        Ok(inserted)
+    }
+
+    /// Moves every record of `from` to `to` and rewrites working directories under
+    /// `cwd_rewrite.0` to `cwd_rewrite.1` (agent rename cascade); returns how many.
+    pub fn rename_agent_with_cwd(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        cwd_rewrite: Option<(&str, &str)>,
+    ) -> Result<usize, AcpError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction()
+            .map_err(err(&self.path, "rename an agent's sessions"))?;
+        let rows: Vec<(String, String)> = tx
+            .prepare("SELECT session_id, cwd FROM acp_sessions WHERE agent = ?1")
+            .and_then(|mut s| {
+                s.query_map([from.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(err(&self.path, "rename an agent's sessions"))?;
+        for (id, cwd) in &rows {
+            tx.execute(
+                "UPDATE acp_sessions SET agent = ?2, cwd = ?3 WHERE session_id = ?1",
+                params![id, to.as_str(), rewrite_cwd(cwd, cwd_rewrite)],
+            )
+            .map_err(err(&self.path, "rename an agent's sessions"))?;
+        }
+        tx.commit()
+            .map_err(err(&self.path, "rename an agent's sessions"))?;
+        Ok(rows.len())
+    }
+
     /// Deletes every record of `agent` (agent deletion cascade); returns how many.
     pub fn delete_agent(&self, agent: &AgentAlias) -> Result<usize, AcpError> {
-        self.conn()
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction()
+            .map_err(err(&self.path, "delete an agent's sessions"))?;
+        tx.execute(
+            "DELETE FROM acp_transcript WHERE session_id IN (SELECT session_id FROM acp_sessions WHERE agent = ?1)",
+            [agent.as_str()],
+        )
+        .map_err(err(&self.path, "delete an agent's transcripts"))?;
+        let n = tx
             .execute(
                 "DELETE FROM acp_sessions WHERE agent = ?1",
                 [agent.as_str()],
             )
-            .map_err(err(&self.path, "delete an agent's sessions"))
+            .map_err(err(&self.path, "delete an agent's sessions"))?;
+        tx.commit()
+            .map_err(err(&self.path, "delete an agent's sessions"))?;
+        Ok(n)
     }
 
     /// Moves every record of `from` to `to` (agent rename cascade); returns how many.
@@ -352,6 +586,18 @@ impl AcpSessionStore {
                 [from.as_str(), to.as_str()],
             )
             .map_err(err(&self.path, "rename an agent's sessions"))
+    }
+}
+
+/// `cwd` with the prefix `from` replaced by `to` (whole path components only).
+fn rewrite_cwd(cwd: &str, rewrite: Option<(&str, &str)>) -> String {
+    let Some((from, to)) = rewrite else {
+        return cwd.to_string();
+    };
+    match Path::new(cwd).strip_prefix(from) {
+        Ok(rest) if rest.as_os_str().is_empty() => to.to_string(),
+        Ok(rest) => Path::new(to).join(rest).display().to_string(),
+        Err(_) => cwd.to_string(),
     }
 }
 

@@ -1,0 +1,173 @@
+//! The reference model of config (LIFE-1..4): every place an agent alias can appear, classified
+//! hard (delete refused) or soft (scrubbed on delete, rewritten on rename).
+//!
+//! | Site                                         | Strength | Delete        | Rename      |
+//! |----------------------------------------------|----------|---------------|-------------|
+//! | `runtime.default_agent`                      | hard     | refuse        | rewrite     |
+//! | `agents.<x>.workspace.access.<alias>`        | soft     | remove key    | re-key      |
+//! | `agents.<x>.memory.read_memory_from[i]`      | soft     | drop element  | rewrite     |
+//!
+//! After a mutation the walk runs again on the edited (not yet saved) config; any remaining
+//! reference aborts before anything is persisted.
+
+use serde::Serialize;
+use toml_edit::{Array, InlineTable, Value};
+use warren_config::schema::MemoryGrant;
+use warren_config::{Config, ConfigError, KeyPath, WriteTxn};
+
+/// Hard references block a delete; soft ones are scrubbed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strength {
+    Hard,
+    Soft,
+}
+
+/// Where the reference sits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Site {
+    DefaultAgent,
+    WorkspaceAccess { owner: String, level: String },
+    MemoryGrant { owner: String, index: usize },
+}
+
+/// One reference to an alias.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefSite {
+    /// Dotted key path, as validation reports it.
+    pub path: String,
+    pub strength: Strength,
+    pub site: Site,
+}
+
+fn key(parts: &[&str]) -> KeyPath {
+    parts
+        .iter()
+        .fold(KeyPath::default(), |p, k| p.push_key(*k))
+}
+
+/// Every reference to `alias` in `config` (its own entry excluded).
+pub fn collect(config: &Config, alias: &str) -> Vec<RefSite> {
+    let mut out = Vec::new();
+    if config.runtime.default_agent.as_deref() == Some(alias) {
+        out.push(RefSite {
+            path: "runtime.default_agent".into(),
+            strength: Strength::Hard,
+            site: Site::DefaultAgent,
+        });
+    }
+    for (owner, agent) in &config.agents {
+        if owner == alias {
+            continue;
+        }
+        if let Some(level) = agent.workspace.access.get(alias) {
+            let level = serde_json::to_value(level)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            out.push(RefSite {
+                path: key(&["agents", owner, "workspace", "access", alias]).to_string(),
+                strength: Strength::Soft,
+                site: Site::WorkspaceAccess {
+                    owner: owner.clone(),
+                    level,
+                },
+            });
+        }
+        for (index, grant) in agent.memory.read_memory_from.iter().enumerate() {
+            if grant.agent() == alias {
+                out.push(RefSite {
+                    path: format!(
+                        "{}[{index}]",
+                        key(&["agents", owner, "memory", "read_memory_from"])
+                    ),
+                    strength: Strength::Soft,
+                    site: Site::MemoryGrant {
+                        owner: owner.clone(),
+                        index,
+                    },
+                });
+            }
+        }
+    }
+    out
+}
+
+fn grants_value(grants: &[MemoryGrant], from: &str, to: Option<&str>) -> Value {
+    let mut array = Array::new();
+    for g in grants {
+        let agent = if g.agent() == from {
+            match to {
+                Some(to) => to,
+                None => continue,
+            }
+        } else {
+            g.agent()
+        };
+        match g {
+            MemoryGrant::All(_) => array.push(agent),
+            MemoryGrant::Categories { categories, .. } => {
+                let mut t = InlineTable::new();
+                t.insert("agent", agent.into());
+                let mut cats = Array::new();
+                for c in categories {
+                    cats.push(c.as_str());
+                }
+                t.insert("categories", Value::Array(cats));
+                array.push(Value::InlineTable(t));
+            }
+        }
+    }
+    Value::Array(array)
+}
+
+/// Rewrites (rename, `to = Some`) or scrubs (delete, `to = None`) every site in `refs` inside
+/// the open transaction. Hard sites are only rewritten; a delete never reaches here with one.
+pub fn apply(
+    txn: &mut WriteTxn<'_>,
+    base: &Config,
+    refs: &[RefSite],
+    from: &str,
+    to: Option<&str>,
+) -> Result<(), ConfigError> {
+    let mut grants_done: Vec<&str> = Vec::new();
+    for r in refs {
+        match &r.site {
+            Site::DefaultAgent => match to {
+                Some(to) => txn.set(&key(&["runtime", "default_agent"]), Value::from(to))?,
+                None => {
+                    txn.remove(&key(&["runtime", "default_agent"]))?;
+                }
+            },
+            Site::WorkspaceAccess { owner, level } => {
+                txn.remove(&key(&["agents", owner, "workspace", "access", from]))?;
+                if let Some(to) = to {
+                    txn.set(
+                        &key(&["agents", owner, "workspace", "access", to]),
+                        Value::from(level.as_str()),
+                    )?;
+                }
+            }
+            Site::MemoryGrant { owner, .. } => {
+                if grants_done.contains(&owner.as_str()) {
+                    continue;
+                }
+                grants_done.push(owner);
+                let Some(agent) = base.agents.get(owner) else {
+                    continue;
+                };
+                txn.set(
+                    &key(&["agents", owner, "memory", "read_memory_from"]),
+                    grants_value(&agent.memory.read_memory_from, from, to),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The key path of `[agents.<alias>]`.
+pub fn agent_key(alias: &str) -> KeyPath {
+    key(&["agents", alias])
+}

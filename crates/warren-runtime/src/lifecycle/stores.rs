@@ -1,0 +1,519 @@
+//! Every store that owns per-agent state implements [`AgentStateStore`] and is listed in
+//! [`registered`]: count residue, export, purge, rename and restore for one alias. A store added
+//! later (cron, control plane) joins the rename/delete/restore cascade by implementing the trait
+//! and adding one line to [`registered`].
+//!
+//! Every method is idempotent: rename/purge of an alias with nothing left is a no-op, restore
+//! skips what is already there.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use warren_config::schema::MemoryBackendKind;
+use warren_config::{Config, InstallRoot};
+use warren_core::{AgentAlias, Role, SessionKey};
+use warren_memory::{MemoryEntry, MemoryStore, MemoryStores};
+use warren_store::acp::{AcpExport, AcpSessionStore};
+use warren_store::sessions::{
+    NewMessage, Page, SessionBackend, SessionInit, SessionState, open_chat_sessions,
+};
+
+use crate::cost::{CostRecord, read_ledger};
+
+/// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
+#[derive(Debug, Clone)]
+pub struct WorkspaceMove {
+    pub from: PathBuf,
+    pub to: PathBuf,
+}
+
+impl WorkspaceMove {
+    fn rewrite(&self) -> Option<(String, String)> {
+        (self.from != self.to).then(|| {
+            (
+                self.from.display().to_string(),
+                self.to.display().to_string(),
+            )
+        })
+    }
+}
+
+/// One store's share of an agent's state.
+pub trait AgentStateStore: Send + Sync {
+    /// Stable name: the archive file is `stores/<name>.json`.
+    fn name(&self) -> &'static str;
+    /// How many records `alias` still owns here (residue).
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String>;
+    /// Every record of `alias`, as JSON, with the count.
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String>;
+    /// Deletes every record of `alias`; returns how many.
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, String>;
+    /// Moves `from`'s records to `to`; returns how many.
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, ws: &WorkspaceMove)
+    -> Result<u64, String>;
+    /// Puts an export (made for `original`) back under `alias`; returns how many records.
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        original: &AgentAlias,
+        data: Value,
+        ws: &WorkspaceMove,
+    ) -> Result<u64, String>;
+}
+
+/// What the stores are opened from.
+#[derive(Clone)]
+pub struct StoreContext {
+    pub root: InstallRoot,
+    pub config: Arc<Config>,
+    /// The agent's memory backend (captured before its config entry changed).
+    pub memory_backend: MemoryBackendKind,
+    pub handle: tokio::runtime::Handle,
+}
+
+/// The registry: every per-agent store, in cascade order.
+pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
+    vec![
+        Box::new(MemoryState::new(ctx.clone())),
+        Box::new(SessionState_::new(ctx.clone())),
+        Box::new(AcpState::new(ctx.clone())),
+        Box::new(CostState::new(ctx.clone())),
+    ]
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Value, String> {
+    serde_json::to_value(v).map_err(|e| e.to_string())
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("archive does not parse: {e}"))
+}
+
+// ---- memory (every backend) ------------------------------------------------------------------
+
+struct MemoryState {
+    ctx: StoreContext,
+    stores: MemoryStores,
+    store: OnceLock<Result<Arc<dyn MemoryStore>, String>>,
+}
+
+impl MemoryState {
+    fn new(ctx: StoreContext) -> Self {
+        Self {
+            stores: MemoryStores::new(ctx.root.clone()),
+            ctx,
+            store: OnceLock::new(),
+        }
+    }
+
+    fn store(&self) -> Result<Arc<dyn MemoryStore>, String> {
+        self.store
+            .get_or_init(|| {
+                self.ctx
+                    .handle
+                    .block_on(self.stores.store(&self.ctx.config, self.ctx.memory_backend))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    fn block<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, warren_memory::MemoryError>>,
+    ) -> Result<T, String> {
+        self.ctx.handle.block_on(f).map_err(|e| e.to_string())
+    }
+}
+
+impl AgentStateStore for MemoryState {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+        let store = self.store()?;
+        match self.block(store.agent_id(alias, false))? {
+            Some(id) => self.block(store.count_for_agent(id)),
+            None => Ok(0),
+        }
+    }
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+        let store = self.store()?;
+        let rows = match self.block(store.agent_id(alias, false))? {
+            Some(id) => self.block(store.export_agent(id))?,
+            None => Vec::new(),
+        };
+        Ok((
+            rows.len() as u64,
+            serde_json::json!({"backend": self.ctx.memory_backend, "rows": rows}),
+        ))
+    }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
+        let store = self.store()?;
+        match self.block(store.agent_id(alias, false))? {
+            Some(id) => self.block(store.purge_agent(id)),
+            None => Ok(0),
+        }
+    }
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
+        let store = self.store()?;
+        Ok(u64::from(
+            self.block(store.rename_agent(from.clone(), to.clone()))?,
+        ))
+    }
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        _: &AgentAlias,
+        data: Value,
+        _: &WorkspaceMove,
+    ) -> Result<u64, String> {
+        #[derive(Deserialize)]
+        struct Archived {
+            rows: Vec<MemoryEntry>,
+        }
+        let archived: Archived = from_json(data)?;
+        let store = self.store()?;
+        self.block(store.import_agent(alias.clone(), archived.rows))
+    }
+}
+
+// ---- chat sessions (with their messages) -----------------------------------------------------
+
+#[allow(non_camel_case_types)]
+struct SessionState_ {
+    ctx: StoreContext,
+    backend: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
+}
+
+/// A chat session as archived: its row and every message.
+#[derive(Debug, Serialize, Deserialize)]
+struct ArchivedSession {
+    key: String,
+    name: Option<String>,
+    channel: Option<String>,
+    state: String,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    messages: Vec<ArchivedMessage>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ArchivedMessage {
+    seq: u64,
+    role: Role,
+    content: String,
+    agent: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+}
+
+impl SessionState_ {
+    fn new(ctx: StoreContext) -> Self {
+        Self {
+            ctx,
+            backend: OnceLock::new(),
+        }
+    }
+
+    fn backend(&self) -> Result<Arc<dyn SessionBackend>, String> {
+        self.backend
+            .get_or_init(|| {
+                open_chat_sessions(&self.ctx.root, &self.ctx.config.channels)
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| {
+                        if s.is_durable() {
+                            Ok(Arc::clone(s.backend()))
+                        } else {
+                            Err("chat session persistence is off".to_string())
+                        }
+                    })
+            })
+            .clone()
+    }
+
+    fn owned(&self, alias: &AgentAlias) -> Result<Vec<SessionKey>, String> {
+        Ok(self
+            .backend()?
+            .list()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|m| m.agent.as_ref() == Some(alias))
+            .map(|m| m.key)
+            .collect())
+    }
+}
+
+impl AgentStateStore for SessionState_ {
+    fn name(&self) -> &'static str {
+        "sessions"
+    }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+        Ok(self.owned(alias)?.len() as u64)
+    }
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+        let backend = self.backend()?;
+        let mut out = Vec::new();
+        for meta in backend.list().map_err(|e| e.to_string())? {
+            if meta.agent.as_ref() != Some(alias) {
+                continue;
+            }
+            let history = backend
+                .load(&meta.key, Page::All)
+                .map_err(|e| e.to_string())?;
+            out.push(ArchivedSession {
+                key: meta.key.to_string(),
+                name: meta.name,
+                channel: meta.channel,
+                state: meta.state.as_str().to_string(),
+                created_at: meta.created_at,
+                messages: history
+                    .messages
+                    .into_iter()
+                    .map(|m| ArchivedMessage {
+                        seq: m.seq,
+                        role: m.role,
+                        content: m.content,
+                        agent: m.agent.map(|a| a.to_string()),
+                        created_at: m.created_at,
+                    })
+                    .collect(),
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok((out.len() as u64, json(&out)?))
+    }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
+        let backend = self.backend()?;
+        let mut n = 0;
+        for key in self.owned(alias)? {
+            if backend.delete(&key).map_err(|e| e.to_string())? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
+        let backend = self.backend()?;
+        let mut n = 0;
+        for key in self.owned(from)? {
+            backend
+                .set_agent(&key, Some(to))
+                .map_err(|e| e.to_string())?;
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        original: &AgentAlias,
+        data: Value,
+        _: &WorkspaceMove,
+    ) -> Result<u64, String> {
+        let backend = self.backend()?;
+        let sessions: Vec<ArchivedSession> = from_json(data)?;
+        let mut n = 0;
+        for s in sessions {
+            let key = SessionKey::new(s.key.clone()).map_err(|e| e.to_string())?;
+            if let Some(existing) = backend.meta(&key).map_err(|e| e.to_string())? {
+                if existing.agent.as_ref() != Some(alias) {
+                    return Err(format!(
+                        "session '{}' exists and belongs to {}; not overwritten",
+                        s.key,
+                        existing
+                            .agent
+                            .map_or_else(|| "no agent".to_string(), |a| format!("'{a}'"))
+                    ));
+                }
+                // Left by an interrupted restore: import it again whole.
+                backend.delete(&key).map_err(|e| e.to_string())?;
+            }
+            backend
+                .ensure(
+                    &key,
+                    &SessionInit {
+                        agent: Some(alias.clone()),
+                        channel: s.channel.clone(),
+                        name: s.name.clone(),
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+            for m in &s.messages {
+                let agent = match m.agent.as_deref() {
+                    Some(a) if a == original.as_str() => Some(alias.clone()),
+                    Some(a) => AgentAlias::new(a).ok(),
+                    None => None,
+                };
+                let mut msg = NewMessage::new(m.role, m.content.clone()).at(m.created_at);
+                msg.agent = agent;
+                backend.append(&key, &msg).map_err(|e| e.to_string())?;
+            }
+            if let Some(state) = SessionState::parse(&s.state)
+                && state != SessionState::Idle
+            {
+                backend.set_state(&key, state).map_err(|e| e.to_string())?;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+// ---- ACP sessions (with transcripts) ---------------------------------------------------------
+
+struct AcpState {
+    ctx: StoreContext,
+    store: OnceLock<Result<Arc<AcpSessionStore>, String>>,
+}
+
+impl AcpState {
+    fn new(ctx: StoreContext) -> Self {
+        Self {
+            ctx,
+            store: OnceLock::new(),
+        }
+    }
+    fn store(&self) -> Result<Arc<AcpSessionStore>, String> {
+        self.store
+            .get_or_init(|| {
+                AcpSessionStore::open(&self.ctx.root)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+}
+
+impl AgentStateStore for AcpState {
+    fn name(&self) -> &'static str {
+        "acp"
+    }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+        self.store()?.count_agent(alias).map_err(|e| e.to_string())
+    }
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+        let rows = self
+            .store()?
+            .export_agent(alias)
+            .map_err(|e| e.to_string())?;
+        Ok((rows.len() as u64, json(&rows)?))
+    }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
+        self.store()?
+            .delete_agent(alias)
+            .map(|n| n as u64)
+            .map_err(|e| e.to_string())
+    }
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, ws: &WorkspaceMove) -> Result<u64, String> {
+        let rewrite = ws.rewrite();
+        self.store()?
+            .rename_agent_with_cwd(
+                from,
+                to,
+                rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+            )
+            .map(|n| n as u64)
+            .map_err(|e| e.to_string())
+    }
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        _: &AgentAlias,
+        data: Value,
+        ws: &WorkspaceMove,
+    ) -> Result<u64, String> {
+        let rows: Vec<AcpExport> = from_json(data)?;
+        let rewrite = ws.rewrite();
+        self.store()?
+            .import_agent(
+                alias,
+                &rows,
+                rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+            )
+            .map_err(|e| e.to_string())
+    }
+}
+
+// ---- cost ledger -----------------------------------------------------------------------------
+
+/// The cost ledger is billing history: delete archives the agent's records and keeps the ledger
+/// lines (spend limits keep counting them); rename rewrites the ledger so the new alias
+/// inherits today's and this month's spend.
+struct CostState {
+    ctx: StoreContext,
+}
+
+impl CostState {
+    fn new(ctx: StoreContext) -> Self {
+        Self { ctx }
+    }
+    fn records(&self, alias: &AgentAlias) -> Vec<CostRecord> {
+        read_ledger(&self.ctx.root.costs_ledger())
+            .into_iter()
+            .filter(|r| r.agent == alias.as_str())
+            .collect()
+    }
+}
+
+const LEDGER_POINTS: warren_config::atomic::CrashPoints = warren_config::atomic::CrashPoints {
+    after_temp_write: "lifecycle-ledger-after-temp-write",
+    after_temp_fsync: "lifecycle-ledger-after-temp-fsync",
+    after_rename: "lifecycle-ledger-after-rename",
+    after_dir_sync: "lifecycle-ledger-after-dir-sync",
+    dir_sync_error: "lifecycle-ledger-dir-sync-error",
+};
+
+impl AgentStateStore for CostState {
+    fn name(&self) -> &'static str {
+        "costs"
+    }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+        Ok(self.records(alias).len() as u64)
+    }
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+        let rows = self.records(alias);
+        Ok((rows.len() as u64, json(&rows)?))
+    }
+    fn purge(&self, _: &AgentAlias) -> Result<u64, String> {
+        Ok(0) // history is kept (see the type's docs)
+    }
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
+        let path = self.ctx.root.costs_ledger();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let mut n = 0;
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            match serde_json::from_str::<CostRecord>(line.trim_end()) {
+                Ok(mut r) if r.agent == from.as_str() && line.ends_with('\n') => {
+                    r.agent = to.to_string();
+                    out.push_str(&serde_json::to_string(&r).map_err(|e| e.to_string())?);
+                    out.push('\n');
+                    n += 1;
+                }
+                _ => out.push_str(line),
+            }
+        }
+        if n > 0 {
+            warren_config::atomic::write_durable(&path, out.as_bytes(), 0o600, LEDGER_POINTS)
+                .map_err(|e| e.to_string())?;
+            let _ = std::fs::remove_file(warren_config::atomic::backup_path(&path));
+        }
+        Ok(n)
+    }
+    fn restore(
+        &self,
+        _: &AgentAlias,
+        _: &AgentAlias,
+        _: Value,
+        _: &WorkspaceMove,
+    ) -> Result<u64, String> {
+        Ok(0) // delete kept the ledger lines
+    }
+}
