@@ -131,6 +131,27 @@ pub enum AgentsCommand {
         #[arg(long, value_name = "PROFILE")]
         risk_profile: Option<String>,
     },
+    /// Rename an agent: config references, workspace, memory, sessions, ACP sessions, costs
+    Rename { old: String, new: String },
+    /// Delete an agent into data/agents/_deleted/ (preview without --yes)
+    Delete {
+        alias: String,
+        /// Show what would happen and change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Apply the delete
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Restore a deleted agent from its archive (a path or a name under data/agents/_deleted/)
+    Restore {
+        archive: String,
+        /// Restore under another alias
+        #[arg(long = "as", value_name = "NEW_ALIAS")]
+        as_alias: Option<String>,
+    },
+    /// Finish interrupted renames/deletes/restores from their journal
+    Resume,
 }
 
 #[derive(Debug, Subcommand)]

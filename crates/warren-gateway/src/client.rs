@@ -29,6 +29,16 @@ pub fn admin_call(
     method: &str,
     path: &str,
 ) -> Result<(u16, serde_json::Value), ClientError> {
+    admin_call_json(root, method, path, None)
+}
+
+/// [`admin_call`] with a JSON request body.
+pub fn admin_call_json(
+    root: &InstallRoot,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(u16, serde_json::Value), ClientError> {
     let endpoint = read_endpoint(root).ok_or_else(|| ClientError::NoGateway {
         path: root.gateway_admin().display().to_string(),
     })?;
@@ -40,11 +50,18 @@ pub fn admin_call(
     let mut stream =
         TcpStream::connect_timeout(&endpoint.addr, Duration::from_secs(5)).map_err(io)?;
     stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
+        .set_read_timeout(Some(Duration::from_secs(600)))
         .map_err(io)?;
+    let payload = body.map(ToString::to_string).unwrap_or_default();
+    let content_type = if body.is_some() {
+        "Content-Type: application/json\r\n"
+    } else {
+        ""
+    };
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ADMIN_KEY_HEADER}: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        endpoint.admin_key
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{ADMIN_KEY_HEADER}: {}\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        endpoint.admin_key,
+        payload.len()
     );
     stream.write_all(request.as_bytes()).map_err(io)?;
     let mut raw = Vec::new();

@@ -10,6 +10,7 @@ pub mod client;
 mod config_api;
 pub mod devices;
 pub mod error;
+mod lifecycle_api;
 pub mod openapi;
 pub mod pairing;
 pub mod routes;

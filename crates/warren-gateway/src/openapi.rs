@@ -31,6 +31,9 @@ pub fn document() -> Value {
         if route.path.contains("{id}") {
             op["parameters"] = json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
         }
+        if route.path.contains("{alias}") {
+            op["parameters"] = json!([{"name": "alias", "in": "path", "required": true, "schema": {"type": "string"}}]);
+        }
         let entry = paths
             .entry(route.path.to_string())
             .or_insert_with(|| json!({}));

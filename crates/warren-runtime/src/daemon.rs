@@ -293,6 +293,14 @@ pub async fn run(
         }
         LegacyMigration::NothingToDo => {}
     }
+    // BEYOND-3: an agent rename/delete/restore interrupted by a crash converges from its
+    // journal before any subsystem starts.
+    for report in crate::lifecycle::Lifecycle::new(store.clone())
+        .converge_pending()
+        .await
+    {
+        tracing::info!(op = %report.op, agent = %report.alias, converged = report.converged, warnings = report.warnings.len(), "lifecycle journal converged at start");
+    }
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;

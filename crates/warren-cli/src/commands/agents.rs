@@ -1,4 +1,4 @@
-//! `warren agents list|add`.
+//! `warren agents list|add|rename|delete|restore|resume`.
 
 use std::process::ExitCode;
 
@@ -11,6 +11,39 @@ use crate::cli::AgentsCommand;
 pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
         AgentsCommand::List => list(root, json),
+        AgentsCommand::Rename { old, new } => lifecycle(
+            root,
+            json,
+            serde_json::json!({"op": "rename", "alias": old, "to": new}),
+        ),
+        AgentsCommand::Delete {
+            alias,
+            dry_run,
+            yes,
+        } => {
+            if dry_run || !yes {
+                let code = lifecycle(
+                    root,
+                    json,
+                    serde_json::json!({"op": "delete_plan", "alias": alias}),
+                )?;
+                if !dry_run && !json {
+                    println!("No changes made. Re-run with --yes to delete '{alias}'.");
+                }
+                return Ok(code);
+            }
+            lifecycle(
+                root,
+                json,
+                serde_json::json!({"op": "delete", "alias": alias}),
+            )
+        }
+        AgentsCommand::Restore { archive, as_alias } => lifecycle(
+            root,
+            json,
+            serde_json::json!({"op": "restore", "archive": archive, "as": as_alias}),
+        ),
+        AgentsCommand::Resume => lifecycle(root, json, serde_json::json!({"op": "resume"})),
         AgentsCommand::Add {
             alias,
             provider,
@@ -109,4 +142,148 @@ fn list(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a lifecycle request: through the running daemon when there is one (it owns the root),
+/// else here, holding the install-root lock so no daemon starts meanwhile (LIFE-1, LAYOUT-4).
+fn lifecycle(
+    root: &InstallRoot,
+    json: bool,
+    request: serde_json::Value,
+) -> anyhow::Result<ExitCode> {
+    let op = request["op"].as_str().unwrap_or_default().to_string();
+    let (ok, body) = match warren_runtime::probe(root)? {
+        warren_runtime::DaemonStatus::Running { .. } => {
+            let (status, body) = warren_gateway::client::admin_call_json(
+                root,
+                "POST",
+                "/admin/agents/lifecycle",
+                Some(&request),
+            )?;
+            (status == 200, body)
+        }
+        warren_runtime::DaemonStatus::NotRunning => {
+            let _lock = warren_runtime::DaemonLock::acquire(root)?;
+            let store = ConfigStore::load(root.clone())?
+                .with_check(std::sync::Arc::new(warren_memory::BackendLock));
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            let lc = warren_runtime::lifecycle::Lifecycle::new(store);
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            let (alias, to) = (s(&request["alias"]), s(&request["to"]));
+            let result = runtime.block_on(async {
+                match op.as_str() {
+                    "rename" => lc.rename(&alias, &to).await.map(|r| serde_json::to_value(r)),
+                    "delete" => lc.delete(&alias).await.map(|r| serde_json::to_value(r)),
+                    "delete_plan" => lc.delete_plan(&alias).await.map(|r| serde_json::to_value(r)),
+                    "restore" => lc
+                        .restore(&s(&request["archive"]), request["as"].as_str())
+                        .await
+                        .map(|r| serde_json::to_value(r)),
+                    _ => Ok(serde_json::to_value(lc.converge_pending().await)),
+                }
+            });
+            match result {
+                Ok(v) => (true, v?),
+                Err(e) => (
+                    false,
+                    serde_json::json!({"error": e.code(), "message": e.to_string()}),
+                ),
+            }
+        }
+    };
+    if !ok {
+        let message = body["message"].as_str().unwrap_or("request failed");
+        if json {
+            super::print_json(&body)?;
+        }
+        bail!("{message}");
+    }
+    if json {
+        super::print_json(&body)?;
+    } else {
+        print_human(&op, &body);
+    }
+    let converged = match &body {
+        serde_json::Value::Array(reports) => reports.iter().all(|r| r["converged"] != false),
+        v => v["converged"] != false,
+    };
+    Ok(if converged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_human(op: &str, body: &serde_json::Value) {
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let print_report = |r: &serde_json::Value| {
+        let counts: Vec<String> = r["counts"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k} {v}")).collect())
+            .unwrap_or_default();
+        match s(&r["op"]).as_str() {
+            "rename" => println!(
+                "renamed agent '{}' to '{}' ({} config reference(s) rewritten; moved: {})",
+                s(&r["alias"]),
+                s(&r["to"]),
+                r["references"].as_array().map_or(0, Vec::len),
+                counts.join(" · ")
+            ),
+            "delete" => println!(
+                "deleted agent '{}' ({} reference(s) scrubbed); archived: {} -> {}",
+                s(&r["alias"]),
+                r["references"].as_array().map_or(0, Vec::len),
+                counts.join(" · "),
+                s(&r["archive"])
+            ),
+            other => println!(
+                "{other} of agent '{}': {}",
+                s(&r["alias"]),
+                counts.join(" · ")
+            ),
+        }
+        for w in r["warnings"].as_array().into_iter().flatten() {
+            eprintln!("warning: {}", s(w));
+        }
+    };
+    match op {
+        "delete_plan" => {
+            println!(
+                "delete plan for '{}': {}",
+                s(&body["alias"]),
+                if body["allowed"] == true {
+                    "allowed"
+                } else {
+                    "REFUSED"
+                }
+            );
+            for r in body["reasons"].as_array().into_iter().flatten() {
+                println!("  ✗ {}", s(r));
+            }
+            for r in body["scrubs"].as_array().into_iter().flatten() {
+                println!("  • {} (removed)", s(&r["path"]));
+            }
+            println!(
+                "  workspace {}: {}",
+                s(&body["workspace"]),
+                s(&body["workspace_action"]["action"])
+            );
+            if let Some(stores) = body["stores"].as_object() {
+                for (k, v) in stores {
+                    println!("  {k}: {v} record(s) archived then removed");
+                }
+            }
+        }
+        "resume" => {
+            let reports = body.as_array().cloned().unwrap_or_default();
+            if reports.is_empty() {
+                println!("nothing to resume");
+            }
+            reports.iter().for_each(print_report);
+        }
+        _ => print_report(body),
+    }
 }
