@@ -57,7 +57,11 @@ pub(crate) fn set_item(
     let mut position = first_new;
     let mut new = new;
     if let Item::Table(t) = &mut new {
-        t.set_position(Some(position + isize::try_from(parents.len()).unwrap_or(0)));
+        let top = position + isize::try_from(parents.len()).unwrap_or(0);
+        t.set_position(Some(top));
+        // Sub-tables of a moved table (e.g. `[agents.<new>.workspace.access]`) follow it.
+        let mut next = top + 1;
+        renumber_children(t, &mut next);
     }
     let parent = walk_mut(doc.as_item_mut(), parents, path, &mut position)?;
     match last {
@@ -94,6 +98,16 @@ pub(crate) fn set_item(
 }
 
 /// One past the highest table position in the document.
+fn renumber_children(t: &mut toml_edit::Table, next: &mut isize) {
+    for (_, item) in t.iter_mut() {
+        if let Item::Table(child) = item {
+            child.set_position(Some(*next));
+            *next += 1;
+            renumber_children(child, next);
+        }
+    }
+}
+
 fn next_position(item: &Item) -> isize {
     fn max_pos(item: &Item) -> isize {
         match item {

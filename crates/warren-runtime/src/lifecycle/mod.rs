@@ -33,7 +33,7 @@ use time::format_description::well_known::Rfc3339;
 use warren_config::atomic::{self, CrashPoints};
 use warren_config::failpoint::crash_point;
 use warren_config::schema::MemoryBackendKind;
-use warren_config::{Config, ConfigError, ConfigStore, InstallRoot};
+use warren_config::{Config, ConfigError, ConfigStore, InstallRoot, WriteTxn};
 use warren_core::{AgentAlias, AliasError};
 use warren_store::acp::AcpSessionStore;
 
@@ -495,21 +495,7 @@ impl Lifecycle {
             )));
         }
         let workspace = workspace_action(&root, &base, &from_a);
-        let found = refs::collect(&base, from);
-        let entry = txn
-            .item_text(&refs::agent_key(from))
-            .ok_or_else(|| LifecycleError::NotFound(from.into()))?;
-        txn.remove(&refs::agent_key(from))?;
-        txn.set_item_text(&refs::agent_key(to), &entry)?;
-        refs::apply(&mut txn, &base, &found, from, Some(to))?;
-        let after = txn.preview()?;
-        let left = refs::collect(after, from);
-        if !left.is_empty() || after.agents.contains_key(from) || !after.agents.contains_key(to) {
-            return Err(LifecycleError::Refused(format!(
-                "post-condition failed: references to '{from}' remain ({}); nothing was saved",
-                left.iter().map(|r| r.path.clone()).collect::<Vec<_>>().join(", ")
-            )));
-        }
+        let found = edit_rename(&mut txn, &base, from, to)?;
         let (path, journal) = self.write_journal(Op::Rename {
             from: from.into(),
             to: to.into(),
@@ -638,19 +624,7 @@ impl Lifecycle {
                 .join(format!("{name}-{}-{n}", stamp()));
             n += 1;
         }
-        let entry = txn
-            .item_text(&refs::agent_key(name))
-            .ok_or_else(|| LifecycleError::NotFound(name.into()))?;
-        txn.remove(&refs::agent_key(name))?;
-        refs::apply(&mut txn, &base, &found, name, None)?;
-        let after = txn.preview()?;
-        let left = refs::collect(after, name);
-        if !left.is_empty() || after.agents.contains_key(name) {
-            return Err(LifecycleError::Refused(format!(
-                "post-condition failed: references to '{name}' remain ({}); nothing was saved",
-                left.iter().map(|r| r.path.clone()).collect::<Vec<_>>().join(", ")
-            )));
-        }
+        let entry = edit_delete(&mut txn, &base, &found, name)?;
         let scrubbed: Vec<String> = found.iter().map(|r| r.path.clone()).collect();
         let (path, journal) = self.write_journal(Op::Delete {
             alias: name.into(),
@@ -703,15 +677,7 @@ impl Lifecycle {
                 archive.display()
             )));
         }
-        let manifest: Manifest = fs::read(archive.join(MANIFEST))
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            .map_err(|e| {
-                LifecycleError::Refused(format!(
-                    "{}: manifest unreadable ({e}); the archive cannot be verified",
-                    archive.join(MANIFEST).display()
-                ))
-            })?;
+        let manifest = read_manifest(&archive)?;
         if manifest.schema_version != SCHEMA_VERSION {
             return Err(LifecycleError::Refused(format!(
                 "{}: schema_version {} is not {SCHEMA_VERSION}",
@@ -793,6 +759,27 @@ impl Lifecycle {
     /// Runs (or re-runs) the side effects of a journaled operation; clears the record when
     /// every follower converged.
     fn converge(&self, h: &tokio::runtime::Handle, path: &Path, journal: &Journal) -> Report {
+        // A crash between the journal and the config save: roll the config step forward (the
+        // journal holds the whole intent), or drop the record if it can no longer be applied.
+        if !committed(self.store.snapshot().config(), &journal.op)
+            && let Err(e) = self.recommit(&journal.op)
+        {
+            let mut report = Report {
+                op: op_name(&journal.op).into(),
+                alias: op_alias(&journal.op).into(),
+                converged: true,
+                ..Report::default()
+            };
+            report.warnings.push(format!(
+                "the operation was interrupted before its config change was saved and cannot \
+                 be redone ({e}); nothing was changed and the journal record was dropped"
+            ));
+            if let Err(e) = Self::clear_journal(path) {
+                report.warnings.push(e);
+                report.converged = false;
+            }
+            return report;
+        }
         let mut report = match &journal.op {
             Op::Rename { .. } => self.converge_rename(h, &journal.op),
             Op::Delete { .. } => self.converge_delete(h, &journal.op),
@@ -821,6 +808,47 @@ impl Lifecycle {
             serde_json::to_value(&report).unwrap_or(Value::Null),
         );
         report
+    }
+
+    /// Redoes the config step of a journaled operation whose save never happened.
+    fn recommit(&self, op: &Op) -> Result<(), LifecycleError> {
+        let mut txn = self.store.write_blocking()?;
+        let base = txn.base().clone();
+        match op {
+            Op::Rename { from, to, .. } => {
+                if !base.agents.contains_key(from) || base.agents.contains_key(to) {
+                    return Err(LifecycleError::Refused(format!(
+                        "config no longer has '{from}' without '{to}'"
+                    )));
+                }
+                edit_rename(&mut txn, &base, from, to)?;
+            }
+            Op::Delete { alias: name, .. } => {
+                let found = refs::collect(&base, name);
+                if let Some(hard) = found.iter().find(|r| r.strength == Strength::Hard) {
+                    return Err(LifecycleError::Refused(format!(
+                        "{} (hard config reference)",
+                        hard.path
+                    )));
+                }
+                match AgentAlias::new(name.as_str()).map(|a| check_live_acp(self.root(), &a)) {
+                    Ok(Ok(0)) => {}
+                    _ => {
+                        return Err(LifecycleError::Refused(
+                            "live ACP sessions (or an unreadable ACP store)".into(),
+                        ));
+                    }
+                }
+                edit_delete(&mut txn, &base, &found, name)?;
+            }
+            Op::Restore { alias: name, archive, .. } => {
+                let manifest = read_manifest(archive)?;
+                txn.set_item_text(&refs::agent_key(name), &manifest.config_entry)?;
+                txn.preview()?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
     }
 
     fn converge_rename(&self, h: &tokio::runtime::Handle, op: &Op) -> Report {
@@ -1096,6 +1124,93 @@ impl Lifecycle {
         }
         report
     }
+}
+
+fn read_manifest(archive: &Path) -> Result<Manifest, LifecycleError> {
+    fs::read(archive.join(MANIFEST))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            LifecycleError::Refused(format!(
+                "{}: manifest unreadable ({e}); the archive cannot be verified",
+                archive.join(MANIFEST).display()
+            ))
+        })
+}
+
+/// Whether the config already shows the operation's change.
+fn committed(config: &Config, op: &Op) -> bool {
+    match op {
+        Op::Rename { from, to, .. } => {
+            !config.agents.contains_key(from) && config.agents.contains_key(to)
+        }
+        Op::Delete { alias, .. } => !config.agents.contains_key(alias),
+        Op::Restore { alias, .. } => config.agents.contains_key(alias),
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Rename { .. } => "rename",
+        Op::Delete { .. } => "delete",
+        Op::Restore { .. } => "restore",
+    }
+}
+
+fn op_alias(op: &Op) -> &str {
+    match op {
+        Op::Rename { from, .. } => from,
+        Op::Delete { alias, .. } | Op::Restore { alias, .. } => alias,
+    }
+}
+
+/// The config edit of a rename: move the entry, rewrite every reference, re-walk.
+fn edit_rename(
+    txn: &mut WriteTxn<'_>,
+    base: &Config,
+    from: &str,
+    to: &str,
+) -> Result<Vec<RefSite>, LifecycleError> {
+    let found = refs::collect(base, from);
+    let entry = txn
+        .item_text(&refs::agent_key(from))
+        .ok_or_else(|| LifecycleError::NotFound(from.into()))?;
+    txn.remove(&refs::agent_key(from))?;
+    txn.set_item_text(&refs::agent_key(to), &entry)?;
+    refs::apply(txn, base, &found, from, Some(to))?;
+    let after = txn.preview()?;
+    let left = refs::collect(after, from);
+    if !left.is_empty() || after.agents.contains_key(from) || !after.agents.contains_key(to) {
+        return Err(LifecycleError::Refused(format!(
+            "post-condition failed: references to '{from}' remain ({}); nothing was saved",
+            left.iter().map(|r| r.path.clone()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(found)
+}
+
+/// The config edit of a delete: remove the entry, scrub soft references, re-walk. Returns the
+/// removed entry as TOML.
+fn edit_delete(
+    txn: &mut WriteTxn<'_>,
+    base: &Config,
+    found: &[RefSite],
+    name: &str,
+) -> Result<String, LifecycleError> {
+    let entry = txn
+        .item_text(&refs::agent_key(name))
+        .ok_or_else(|| LifecycleError::NotFound(name.into()))?;
+    txn.remove(&refs::agent_key(name))?;
+    refs::apply(txn, base, found, name, None)?;
+    let after = txn.preview()?;
+    let left = refs::collect(after, name);
+    if !left.is_empty() || after.agents.contains_key(name) {
+        return Err(LifecycleError::Refused(format!(
+            "post-condition failed: references to '{name}' remain ({}); nothing was saved",
+            left.iter().map(|r| r.path.clone()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(entry)
 }
 
 /// `manifest.json` of a delete archive.
