@@ -270,7 +270,7 @@ fn state(root: &Path) -> String {
             "SELECT * FROM sessions ORDER BY 1"
         )
         .into_iter()
-        .chain(sql_rows(&install.sessions_db(), "SELECT * FROM messages ORDER BY 1, 2"))
+        .chain(sql_rows(&install.sessions_db(), "SELECT * FROM messages ORDER BY 2, 1"))
         .collect::<Vec<_>>()
         .join("\n")
     ));
