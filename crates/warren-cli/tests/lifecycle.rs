@@ -224,16 +224,17 @@ fn state(root: &Path) -> String {
     tree(&install.agents_dir(), root, &mut files);
     out.push_str(&format!("== agents/\n{}\n", render(&files)));
     let mut archive = BTreeMap::new();
-    tree(&install.deleted_agents_dir(), &install.deleted_agents_dir(), &mut archive);
+    tree(
+        &install.deleted_agents_dir(),
+        &install.deleted_agents_dir(),
+        &mut archive,
+    );
     let normalised: BTreeMap<String, String> = archive
         .into_iter()
         .map(|(k, v)| {
             // `<alias>-<timestamp>/...` -> `<alias>-T/...`
             let k = match k.split_once('-') {
-                Some((a, rest)) => format!(
-                    "{a}-T{}",
-                    rest.find('/').map_or("", |i| &rest[i..])
-                ),
+                Some((a, rest)) => format!("{a}-T{}", rest.find('/').map_or("", |i| &rest[i..])),
                 None => k,
             };
             let v = if k.ends_with("manifest.json") || k.ends_with("restored.json") {
@@ -261,24 +262,35 @@ fn state(root: &Path) -> String {
     ));
     out.push_str(&format!(
         "== memory agents\n{}\n",
-        sql_rows(&install.memory_db(), "SELECT alias FROM agents ORDER BY alias").join("\n")
-    ));
-    out.push_str(&format!(
-        "== sessions\n{}\n",
         sql_rows(
-            &install.sessions_db(),
-            "SELECT * FROM sessions ORDER BY 1"
+            &install.memory_db(),
+            "SELECT alias FROM agents ORDER BY alias"
         )
-        .into_iter()
-        .chain(sql_rows(&install.sessions_db(), "SELECT * FROM messages ORDER BY 2, 1"))
-        .collect::<Vec<_>>()
         .join("\n")
     ));
     out.push_str(&format!(
-        "== acp\n{}\n{}\n",
-        sql_rows(&install.acp_sessions_db(), "SELECT * FROM acp_sessions ORDER BY 1").join("\n"),
-        sql_rows(&install.acp_sessions_db(), "SELECT * FROM acp_transcript ORDER BY 1, 2")
+        "== sessions\n{}\n",
+        sql_rows(&install.sessions_db(), "SELECT * FROM sessions ORDER BY 1")
+            .into_iter()
+            .chain(sql_rows(
+                &install.sessions_db(),
+                "SELECT * FROM messages ORDER BY 2, 1"
+            ))
+            .collect::<Vec<_>>()
             .join("\n")
+    ));
+    out.push_str(&format!(
+        "== acp\n{}\n{}\n",
+        sql_rows(
+            &install.acp_sessions_db(),
+            "SELECT * FROM acp_sessions ORDER BY 1"
+        )
+        .join("\n"),
+        sql_rows(
+            &install.acp_sessions_db(),
+            "SELECT * FROM acp_transcript ORDER BY 1, 2"
+        )
+        .join("\n")
     ));
     out.push_str(&format!(
         "== costs\n{}\n",
@@ -301,7 +313,9 @@ fn without_seq(state: &str) -> String {
     state
         .lines()
         .map(|l| match l.split_once('|') {
-            Some((first, rest)) if first.starts_with("Integer(") && rest.starts_with("Text(\"chat-") => {
+            Some((first, rest))
+                if first.starts_with("Integer(") && rest.starts_with("Text(\"chat-") =>
+            {
                 rest.to_string()
             }
             _ => l.to_string(),
@@ -351,7 +365,10 @@ fn rename_with_a_grant_graph_keeps_every_grant_pointing_at_the_right_agent_life3
     let cfg = config_of(&root)?;
     let agents = &cfg["agents"];
     assert!(agents.get("b").is_none() && agents.get("c").is_none());
-    assert_eq!(agents["a"]["workspace"]["access"]["bee"].as_str(), Some("Read"));
+    assert_eq!(
+        agents["a"]["workspace"]["access"]["bee"].as_str(),
+        Some("Read")
+    );
     assert_eq!(
         agents["a"]["memory"]["read_memory_from"],
         toml::Value::Array(vec!["bee".into()])
@@ -396,7 +413,11 @@ fn a_crash_at_every_rename_step_converges_to_the_uninterrupted_state_beyond3() -
         run_until_crash(run.warren(bin(), &["agents", "rename", "b", "b2"]), point)?;
         // The next lifecycle call converges the journal (the daemon does the same at start).
         ok(&run, &["agents", "resume"])?;
-        assert_eq!(without_times(&state(run.path())), want, "after a crash at {point}");
+        assert_eq!(
+            without_times(&state(run.path())),
+            want,
+            "after a crash at {point}"
+        );
     }
     // A cross-filesystem move (copy + fsync + remove) ends in the same state.
     let run = copy_of(&seeded)?;
@@ -418,9 +439,16 @@ fn a_crash_at_every_delete_step_converges_to_the_uninterrupted_state_beyond3() -
     assert!(want.contains("b-T/workspace/notes.txt"), "{want}");
     for point in DELETE_CRASH_POINTS {
         let run = copy_of(&seeded)?;
-        run_until_crash(run.warren(bin(), &["agents", "delete", "b", "--yes"]), point)?;
+        run_until_crash(
+            run.warren(bin(), &["agents", "delete", "b", "--yes"]),
+            point,
+        )?;
         ok(&run, &["agents", "resume"])?;
-        assert_eq!(without_times(&state(run.path())), want, "after a crash at {point}");
+        assert_eq!(
+            without_times(&state(run.path())),
+            want,
+            "after a crash at {point}"
+        );
     }
     Ok(())
 }
@@ -428,7 +456,9 @@ fn a_crash_at_every_delete_step_converges_to_the_uninterrupted_state_beyond3() -
 #[test]
 fn the_next_daemon_start_converges_an_interrupted_delete_beyond3() -> R {
     let seeded = template(2, 2)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let with_port = |root: &TempRoot| -> R {
         let text = root.read_config()?;
         root.write_config(&format!("{text}\n[gateway]\nport = {port}\n"))?;
@@ -469,7 +499,12 @@ fn delete_then_restore_gives_back_the_same_files_rows_sessions_and_messages_beyo
     let manifest: serde_json::Value =
         serde_json::from_slice(&fs::read(archive.join("manifest.json"))?)?;
     assert_eq!(manifest["schema_version"], 1);
-    assert!(manifest["config_entry"].as_str().unwrap_or("").contains("mb"));
+    assert!(
+        manifest["config_entry"]
+            .as_str()
+            .unwrap_or("")
+            .contains("mb")
+    );
     assert!(manifest["deleted_at"].is_string());
     // The ACP export carries the transcript.
     let acp = fs::read_to_string(archive.join("stores/acp.json"))?;
@@ -481,7 +516,10 @@ fn delete_then_restore_gives_back_the_same_files_rows_sessions_and_messages_beyo
     // A tampered archive is refused.
     let notes = archive.join("workspace/notes.txt");
     fs::write(&notes, "tampered\n")?;
-    let out = root.run(bin(), &["agents", "restore", archive.to_str().unwrap_or("")])?;
+    let out = root.run(
+        bin(),
+        &["agents", "restore", archive.to_str().unwrap_or("")],
+    )?;
     assert!(!out.status.success());
     assert!(text(&out).1.contains("does not match"), "{}", text(&out).1);
     fs::write(&notes, "b's notes\n")?;
@@ -539,7 +577,10 @@ fn restore_under_a_new_alias_rewrites_attribution() -> R {
     assert!(s.contains("agents/bee/workspace/sub/data.bin"), "{s}");
     assert!(s.contains("Text(\"bee\")|"), "{s}");
     assert!(s.contains("<ROOT>/agents/bee/workspace/sub"), "{s}");
-    assert_eq!(config_of(&root)?["agents"]["bee"]["model"].as_str(), Some("mb"));
+    assert_eq!(
+        config_of(&root)?["agents"]["bee"]["model"].as_str(),
+        Some("mb")
+    );
     Ok(())
 }
 
@@ -558,7 +599,11 @@ fn delete_is_refused_on_a_live_acp_session_and_on_a_hard_reference_life4() -> R 
     let before = state(root.path());
     let out = root.run(bin(), &["agents", "delete", "b", "--yes"])?;
     assert!(!out.status.success());
-    assert!(text(&out).1.contains("live ACP session"), "{}", text(&out).1);
+    assert!(
+        text(&out).1.contains("live ACP session"),
+        "{}",
+        text(&out).1
+    );
     assert_eq!(state(root.path()), before, "nothing changed");
 
     // Unreadable ACP store: fail closed.
@@ -576,7 +621,11 @@ fn delete_is_refused_on_a_live_acp_session_and_on_a_hard_reference_life4() -> R 
     root.write_config(&format!("[runtime]\ndefault_agent = \"c\"\n\n{cfg}"))?;
     let out = root.run(bin(), &["agents", "delete", "c", "--yes"])?;
     assert!(!out.status.success());
-    assert!(text(&out).1.contains("runtime.default_agent"), "{}", text(&out).1);
+    assert!(
+        text(&out).1.contains("runtime.default_agent"),
+        "{}",
+        text(&out).1
+    );
     let plan = ok(&root, &["--json", "agents", "delete", "c", "--dry-run"])?;
     let plan: serde_json::Value = serde_json::from_str(&plan)?;
     assert_eq!(plan["allowed"], false);
@@ -594,13 +643,19 @@ fn an_unwritable_archive_purges_nothing_and_warns_life5() -> R {
     let root = template(2, 2)?;
     let install = InstallRoot::at(root.path());
     fs::create_dir_all(install.deleted_agents_dir().parent().ok_or("no parent")?)?;
-    fs::write(install.deleted_agents_dir(), "a file where the archive directory goes")?;
+    fs::write(
+        install.deleted_agents_dir(),
+        "a file where the archive directory goes",
+    )?;
     let before = state(root.path());
     let out = root.run(bin(), &["--json", "agents", "delete", "b", "--yes"])?;
     assert!(!out.status.success(), "not converged => non-zero exit");
     let report: serde_json::Value = serde_json::from_str(&text(&out).0)?;
     let warnings = report["warnings"].to_string();
-    assert!(warnings.contains("nothing was archived or purged"), "{warnings}");
+    assert!(
+        warnings.contains("nothing was archived or purged"),
+        "{warnings}"
+    );
     // Config changed (persisted first, LIFE-2); every store and the workspace are untouched.
     let after = state(root.path());
     let section = |s: &str, name: &str| {
@@ -677,7 +732,10 @@ fn http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut out = String::new();
         let mut rest = body;
         while let Some((size, tail)) = rest.split_once("\r\n") {
@@ -698,7 +756,9 @@ fn http(
 #[test]
 fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     let seeded = template(3, 2)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let text_cfg = seeded.read_config()?;
     seeded.write_config(&format!("{text_cfg}\n[gateway]\nport = {port}\n"))?;
 
@@ -727,10 +787,23 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     assert_eq!(status, 200, "{paired}");
     let token = paired["token"].as_str().ok_or("no token")?.to_string();
     assert_eq!(
-        http(port, "POST", "/api/agents/b/rename", None, r#"{"to":"bee"}"#)?.0,
+        http(
+            port,
+            "POST",
+            "/api/agents/b/rename",
+            None,
+            r#"{"to":"bee"}"#
+        )?
+        .0,
         401
     );
-    let (status, body) = http(port, "POST", "/api/agents/b/rename", Some(&token), r#"{"to":"bee"}"#)?;
+    let (status, body) = http(
+        port,
+        "POST",
+        "/api/agents/b/rename",
+        Some(&token),
+        r#"{"to":"bee"}"#,
+    )?;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["converged"], true, "{body}");
     let (status, plan) = http(port, "GET", "/api/agents/c/delete-plan", Some(&token), "")?;
@@ -747,13 +820,19 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
         "/api/agents/{alias}/delete-plan",
         "/api/agents/restore",
     ] {
-        assert!(doc["paths"].get(path).is_some(), "{path} missing from OpenAPI");
+        assert!(
+            doc["paths"].get(path).is_some(),
+            "{path} missing from OpenAPI"
+        );
     }
     daemon.signal("TERM")?;
     daemon.wait(WAIT)?;
     // Pairing added a token to config; compare everything but config and devices.
     let strip_config = |s: &str| s.split("== agents/").nth(1).unwrap_or("").to_string();
-    assert_eq!(strip_config(&without_times(&state(gw.path()))), strip_config(&want));
+    assert_eq!(
+        strip_config(&without_times(&state(gw.path()))),
+        strip_config(&want)
+    );
 
     // The CLI with a daemon running goes through the daemon (admin route).
     let via = copy_of(&seeded)?;

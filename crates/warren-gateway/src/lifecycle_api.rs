@@ -134,7 +134,9 @@ pub(crate) async fn admin(
     let lc = lifecycle(&state);
     let err = |e| map_err(ROUTE, e);
     match op {
-        AdminOp::Rename { alias, to } => to_json(ROUTE, &lc.rename(&alias, &to).await.map_err(err)?),
+        AdminOp::Rename { alias, to } => {
+            to_json(ROUTE, &lc.rename(&alias, &to).await.map_err(err)?)
+        }
         AdminOp::Delete { alias } => to_json(ROUTE, &lc.delete(&alias).await.map_err(err)?),
         AdminOp::DeletePlan { alias } => {
             to_json(ROUTE, &lc.delete_plan(&alias).await.map_err(err)?)

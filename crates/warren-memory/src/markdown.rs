@@ -577,7 +577,10 @@ impl MemoryStore for MarkdownStore {
     /// being converged after a crash) is moved here: `MEMORY.md` and `memory/`. Refuses to merge
     /// into a workspace that already holds memory files. Returns whether anything moved.
     fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
-        let (old_ws, new_ws) = (self.root.agent_workspace(&from), self.root.agent_workspace(&to));
+        let (old_ws, new_ws) = (
+            self.root.agent_workspace(&from),
+            self.root.agent_workspace(&to),
+        );
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 let present = |ws: &Path| -> Result<bool, MemoryError> {

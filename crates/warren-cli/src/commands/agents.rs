@@ -175,13 +175,13 @@ fn lifecycle(
             let (alias, to) = (s(&request["alias"]), s(&request["to"]));
             let result = runtime.block_on(async {
                 match op.as_str() {
-                    "rename" => lc.rename(&alias, &to).await.map(|r| serde_json::to_value(r)),
-                    "delete" => lc.delete(&alias).await.map(|r| serde_json::to_value(r)),
-                    "delete_plan" => lc.delete_plan(&alias).await.map(|r| serde_json::to_value(r)),
+                    "rename" => lc.rename(&alias, &to).await.map(serde_json::to_value),
+                    "delete" => lc.delete(&alias).await.map(serde_json::to_value),
+                    "delete_plan" => lc.delete_plan(&alias).await.map(serde_json::to_value),
                     "restore" => lc
                         .restore(&s(&request["archive"]), request["as"].as_str())
                         .await
-                        .map(|r| serde_json::to_value(r)),
+                        .map(serde_json::to_value),
                     _ => Ok(serde_json::to_value(lc.converge_pending().await)),
                 }
             });

@@ -175,10 +175,7 @@ fn walk(
         let meta = fs::symlink_metadata(&path).map_err(ctx(&path, "stat"))?;
         if meta.file_type().is_symlink() {
             let target = fs::read_link(&path).map_err(ctx(&path, "read link"))?;
-            out.insert(
-                rel,
-                format!("link:{}", target.to_string_lossy()),
-            );
+            out.insert(rel, format!("link:{}", target.to_string_lossy()));
         } else if meta.is_dir() {
             walk(base, &path, skip, out)?;
         } else {

@@ -136,7 +136,9 @@ fn alias(s: &str) -> Result<AgentAlias, LifecycleError> {
 pub enum WorkspaceAction {
     Archive,
     /// Recorded, not moved (shared with another agent, or outside the install root).
-    Keep { reason: String },
+    Keep {
+        reason: String,
+    },
 }
 
 /// One operation, as journaled.
@@ -432,7 +434,10 @@ impl Lifecycle {
             .map_err(|e| LifecycleError::Io(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join(format!("{id}.json"));
         write_json(&path, &journal).map_err(|e| {
-            LifecycleError::Io(format!("cannot write the lifecycle journal {}: {e}", path.display()))
+            LifecycleError::Io(format!(
+                "cannot write the lifecycle journal {}: {e}",
+                path.display()
+            ))
         })?;
         crash_point("lifecycle-after-journal");
         Ok((path, journal))
@@ -464,9 +469,10 @@ impl Lifecycle {
         to: &str,
     ) -> Result<Report, LifecycleError> {
         // A retried rename converges what an earlier attempt left (LIFE-5).
-        if let Some(report) = self.resume_matching(h, |op| {
-            matches!(op, Op::Rename { from: f, to: t, .. } if f == from && t == to)
-        }) {
+        if let Some(report) = self.resume_matching(
+            h,
+            |op| matches!(op, Op::Rename { from: f, to: t, .. } if f == from && t == to),
+        ) {
             return Ok(report);
         }
         let (from_a, to_a) = (alias(from)?, alias(to)?);
@@ -533,8 +539,9 @@ impl Lifecycle {
             return Err(LifecycleError::NotFound(name.into()));
         };
         let found = refs::collect(config, name);
-        let (blockers, scrubs): (Vec<_>, Vec<_>) =
-            found.into_iter().partition(|r| r.strength == Strength::Hard);
+        let (blockers, scrubs): (Vec<_>, Vec<_>) = found
+            .into_iter()
+            .partition(|r| r.strength == Strength::Hard);
         let mut reasons: Vec<String> = blockers
             .iter()
             .map(|b| format!("{} (hard config reference)", b.path))
@@ -581,12 +588,12 @@ impl Lifecycle {
         h: &tokio::runtime::Handle,
         name: &str,
     ) -> Result<Report, LifecycleError> {
-        if let Some(report) =
-            self.resume_matching(h, |op| matches!(op, Op::Delete { alias, .. } if alias == name))
+        if let Some(report) = self.resume_matching(
+            h,
+            |op| matches!(op, Op::Delete { alias, .. } if alias == name),
+        ) && !self.store.snapshot().agents.contains_key(name)
         {
-            if !self.store.snapshot().agents.contains_key(name) {
-                return Ok(report);
-            }
+            return Ok(report);
         }
         let a = alias(name)?;
         let root = self.root().clone();
@@ -616,7 +623,9 @@ impl Lifecycle {
             )));
         }
         let workspace = workspace_action(&root, &base, &a);
-        let mut archive = root.deleted_agents_dir().join(format!("{name}-{}", stamp()));
+        let mut archive = root
+            .deleted_agents_dir()
+            .join(format!("{name}-{}", stamp()));
         let mut n = 2;
         while archive.exists() {
             archive = root
@@ -841,7 +850,11 @@ impl Lifecycle {
                 }
                 edit_delete(&mut txn, &base, &found, name)?;
             }
-            Op::Restore { alias: name, archive, .. } => {
+            Op::Restore {
+                alias: name,
+                archive,
+                ..
+            } => {
                 let manifest = read_manifest(archive)?;
                 txn.set_item_text(&refs::agent_key(name), &manifest.config_entry)?;
                 txn.preview()?;
@@ -870,8 +883,11 @@ impl Lifecycle {
             converged: true,
             ..Report::default()
         };
-        let (Ok(fa), Ok(ta)) = (AgentAlias::new(from.as_str()), AgentAlias::new(to.as_str())) else {
-            report.warnings.push("journal names an invalid alias".into());
+        let (Ok(fa), Ok(ta)) = (AgentAlias::new(from.as_str()), AgentAlias::new(to.as_str()))
+        else {
+            report
+                .warnings
+                .push("journal names an invalid alias".into());
             report.converged = false;
             return report;
         };
@@ -883,9 +899,7 @@ impl Lifecycle {
                     }
                 }
                 Err(e) => {
-                    report
-                        .warnings
-                        .push(format!("workspace move failed: {e}"));
+                    report.warnings.push(format!("workspace move failed: {e}"));
                     report.converged = false;
                 }
             },
@@ -938,7 +952,9 @@ impl Lifecycle {
             ..Report::default()
         };
         let Ok(a) = AgentAlias::new(name.as_str()) else {
-            report.warnings.push("journal names an invalid alias".into());
+            report
+                .warnings
+                .push("journal names an invalid alias".into());
             report.converged = false;
             return report;
         };
@@ -963,9 +979,7 @@ impl Lifecycle {
                         }
                     }
                     Err(e) => {
-                        report
-                            .warnings
-                            .push(format!("workspace not archived: {e}"));
+                        report.warnings.push(format!("workspace not archived: {e}"));
                         report.converged = false;
                     }
                 }
@@ -1001,9 +1015,9 @@ impl Lifecycle {
             crash_point(&format!("lifecycle-after-export-{name}"));
             // Purge only after the export is durably written (LIFE-4).
             if let Err(e) = store.purge(&a) {
-                report
-                    .warnings
-                    .push(format!("{name}: purge failed ({e}); its export is archived"));
+                report.warnings.push(format!(
+                    "{name}: purge failed ({e}); its export is archived"
+                ));
                 report.converged = false;
             }
             crash_point(&format!("lifecycle-after-{name}"));
@@ -1020,7 +1034,9 @@ impl Lifecycle {
         let files = match fsops::checksums(archive, &[MANIFEST, RESTORED]) {
             Ok(f) => f,
             Err(e) => {
-                report.warnings.push(format!("cannot checksum the archive: {e}"));
+                report
+                    .warnings
+                    .push(format!("cannot checksum the archive: {e}"));
                 report.converged = false;
                 BTreeMap::new()
             }
@@ -1043,9 +1059,10 @@ impl Lifecycle {
             files,
         };
         if let Err(e) = write_json(&archive.join(MANIFEST), &manifest) {
-            report
-                .warnings
-                .push(format!("cannot write {}: {e}", archive.join(MANIFEST).display()));
+            report.warnings.push(format!(
+                "cannot write {}: {e}",
+                archive.join(MANIFEST).display()
+            ));
             report.converged = false;
         }
         crash_point("lifecycle-after-manifest");
@@ -1072,16 +1089,18 @@ impl Lifecycle {
             converged: true,
             ..Report::default()
         };
-        let (Ok(a), Ok(orig)) = (AgentAlias::new(name.as_str()), AgentAlias::new(original.as_str()))
-        else {
-            report.warnings.push("journal names an invalid alias".into());
+        let (Ok(a), Ok(orig)) = (
+            AgentAlias::new(name.as_str()),
+            AgentAlias::new(original.as_str()),
+        ) else {
+            report
+                .warnings
+                .push("journal names an invalid alias".into());
             report.converged = false;
             return report;
         };
         if let Err(e) = fsops::move_dir(&archive.join("workspace"), workspace_path) {
-            report
-                .warnings
-                .push(format!("workspace not restored: {e}"));
+            report.warnings.push(format!("workspace not restored: {e}"));
             report.converged = false;
         }
         crash_point("lifecycle-after-workspace");
@@ -1091,7 +1110,9 @@ impl Lifecycle {
         };
         let ctx = self.context(h, *memory_backend);
         for store in registered(&ctx) {
-            let file = archive.join("stores").join(format!("{}.json", store.name()));
+            let file = archive
+                .join("stores")
+                .join(format!("{}.json", store.name()));
             let data = match fs::read(&file) {
                 Ok(b) => serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -1119,7 +1140,9 @@ impl Lifecycle {
                 &json!({"restored_as": name, "restored_at": now_text()}),
             )
         {
-            report.warnings.push(format!("cannot mark the archive restored: {e}"));
+            report
+                .warnings
+                .push(format!("cannot mark the archive restored: {e}"));
             report.converged = false;
         }
         report
@@ -1183,7 +1206,10 @@ fn edit_rename(
     if !left.is_empty() || after.agents.contains_key(from) || !after.agents.contains_key(to) {
         return Err(LifecycleError::Refused(format!(
             "post-condition failed: references to '{from}' remain ({}); nothing was saved",
-            left.iter().map(|r| r.path.clone()).collect::<Vec<_>>().join(", ")
+            left.iter()
+                .map(|r| r.path.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     Ok(found)
@@ -1207,7 +1233,10 @@ fn edit_delete(
     if !left.is_empty() || after.agents.contains_key(name) {
         return Err(LifecycleError::Refused(format!(
             "post-condition failed: references to '{name}' remain ({}); nothing was saved",
-            left.iter().map(|r| r.path.clone()).collect::<Vec<_>>().join(", ")
+            left.iter()
+                .map(|r| r.path.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     Ok(entry)

@@ -42,9 +42,7 @@ pub struct RefSite {
 }
 
 fn key(parts: &[&str]) -> KeyPath {
-    parts
-        .iter()
-        .fold(KeyPath::default(), |p, k| p.push_key(*k))
+    parts.iter().fold(KeyPath::default(), |p, k| p.push_key(*k))
 }
 
 /// Every reference to `alias` in `config` (its own entry excluded).

@@ -407,7 +407,12 @@ impl AgentStateStore for AcpState {
             .map(|n| n as u64)
             .map_err(|e| e.to_string())
     }
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, ws: &WorkspaceMove) -> Result<u64, String> {
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        ws: &WorkspaceMove,
+    ) -> Result<u64, String> {
         let rewrite = ws.rewrite();
         self.store()?
             .rename_agent_with_cwd(
