@@ -93,3 +93,61 @@ fn a_killed_session_is_a_tombstone_that_never_comes_back_sess3()
     assert_eq!(store.get("k")?, None);
     Ok(())
 }
+
+#[test]
+fn acp_transcripts_are_exported_imported_and_follow_a_rename_life3_life4()
+-> Result<(), Box<dyn std::error::Error>> {
+    use warren_store::acp::{AcpSessionStore, AcpState, NewAcpSession};
+    let dir = tempfile::tempdir()?;
+    let root = warren_config::InstallRoot::at(dir.path());
+    let store = AcpSessionStore::open(&root)?;
+    let b = warren_core::AgentAlias::new("b")?;
+    let bee = warren_core::AgentAlias::new("bee")?;
+    store.create(&NewAcpSession {
+        id: "s1".into(),
+        agent: b.clone(),
+        cwd: "/install/agents/b/workspace/src".into(),
+        mode: None,
+        transcript: None,
+    })?;
+    assert_eq!(store.append_transcript("s1", "user", "hello")?, 1);
+    assert_eq!(store.append_transcript("s1", "agent", "hi")?, 2);
+    store.end("s1", AcpState::Closed)?;
+    assert!(
+        store.append_transcript("s1", "user", "late").is_err(),
+        "tombstones take no messages"
+    );
+
+    let exported = store.export_agent(&b)?;
+    assert_eq!(exported.len(), 1);
+    assert_eq!(exported[0].transcript.len(), 2);
+    assert_eq!(store.delete_agent(&b)?, 1);
+    assert!(
+        store.transcript("s1")?.is_empty(),
+        "transcripts go with their session"
+    );
+    assert_eq!(store.count_agent(&b)?, 0);
+
+    assert_eq!(store.import_agent(&b, &exported, None)?, 1);
+    assert_eq!(
+        store.import_agent(&b, &exported, None)?,
+        0,
+        "a retry converges"
+    );
+    assert_eq!(store.export_agent(&b)?, exported);
+
+    let n = store.rename_agent_with_cwd(
+        &b,
+        &bee,
+        Some((
+            "/install/agents/b/workspace",
+            "/install/agents/bee/workspace",
+        )),
+    )?;
+    assert_eq!(n, 1);
+    let s = store.get("s1")?.ok_or("gone")?;
+    assert_eq!(s.agent, bee);
+    assert_eq!(s.cwd, "/install/agents/bee/workspace/src");
+    assert_eq!(store.transcript("s1")?.len(), 2);
+    Ok(())
+}
