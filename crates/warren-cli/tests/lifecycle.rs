@@ -845,3 +845,73 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     assert_eq!(without_times(&state(via.path())), want);
     Ok(())
 }
+
+/// Delete and restore with memory on the real PostgreSQL server (skipped without
+/// WARREN_TEST_POSTGRES_URL): rows leave the server only after the export is archived and come
+/// back identical.
+#[test]
+fn delete_and_restore_on_postgres_memory_keep_the_rows_beyond1() -> R {
+    let Some(url) = std::env::var("WARREN_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        return Ok(());
+    };
+    let schema = format!("lc_{}", std::process::id());
+    let root = TempRoot::new()?;
+    root.write_config(&format!(
+        "{CONFIG}\n[memory]\nbackend = \"postgres\"\n\n[memory.postgres]\nurl = \"{url}\"\nschema = \"{schema}\"\n"
+    ))?;
+    let install = InstallRoot::at(root.path());
+    let config = ConfigStore::load(install.clone())?.snapshot();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let export =
+        |who: &str| -> Result<Vec<warren_memory::MemoryEntry>, Box<dyn std::error::Error>> {
+            rt.block_on(async {
+                let store = MemoryStores::new(install.clone())
+                    .store(&config, warren_config::schema::MemoryBackendKind::Postgres)
+                    .await?;
+                Ok(match store.agent_id(&alias(who), false).await? {
+                    Some(id) => store.export_agent(id).await?,
+                    None => Vec::new(),
+                })
+            })
+        };
+    rt.block_on(async {
+        let store = MemoryStores::new(install.clone())
+            .store(&config, warren_config::schema::MemoryBackendKind::Postgres)
+            .await?;
+        let id = store.agent_id(&alias("b"), true).await?.ok_or("no id")?;
+        for i in 0..7 {
+            let e = NewEntry::new("b", &format!("k{i}"), &format!("pg fact {i}"), None, None)?;
+            store.store_with_agent(id.clone(), e).await?;
+        }
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })?;
+    let before = export("b")?;
+    assert_eq!(before.len(), 7);
+    let out = ok(&root, &["--json", "agents", "delete", "b", "--yes"])?;
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(report["counts"]["memory"], 7, "{report}");
+    assert!(export("b")?.is_empty());
+    ok(&root, &["agents", "rename", "a", "ay"])?;
+    ok(
+        &root,
+        &[
+            "agents",
+            "restore",
+            report["archive"].as_str().ok_or("no archive")?,
+        ],
+    )?;
+    let after = export("b")?;
+    let cleanup = rt.block_on(async {
+        warren_memory::PostgresStore::new(&url, &schema)?
+            .drop_schema()
+            .await
+    });
+    assert_eq!(after, before);
+    cleanup?;
+    Ok(())
+}
