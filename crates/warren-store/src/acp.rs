@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS acp_transcript (
 PRAGMA user_version = 2;
 ";
 
+const SCHEMA_VERSION: i64 = 2;
+
 const COLUMNS: &str =
     "session_id, agent, cwd, mode, transcript, state, created_at, updated_at, closed_at";
 
@@ -198,8 +200,14 @@ impl AcpSessionStore {
         crate::sessions::ensure_sessions_dir(root)?;
         let path = root.acp_sessions_db();
         let conn = sqlite_util::open_wal(&path, Sync::Full).map_err(err(&path, "open"))?;
-        conn.execute_batch(SCHEMA)
-            .map_err(err(&path, "create the schema"))?;
+        // The schema is written once (a write and an fsync); later opens only read the version.
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err(&path, "read the schema version"))?;
+        if version < SCHEMA_VERSION {
+            conn.execute_batch(SCHEMA)
+                .map_err(err(&path, "create the schema"))?;
+        }
         Ok(Self {
             path,
             conn: Mutex::new(conn),

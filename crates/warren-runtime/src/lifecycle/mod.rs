@@ -201,6 +201,15 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// Every follower finished; the journal record is gone.
     pub converged: bool,
+    /// How long the config write lock was held, and the config save inside it (microseconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_held_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persist_us: Option<u64>,
+}
+
+fn micros(d: std::time::Duration) -> Option<u64> {
+    Some(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// The preview of a delete (`--dry-run`, `GET /api/agents/{alias}/delete-plan`).
@@ -483,6 +492,7 @@ impl Lifecycle {
         }
         let root = self.root().clone();
         let mut txn = self.store.write_blocking()?;
+        let locked = std::time::Instant::now();
         let base = txn.base().clone();
         let Some(agent) = base.agent(&from_a) else {
             return Err(LifecycleError::NotFound(from.into()));
@@ -510,6 +520,7 @@ impl Lifecycle {
             new_workspace: new_ws,
             workspace,
         })?;
+        let persisting = std::time::Instant::now();
         let outcome = match txn.commit() {
             Ok(o) => o,
             Err(e) => {
@@ -517,8 +528,11 @@ impl Lifecycle {
                 return Err(e.into());
             }
         };
+        let (lock_held, persist) = (locked.elapsed(), persisting.elapsed());
         crash_point("lifecycle-after-config-persist");
         let mut report = self.converge(h, &path, &journal);
+        report.lock_held_us = micros(lock_held);
+        report.persist_us = micros(persist);
         report.config_generation = Some(outcome.generation);
         report.references = found.into_iter().map(|r| r.path).collect();
         report.warnings.extend(outcome.warnings);
@@ -598,6 +612,7 @@ impl Lifecycle {
         let a = alias(name)?;
         let root = self.root().clone();
         let mut txn = self.store.write_blocking()?;
+        let locked = std::time::Instant::now();
         let base = txn.base().clone();
         let Some(agent) = base.agent(&a) else {
             return Err(LifecycleError::NotFound(name.into()));
@@ -644,6 +659,7 @@ impl Lifecycle {
             archive,
             scrubbed: scrubbed.clone(),
         })?;
+        let persisting = std::time::Instant::now();
         let outcome = match txn.commit() {
             Ok(o) => o,
             Err(e) => {
@@ -651,8 +667,11 @@ impl Lifecycle {
                 return Err(e.into());
             }
         };
+        let (lock_held, persist) = (locked.elapsed(), persisting.elapsed());
         crash_point("lifecycle-after-config-persist");
         let mut report = self.converge(h, &path, &journal);
+        report.lock_held_us = micros(lock_held);
+        report.persist_us = micros(persist);
         report.config_generation = Some(outcome.generation);
         report.references = scrubbed;
         report.warnings.extend(outcome.warnings);
