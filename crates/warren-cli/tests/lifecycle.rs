@@ -667,6 +667,13 @@ fn an_unwritable_archive_purges_nothing_and_warns_life5() -> R {
     for name in ["agents/", "memory", "sessions", "acp", "costs"] {
         assert_eq!(section(&after, name), section(&before, name), "{name}");
     }
+    // The warning is in the runtime trace too (never only in a log).
+    let trace = fs::read_to_string(install.runtime_trace())?;
+    assert!(
+        trace.contains("\"kind\":\"lifecycle\"")
+            && trace.contains("nothing was archived or purged"),
+        "{trace}"
+    );
     // Once the archive can be written, the journal converges.
     fs::remove_file(install.deleted_agents_dir())?;
     ok(&root, &["agents", "resume"])?;
@@ -833,6 +840,39 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
         strip_config(&without_times(&state(gw.path()))),
         strip_config(&want)
     );
+
+    // Restore through the gateway; a live ACP session refuses a delete with 409.
+    let mut daemon = DaemonChild::spawn(gw.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let archive = fs::read_dir(InstallRoot::at(gw.path()).deleted_agents_dir())?
+        .next()
+        .ok_or("no archive")??
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    let (status, body) = http(
+        port,
+        "POST",
+        "/api/agents/restore",
+        Some(&token),
+        &serde_json::json!({"archive": archive}).to_string(),
+    )?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["converged"], true, "{body}");
+    assert!(config_of(&gw)?["agents"].get("c").is_some());
+    let acp = AcpSessionStore::open(&InstallRoot::at(gw.path()))?;
+    acp.create(&NewAcpSession {
+        id: "live-a".into(),
+        agent: alias("a"),
+        cwd: "/".into(),
+        mode: None,
+        transcript: None,
+    })?;
+    let (status, body) = http(port, "DELETE", "/api/agents/a", Some(&token), "")?;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["message"].to_string().contains("live ACP"), "{body}");
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
 
     // The CLI with a daemon running goes through the daemon (admin route).
     let via = copy_of(&seeded)?;
