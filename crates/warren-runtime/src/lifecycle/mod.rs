@@ -79,6 +79,8 @@ const FILE_POINTS: CrashPoints = CrashPoints {
     dir_sync_error: "lifecycle-file-dir-sync-error",
 };
 
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const MANIFEST: &str = "manifest.json";
 const RESTORED: &str = "restored.json";
 
@@ -256,6 +258,8 @@ fn stamp() -> String {
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
+    // A temp file a killed writer left must not end up in an archive.
+    atomic::sweep_stale_temps(path);
     atomic::write_durable(path, &bytes, 0o600, FILE_POINTS).map_err(|e| e.to_string())?;
     let _ = fs::remove_file(atomic::backup_path(path));
     Ok(())
@@ -321,9 +325,15 @@ impl Lifecycle {
     ) -> Result<T, LifecycleError> {
         let me = self.clone();
         let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || f(&me, handle))
-            .await
-            .map_err(|e| LifecycleError::Io(format!("lifecycle worker failed: {e}")))
+        tokio::task::spawn_blocking(move || {
+            // One lifecycle operation at a time in this process (two requests must not converge
+            // the same journal record at once); other processes are kept out by the
+            // install-root lock, which the daemon or the CLI holds.
+            let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+            f(&me, handle)
+        })
+        .await
+        .map_err(|e| LifecycleError::Io(format!("lifecycle worker failed: {e}")))
     }
 
     /// `warren agents rename OLD NEW` / `POST /api/agents/{alias}/rename`.

@@ -169,3 +169,70 @@ pub fn apply(
 pub fn agent_key(alias: &str) -> KeyPath {
     key(&["agents", alias])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        toml_edit::de::from_str(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const GRAPH: &str = r#"
+[runtime]
+default_agent = "c"
+[agents.a.workspace.access]
+b = "Read"
+[agents.a.memory]
+read_memory_from = ["b", { agent = "c", categories = ["x"] }]
+[agents.b.workspace.access]
+c = "ReadWrite"
+[agents.c]
+"#;
+
+    #[test]
+    fn every_site_is_found_and_classified_life4() {
+        let c = config(GRAPH);
+        let to_c: Vec<(String, Strength)> = collect(&c, "c")
+            .into_iter()
+            .map(|r| (r.path, r.strength))
+            .collect();
+        assert_eq!(
+            to_c,
+            vec![
+                ("runtime.default_agent".to_string(), Strength::Hard),
+                (
+                    "agents.a.memory.read_memory_from[1]".to_string(),
+                    Strength::Soft
+                ),
+                ("agents.b.workspace.access.c".to_string(), Strength::Soft),
+            ]
+        );
+        let to_b: Vec<String> = collect(&c, "b").into_iter().map(|r| r.path).collect();
+        assert_eq!(
+            to_b,
+            vec![
+                "agents.a.workspace.access.b".to_string(),
+                "agents.a.memory.read_memory_from[0]".to_string(),
+            ]
+        );
+        assert!(
+            collect(&c, "a").is_empty(),
+            "an agent's own entry is not a reference"
+        );
+    }
+
+    #[test]
+    fn grants_are_rewritten_or_dropped_keeping_their_categories() {
+        let c = config(GRAPH);
+        let grants = &c.agents["a"].memory.read_memory_from;
+        assert_eq!(
+            grants_value(grants, "c", Some("sea")).to_string(),
+            r#"["b", { agent = "sea", categories = ["x"] }]"#
+        );
+        assert_eq!(
+            grants_value(grants, "b", None).to_string(),
+            r#"[{ agent = "c", categories = ["x"] }]"#
+        );
+    }
+}
