@@ -955,3 +955,28 @@ fn delete_and_restore_on_postgres_memory_keep_the_rows_beyond1() -> R {
     cleanup?;
     Ok(())
 }
+
+/// A delete whose config save never happened is not rolled forward over a config edited since
+/// (here: the operator changed something else): the record is dropped with a warning and the
+/// agent keeps all its state.
+#[test]
+fn an_unsaved_delete_is_not_redone_over_a_config_edited_since_beyond3() -> R {
+    let root = template(2, 2)?;
+    run_until_crash(
+        root.warren(bin(), &["agents", "delete", "b", "--yes"]),
+        "lifecycle-after-journal",
+    )?;
+    ok(&root, &["config", "set", "agents.a.model", "m2"])?;
+    let before = state(root.path());
+    let out = ok(&root, &["--json", "agents", "resume"])?;
+    assert!(out.contains("cannot be redone"), "{out}");
+    let after = state(root.path());
+    assert!(after.contains("agents/b/workspace/notes.txt"), "{after}");
+    assert_eq!(
+        before.split("== journal").next(),
+        after.split("== journal").next(),
+        "nothing but the journal changed"
+    );
+    assert!(after.contains("== journal\n[]"));
+    Ok(())
+}

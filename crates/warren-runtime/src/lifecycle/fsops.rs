@@ -200,6 +200,14 @@ fn walk(
     Ok(())
 }
 
+/// SHA-256 of `bytes` as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Removes `dir` if it is an empty directory (e.g. `agents/<old>/` after its workspace moved).
 pub fn remove_if_empty(dir: &Path) {
     if is_empty_dir(dir) {

@@ -181,6 +181,11 @@ pub struct Journal {
     pub schema_version: u32,
     pub id: String,
     pub started_at: String,
+    /// SHA-256 of config.toml before the change: a record whose change was never saved is
+    /// rolled forward only while the file is still exactly this (never over later edits, e.g.
+    /// an agent re-created under the same alias).
+    #[serde(default)]
+    pub config_before: String,
     #[serde(flatten)]
     pub op: Op,
 }
@@ -446,6 +451,7 @@ impl Lifecycle {
             schema_version: SCHEMA_VERSION,
             id: id.clone(),
             started_at: now_text(),
+            config_before: self.config_hash(),
             op,
         };
         let dir = self.journal_dir();
@@ -460,6 +466,13 @@ impl Lifecycle {
         })?;
         crash_point("lifecycle-after-journal");
         Ok((path, journal))
+    }
+
+    /// SHA-256 of config.toml as it is on disk now.
+    fn config_hash(&self) -> String {
+        fs::read(self.root().config_file())
+            .map(|b| fsops::sha256_hex(&b))
+            .unwrap_or_default()
     }
 
     fn clear_journal(path: &Path) -> Result<(), String> {
@@ -800,7 +813,7 @@ impl Lifecycle {
         // A crash between the journal and the config save: roll the config step forward (the
         // journal holds the whole intent), or drop the record if it can no longer be applied.
         if !committed(self.store.snapshot().config(), &journal.op)
-            && let Err(e) = self.recommit(&journal.op)
+            && let Err(e) = self.recommit(&journal.op, &journal.config_before)
         {
             let mut report = Report {
                 op: op_name(&journal.op).into(),
@@ -849,8 +862,14 @@ impl Lifecycle {
     }
 
     /// Redoes the config step of a journaled operation whose save never happened.
-    fn recommit(&self, op: &Op) -> Result<(), LifecycleError> {
+    fn recommit(&self, op: &Op, config_before: &str) -> Result<(), LifecycleError> {
         let mut txn = self.store.write_blocking()?;
+        if self.config_hash() != config_before {
+            return Err(LifecycleError::Refused(
+                "config.toml changed since the operation started (was the agent re-created?)"
+                    .into(),
+            ));
+        }
         let base = txn.base().clone();
         match op {
             Op::Rename { from, to, .. } => {
