@@ -980,3 +980,33 @@ fn an_unsaved_delete_is_not_redone_over_a_config_edited_since_beyond3() -> R {
     assert!(after.contains("== journal\n[]"));
     Ok(())
 }
+
+/// A workspace that is a link to a directory outside the install root is recorded in the
+/// manifest and left where it is; the stores are still archived and purged (LIFE-4).
+#[test]
+fn a_workspace_outside_the_install_root_is_recorded_not_moved_life4() -> R {
+    let root = template(2, 2)?;
+    let outside = tempfile::tempdir()?;
+    fs::write(outside.path().join("project.txt"), "user project")?;
+    let ws = InstallRoot::at(root.path()).agent_workspace(&alias("c"));
+    fs::remove_dir_all(&ws)?;
+    std::os::unix::fs::symlink(outside.path(), &ws)?;
+    let out = ok(&root, &["--json", "agents", "delete", "c", "--yes"])?;
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(report["converged"], true, "{report}");
+    assert!(
+        report["warnings"].to_string().contains("kept in place"),
+        "{report}"
+    );
+    assert_eq!(
+        fs::read_to_string(outside.path().join("project.txt"))?,
+        "user project"
+    );
+    let archive = PathBuf::from(report["archive"].as_str().ok_or("no archive")?);
+    assert!(!archive.join("workspace").exists());
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(archive.join("manifest.json"))?)?;
+    assert_eq!(manifest["workspace_archived"], false);
+    assert!(manifest["notes"].to_string().contains("link"), "{manifest}");
+    Ok(())
+}
