@@ -273,7 +273,7 @@ fn print_human(op: &str, body: &serde_json::Value) {
             );
             if let Some(stores) = body["stores"].as_object() {
                 for (k, v) in stores {
-                    println!("  {k}: {v} record(s) archived then removed");
+                    println!("  {k}: {v} record(s) to archive");
                 }
             }
         }
