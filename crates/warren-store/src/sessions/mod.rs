@@ -5,6 +5,7 @@
 
 mod error;
 mod factory;
+mod group;
 mod handle;
 pub mod jsonl;
 mod jsonl_format;
@@ -26,6 +27,7 @@ pub use factory::{
     set_construction_policy,
 };
 pub use handle::SessionHandle;
+
 pub use jsonl::JsonlBackend;
 pub use jsonl_format::{LineIssue, LineIssueKind};
 pub use memory::MemoryBackend;
@@ -67,6 +69,9 @@ impl NewMessage {
         self
     }
 }
+
+/// The answer to a queued append ([`SessionBackend::queue_append`]).
+pub type AppendReceiver = tokio::sync::oneshot::Receiver<Result<StoredMessage, SessionError>>;
 
 /// A message as stored. `seq` orders messages within a session (ascending).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -180,6 +185,17 @@ pub trait SessionBackend: Send + Sync + fmt::Debug {
     /// metadata change together or not at all.
     fn append(&self, key: &SessionKey, message: &NewMessage)
     -> Result<StoredMessage, SessionError>;
+
+    /// Queues an append without blocking, for backends that group-commit appends (SQLite):
+    /// the receiver yields the result once the append's batch committed. `None` means the
+    /// backend has no queue; call [`SessionBackend::append`] on a blocking thread instead.
+    fn queue_append(
+        &self,
+        _key: &SessionKey,
+        _message: &NewMessage,
+    ) -> Option<Result<AppendReceiver, SessionError>> {
+        None
+    }
 
     /// Loads a page of history, oldest first. A missing session is empty.
     fn load(&self, key: &SessionKey, page: Page) -> Result<History, SessionError>;
