@@ -9,6 +9,7 @@ mod group;
 mod handle;
 pub mod jsonl;
 mod jsonl_format;
+mod jsonl_meta;
 mod lock;
 mod memory;
 pub mod migrate;
@@ -22,14 +23,12 @@ use time::OffsetDateTime;
 use warren_core::{AgentAlias, Role, SessionKey};
 
 pub use error::SessionError;
-pub use factory::{
-    ChatSessions, ConstructionPolicy, OpenError, construction_policy, open_chat_sessions,
-    set_construction_policy,
-};
+pub use factory::{ChatSessions, OpenError, open_chat_sessions};
 pub use handle::SessionHandle;
 
 pub use jsonl::JsonlBackend;
 pub use jsonl_format::{LineIssue, LineIssueKind};
+pub use jsonl_meta::META_SUFFIX;
 pub use memory::MemoryBackend;
 pub use queue::{QueueError, SessionActorQueue, TurnGuard};
 pub use sqlite::SqliteBackend;
