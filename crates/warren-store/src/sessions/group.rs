@@ -196,6 +196,22 @@ pub(crate) struct Checkpointer {
     batches: usize,
 }
 
+/// WAL frames (pages) beyond which a checkpoint also restarts the WAL (see [`checkpoint`]).
+const RESTART_FRAMES: i64 = 4000;
+
+/// A PASSIVE checkpoint copies what it can without blocking the writer. Under sustained load
+/// the writer keeps appending while it runs, so the WAL would never start over from its
+/// beginning and would grow without bound; past [`RESTART_FRAMES`] a RESTART checkpoint
+/// briefly holds the writer off (the PASSIVE pass already copied almost everything) so the
+/// next commit writes the WAL from the start again.
+fn checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let log: i64 = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?;
+    if log >= RESTART_FRAMES {
+        conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))?;
+    }
+    Ok(())
+}
+
 /// Ask for a checkpoint after this many appends or batches (about 1000 WAL pages at most,
 /// SQLite's own threshold).
 const CHECKPOINT_APPENDS: usize = 2000;
@@ -208,8 +224,7 @@ impl Checkpointer {
             .name("warren-sessions-checkpoint".into())
             .spawn(move || {
                 while rx.recv().is_ok() {
-                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
+                    if let Err(e) = checkpoint(&conn) {
                         tracing::warn!("sessions.db: background WAL checkpoint failed: {e}");
                     }
                 }
