@@ -9,6 +9,7 @@
 //! `NORMAL` (`batched`). A lone writer's batch is itself; concurrent writers (threads, or async
 //! tasks through `SessionHandle`, which wait without holding a thread) share commits.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -29,6 +30,8 @@ pub(crate) type AppendResult = Result<StoredMessage, SessionError>;
 
 /// Where the writer sends an append's result.
 pub(crate) enum Reply {
+    /// Committed by the caller's own thread (an idle writer; see `SqliteBackend::append_many`).
+    Direct,
     Blocking(mpsc::SyncSender<AppendResult>),
     Async(tokio::sync::oneshot::Sender<AppendResult>),
 }
@@ -37,6 +40,7 @@ impl Reply {
     fn send(self, result: AppendResult) {
         // A caller that went away (a dropped future) just does not hear the answer.
         match self {
+            Reply::Direct => {}
             Reply::Blocking(tx) => {
                 let _ = tx.send(result);
             }
@@ -57,6 +61,8 @@ pub(crate) struct Request {
 /// The writer thread of one backend. Dropping it lets the thread finish the queue and joins it.
 pub(crate) struct Writer {
     tx: Mutex<Option<mpsc::Sender<Request>>>,
+    /// Appends sent to the thread and not answered yet.
+    pending: Arc<AtomicUsize>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -74,6 +80,8 @@ impl Writer {
         F: FnMut(&mut Vec<Request>) -> Vec<AppendResult> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel::<Request>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::clone(&pending);
         let thread = std::thread::Builder::new()
             .name("warren-sessions-writer".into())
             .spawn(move || {
@@ -105,23 +113,35 @@ impl Writer {
                     }
                     last = batch.len();
                     let results = commit(&mut batch);
+                    let n = batch.len();
                     for (req, result) in batch.into_iter().zip(results) {
                         req.reply.send(result);
                     }
+                    answered.fetch_sub(n, Ordering::AcqRel);
                 }
             })?;
         Ok(Self {
             tx: Mutex::new(Some(tx)),
+            pending,
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// Whether no append is queued or being written by the thread.
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
     }
 
     fn send(&self, req: Request) -> Result<(), SessionError> {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         match tx.as_ref() {
-            Some(tx) => tx
-                .send(req)
-                .map_err(|_| SessionError::Task("the session writer thread stopped".into())),
+            Some(tx) => {
+                self.pending.fetch_add(1, Ordering::AcqRel);
+                tx.send(req).map_err(|_| {
+                    self.pending.fetch_sub(1, Ordering::AcqRel);
+                    SessionError::Task("the session writer thread stopped".into())
+                })
+            }
             None => Err(SessionError::Task("the session store is closed".into())),
         }
     }
@@ -186,6 +206,9 @@ impl Drop for Writer {
 /// Shared with the writer thread.
 pub(crate) type SharedConn = Arc<Mutex<rusqlite::Connection>>;
 
+/// Shared by the writer thread and direct commits.
+pub(crate) type SharedCheckpointer = Arc<Mutex<Option<Checkpointer>>>;
+
 /// Checkpoints the WAL on its own thread and connection, so appends never wait for the
 /// checkpoint's copy and `fsync` of the database file (SQLite's automatic checkpoint runs
 /// inside the commit that crosses the threshold). A PASSIVE checkpoint does not block writers.
@@ -216,6 +239,12 @@ fn checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
 /// SQLite's own threshold).
 const CHECKPOINT_APPENDS: usize = 2000;
 const CHECKPOINT_BATCHES: usize = 150;
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer").finish_non_exhaustive()
+    }
+}
 
 impl Checkpointer {
     pub(crate) fn start(conn: rusqlite::Connection) -> std::io::Result<Self> {

@@ -20,7 +20,9 @@ use warren_config::failpoint::crash_point;
 use warren_config::schema::SessionDurability;
 use warren_core::{AgentAlias, Role, SessionKey};
 
-use super::group::{AppendResult, Checkpointer, Request, SharedConn, Writer};
+use super::group::{
+    AppendResult, Checkpointer, Reply, Request, SharedCheckpointer, SharedConn, Writer,
+};
 use super::lock::ensure_dir;
 use super::{
     History, NewMessage, Page, SearchHit, SessionBackend, SessionError, SessionInit, SessionMeta,
@@ -94,6 +96,7 @@ pub struct SqliteBackend {
     conn: SharedConn,
     /// The group-commit writer thread of appends (declared after `conn`; it holds a clone).
     writer: Writer,
+    checkpointer: SharedCheckpointer,
 }
 
 impl SqliteBackend {
@@ -111,7 +114,7 @@ impl SqliteBackend {
             .map_err(SessionError::sqlite(&path, "create the schema"))?;
         // Checkpoints run on their own thread and connection (see `Checkpointer`); if that
         // cannot start, SQLite's automatic checkpoint stays on.
-        let mut checkpointer = sqlite_util::open_wal(&path, sync)
+        let checkpointer = sqlite_util::open_wal(&path, sync)
             .ok()
             .and_then(|c| Checkpointer::start(c).ok());
         if checkpointer.is_some() {
@@ -121,13 +124,15 @@ impl SqliteBackend {
             .map_err(SessionError::sqlite(&path, "configure checkpoints"))?;
         }
         let conn = Arc::new(Mutex::new(conn));
+        let checkpointer: SharedCheckpointer = Arc::new(Mutex::new(checkpointer));
         let writer = {
-            let (conn, db) = (Arc::clone(&conn), path.clone());
+            let (conn, db, ckpt) = (Arc::clone(&conn), path.clone(), Arc::clone(&checkpointer));
             Writer::start(move |batch| {
-                let results = commit_batch(&conn, &db, batch);
-                if let Some(c) = checkpointer.as_mut() {
-                    c.committed(batch.len());
-                }
+                let results = {
+                    let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+                    commit_batch(&mut conn, &db, batch)
+                };
+                committed(&ckpt, batch.len());
                 results
             })
             .map_err(SessionError::io(&path, "start the session writer thread"))?
@@ -138,6 +143,7 @@ impl SqliteBackend {
             sync,
             conn,
             writer,
+            checkpointer,
         })
     }
 
@@ -212,6 +218,24 @@ impl SqliteBackend {
         &self,
         items: impl IntoIterator<Item = (SessionKey, NewMessage)>,
     ) -> Vec<AppendResult> {
+        // An idle writer thread and a free connection: commit on this thread (no hand-off to
+        // the writer and back, which a lone writer would pay on every append).
+        if self.writer.idle()
+            && let Ok(mut conn) = self.conn.try_lock()
+        {
+            let mut batch: Vec<Request> = items
+                .into_iter()
+                .map(|(key, message)| Request {
+                    key,
+                    message,
+                    reply: Reply::Direct,
+                })
+                .collect();
+            let results = commit_batch(&mut conn, &self.path, &mut batch);
+            drop(conn);
+            committed(&self.checkpointer, batch.len());
+            return results;
+        }
         self.writer.submit_blocking(items)
     }
 
@@ -311,13 +335,12 @@ fn decode_message(path: &Path, raw: RawMessage) -> Result<StoredMessage, Session
 /// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append.
 /// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append (SESS-1
 /// group commit); one result per request, in order. Runs on the writer thread.
-fn commit_batch(conn: &Mutex<Connection>, path: &Path, batch: &mut [Request]) -> Vec<AppendResult> {
+fn commit_batch(conn: &mut Connection, path: &Path, batch: &mut [Request]) -> Vec<AppendResult> {
     let err = |op: &'static str, e: rusqlite::Error| SessionError::Sqlite {
         path: path.to_path_buf(),
         op,
         source: e,
     };
-    let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
@@ -381,6 +404,17 @@ fn commit_batch(conn: &Mutex<Connection>, path: &Path, batch: &mut [Request]) ->
     }
     crash_point(failpoints::APPEND_AFTER_COMMIT);
     done
+}
+
+/// Tells the background checkpointer (if any) how many appends a batch committed.
+fn committed(checkpointer: &SharedCheckpointer, appends: usize) {
+    if let Some(c) = checkpointer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+    {
+        c.committed(appends);
+    }
 }
 
 /// The message row and the session row's new count and activity time (SESS-1).
