@@ -9,7 +9,7 @@
 //! `NORMAL` (`batched`). A lone writer's batch is itself; concurrent writers (threads, or async
 //! tasks through `SessionHandle`, which wait without holding a thread) share commits.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -63,6 +63,8 @@ pub(crate) struct Writer {
     tx: Mutex<Option<mpsc::Sender<Request>>>,
     /// Appends sent to the thread and not answered yet.
     pending: Arc<AtomicUsize>,
+    /// Whether the thread's last batch held several appends (writers are concurrent).
+    concurrent: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -82,6 +84,8 @@ impl Writer {
         let (tx, rx) = mpsc::channel::<Request>();
         let pending = Arc::new(AtomicUsize::new(0));
         let answered = Arc::clone(&pending);
+        let concurrent = Arc::new(AtomicBool::new(false));
+        let seen_concurrent = Arc::clone(&concurrent);
         let thread = std::thread::Builder::new()
             .name("warren-sessions-writer".into())
             .spawn(move || {
@@ -112,6 +116,7 @@ impl Writer {
                         }
                     }
                     last = batch.len();
+                    seen_concurrent.store(last > 1, Ordering::Release);
                     let results = commit(&mut batch);
                     let n = batch.len();
                     for (req, result) in batch.into_iter().zip(results) {
@@ -123,13 +128,15 @@ impl Writer {
         Ok(Self {
             tx: Mutex::new(Some(tx)),
             pending,
+            concurrent,
             thread: Mutex::new(Some(thread)),
         })
     }
 
-    /// Whether no append is queued or being written by the thread.
+    /// Whether no append is queued or being written by the thread, and the writers are not
+    /// concurrent (then appends should meet in the thread's batches instead).
     pub(crate) fn idle(&self) -> bool {
-        self.pending.load(Ordering::Acquire) == 0
+        self.pending.load(Ordering::Acquire) == 0 && !self.concurrent.load(Ordering::Acquire)
     }
 
     fn send(&self, req: Request) -> Result<(), SessionError> {
