@@ -8,6 +8,7 @@
 //! made on first use and re-made after it drops, so a server that is down fails memory calls
 //! with an error naming the URL (without its password) while the agent keeps working.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ pub struct PostgresStore {
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     /// Per-agent vectors for hybrid recall, loaded once per agent (as in SQLite).
     vectors: VectorIndex,
+    /// The `vector_versions` value each cached agent's vectors reflect: a recall reloads an
+    /// agent another process wrote since (see the trigger in the schema).
+    versions: std::sync::Mutex<HashMap<AgentId, i64>>,
     vector_weight: f64,
 }
 
@@ -76,6 +80,7 @@ impl PostgresStore {
             schema: schema.to_string(),
             client: tokio::sync::Mutex::new(None),
             vectors: VectorIndex::default(),
+            versions: std::sync::Mutex::new(HashMap::new()),
             vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
         })
     }
@@ -116,12 +121,75 @@ impl PostgresStore {
         Ok(hits)
     }
 
-    /// Loads the stored vectors of scope agents the index does not hold yet.
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<AgentId, i64>> {
+        self.versions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current `vector_versions` of `agents` (0 for an agent never written).
+    async fn current_versions(&self, agents: &[&AgentId]) -> Result<Vec<i64>, MemoryError> {
+        let s = &self.schema;
+        let ids: Vec<Uuid> = agents
+            .iter()
+            .map(|a| self.uuid(a))
+            .collect::<Result<_, _>>()?;
+        let rows = self
+            .query(
+                &format!(
+                    r#"SELECT agent_id, version FROM "{s}".vector_versions
+                       WHERE agent_id = ANY($1)"#
+                ),
+                &[Box::new(ids.clone())],
+            )
+            .await?;
+        let mut found: HashMap<Uuid, i64> = HashMap::new();
+        for r in &rows {
+            found.insert(
+                r.try_get(0).map_err(|e| self.pg(e))?,
+                r.try_get(1).map_err(|e| self.pg(e))?,
+            );
+        }
+        Ok(ids
+            .iter()
+            .map(|id| found.get(id).copied().unwrap_or(0))
+            .collect())
+    }
+
+    /// After this process's own write to `agent`: the cache applies it in place only if the
+    /// agent's version moved by exactly this write; otherwise another process wrote too and the
+    /// agent is reloaded at the next recall.
+    async fn own_write(&self, agent: &AgentId, apply: impl FnOnce()) -> Result<(), MemoryError> {
+        if !self.known().contains_key(agent) {
+            return Ok(());
+        }
+        let new = self.current_versions(&[agent]).await?[0];
+        let mut known = self.known();
+        match known.get(agent) {
+            Some(&k) if k + 1 == new => {
+                apply();
+                known.insert(agent.clone(), new);
+            }
+            _ => {
+                self.vectors.forget_agent(agent);
+                known.remove(agent);
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the stored vectors of scope agents the index does not hold yet, and reloads those
+    /// another process wrote since they were loaded (one query for the versions).
     async fn load_vectors(&self, scope: &[ScopeRule]) -> Result<(), MemoryError> {
         let s = &self.schema;
-        for rule in scope {
+        let agents: Vec<&AgentId> = scope.iter().map(|r| &r.agent).collect();
+        // Versions first: a write landing before the rows are read makes the version stale, so
+        // the next recall reloads (never the other way round).
+        let current = self.current_versions(&agents).await?;
+        for (rule, version) in scope.iter().zip(current) {
             if self.vectors.has(&rule.agent) {
-                continue;
+                if self.known().get(&rule.agent) == Some(&version) {
+                    continue;
+                }
+                self.vectors.forget_agent(&rule.agent);
             }
             let rows = self
                 .query(
@@ -148,6 +216,7 @@ impl PostgresStore {
                 }
             }
             self.vectors.load(rule.agent.clone(), loaded.into_iter());
+            self.known().insert(rule.agent.clone(), version);
         }
         Ok(())
     }
@@ -216,6 +285,40 @@ impl PostgresStore {
                     key         TEXT PRIMARY KEY,
                     value       TEXT NOT NULL
                 );
+                -- Per-agent write counter bumped by a trigger in the writing transaction, so
+                -- each process's cached vectors can tell writes made by other processes.
+                CREATE TABLE IF NOT EXISTS "{s}".vector_versions (
+                    agent_id    UUID PRIMARY KEY,
+                    version     BIGINT NOT NULL
+                );
+                CREATE OR REPLACE FUNCTION "{s}".bump_vector_version() RETURNS trigger
+                LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    IF TG_OP <> 'DELETE' THEN
+                        INSERT INTO "{s}".vector_versions AS v (agent_id, version)
+                            VALUES (NEW.agent_id, 1)
+                            ON CONFLICT (agent_id) DO UPDATE SET version = v.version + 1;
+                    END IF;
+                    IF TG_OP = 'DELETE'
+                        OR (TG_OP = 'UPDATE' AND OLD.agent_id IS DISTINCT FROM NEW.agent_id) THEN
+                        INSERT INTO "{s}".vector_versions AS v (agent_id, version)
+                            VALUES (OLD.agent_id, 1)
+                            ON CONFLICT (agent_id) DO UPDATE SET version = v.version + 1;
+                    END IF;
+                    RETURN NULL;
+                END
+                $fn$;
+                DO $do$
+                BEGIN
+                    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                                   WHERE tgname = 'memories_vector_version'
+                                     AND tgrelid = '"{s}".memories'::regclass) THEN
+                        CREATE TRIGGER memories_vector_version
+                            AFTER INSERT OR UPDATE OR DELETE ON "{s}".memories
+                            FOR EACH ROW EXECUTE FUNCTION "{s}".bump_vector_version();
+                    END IF;
+                END
+                $do$;
                 CREATE INDEX IF NOT EXISTS memories_tsv ON "{s}".memories USING GIN (tsv);
                 CREATE INDEX IF NOT EXISTS memories_agent_updated
                     ON "{s}".memories (agent_id, updated_at);
@@ -474,7 +577,8 @@ impl MemoryStore for PostgresStore {
                     v,
                 )
             });
-            self.vectors.update(&agent, seq, row);
+            self.own_write(&agent, || self.vectors.update(&agent, seq, row))
+                .await?;
             Ok(stored)
         })
     }
@@ -585,10 +689,9 @@ impl MemoryStore for PostgresStore {
                     &[Box::new(self.uuid(&agent)?), Box::new(key)],
                 )
                 .await?;
-            for r in &rows {
-                if let Ok(seq) = r.try_get::<_, i64>(0) {
-                    self.vectors.update(&agent, seq, None);
-                }
+            if let Some(seq) = rows.first().and_then(|r| r.try_get::<_, i64>(0).ok()) {
+                self.own_write(&agent, || self.vectors.update(&agent, seq, None))
+                    .await?;
             }
             Ok(!rows.is_empty())
         })
@@ -645,6 +748,7 @@ impl MemoryStore for PostgresStore {
             .map_err(|e| self.pg(e))?;
             tx.commit().await.map_err(|e| self.pg(e))?;
             self.vectors.forget_agent(&agent);
+            self.known().remove(&agent);
             Ok(n)
         })
     }
@@ -691,6 +795,7 @@ impl MemoryStore for PostgresStore {
             tx.commit().await.map_err(|e| self.pg(e))?;
             if changed {
                 self.vectors.clear();
+                self.known().clear();
             }
             Ok(changed)
         })

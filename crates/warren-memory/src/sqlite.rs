@@ -66,7 +66,92 @@ CREATE TRIGGER IF NOT EXISTS memories_au AFTER UPDATE OF key, content ON memorie
         VALUES ('delete', old.seq, old.key, old.content);
     INSERT INTO memories_fts(rowid, key, content) VALUES (new.seq, new.key, new.content);
 END;
+-- Per-agent write counter, bumped in the same transaction as every row change by any
+-- process (triggers), so a process's cached vectors can tell foreign writes (see
+-- `VectorSync`).
+CREATE TABLE IF NOT EXISTS vector_versions (
+    agent_id    TEXT PRIMARY KEY,
+    version     INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS memories_version_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO vector_versions (agent_id, version) VALUES (new.agent_id, 1)
+        ON CONFLICT(agent_id) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS memories_version_au AFTER UPDATE ON memories BEGIN
+    INSERT INTO vector_versions (agent_id, version) VALUES (new.agent_id, 1)
+        ON CONFLICT(agent_id) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS memories_version_au_moved AFTER UPDATE OF agent_id ON memories
+WHEN old.agent_id IS NOT new.agent_id BEGIN
+    INSERT INTO vector_versions (agent_id, version) VALUES (old.agent_id, 1)
+        ON CONFLICT(agent_id) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS memories_version_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO vector_versions (agent_id, version) VALUES (old.agent_id, 1)
+        ON CONFLICT(agent_id) DO UPDATE SET version = version + 1;
+END;
 "#;
+
+/// What the cached vectors of this process have seen of the file (MEM-2 hybrid recall across
+/// processes). `PRAGMA data_version` changes only when ANOTHER connection committed, so a
+/// recall pays one pragma when nothing foreign happened; otherwise each cached agent's
+/// `vector_versions` row is compared with the version its vectors were loaded at, and agents
+/// written elsewhere are reloaded.
+#[derive(Default)]
+struct VectorSync {
+    data_version: Option<i64>,
+    versions: HashMap<AgentId, i64>,
+}
+
+fn agent_version(conn: &Connection, path: &Path, agent: &AgentId) -> Result<i64, MemoryError> {
+    conn.prepare_cached("SELECT version FROM vector_versions WHERE agent_id = ?1")
+        .and_then(|mut s| s.query_row([&agent.0], |r| r.get(0)).optional())
+        .map(|v| v.unwrap_or(0))
+        .map_err(sql(path))
+}
+
+impl VectorSync {
+    /// Drops cached agents that another process wrote since they were loaded.
+    fn refresh(
+        &mut self,
+        conn: &Connection,
+        path: &Path,
+        index: &VectorIndex,
+    ) -> Result<(), MemoryError> {
+        let dv: i64 = conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(sql(path))?;
+        if self.data_version == Some(dv) {
+            return Ok(());
+        }
+        let cached: Vec<(AgentId, i64)> =
+            self.versions.iter().map(|(a, v)| (a.clone(), *v)).collect();
+        for (agent, known) in cached {
+            if agent_version(conn, path, &agent)? != known {
+                index.forget_agent(&agent);
+                self.versions.remove(&agent);
+            }
+        }
+        self.data_version = Some(dv);
+        Ok(())
+    }
+
+    /// After this process's own write to `agent` (inside its transaction, `new` read after the
+    /// write): the cache may apply the write itself only if nothing else happened in between.
+    fn own_write(&mut self, index: &VectorIndex, agent: &AgentId, new: i64, apply: impl FnOnce()) {
+        match self.versions.get(agent) {
+            Some(&known) if known + 1 == new => {
+                apply();
+                self.versions.insert(agent.clone(), new);
+            }
+            Some(_) => {
+                index.forget_agent(agent);
+                self.versions.remove(agent);
+            }
+            None => {}
+        }
+    }
+}
 
 /// Columns every entry query selects, in [`entry_from_row`] order; `t` is the memories row.
 const ENTRY_COLUMNS: &str = "t.id, (SELECT alias FROM agents WHERE id = t.agent_id), t.key, \
@@ -77,6 +162,7 @@ pub struct SqliteStore {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
     vectors: Arc<VectorIndex>,
+    sync: Arc<Mutex<VectorSync>>,
     vector_weight: f64,
 }
 
@@ -107,6 +193,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
             vectors: Arc::new(VectorIndex::default()),
+            sync: Arc::new(Mutex::new(VectorSync::default())),
             vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
         })
     }
@@ -385,12 +472,19 @@ fn load_vectors(
     conn: &Connection,
     path: &Path,
     index: &VectorIndex,
+    sync: &Mutex<VectorSync>,
     agents: &[AgentId],
 ) -> Result<(), MemoryError> {
+    let mut sync = sync.lock().unwrap_or_else(|p| p.into_inner());
+    sync.refresh(conn, path, index)?;
     for agent in agents {
         if index.has(agent) {
             continue;
         }
+        // The version first: a write landing between the two reads makes the version stale,
+        // so the next recall reloads (never the other way round).
+        let version = agent_version(conn, path, agent)?;
+        sync.versions.insert(agent.clone(), version);
         let mut stmt = conn
             .prepare_cached(
                 "SELECT seq, category, session, created_at, embedding FROM memories \
@@ -452,10 +546,14 @@ impl MemoryStore for SqliteStore {
 
     fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
         let vectors = Arc::clone(&self.vectors);
+        let vsync = Arc::clone(&self.sync);
         self.run(move |conn, path| {
             let at = micros(now());
             let blob = entry.embedding.as_deref().map(encode_vector);
-            let (seq, id): (i64, String) = conn
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql(path))?;
+            let (seq, id): (i64, String) = tx
                 .prepare_cached(
                     "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8) \
@@ -480,7 +578,7 @@ impl MemoryStore for SqliteStore {
                     )
                 })
                 .map_err(sql(path))?;
-            let stored = entries(conn, path, "WHERE t.seq = ?1", &[Value::Integer(seq)])?
+            let stored = entries(&tx, path, "WHERE t.seq = ?1", &[Value::Integer(seq)])?
                 .pop()
                 .ok_or_else(|| MemoryError::Corrupt {
                     location: path.display().to_string(),
@@ -494,7 +592,12 @@ impl MemoryStore for SqliteStore {
                     v,
                 )
             });
-            vectors.update(&agent, seq, row);
+            let version = agent_version(&tx, path, &agent)?;
+            tx.commit().map_err(sql(path))?;
+            let mut vsync = vsync.lock().unwrap_or_else(|p| p.into_inner());
+            vsync.own_write(&vectors, &agent, version, || {
+                vectors.update(&agent, seq, row)
+            });
             Ok(stored)
         })
     }
@@ -518,6 +621,7 @@ impl MemoryStore for SqliteStore {
         query_vector: Option<Vec<f32>>,
     ) -> MemFuture<'_, Vec<RecallHit>> {
         let vectors = Arc::clone(&self.vectors);
+        let vsync = Arc::clone(&self.sync);
         let weight = self.vector_weight;
         self.run(move |conn, path| {
             if scope.is_empty() {
@@ -535,7 +639,7 @@ impl MemoryStore for SqliteStore {
             let wide = query.limit.saturating_mul(2);
             let keyword = keyword_recall(conn, path, &agent, &scope, &query, wide)?;
             let ids: Vec<AgentId> = scope.iter().map(|r| r.agent.clone()).collect();
-            load_vectors(conn, path, &vectors, &ids)?;
+            load_vectors(conn, path, &vectors, &vsync, &ids)?;
             let nearest = vectors.nearest(&scope, &query, &qv, wide);
             let mut extra: HashMap<i64, MemoryEntry> = HashMap::new();
             for (seq, _) in &nearest {
@@ -577,8 +681,12 @@ impl MemoryStore for SqliteStore {
 
     fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
         let vectors = Arc::clone(&self.vectors);
+        let vsync = Arc::clone(&self.sync);
         self.run(move |conn, path| {
-            let seq: Option<i64> = conn
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql(path))?;
+            let seq: Option<i64> = tx
                 .query_row(
                     "DELETE FROM memories WHERE agent_id = ?1 AND key = ?2 RETURNING seq",
                     params![agent.0, key],
@@ -586,8 +694,13 @@ impl MemoryStore for SqliteStore {
                 )
                 .optional()
                 .map_err(sql(path))?;
+            let version = agent_version(&tx, path, &agent)?;
+            tx.commit().map_err(sql(path))?;
             if let Some(seq) = seq {
-                vectors.update(&agent, seq, None);
+                let mut vsync = vsync.lock().unwrap_or_else(|p| p.into_inner());
+                vsync.own_write(&vectors, &agent, version, || {
+                    vectors.update(&agent, seq, None)
+                });
             }
             Ok(seq.is_some())
         })
@@ -619,6 +732,7 @@ impl MemoryStore for SqliteStore {
 
     fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
         let vectors = Arc::clone(&self.vectors);
+        let vsync = Arc::clone(&self.sync);
         self.run(move |conn, path| {
             let tx = conn.transaction().map_err(sql(path))?;
             let n = tx
@@ -628,12 +742,18 @@ impl MemoryStore for SqliteStore {
                 .map_err(sql(path))?;
             tx.commit().map_err(sql(path))?;
             vectors.forget_agent(&agent);
+            vsync
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .versions
+                .remove(&agent);
             Ok(n as u64)
         })
     }
 
     fn set_embedder_identity(&self, identity: String) -> MemFuture<'_, bool> {
         let vectors = Arc::clone(&self.vectors);
+        let vsync = Arc::clone(&self.sync);
         self.run(move |conn, path| {
             let tx = conn.transaction().map_err(sql(path))?;
             let old: Option<String> = tx
@@ -659,6 +779,11 @@ impl MemoryStore for SqliteStore {
             tx.commit().map_err(sql(path))?;
             if changed {
                 vectors.clear();
+                vsync
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .versions
+                    .clear();
                 tracing::warn!(path = %path.display(), embedder = %identity, "embedder changed: stored vectors dropped; recall uses keywords for older rows");
             }
             Ok(changed)

@@ -2,9 +2,10 @@
 //! generation's `[channels]` through the one factory in `warren_store::sessions`, dropped when
 //! the reload loop turns.
 //!
-//! Construction errors follow the process-level policy: the daemon keeps the default, `Stop`,
-//! so a chat-session error stops the chat-session subsystem of this generation (loudly, with
-//! the files at fault) while the daemon keeps running; the next reload tries again.
+//! Construction errors follow `[channels] session_store_on_error`, the one policy every entry
+//! point shares: `stop` (default) stops the chat-session subsystem of this generation (loudly,
+//! with the files at fault) while the daemon keeps running, and the next reload tries again;
+//! `ephemeral` runs the generation with in-memory sessions and a loud error.
 
 use warren_config::InstallRoot;
 use warren_config::schema::ChannelsConfig;

@@ -24,6 +24,9 @@ pub const MIGRATE_AFTER_STAGED_REMOVE: &str = "sessions-migrate-after-staged-rem
 
 /// Every crash point of one SQLite append (SESS-1).
 pub const APPEND: [&str; 2] = [APPEND_BEFORE_COMMIT, APPEND_AFTER_COMMIT];
+/// Inside a group-commit transaction, after each append's savepoint, before `COMMIT`
+/// (arm with `<name>=N*off->return` to crash in the middle of a batch).
+pub const APPEND_IN_BATCH: &str = "sessions-append-in-batch";
 pub const APPEND_BEFORE_COMMIT: &str = "sessions-append-before-commit";
 pub const APPEND_AFTER_COMMIT: &str = "sessions-append-after-commit";
 

@@ -241,15 +241,81 @@ fn jsonl_torn_last_line_is_reported_and_the_next_append_starts_clean_sess1() -> 
 }
 
 #[test]
-fn jsonl_cannot_store_names_and_says_so() -> R {
+fn jsonl_keeps_name_state_agent_and_channel_in_an_atomic_sidecar_sess1() -> R {
+    let (_d, root) = root();
+    let b = JsonlBackend::open(&root, SessionDurability::Turn)?;
+    let k = key("tg_1");
+    let init = SessionInit {
+        agent: Some(alias("ops")),
+        channel: Some("telegram.ops".into()),
+        name: None,
+    };
+    let meta = b.ensure(&k, &init)?;
+    assert_eq!(
+        (meta.agent.clone(), meta.channel.clone()),
+        (Some(alias("ops")), Some("telegram.ops".into()))
+    );
+    b.append(&k, &NewMessage::new(Role::User, "hi"))?;
+    b.set_name(&k, Some("Standup"))?;
+    b.set_state(&k, SessionState::Running)?;
+    b.set_agent(&k, Some(&alias("research")))?;
+    let meta = b.meta(&k)?.unwrap();
+    assert_eq!(meta.name.as_deref(), Some("Standup"));
+    assert_eq!(meta.state, SessionState::Running);
+    assert_eq!(meta.agent, Some(alias("research")));
+    assert_eq!(meta.channel.as_deref(), Some("telegram.ops"));
+    assert_eq!(meta.message_count, 1);
+    assert!(matches!(
+        b.set_name(&key("nope"), Some("x")),
+        Err(SessionError::NotFound { .. })
+    ));
+    // The sidecar is the only extra file (no temp left behind); the messages file is intact.
+    let mut names: Vec<String> = fs::read_dir(root.sessions_dir())?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tg_1") || n.ends_with(".tmp"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["tg_1.jsonl", "tg_1.meta.json"]);
+    // Survives a reopen; list shows it too.
+    drop(b);
+    let b = JsonlBackend::open(&root, SessionDurability::Turn)?;
+    assert_eq!(b.meta(&k)?.unwrap().name.as_deref(), Some("Standup"));
+    assert_eq!(b.list()?[0].state, SessionState::Running);
+    // Rename carries the metadata; delete removes it.
+    b.rename(&k, &key("tg_2"))?;
+    let moved = b.meta(&key("tg_2"))?.unwrap();
+    assert_eq!(
+        (moved.name.as_deref(), moved.state),
+        (Some("Standup"), SessionState::Running)
+    );
+    assert!(!root.sessions_dir().join("tg_1.meta.json").exists());
+    assert!(b.delete(&key("tg_2"))?);
+    assert!(!root.sessions_dir().join("tg_2.meta.json").exists());
+    // A fresh session of the same key starts without the old metadata.
+    b.append(&key("tg_2"), &NewMessage::new(Role::User, "again"))?;
+    let fresh = b.meta(&key("tg_2"))?.unwrap();
+    assert_eq!((fresh.name, fresh.state), (None, SessionState::Idle));
+    Ok(())
+}
+
+#[test]
+fn a_corrupt_jsonl_sidecar_is_an_error_naming_the_file() -> R {
     let (_d, root) = root();
     let b = JsonlBackend::open(&root, SessionDurability::Turn)?;
     b.append(&key("k"), &NewMessage::new(Role::User, "x"))?;
-    let err = b.set_name(&key("k"), Some("n")).unwrap_err();
+    fs::write(
+        root.sessions_dir().join("k.meta.json"),
+        "{\"state\": \"dancing\"}",
+    )?;
+    let err = b.meta(&key("k")).unwrap_err().to_string();
     assert!(
-        err.to_string().contains("jsonl session backend cannot"),
+        err.contains("k.meta.json") && err.contains("dancing"),
         "{err}"
     );
+    fs::write(root.sessions_dir().join("k.meta.json"), "{not json")?;
+    let err = b.set_name(&key("k"), Some("n")).unwrap_err().to_string();
+    assert!(err.contains("k.meta.json"), "{err}");
     Ok(())
 }
 

@@ -365,3 +365,48 @@ fn the_factory_imports_on_construction_and_fails_closed_on_conflicts_mig1_mig7()
     assert!(err.to_string().contains("k.jsonl.importing"), "{err}");
     Ok(())
 }
+
+#[test]
+fn jsonl_metadata_moves_into_the_session_row_mig1() -> R {
+    let f = Fixture::new();
+    {
+        let jsonl = JsonlBackend::open(&f.root, SessionDurability::Turn)?;
+        jsonl.append(&key("chat"), &NewMessage::new(Role::User, "hello"))?;
+        jsonl.ensure(
+            &key("chat"),
+            &warren_store::sessions::SessionInit {
+                agent: None,
+                channel: Some("telegram.ops".into()),
+                name: None,
+            },
+        )?;
+        jsonl.set_name(&key("chat"), Some("Standup"))?;
+        jsonl.set_state(&key("chat"), warren_store::sessions::SessionState::Error)?;
+        jsonl.set_agent(&key("chat"), Some(&warren_core::AgentAlias::new("ops")?))?;
+    }
+    let b = f.backend();
+    let report = migrate::import(&b, &mut |_| {})?;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let meta = b.meta(&key("chat"))?.unwrap();
+    assert_eq!(meta.name.as_deref(), Some("Standup"));
+    assert_eq!(meta.channel.as_deref(), Some("telegram.ops"));
+    assert_eq!(meta.state, warren_store::sessions::SessionState::Error);
+    assert_eq!(meta.agent.as_ref().map(|a| a.as_str()), Some("ops"));
+    assert_eq!(contents(&b, "chat"), ["hello"]);
+    Ok(())
+}
+
+#[test]
+fn a_corrupt_sidecar_fails_the_import_safely_with_the_source_back_in_place() -> R {
+    let f = Fixture::new();
+    f.write("k.jsonl", &line("user", "x", None));
+    f.write("k.meta.json", "{broken");
+    let b = f.backend();
+    let report = migrate::import(&b, &mut |_| {})?;
+    assert_eq!(report.errors.len(), 1);
+    let e = report.errors[0].to_string();
+    assert!(e.contains("k.meta.json"), "{e}");
+    assert_eq!(f.names(), ["k.jsonl"]);
+    assert!(b.meta(&key("k"))?.is_none());
+    Ok(())
+}

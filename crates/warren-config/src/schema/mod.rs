@@ -20,7 +20,8 @@ pub use agents::{
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig, LogConfig,
     LogPersistence, MemoryConfig, ModelRate, PostgresConfig, ProviderConfig, ProviderKind,
-    RuntimeConfig, RuntimeKind, SessionBackendKind, SessionDurability, SopConfig,
+    RuntimeConfig, RuntimeKind, SessionBackendKind, SessionDurability, SessionStoreOnError,
+    SopConfig,
 };
 
 use crate::secrets::Secret;

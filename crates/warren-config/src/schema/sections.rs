@@ -151,6 +151,20 @@ impl Default for PostgresConfig {
 pub struct ChannelsConfig {
     pub session_backend: SessionBackendKind,
     pub session_durability: SessionDurability,
+    /// What every entry point does when the session store cannot be built (MIG-7).
+    pub session_store_on_error: SessionStoreOnError,
+}
+
+/// `[channels] session_store_on_error` (MIG-7 [decision]): one policy for the daemon, `warren
+/// agent` and `warren sessions`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStoreOnError {
+    /// Fail closed: the entry point reports the error and stops its session subsystem.
+    #[default]
+    Stop,
+    /// Run with in-memory sessions (nothing persisted) and a loud warning.
+    Ephemeral,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,43 +1,20 @@
 //! The one factory for chat/code session backends (SESS-1, MIG-1, MIG-6, MIG-7 [decision]).
 //!
-//! Every entry point (daemon, gateway, CLI, tools) opens sessions through
+//! Every entry point (daemon, `warren agent`, `warren sessions`, tools) opens sessions through
 //! [`open_chat_sessions`], so they all share one backend choice, one migration and one answer
-//! to "what if the backend cannot be built": the process-level [`ConstructionPolicy`], set once
-//! at process start. `Stop` (the default) returns the error and the caller stops its
-//! subsystem; `RunWithoutPersistence` logs a loud error and hands out an in-memory backend
-//! flagged as disabled. (The reference implementation let each subsystem choose, and some
-//! ignored the error silently.)
+//! to "what if the backend cannot be built": the process-level policy in config,
+//! `[channels] session_store_on_error`. `stop` (the default) returns the error and the caller
+//! stops its session subsystem; `ephemeral` logs a loud error and hands out an in-memory
+//! backend flagged as disabled. (The reference implementation let each subsystem choose, and
+//! some ignored the error silently.)
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use warren_config::InstallRoot;
-use warren_config::schema::{ChannelsConfig, SessionBackendKind};
+use warren_config::schema::{ChannelsConfig, SessionBackendKind, SessionStoreOnError};
 
 use super::migrate::{self, MigrateError, MigrationReport};
 use super::{JsonlBackend, MemoryBackend, SessionBackend, SessionError, SqliteBackend};
-
-/// What a session-backend construction error does, for the whole process.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ConstructionPolicy {
-    /// Return the error; the entry point stops its subsystem (fail closed).
-    #[default]
-    Stop,
-    /// Log loudly and run with an in-memory backend: nothing is persisted.
-    RunWithoutPersistence,
-}
-
-static POLICY: OnceLock<ConstructionPolicy> = OnceLock::new();
-
-/// Sets the process-level policy, once (at process start). Returns the policy in force: if one
-/// was set already, that one stays.
-pub fn set_construction_policy(policy: ConstructionPolicy) -> ConstructionPolicy {
-    *POLICY.get_or_init(|| policy)
-}
-
-/// The policy in force (`Stop` unless set).
-pub fn construction_policy() -> ConstructionPolicy {
-    POLICY.get().copied().unwrap_or_default()
-}
 
 /// Why the configured backend could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +39,7 @@ fn first_line(errors: &[MigrateError]) -> String {
 #[derive(Debug, Clone)]
 pub enum ChatSessions {
     Durable(Arc<dyn SessionBackend>),
-    /// Persistence is off (policy `RunWithoutPersistence`); `reason` says why.
+    /// Persistence is off (`session_store_on_error = "ephemeral"`); `reason` says why.
     Disabled {
         backend: Arc<dyn SessionBackend>,
         reason: String,
@@ -82,19 +59,20 @@ impl ChatSessions {
 }
 
 /// Opens the backend `[channels]` selects; for SQLite, imports legacy JSONL first (MIG-1).
-/// Construction errors go through the process-level policy.
+/// Construction errors go through `[channels] session_store_on_error`.
 pub fn open_chat_sessions(
     root: &InstallRoot,
     channels: &ChannelsConfig,
 ) -> Result<ChatSessions, OpenError> {
     match open_durable(root, channels) {
         Ok(backend) => Ok(ChatSessions::Durable(backend)),
-        Err(e) => match construction_policy() {
-            ConstructionPolicy::Stop => Err(e),
-            ConstructionPolicy::RunWithoutPersistence => {
+        Err(e) => match channels.session_store_on_error {
+            SessionStoreOnError::Stop => Err(e),
+            SessionStoreOnError::Ephemeral => {
                 tracing::error!(
-                    "SESSION PERSISTENCE IS OFF: {e}. Conversations will be lost when this process \
-                     stops; fix the problem and restart"
+                    "SESSION PERSISTENCE IS OFF ([channels] session_store_on_error = \"ephemeral\"): \
+                     {e}. Conversations will be lost when this process stops; fix the problem and \
+                     restart"
                 );
                 Ok(ChatSessions::Disabled {
                     backend: Arc::new(MemoryBackend::new()),

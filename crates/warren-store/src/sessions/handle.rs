@@ -35,11 +35,18 @@ impl SessionHandle {
             .map_err(|e| SessionError::Task(e.to_string()))?
     }
 
+    /// Appends one message; resolves once it is committed. On SQLite the append joins the
+    /// group commit without holding a thread while it waits.
     pub async fn append(
         &self,
         key: SessionKey,
         message: NewMessage,
     ) -> Result<StoredMessage, SessionError> {
+        if let Some(queued) = self.backend.queue_append(&key, &message) {
+            return queued?.await.map_err(|_| {
+                SessionError::Task("the session writer stopped before answering".into())
+            })?;
+        }
         self.run(move |b| b.append(&key, &message)).await
     }
 

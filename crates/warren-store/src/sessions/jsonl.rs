@@ -8,8 +8,9 @@
 //! A torn last line (a writer killed mid-append) is skipped and reported in
 //! [`History::issues`]; the next append starts on a fresh line so it never glues onto the torn
 //! one. With `session_durability = "turn"` each append is fsynced before it returns.
-//! A message's `seq` is its line's byte offset + 1. Names, states and channels are not stored
-//! by this backend (those setters return [`SessionError::Unsupported`]).
+//! A message's `seq` is its line's byte offset + 1. Name, state, channel and agent attribution
+//! live in the sidecar `<key>.meta.json`, replaced atomically under the same lock (see
+//! `jsonl_meta`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -23,6 +24,7 @@ use warren_config::schema::SessionDurability;
 use warren_core::{AgentAlias, SessionKey};
 
 use super::jsonl_format::{self, Parsed};
+use super::jsonl_meta::{self, Sidecar};
 use super::lock::{self, DirGuard, DirLock};
 use super::{
     History, NewMessage, Page, SearchHit, SessionBackend, SessionError, SessionInit, SessionMeta,
@@ -98,17 +100,27 @@ impl JsonlBackend {
         Ok(Some((parsed, meta)))
     }
 
-    fn meta_of(&self, key: SessionKey, parsed: &Parsed, fs_meta: &fs::Metadata) -> SessionMeta {
+    fn meta_of(
+        &self,
+        key: SessionKey,
+        parsed: &Parsed,
+        fs_meta: &fs::Metadata,
+    ) -> Result<SessionMeta, SessionError> {
         let mtime = fs_meta
             .modified()
             .map(OffsetDateTime::from)
             .unwrap_or_else(|_| timefmt::now());
-        SessionMeta {
+        let side_path = jsonl_meta::sidecar_path(&self.file(&key));
+        let side = jsonl_meta::read(&side_path)?.unwrap_or_default();
+        Ok(SessionMeta {
+            name: side.name.clone(),
+            agent: match side.agent(&side_path)? {
+                Some(a) => Some(a),
+                None => parsed.messages.iter().find_map(|m| m.agent.clone()),
+            },
+            channel: side.channel.clone(),
+            state: side.state(&side_path)?,
             key,
-            name: None,
-            agent: parsed.messages.iter().find_map(|m| m.agent.clone()),
-            channel: None,
-            state: SessionState::Idle,
             created_at: parsed
                 .messages
                 .first()
@@ -116,7 +128,28 @@ impl JsonlBackend {
                 .unwrap_or(mtime),
             updated_at: mtime,
             message_count: parsed.messages.len() as u64,
+        })
+    }
+
+    /// Changes the sidecar of an existing session under the directory lock.
+    fn update_meta(
+        &self,
+        key: &SessionKey,
+        change: impl FnOnce(&mut Sidecar),
+    ) -> Result<(), SessionError> {
+        let live = self.file(key);
+        let _guard = self.mutation()?;
+        if !live.exists() {
+            return Err(SessionError::NotFound { key: key.clone() });
         }
+        let path = jsonl_meta::sidecar_path(&live);
+        let mut side = jsonl_meta::read(&path)?.unwrap_or_default();
+        let before = side.clone();
+        change(&mut side);
+        if side == before {
+            return Ok(());
+        }
+        jsonl_meta::write(&path, &side)
     }
 
     fn keys(&self) -> Result<Vec<SessionKey>, SessionError> {
@@ -147,30 +180,40 @@ fn stored(m: NewMessage, offset: u64) -> StoredMessage {
     }
 }
 
-fn unsupported(op: &'static str) -> SessionError {
-    SessionError::Unsupported {
-        backend: "jsonl",
-        op,
-    }
-}
-
 impl SessionBackend for JsonlBackend {
     fn kind(&self) -> &'static str {
         "jsonl"
     }
 
-    fn ensure(&self, key: &SessionKey, _init: &SessionInit) -> Result<SessionMeta, SessionError> {
+    fn ensure(&self, key: &SessionKey, init: &SessionInit) -> Result<SessionMeta, SessionError> {
         let path = self.file(key);
-        if !path.exists() {
+        let wants_meta = init.agent.is_some() || init.channel.is_some() || init.name.is_some();
+        if !path.exists() || wants_meta {
             let _guard = self.mutation()?;
-            OpenOptions::new()
-                .append(true)
-                .create(true)
-                .mode(0o600)
-                .open(&path)
-                .and_then(|f| f.sync_all())
-                .and_then(|()| sync_dir(&self.dir))
-                .map_err(SessionError::io(&path, "create a session"))?;
+            if !path.exists() {
+                OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .and_then(|f| f.sync_all())
+                    .and_then(|()| sync_dir(&self.dir))
+                    .map_err(SessionError::io(&path, "create a session"))?;
+            }
+            if wants_meta {
+                // Like the SQLite backend: fill in what is not set yet, never overwrite.
+                let side_path = jsonl_meta::sidecar_path(&path);
+                let mut side = jsonl_meta::read(&side_path)?.unwrap_or_default();
+                let before = side.clone();
+                side.agent = side
+                    .agent
+                    .or_else(|| init.agent.as_ref().map(|a| a.as_str().to_string()));
+                side.channel = side.channel.or_else(|| init.channel.clone());
+                side.name = side.name.or_else(|| init.name.clone());
+                if side != before {
+                    jsonl_meta::write(&side_path, &side)?;
+                }
+            }
         }
         self.meta(key)?
             .ok_or_else(|| SessionError::NotFound { key: key.clone() })
@@ -254,7 +297,7 @@ impl SessionBackend for JsonlBackend {
         let mut out = Vec::new();
         for key in self.keys()? {
             if let Some((parsed, meta)) = self.read(&self.file(&key))? {
-                out.push(self.meta_of(key, &parsed, &meta));
+                out.push(self.meta_of(key, &parsed, &meta)?);
             }
         }
         out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.key.cmp(&b.key)));
@@ -262,9 +305,9 @@ impl SessionBackend for JsonlBackend {
     }
 
     fn meta(&self, key: &SessionKey) -> Result<Option<SessionMeta>, SessionError> {
-        Ok(self
-            .read(&self.file(key))?
-            .map(|(parsed, meta)| self.meta_of(key.clone(), &parsed, &meta)))
+        self.read(&self.file(key))?
+            .map(|(parsed, meta)| self.meta_of(key.clone(), &parsed, &meta))
+            .transpose()
     }
 
     fn rename(&self, from: &SessionKey, to: &SessionKey) -> Result<(), SessionError> {
@@ -281,6 +324,19 @@ impl SessionBackend for JsonlBackend {
             }
             Err(e) => return Err(SessionError::io(&src, "rename a session")(e)),
         }
+        // The metadata moves with the messages (a stale sidecar at the new name, left by no
+        // live session, is replaced).
+        let (src_meta, dst_meta) = (
+            jsonl_meta::sidecar_path(&src),
+            jsonl_meta::sidecar_path(&dst),
+        );
+        match fs::rename(&src_meta, &dst_meta) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let _ = fs::remove_file(&dst_meta);
+            }
+            Err(e) => return Err(SessionError::io(&src_meta, "rename session metadata")(e)),
+        }
         fs::remove_file(&src)
             .and_then(|()| sync_dir(&self.dir))
             .map_err(SessionError::io(&src, "rename a session"))
@@ -289,6 +345,16 @@ impl SessionBackend for JsonlBackend {
     fn delete(&self, key: &SessionKey) -> Result<bool, SessionError> {
         let path = self.file(key);
         let _guard = self.mutation()?;
+        // The sidecar first: a crash in between leaves a session without metadata, never
+        // metadata that a later session of the same key would inherit.
+        let side = jsonl_meta::sidecar_path(&path);
+        if path.exists() {
+            match fs::remove_file(&side) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SessionError::io(&side, "delete session metadata")(e)),
+            }
+        }
         match fs::remove_file(&path) {
             Ok(()) => {
                 sync_dir(&self.dir).map_err(SessionError::io(&self.dir, "sync after delete"))?;
@@ -314,22 +380,23 @@ impl SessionBackend for JsonlBackend {
         Ok(parsed.messages.len() as u64)
     }
 
-    fn set_name(&self, _key: &SessionKey, _name: Option<&str>) -> Result<(), SessionError> {
-        Err(unsupported("store session names (use the sqlite backend)"))
+    fn set_name(&self, key: &SessionKey, name: Option<&str>) -> Result<(), SessionError> {
+        let name = name
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string);
+        self.update_meta(key, |s| s.name = name)
     }
 
-    fn set_state(&self, _key: &SessionKey, _state: SessionState) -> Result<(), SessionError> {
-        Err(unsupported("store session states (use the sqlite backend)"))
+    fn set_state(&self, key: &SessionKey, state: SessionState) -> Result<(), SessionError> {
+        // `idle` is the default and is stored as absent.
+        let state = (state != SessionState::Idle).then(|| state.as_str().to_string());
+        self.update_meta(key, |s| s.state = state)
     }
 
-    fn set_agent(
-        &self,
-        _key: &SessionKey,
-        _agent: Option<&AgentAlias>,
-    ) -> Result<(), SessionError> {
-        Err(unsupported(
-            "store session attribution (use the sqlite backend)",
-        ))
+    fn set_agent(&self, key: &SessionKey, agent: Option<&AgentAlias>) -> Result<(), SessionError> {
+        let agent = agent.map(|a| a.as_str().to_string());
+        self.update_meta(key, |s| s.agent = agent)
     }
 
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {

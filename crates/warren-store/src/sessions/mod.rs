@@ -5,9 +5,11 @@
 
 mod error;
 mod factory;
+mod group;
 mod handle;
 pub mod jsonl;
 mod jsonl_format;
+mod jsonl_meta;
 mod lock;
 mod memory;
 pub mod migrate;
@@ -21,13 +23,12 @@ use time::OffsetDateTime;
 use warren_core::{AgentAlias, Role, SessionKey};
 
 pub use error::SessionError;
-pub use factory::{
-    ChatSessions, ConstructionPolicy, OpenError, construction_policy, open_chat_sessions,
-    set_construction_policy,
-};
+pub use factory::{ChatSessions, OpenError, open_chat_sessions};
 pub use handle::SessionHandle;
+
 pub use jsonl::JsonlBackend;
 pub use jsonl_format::{LineIssue, LineIssueKind};
+pub use jsonl_meta::META_SUFFIX;
 pub use memory::MemoryBackend;
 pub use queue::{QueueError, SessionActorQueue, TurnGuard};
 pub use sqlite::SqliteBackend;
@@ -67,6 +68,9 @@ impl NewMessage {
         self
     }
 }
+
+/// The answer to a queued append ([`SessionBackend::queue_append`]).
+pub type AppendReceiver = tokio::sync::oneshot::Receiver<Result<StoredMessage, SessionError>>;
 
 /// A message as stored. `seq` orders messages within a session (ascending).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -180,6 +184,17 @@ pub trait SessionBackend: Send + Sync + fmt::Debug {
     /// metadata change together or not at all.
     fn append(&self, key: &SessionKey, message: &NewMessage)
     -> Result<StoredMessage, SessionError>;
+
+    /// Queues an append without blocking, for backends that group-commit appends (SQLite):
+    /// the receiver yields the result once the append's batch committed. `None` means the
+    /// backend has no queue; call [`SessionBackend::append`] on a blocking thread instead.
+    fn queue_append(
+        &self,
+        _key: &SessionKey,
+        _message: &NewMessage,
+    ) -> Option<Result<AppendReceiver, SessionError>> {
+        None
+    }
 
     /// Loads a page of history, oldest first. A missing session is empty.
     fn load(&self, key: &SessionKey, page: Page) -> Result<History, SessionError>;

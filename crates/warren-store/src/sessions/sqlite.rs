@@ -11,7 +11,7 @@
 //! (`spawn_blocking`), never from an async worker.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use time::OffsetDateTime;
@@ -20,6 +20,9 @@ use warren_config::failpoint::crash_point;
 use warren_config::schema::SessionDurability;
 use warren_core::{AgentAlias, Role, SessionKey};
 
+use super::group::{
+    AppendResult, Checkpointer, Reply, Request, SharedCheckpointer, SharedConn, Writer,
+};
 use super::lock::ensure_dir;
 use super::{
     History, NewMessage, Page, SearchHit, SessionBackend, SessionError, SessionInit, SessionMeta,
@@ -90,7 +93,10 @@ pub struct SqliteBackend {
     root: InstallRoot,
     path: PathBuf,
     sync: Sync,
-    conn: Mutex<Connection>,
+    conn: SharedConn,
+    /// The group-commit writer thread of appends (declared after `conn`; it holds a clone).
+    writer: Writer,
+    checkpointer: SharedCheckpointer,
 }
 
 impl SqliteBackend {
@@ -106,11 +112,38 @@ impl SqliteBackend {
             sqlite_util::open_wal(&path, sync).map_err(SessionError::sqlite(&path, "open"))?;
         conn.execute_batch(SCHEMA)
             .map_err(SessionError::sqlite(&path, "create the schema"))?;
+        // Checkpoints run on their own thread and connection (see `Checkpointer`); if that
+        // cannot start, SQLite's automatic checkpoint stays on.
+        let checkpointer = sqlite_util::open_wal(&path, sync)
+            .ok()
+            .and_then(|c| Checkpointer::start(c).ok());
+        if checkpointer.is_some() {
+            conn.execute_batch(
+                "PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;",
+            )
+            .map_err(SessionError::sqlite(&path, "configure checkpoints"))?;
+        }
+        let conn = Arc::new(Mutex::new(conn));
+        let checkpointer: SharedCheckpointer = Arc::new(Mutex::new(checkpointer));
+        let writer = {
+            let (conn, db, ckpt) = (Arc::clone(&conn), path.clone(), Arc::clone(&checkpointer));
+            Writer::start(move |batch| {
+                let results = {
+                    let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+                    commit_batch(&mut conn, &db, batch)
+                };
+                committed(&ckpt, batch.len());
+                results
+            })
+            .map_err(SessionError::io(&path, "start the session writer thread"))?
+        };
         Ok(Self {
             root: root.clone(),
             path,
             sync,
-            conn: Mutex::new(conn),
+            conn,
+            writer,
+            checkpointer,
         })
     }
 
@@ -125,6 +158,16 @@ impl SqliteBackend {
     /// The commit sync chosen by `session_durability`.
     pub(crate) fn runtime_sync(&self) -> Sync {
         self.sync
+    }
+
+    /// Queues one append for group commit without blocking; the receiver yields its result
+    /// once its batch committed (async callers: `SessionHandle::append`).
+    pub fn append_queued(
+        &self,
+        key: SessionKey,
+        message: NewMessage,
+    ) -> Result<tokio::sync::oneshot::Receiver<AppendResult>, SessionError> {
+        self.writer.submit_async(key, message)
     }
 
     pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -165,6 +208,35 @@ impl SqliteBackend {
         )
         .map_err(self.err("index new messages for search"))?;
         tx.commit().map_err(self.err("commit the search index"))
+    }
+
+    /// Appends several messages through group commit and returns one result per message, in
+    /// order. Each append is atomic on its own (message + session row, under its own
+    /// SAVEPOINT); the call returns after the transaction(s) holding them committed. Appends
+    /// of concurrent callers share transactions with these (SESS-1 group commit).
+    pub fn append_many(
+        &self,
+        items: impl IntoIterator<Item = (SessionKey, NewMessage)>,
+    ) -> Vec<AppendResult> {
+        // An idle writer thread and a free connection: commit on this thread (no hand-off to
+        // the writer and back, which a lone writer would pay on every append).
+        if self.writer.idle()
+            && let Ok(mut conn) = self.conn.try_lock()
+        {
+            let mut batch: Vec<Request> = items
+                .into_iter()
+                .map(|(key, message)| Request {
+                    key,
+                    message,
+                    reply: Reply::Direct,
+                })
+                .collect();
+            let results = commit_batch(&mut conn, &self.path, &mut batch);
+            drop(conn);
+            committed(&self.checkpointer, batch.len());
+            return results;
+        }
+        self.writer.submit_blocking(items)
     }
 
     fn update_one(
@@ -260,6 +332,145 @@ fn decode_message(path: &Path, raw: RawMessage) -> Result<StoredMessage, Session
     })
 }
 
+/// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append.
+/// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append (SESS-1
+/// group commit); one result per request, in order. Runs on the writer thread.
+fn commit_batch(conn: &mut Connection, path: &Path, batch: &mut [Request]) -> Vec<AppendResult> {
+    let err = |op: &'static str, e: rusqlite::Error| SessionError::Sqlite {
+        path: path.to_path_buf(),
+        op,
+        source: e,
+    };
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            return batch
+                .iter()
+                .map(|_| Err(err("begin an append", dup_error(&e))))
+                .collect();
+        }
+    };
+    let mut done: Vec<AppendResult> = Vec::with_capacity(batch.len());
+    let mut aborted: Option<rusqlite::Error> = None;
+    for req in batch.iter_mut() {
+        if let Some(e) = &aborted {
+            done.push(Err(err("append a message", dup_error(e))));
+            continue;
+        }
+        let created_at = req.message.created_at.unwrap_or_else(timefmt::now);
+        let stamp = timefmt::format(created_at);
+        let result = (|| -> rusqlite::Result<i64> {
+            tx.prepare_cached("SAVEPOINT warren_append")?.execute([])?;
+            match insert_message(&tx, &req.key, &req.message, &stamp) {
+                Ok(id) => {
+                    tx.prepare_cached("RELEASE warren_append")?.execute([])?;
+                    Ok(id)
+                }
+                Err(e) => {
+                    // Only this append is undone; the batch goes on (unless SQLite rolled the
+                    // whole transaction back, checked below).
+                    if !tx.is_autocommit() {
+                        tx.execute_batch("ROLLBACK TO warren_append; RELEASE warren_append;")?;
+                    }
+                    Err(e)
+                }
+            }
+        })();
+        match result {
+            Ok(id) => done.push(Ok(StoredMessage {
+                seq: u64::try_from(id).unwrap_or(0),
+                role: req.message.role,
+                agent: req.message.agent.take(),
+                content: std::mem::take(&mut req.message.content),
+                created_at: timefmt::parse(&stamp).unwrap_or(created_at),
+            })),
+            Err(e) => {
+                if tx.is_autocommit() {
+                    // SQLite rolled back the whole transaction (disk full, I/O error, ...):
+                    // nothing of this batch is written.
+                    aborted = Some(dup_error(&e));
+                }
+                done.push(Err(err("append a message", e)));
+            }
+        }
+        crash_point(failpoints::APPEND_IN_BATCH);
+    }
+    if let Some(e) = aborted {
+        return fail_all(done, || err("append a message", dup_error(&e)));
+    }
+    crash_point(failpoints::APPEND_BEFORE_COMMIT);
+    if let Err(e) = tx.commit() {
+        return fail_all(done, || err("commit an append", dup_error(&e)));
+    }
+    crash_point(failpoints::APPEND_AFTER_COMMIT);
+    done
+}
+
+/// Tells the background checkpointer (if any) how many appends a batch committed.
+fn committed(checkpointer: &SharedCheckpointer, appends: usize) {
+    if let Some(c) = checkpointer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+    {
+        c.committed(appends);
+    }
+}
+
+/// The message row and the session row's new count and activity time (SESS-1).
+fn insert_message(
+    conn: &Connection,
+    key: &SessionKey,
+    message: &NewMessage,
+    stamp: &str,
+) -> rusqlite::Result<i64> {
+    let agent = message.agent.as_ref().map(AgentAlias::as_str);
+    conn.prepare_cached(
+        "INSERT INTO sessions (key, agent, created_at, updated_at, message_count)
+         VALUES (?1, ?2, ?3, ?3, 1)
+         ON CONFLICT(key) DO UPDATE SET
+            message_count = sessions.message_count + 1,
+            updated_at = MAX(sessions.updated_at, excluded.updated_at),
+            agent = COALESCE(sessions.agent, excluded.agent)",
+    )?
+    .execute(params![key.as_str(), agent, stamp])?;
+    conn.prepare_cached(
+        "INSERT INTO messages (session_key, role, content, agent, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        key.as_str(),
+        message.role.as_str(),
+        message.content,
+        agent,
+        stamp
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The batch did not commit: every append in it fails (those that had failed keep their error).
+fn fail_all(done: Vec<AppendResult>, err: impl Fn() -> SessionError) -> Vec<AppendResult> {
+    done.into_iter()
+        .map(|r| match r {
+            Ok(_) => Err(err()),
+            Err(e) => Err(e),
+        })
+        .collect()
+}
+
+/// A copy of a SQLite error for each append of a failed batch (`rusqlite::Error` is not Clone).
+fn dup_error(e: &rusqlite::Error) -> rusqlite::Error {
+    match e {
+        rusqlite::Error::SqliteFailure(code, msg) => {
+            rusqlite::Error::SqliteFailure(*code, msg.clone())
+        }
+        other => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(other.to_string()),
+        ),
+    }
+}
+
 /// FTS5 query for "every word, literally": each whitespace-separated word becomes a quoted
 /// string (`"` doubled inside), joined by AND.
 pub(crate) fn fts_query(text: &str) -> Option<String> {
@@ -305,47 +516,17 @@ impl SessionBackend for SqliteBackend {
         key: &SessionKey,
         message: &NewMessage,
     ) -> Result<StoredMessage, SessionError> {
-        let mut conn = self.conn();
-        let created_at = message.created_at.unwrap_or_else(timefmt::now);
-        let stamp = timefmt::format(created_at);
-        let agent = message.agent.as_ref().map(AgentAlias::as_str);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(self.err("begin an append"))?;
-        let id = (|| {
-            tx.prepare_cached(
-                "INSERT INTO sessions (key, agent, created_at, updated_at, message_count)
-                 VALUES (?1, ?2, ?3, ?3, 1)
-                 ON CONFLICT(key) DO UPDATE SET
-                    message_count = sessions.message_count + 1,
-                    updated_at = MAX(sessions.updated_at, excluded.updated_at),
-                    agent = COALESCE(sessions.agent, excluded.agent)",
-            )?
-            .execute(params![key.as_str(), agent, stamp])?;
-            tx.prepare_cached(
-                "INSERT INTO messages (session_key, role, content, agent, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
-                key.as_str(),
-                message.role.as_str(),
-                message.content,
-                agent,
-                stamp
-            ])?;
-            Ok(tx.last_insert_rowid())
-        })()
-        .map_err(self.err("append a message"))?;
-        crash_point(failpoints::APPEND_BEFORE_COMMIT);
-        tx.commit().map_err(self.err("commit an append"))?;
-        crash_point(failpoints::APPEND_AFTER_COMMIT);
-        Ok(StoredMessage {
-            seq: u64::try_from(id).unwrap_or(0),
-            role: message.role,
-            content: message.content.clone(),
-            agent: message.agent.clone(),
-            created_at: timefmt::parse(&stamp).unwrap_or(created_at),
-        })
+        self.append_many([(key.clone(), message.clone())])
+            .pop()
+            .unwrap_or_else(|| Err(SessionError::Task("an append got no answer".into())))
+    }
+
+    fn queue_append(
+        &self,
+        key: &SessionKey,
+        message: &NewMessage,
+    ) -> Option<Result<super::AppendReceiver, SessionError>> {
+        Some(self.append_queued(key.clone(), message.clone()))
     }
 
     fn load(&self, key: &SessionKey, page: Page) -> Result<History, SessionError> {

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::failpoints as fp;
 use crate::sessions::jsonl_format::{self, Parsed};
+use crate::sessions::jsonl_meta;
 use crate::sessions::lock;
 use crate::sqlite_util::Sync;
 use crate::timefmt;
@@ -443,6 +444,9 @@ impl Ctx<'_> {
         receipt: &Receipt,
     ) -> Result<(), MigrateError> {
         let db_err = |op| MigrateError::db(self.db, op);
+        let side_path = jsonl_meta::sidecar_path(live);
+        let side = jsonl_meta::read(&side_path)?.unwrap_or_default();
+        let side_state = side.state(&side_path)?;
         if self.runtime_sync != Sync::Full {
             self.conn
                 .execute_batch(Sync::Full.pragma())
@@ -474,13 +478,26 @@ impl Ctx<'_> {
                 .collect();
             let created = times.first().copied().unwrap_or(fallback);
             let updated = times.iter().copied().max().unwrap_or(fallback);
-            let agent = parsed.messages.iter().rev().find_map(|m| m.agent.as_ref());
+            let agent = side.agent.as_deref().or_else(|| {
+                parsed
+                    .messages
+                    .iter()
+                    .rev()
+                    .find_map(|m| m.agent.as_ref())
+                    .map(|a| a.as_str())
+            });
+            // The JSONL sidecar's name, state and channel move into the row, in the same
+            // transaction as the messages and the receipt.
             tx.execute(
-                "INSERT INTO sessions (key, agent, created_at, updated_at, message_count)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO sessions
+                    (key, name, agent, channel, state, created_at, updated_at, message_count)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     c.key.as_str(),
-                    agent.map(|a| a.as_str()),
+                    side.name,
+                    agent,
+                    side.channel,
+                    side_state.as_str(),
                     timefmt::format(created),
                     timefmt::format(updated),
                     parsed.messages.len() as i64

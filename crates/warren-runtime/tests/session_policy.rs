@@ -1,0 +1,37 @@
+//! The daemon's session stores follow `[channels] session_store_on_error` (MIG-7 [decision]),
+//! the same policy as the CLI: `stop` leaves the chat-session subsystem off for the generation,
+//! `ephemeral` runs it in memory.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+
+use warren_config::InstallRoot;
+use warren_config::schema::{ChannelsConfig, SessionStoreOnError};
+
+fn broken() -> (tempfile::TempDir, InstallRoot) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = InstallRoot::at(dir.path().join("w"));
+    fs::create_dir_all(root.sessions_dir()).unwrap();
+    fs::write(root.sessions_dir().join("k.jsonl"), "").unwrap();
+    fs::write(root.sessions_dir().join("k.jsonl.importing"), "").unwrap();
+    (dir, root)
+}
+
+#[tokio::test]
+async fn the_daemon_stops_chat_sessions_under_stop_and_runs_them_in_memory_under_ephemeral() {
+    let (_d, root) = broken();
+    let stop = warren_runtime::sessions::open(&root, &ChannelsConfig::default()).await;
+    assert!(
+        stop.chat.is_none(),
+        "stop: the chat-session subsystem is off"
+    );
+    let ephemeral = ChannelsConfig {
+        session_store_on_error: SessionStoreOnError::Ephemeral,
+        ..ChannelsConfig::default()
+    };
+    let opened = warren_runtime::sessions::open(&root, &ephemeral).await;
+    let chat = opened.chat.expect("ephemeral: sessions run in memory");
+    assert!(!chat.is_durable());
+    assert_eq!(chat.backend().kind(), "memory");
+}
