@@ -359,3 +359,101 @@ async fn async_handle_runs_off_the_workers() -> R {
     assert_eq!(h.load(key("a"), Page::All).await?.messages.len(), 1);
     Ok(())
 }
+
+/// LIFE-3: an agent rename repoints the sessions it owns AND every message attributed to it,
+/// in sessions of other agents too, leaves other agents alone, and is idempotent.
+#[test]
+fn rename_agent_repoints_owners_and_message_attribution_life3() -> R {
+    let (_d, root) = root();
+    let mut all = backends(&root);
+    all.push(Arc::new(warren_store::sessions::MemoryBackend::new()));
+    for b in all {
+        let own = key("own");
+        let theirs = key("theirs");
+        b.append(&own, &NewMessage::new(Role::User, "hi").by(alias("old")))?;
+        b.append(
+            &own,
+            &NewMessage::new(Role::Assistant, "yo").by(alias("old")),
+        )?;
+        b.ensure(
+            &theirs,
+            &SessionInit {
+                agent: Some(alias("other")),
+                ..SessionInit::default()
+            },
+        )?;
+        b.append(
+            &theirs,
+            &NewMessage::new(Role::User, "q").by(alias("other")),
+        )?;
+        b.append(
+            &theirs,
+            &NewMessage::new(Role::Assistant, "a").by(alias("old")),
+        )?;
+
+        assert_eq!(
+            b.rename_agent(&alias("old"), &alias("new"))?,
+            1,
+            "{}",
+            b.kind()
+        );
+
+        let owner = |k: &SessionKey| b.meta(k).unwrap().unwrap().agent;
+        assert_eq!(owner(&own), Some(alias("new")), "{}", b.kind());
+        assert_eq!(owner(&theirs), Some(alias("other")), "{}", b.kind());
+        let by = |k: &SessionKey| -> Vec<(String, Option<AgentAlias>)> {
+            b.load(k, Page::All)
+                .unwrap()
+                .messages
+                .into_iter()
+                .map(|m| (m.content, m.agent))
+                .collect()
+        };
+        assert_eq!(
+            by(&own),
+            vec![
+                ("hi".to_string(), Some(alias("new"))),
+                ("yo".to_string(), Some(alias("new")))
+            ],
+            "{}",
+            b.kind()
+        );
+        assert_eq!(
+            by(&theirs),
+            vec![
+                ("q".to_string(), Some(alias("other"))),
+                ("a".to_string(), Some(alias("new")))
+            ],
+            "{}",
+            b.kind()
+        );
+        assert_eq!(
+            b.rename_agent(&alias("old"), &alias("new"))?,
+            0,
+            "{}",
+            b.kind()
+        );
+        b.delete(&own)?;
+        b.delete(&theirs)?;
+    }
+    Ok(())
+}
+
+/// A torn last line survives a JSONL agent rename byte for byte (it is not "repaired" away).
+#[test]
+fn jsonl_rename_agent_keeps_a_torn_tail() -> R {
+    let (_d, root) = root();
+    let b = JsonlBackend::open(&root, SessionDurability::Turn)?;
+    let k = key("torn");
+    b.append(&k, &NewMessage::new(Role::User, "hi").by(alias("old")))?;
+    let path = root.sessions_dir().join("torn.jsonl");
+    let mut bytes = fs::read(&path)?;
+    bytes.extend_from_slice(b"{\"role\":\"user\",\"cont");
+    fs::write(&path, &bytes)?;
+    b.rename_agent(&alias("old"), &alias("new"))?;
+    let after = fs::read_to_string(&path)?;
+    assert!(after.ends_with("\n{\"role\":\"user\",\"cont"), "{after}");
+    assert!(after.contains("\"agent\":\"new\""), "{after}");
+    assert!(!after.contains("\"agent\":\"old\""), "{after}");
+    Ok(())
+}

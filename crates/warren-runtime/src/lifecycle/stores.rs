@@ -296,15 +296,10 @@ impl AgentStateStore for SessionState_ {
         Ok(n)
     }
     fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        let backend = self.backend()?;
-        let mut n = 0;
-        for key in self.owned(from)? {
-            backend
-                .set_agent(&key, Some(to))
-                .map_err(|e| e.to_string())?;
-            n += 1;
-        }
-        Ok(n)
+        // Session owners and per-message attribution together (LIFE-3).
+        self.backend()?
+            .rename_agent(from, to)
+            .map_err(|e| e.to_string())
     }
     fn restore(
         &self,

@@ -399,6 +399,41 @@ impl SessionBackend for JsonlBackend {
         self.update_meta(key, |s| s.agent = agent)
     }
 
+    /// Rewrites the message lines (temp file, fsync, rename, directory fsync) and the sidecar.
+    /// A message's `seq` is its byte offset, so the seqs of a rewritten session shift.
+    fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, SessionError> {
+        let _guard = self.mutation()?;
+        let mut owners = 0;
+        for key in self.keys()? {
+            let live = self.file(&key);
+            let bytes = match fs::read(&live) {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(SessionError::io(&live, "read a session")(e)),
+            };
+            let first_agent = jsonl_format::parse(&bytes)
+                .messages
+                .iter()
+                .find_map(|m| m.agent.clone());
+            if let Some(rewritten) = jsonl_format::rename_agent(&bytes, from.as_str(), to.as_str())
+            {
+                replace_file(&self.dir, &live, &rewritten, "rewrite a session")?;
+            }
+            let side_path = jsonl_meta::sidecar_path(&live);
+            let mut side = jsonl_meta::read(&side_path)?.unwrap_or_default();
+            match side.agent(&side_path)? {
+                Some(a) if a == *from => {
+                    side.agent = Some(to.as_str().to_string());
+                    jsonl_meta::write(&side_path, &side)?;
+                    owners += 1;
+                }
+                None if first_agent.as_ref() == Some(from) => owners += 1,
+                _ => {}
+            }
+        }
+        Ok(owners)
+    }
+
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {
         let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
         if words.is_empty() {
@@ -423,4 +458,35 @@ impl SessionBackend for JsonlBackend {
         }
         Ok(hits)
     }
+}
+
+/// Replaces `path` with `bytes` durably: a hidden temp file in `dir`, fsynced, renamed over,
+/// then the directory fsynced. A crash leaves the old or the new file.
+pub(crate) fn replace_file(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    what: &'static str,
+) -> Result<(), SessionError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(".{name}.tmp"));
+    let write = || -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&temp, path)?;
+        sync_dir(dir)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&temp);
+        SessionError::io(path, what)(e)
+    })
 }

@@ -8,9 +8,8 @@
 //! sidecar that does not parse is an error naming the file (never silently dropped). The
 //! JSONL→SQLite migration carries the sidecar into the session row (MIG-1).
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -105,30 +104,10 @@ pub(crate) fn write(path: &Path, sidecar: &Sidecar) -> Result<(), SessionError> 
             Err(e) => Err(SessionError::io(path, "remove session metadata")(e)),
         };
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.tmp"));
     let mut bytes = serde_json::to_vec_pretty(sidecar).map_err(|e| SessionError::Corrupt {
         path: path.to_path_buf(),
         detail: e.to_string(),
     })?;
     bytes.push(b'\n');
-    let write = || -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        fs::rename(&temp, path)?;
-        sync_dir(dir)
-    };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&temp);
-        SessionError::io(path, "write session metadata")(e)
-    })
+    super::jsonl::replace_file(dir, path, &bytes, "write session metadata")
 }

@@ -169,6 +169,22 @@ impl SessionBackend for MemoryBackend {
         self.update(key, |m| m.agent = agent.cloned())
     }
 
+    fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, SessionError> {
+        Ok(self.with(|i| {
+            let mut n = 0;
+            for (meta, msgs) in i.sessions.values_mut() {
+                if meta.agent.as_ref() == Some(from) {
+                    meta.agent = Some(to.clone());
+                    n += 1;
+                }
+                for m in msgs.iter_mut().filter(|m| m.agent.as_ref() == Some(from)) {
+                    m.agent = Some(to.clone());
+                }
+            }
+            n
+        }))
+    }
+
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {
         let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
         if words.is_empty() {

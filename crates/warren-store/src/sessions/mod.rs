@@ -221,6 +221,11 @@ pub trait SessionBackend: Send + Sync + fmt::Debug {
     /// Sets the agent the session belongs to.
     fn set_agent(&self, key: &SessionKey, agent: Option<&AgentAlias>) -> Result<(), SessionError>;
 
+    /// Repoints every session owned by `from`, and every message attributed to `from`, to `to`
+    /// (agent rename, LIFE-3). Idempotent: a second call finds nothing left. Returns how many
+    /// sessions changed owner.
+    fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, SessionError>;
+
     /// Messages containing every word of `query` (words are matched literally; quotes and
     /// operators in `query` have no special meaning), best first.
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError>;

@@ -665,6 +665,26 @@ impl SessionBackend for SqliteBackend {
         )
     }
 
+    fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, SessionError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction()
+            .map_err(self.err("begin an agent rename"))?;
+        let sessions = tx
+            .execute(
+                "UPDATE sessions SET agent = ?2 WHERE agent = ?1",
+                params![from.as_str(), to.as_str()],
+            )
+            .map_err(self.err("repoint sessions to the new alias"))?;
+        tx.execute(
+            "UPDATE messages SET agent = ?2 WHERE agent = ?1",
+            params![from.as_str(), to.as_str()],
+        )
+        .map_err(self.err("repoint messages to the new alias"))?;
+        tx.commit().map_err(self.err("commit an agent rename"))?;
+        Ok(sessions as u64)
+    }
+
     fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {
         let q = fts_query(query).ok_or(SessionError::EmptySearch)?;
         let mut conn = self.conn();
