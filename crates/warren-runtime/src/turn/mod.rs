@@ -283,17 +283,28 @@ impl AgentRunner {
         };
         let k = key.clone();
         sessions.run(move |b| b.ensure(&k, &init)).await?;
-        let loaded = sessions
-            .load(key.clone(), Page::Last(HISTORY_LIMIT))
-            .await?;
-        let history = history::repair(loaded.messages.iter().map(history::decode).collect());
+        // The prompt (identity files off the async workers, memory recall) is built while
+        // the session's history loads.
+        let (loaded, system) = tokio::join!(
+            sessions.load(key.clone(), Page::Last(HISTORY_LIMIT)),
+            self.system_prompt(user_message)
+        );
+        let history = history::repair(loaded?.messages.iter().map(history::decode).collect());
         let mut sink = Sink::Session {
             sessions,
             key,
             agent: &self.alias,
         };
         let (outcome, _) = self
-            .run_turn(history, user_message, Some(key), cancel, events, &mut sink)
+            .run_turn(
+                system,
+                history,
+                user_message,
+                Some(key),
+                cancel,
+                events,
+                &mut sink,
+            )
             .await?;
         Ok(outcome)
     }
@@ -306,7 +317,9 @@ impl AgentRunner {
         cancel: &CancelToken,
         events: TurnEvents,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
+        let system = self.system_prompt(user_message).await;
         self.run_turn(
+            system,
             history,
             user_message,
             None,
@@ -317,8 +330,27 @@ impl AgentRunner {
         .await
     }
 
+    /// The system prompt of a turn answering `user_message` (LOOP-1), with the `<tool_call>`
+    /// protocol appended when the route has no native tools.
+    async fn system_prompt(&self, user_message: &str) -> String {
+        let mut system = system_prompt(
+            self.alias.as_str(),
+            self.kit.policy().workspace(),
+            self.kit.memory(),
+            user_message,
+        )
+        .await;
+        if !self.route.capabilities().native_tools {
+            system.push('\n');
+            system.push_str(&protocol_instructions(&self.definitions));
+        }
+        system
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn run_turn(
         &self,
+        system: String,
         history: Vec<ChatMessage>,
         user_message: &str,
         session: Option<&SessionKey>,
@@ -336,7 +368,15 @@ impl AgentRunner {
             || json!({"chars": user_message.len()}),
         );
         let result = self
-            .turn_inner(history, user_message, session_str, cancel, &events, sink)
+            .turn_inner(
+                system,
+                history,
+                user_message,
+                session_str,
+                cancel,
+                &events,
+                sink,
+            )
             .await;
         match &result {
             Ok((o, _)) => trace.emit_with("turn_end", agent, session_str, || {
@@ -355,8 +395,10 @@ impl AgentRunner {
     /// it in place (the provider has dropped its handle by the time the call returns, so
     /// `Arc::make_mut` does not copy), instead of copying the history into a new request per
     /// round.
+    #[allow(clippy::too_many_arguments)]
     async fn turn_inner(
         &self,
+        system: String,
         history: Vec<ChatMessage>,
         user_message: &str,
         session: Option<&str>,
@@ -390,17 +432,6 @@ impl AgentRunner {
             outcome.notices.push(notice);
         }
 
-        let mut system = system_prompt(
-            agent,
-            self.kit.policy().workspace(),
-            self.kit.memory(),
-            user_message,
-        )
-        .await;
-        if !caps.native_tools {
-            system.push('\n');
-            system.push_str(&protocol_instructions(&tools));
-        }
         let mut messages =
             Vec::with_capacity(history.len() + 4 + 2 * self.max_iterations() as usize);
         messages.push(ChatMessage::system(system));
