@@ -103,9 +103,10 @@ impl Trace {
     /// Whether an emitted event would reach anyone (the file, a live subscriber or a
     /// `tracing` subscriber); when not, callers skip building the event.
     pub fn active(&self) -> bool {
+        // The subscriber count takes the channel's lock: asked last.
         self.file.is_some()
-            || self.live.receiver_count() > 0
             || tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG)
+            || self.live.receiver_count() > 0
     }
 
     /// Emits one event whose data is built only when someone would see it.
@@ -124,7 +125,7 @@ impl Trace {
     /// Emits one event.
     pub fn emit(&self, kind: &str, agent: &str, session: Option<&str>, data: serde_json::Value) {
         let logged = tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG);
-        if self.file.is_none() && self.live.receiver_count() == 0 && !logged {
+        if self.file.is_none() && !logged && self.live.receiver_count() == 0 {
             return; // nobody would see it
         }
         let mut data = data;
