@@ -36,7 +36,7 @@ impl ReceiptKey {
 
     /// The MAC input is `tool | canonical_json(args) | sha256(result) | secs`; the canonical
     /// JSON is streamed into the MAC, never built as a string.
-    fn mac(&self, tool: &str, args: &serde_json::Value, result: &str, secs: i64) -> HmacSha256 {
+    fn mac(&self, tool: &str, args: &serde_json::Value, result: &str, secs: &[u8]) -> HmacSha256 {
         let mut mac = self.0.clone();
         mac.update(tool.as_bytes());
         mac.update(b"|");
@@ -44,23 +44,28 @@ impl ReceiptKey {
         mac.update(b"|");
         mac.update(&Sha256::digest(result.as_bytes()));
         mac.update(b"|");
-        mac.update(itoa(secs, &mut [0u8; 20]));
+        mac.update(secs);
         mac
     }
 
     /// The receipt of a call that returned `result` at `secs`.
     pub fn sign(&self, tool: &str, args: &serde_json::Value, result: &str, secs: i64) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; 20];
+        let secs = itoa(secs, &mut digits);
         let tag = self.mac(tool, args, result, secs).finalize().into_bytes();
-        let mut out = String::with_capacity(4 + 20 + 1 + 64);
-        out.push_str("wr1-");
-        out.push_str(std::str::from_utf8(itoa(secs, &mut [0u8; 20])).unwrap_or("0"));
-        out.push('-');
-        for b in tag {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        let mut hex = [0u8; 64];
+        for (i, b) in tag.iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(b >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
         }
-        out
+        let mut out = Vec::with_capacity(4 + secs.len() + 1 + hex.len());
+        out.extend_from_slice(b"wr1-");
+        out.extend_from_slice(secs);
+        out.push(b'-');
+        out.extend_from_slice(&hex);
+        // ASCII only: digits, '-', hex.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     /// Whether `receipt` was issued by this key for exactly this call and result.
@@ -82,7 +87,7 @@ impl ReceiptKey {
         let Some(tag) = decode_hex(hex) else {
             return false;
         };
-        self.mac(tool, args, result, secs)
+        self.mac(tool, args, result, itoa(secs, &mut [0u8; 20]))
             .verify_slice(&tag)
             .is_ok()
     }
