@@ -205,3 +205,69 @@ fn repl_on_a_terminal_keeps_a_private_history_and_ctrl_c_cancels_the_running_tur
     );
     Ok(())
 }
+
+/// Ctrl-C at an approval prompt cancels the turn without leaving a reader on the terminal that
+/// would swallow the REPL's next line; a later prompt answered `y` runs the call.
+#[test]
+fn ctrl_c_at_an_approval_prompt_gives_the_terminal_back_to_the_repl() -> R {
+    let root = TempRoot::new()?;
+    root.write_config(
+        r#"
+[agents.main]
+provider = "s"
+risk_profile = "ask"
+
+[risk_profiles.ask]
+autonomy = "supervised"
+fallback = "noop"
+
+[providers.s]
+kind = "script"
+script = "approve-script.json"
+"#,
+    )?;
+    std::fs::write(
+        root.path().join("approve-script.json"),
+        r#"{"turns": [
+            [{"text": "", "tool_calls": [{"name": "file_write", "arguments": {"path": "a.md", "content": "a"}}]},
+             {"text": "wrote a"}],
+            [{"text": "second answer"}],
+            [{"text": "", "tool_calls": [{"name": "file_write", "arguments": {"path": "b.md", "content": "b"}}]},
+             {"text": "wrote b"}]]}"#,
+    )?;
+    let mut pty = Pty::spawn(&root, "agent -a main --session ask")?;
+    pty.wait_for("> ", 1)?;
+    pty.send("one\r")?;
+    pty.wait_for("[y/N]", 1)?;
+    pty.send("\x03")?;
+    pty.wait_for("the turn was cancelled", 1)?;
+    pty.wait_for("> ", 2)?;
+    pty.send("two\r")?;
+    pty.wait_for("second answer", 1)?;
+    pty.wait_for("> ", 3)?;
+    pty.send("three\r")?;
+    pty.wait_for("[y/N]", 2)?;
+    pty.send("y\r")?;
+    pty.wait_for("wrote b", 1)?;
+    pty.wait_for("> ", 4)?;
+    pty.send("\x04")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = pty.child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            pty.child.kill()?;
+            return Err(format!("the REPL did not exit on Ctrl-D:\n{}", pty.text()).into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{}", pty.text());
+    let workspace = root.path().join("agents/main/workspace");
+    assert!(
+        !workspace.join("a.md").exists(),
+        "the cancelled call did not run"
+    );
+    assert_eq!(std::fs::read_to_string(workspace.join("b.md"))?, "b");
+    Ok(())
+}

@@ -310,16 +310,16 @@ impl Approver for TerminalApprover {
                 clip(&request.arguments.to_string(), 200),
                 request.reason
             );
-            let answer = tokio::task::spawn_blocking(|| {
-                let mut line = String::new();
-                match std::fs::File::open("/dev/tty") {
-                    Ok(tty) => std::io::BufReader::new(tty).read_line(&mut line).ok(),
-                    Err(_) => std::io::stdin().lock().read_line(&mut line).ok(),
-                };
-                line
-            })
-            .await
-            .unwrap_or_default();
+            let answer = match read_tty_line().await {
+                Some(line) => line,
+                None => tokio::task::spawn_blocking(|| {
+                    let mut line = String::new();
+                    std::io::stdin().lock().read_line(&mut line).ok();
+                    line
+                })
+                .await
+                .unwrap_or_default(),
+            };
             if matches!(answer.trim(), "y" | "Y" | "yes") {
                 ApprovalDecision::Approved
             } else {
@@ -327,4 +327,43 @@ impl Approver for TerminalApprover {
             }
         })
     }
+}
+
+/// One line from `/dev/tty`, read without blocking a thread, so a cancelled turn or a timed-out
+/// approval drops the read instead of leaving a reader that would steal the REPL's next line.
+/// `None` when there is no terminal to open; an empty answer at end of input.
+async fn read_tty_line() -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A fresh open file description: O_NONBLOCK here leaves stdin's blocking mode alone.
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/tty")
+        .ok()?;
+    // `AsyncFd::new` is deprecated because a borrowed descriptor could be closed under it; a
+    // `File` it owns stays open, on the same description, until the `AsyncFd` drops (the
+    // condition `AsyncFd::register` states), so the safe constructor is sound here.
+    #[allow(deprecated)]
+    let tty = tokio::io::unix::AsyncFd::new(tty).ok()?;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        let Ok(mut ready) = tty.readable().await else {
+            break;
+        };
+        match ready.try_io(|fd| fd.get_ref().read(&mut buf)) {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                line.extend_from_slice(&buf[..n]);
+                if line.contains(&b'\n') {
+                    break;
+                }
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(Err(_)) => break,
+            Err(_would_block) => {}
+        }
+    }
+    Some(String::from_utf8_lossy(&line).into_owned())
 }
