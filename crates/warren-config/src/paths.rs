@@ -148,6 +148,10 @@ impl InstallRoot {
     pub fn costs_ledger(&self) -> PathBuf {
         self.state_dir().join("costs.jsonl")
     }
+    /// Line history of the interactive `warren agent` REPL (0600).
+    pub fn repl_history(&self) -> PathBuf {
+        self.state_dir().join("repl-history")
+    }
     pub fn devices_db(&self) -> PathBuf {
         self.data_dir().join("devices.db")
     }

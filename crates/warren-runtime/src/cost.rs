@@ -104,6 +104,11 @@ impl CostTracker {
         tracker
     }
 
+    /// Whether the ledger records anything (`[cost] enabled`).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// Adds the records appended to the ledger since the last look (complete lines only).
     fn catch_up(&self) {
         use std::io::{Read, Seek, SeekFrom};

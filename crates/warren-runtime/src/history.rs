@@ -16,10 +16,17 @@ use warren_store::sessions::StoredMessage;
 /// The result text of a call that never finished.
 pub const INTERRUPTED: &str = "Error: interrupted before a result (the turn was cancelled)";
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Envelope {
     warren_exchange: u8,
     message: ChatMessage,
+}
+
+/// [`Envelope`] as written: borrows the message instead of copying it.
+#[derive(Serialize)]
+struct EnvelopeRef<'a> {
+    warren_exchange: u8,
+    message: &'a ChatMessage,
 }
 
 /// The text stored for `message`.
@@ -27,9 +34,9 @@ pub fn encode(message: &ChatMessage) -> String {
     if message.tool_calls.is_empty() && message.role != Role::Tool {
         return message.content.clone();
     }
-    serde_json::to_string(&Envelope {
+    serde_json::to_string(&EnvelopeRef {
         warren_exchange: 1,
-        message: message.clone(),
+        message,
     })
     .unwrap_or_else(|_| message.content.clone())
 }
@@ -39,6 +46,7 @@ pub fn decode(stored: &StoredMessage) -> ChatMessage {
     if matches!(stored.role, Role::Assistant | Role::Tool)
         && stored.content.starts_with("{\"warren_exchange\"")
         && let Ok(env) = serde_json::from_str::<Envelope>(&stored.content)
+        && env.warren_exchange == 1
         && env.message.role == stored.role
     {
         return env.message;

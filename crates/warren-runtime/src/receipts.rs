@@ -10,8 +10,9 @@ use sha2::{Digest, Sha256};
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The per-process receipt key.
-pub struct ReceiptKey([u8; 32]);
+/// The per-process receipt key, kept as the HMAC state after the key block (the inner and
+/// outer pads are hashed once per process, not once per receipt).
+pub struct ReceiptKey(HmacSha256);
 
 impl std::fmt::Debug for ReceiptKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -24,30 +25,47 @@ impl ReceiptKey {
     pub fn generate() -> Result<Self, getrandom::Error> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key)?;
-        Ok(Self(key))
-    }
-
-    fn mac(&self, tool: &str, args: &serde_json::Value, result: &str, secs: i64) -> HmacSha256 {
         // `new_from_slice` accepts any key length for HMAC.
-        let mut mac = match HmacSha256::new_from_slice(&self.0) {
+        let mac = match HmacSha256::new_from_slice(&key) {
             Ok(m) => m,
             Err(_) => unreachable_hmac(),
         };
+        key.fill(0);
+        Ok(Self(mac))
+    }
+
+    /// The MAC input is `tool | canonical_json(args) | sha256(result) | secs`; the canonical
+    /// JSON is streamed into the MAC, never built as a string.
+    fn mac(&self, tool: &str, args: &serde_json::Value, result: &str, secs: &[u8]) -> HmacSha256 {
+        let mut mac = self.0.clone();
         mac.update(tool.as_bytes());
         mac.update(b"|");
-        mac.update(canonical_json(args).as_bytes());
+        write_canonical(args, &mut MacWriter(&mut mac));
         mac.update(b"|");
         mac.update(&Sha256::digest(result.as_bytes()));
         mac.update(b"|");
-        mac.update(secs.to_string().as_bytes());
+        mac.update(secs);
         mac
     }
 
     /// The receipt of a call that returned `result` at `secs`.
     pub fn sign(&self, tool: &str, args: &serde_json::Value, result: &str, secs: i64) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; 20];
+        let secs = itoa(secs, &mut digits);
         let tag = self.mac(tool, args, result, secs).finalize().into_bytes();
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-        format!("wr1-{secs}-{hex}")
+        let mut hex = [0u8; 64];
+        for (i, b) in tag.iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(b >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
+        }
+        let mut out = Vec::with_capacity(4 + secs.len() + 1 + hex.len());
+        out.extend_from_slice(b"wr1-");
+        out.extend_from_slice(secs);
+        out.push(b'-');
+        out.extend_from_slice(&hex);
+        // ASCII only: digits, '-', hex.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     /// Whether `receipt` was issued by this key for exactly this call and result.
@@ -69,9 +87,88 @@ impl ReceiptKey {
         let Some(tag) = decode_hex(hex) else {
             return false;
         };
-        self.mac(tool, args, result, secs)
+        self.mac(tool, args, result, itoa(secs, &mut [0u8; 20]))
             .verify_slice(&tag)
             .is_ok()
+    }
+}
+
+/// The decimal text of `n` in `buf` (what `n.to_string()` gives, without the allocation).
+fn itoa(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    let mut v = n.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
+/// Feeds serialised JSON straight into the MAC.
+struct MacWriter<'a>(&'a mut HmacSha256);
+
+impl std::io::Write for MacWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes the text [`canonical_json`] returns for `v` (compact, object keys sorted at every
+/// level) to `w`.
+fn write_canonical(v: &serde_json::Value, w: &mut impl std::io::Write) {
+    use serde_json::Value;
+    // Writing to a MAC or a Vec cannot fail, and a `Value` always serialises.
+    match v {
+        Value::Object(m) => {
+            let _ = w.write_all(b"{");
+            let mut entry = |i: usize, k: &String, v: &Value| {
+                if i > 0 {
+                    let _ = w.write_all(b",");
+                }
+                let _ = serde_json::to_writer(&mut *w, k);
+                let _ = w.write_all(b":");
+                write_canonical(v, w);
+            };
+            if m.keys().is_sorted() {
+                // serde_json's map is already ordered by key unless `preserve_order` is on.
+                for (i, (k, v)) in m.iter().enumerate() {
+                    entry(i, k, v);
+                }
+            } else {
+                let mut sorted: Vec<_> = m.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(b.0));
+                for (i, (k, v)) in sorted.into_iter().enumerate() {
+                    entry(i, k, v);
+                }
+            }
+            let _ = w.write_all(b"}");
+        }
+        Value::Array(a) => {
+            let _ = w.write_all(b"[");
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    let _ = w.write_all(b",");
+                }
+                write_canonical(v, w);
+            }
+            let _ = w.write_all(b"]");
+        }
+        scalar => {
+            let _ = serde_json::to_writer(&mut *w, scalar);
+        }
     }
 }
 
@@ -93,23 +190,9 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 /// JSON with object keys sorted at every level (serde_json's map is ordered by key unless the
 /// `preserve_order` feature is on; sorting here keeps receipts stable either way).
 pub fn canonical_json(v: &serde_json::Value) -> String {
-    use serde_json::Value;
-    fn canon(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<_> = m.keys().collect();
-                keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), canon(&m[k])))
-                        .collect(),
-                )
-            }
-            Value::Array(a) => Value::Array(a.iter().map(canon).collect()),
-            other => other.clone(),
-        }
-    }
-    canon(v).to_string()
+    let mut out = Vec::new();
+    write_canonical(v, &mut out);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -142,5 +225,42 @@ mod tests {
             "another process's key"
         );
         assert!(!key.verify("wr1-1-zz", "file_write", &args, "ok"));
+    }
+
+    /// The streamed MAC input is byte for byte the documented one: HMAC-SHA256 over
+    /// `tool|canonical args|sha256(result)|secs` with keys sorted at every level.
+    #[test]
+    fn receipt_mac_input_is_the_documented_canonical_form() {
+        let mut key = [0u8; 32];
+        key[0] = 7;
+        let receipts =
+            ReceiptKey(HmacSha256::new_from_slice(&key).unwrap_or_else(|_| unreachable_hmac()));
+        let args =
+            json!({"z": [1, {"b": "q\"\u{1}", "a": null}], "a": 1.5, "m": {"y": true, "x": -3}});
+        assert_eq!(
+            canonical_json(&args),
+            r#"{"a":1.5,"m":{"x":-3,"y":true},"z":[1,{"a":null,"b":"q\"\u0001"}]}"#
+        );
+        let mut reference = HmacSha256::new_from_slice(&key).unwrap_or_else(|_| unreachable_hmac());
+        reference.update(b"file_write|");
+        reference.update(canonical_json(&args).as_bytes());
+        reference.update(b"|");
+        reference.update(&Sha256::digest(b"result"));
+        reference.update(b"|1700000000");
+        let hex: String = reference
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            receipts.sign("file_write", &args, "result", 1_700_000_000),
+            format!("wr1-1700000000-{hex}")
+        );
+        assert_eq!(
+            itoa(i64::MIN, &mut [0u8; 20]),
+            i64::MIN.to_string().as_bytes()
+        );
+        assert_eq!(itoa(0, &mut [0u8; 20]), b"0");
     }
 }

@@ -32,9 +32,17 @@ pub struct TraceEvent {
     pub data: serde_json::Value,
 }
 
+/// The trace file: its path and, once written, an open append handle with the identity of
+/// the file it refers to (a rotation, by this or another process, makes the next write
+/// reopen the path).
+struct TraceFile {
+    path: PathBuf,
+    open: Option<(std::fs::File, (u64, u64))>,
+}
+
 /// The trace sink of a process.
 pub struct Trace {
-    file: Option<Mutex<PathBuf>>,
+    file: Option<Mutex<TraceFile>>,
     persistence: LogPersistence,
     max_bytes: u64,
     secrets: Vec<String>,
@@ -66,7 +74,8 @@ impl Trace {
     pub fn with(path: PathBuf, log: &LogConfig, secrets: Vec<String>) -> Self {
         let (live, _) = broadcast::channel(1024);
         Self {
-            file: (log.persistence != LogPersistence::None).then(|| Mutex::new(path)),
+            file: (log.persistence != LogPersistence::None)
+                .then(|| Mutex::new(TraceFile { path, open: None })),
             persistence: log.persistence,
             max_bytes: log.max_bytes,
             secrets,
@@ -91,25 +100,51 @@ impl Trace {
         self.live.subscribe()
     }
 
+    /// Whether an emitted event would reach anyone (the file, a live subscriber or a
+    /// `tracing` subscriber); when not, callers skip building the event.
+    pub fn active(&self) -> bool {
+        // The subscriber count takes the channel's lock: asked last.
+        self.file.is_some()
+            || tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG)
+            || self.live.receiver_count() > 0
+    }
+
+    /// Emits one event whose data is built only when someone would see it.
+    pub fn emit_with(
+        &self,
+        kind: &str,
+        agent: &str,
+        session: Option<&str>,
+        data: impl FnOnce() -> serde_json::Value,
+    ) {
+        if self.active() {
+            self.emit(kind, agent, session, data());
+        }
+    }
+
     /// Emits one event.
     pub fn emit(&self, kind: &str, agent: &str, session: Option<&str>, data: serde_json::Value) {
         let logged = tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG);
-        if self.file.is_none() && self.live.receiver_count() == 0 && !logged {
+        if self.file.is_none() && !logged && self.live.receiver_count() == 0 {
             return; // nobody would see it
         }
-        let mut text = data.to_string();
-        let mut redacted = false;
-        for s in &self.secrets {
-            if text.contains(s.as_str()) {
-                text = text.replace(s.as_str(), "[redacted]");
-                redacted = true;
+        let mut data = data;
+        if !self.secrets.is_empty() || logged {
+            let mut text = data.to_string();
+            let mut redacted = false;
+            for s in &self.secrets {
+                if text.contains(s.as_str()) {
+                    text = text.replace(s.as_str(), "[redacted]");
+                    redacted = true;
+                }
+            }
+            if redacted {
+                data = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+            }
+            if logged {
+                tracing::debug!(target: "warren::trace", kind, agent, session, data = %text, "trace");
             }
         }
-        let data = if redacted {
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
-        } else {
-            data
-        };
         let event = TraceEvent {
             time: OffsetDateTime::now_utc()
                 .format(&Rfc3339)
@@ -119,7 +154,6 @@ impl Trace {
             session: session.map(str::to_string),
             data,
         };
-        tracing::debug!(target: "warren::trace", kind, agent, session, data = %text, "trace");
         if let Some(file) = &self.file
             && let Err(e) = self.persist(file, &event)
         {
@@ -128,24 +162,40 @@ impl Trace {
         let _ = self.live.send(event);
     }
 
-    fn persist(&self, file: &Mutex<PathBuf>, event: &TraceEvent) -> std::io::Result<()> {
-        let path = file.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        if self.persistence == LogPersistence::Rolling
-            && std::fs::metadata(&*path).is_ok_and(|m| m.len() >= self.max_bytes)
+    /// Appends `event` through the kept handle: one `stat` of the path (rotation, and whether
+    /// the handle still names the file) and one `write` per event.
+    fn persist(&self, file: &Mutex<TraceFile>, event: &TraceEvent) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+        let TraceFile { path, open } = &mut *file;
+        let current = std::fs::metadata(&*path).ok();
+        if let Some(m) = &current
+            && self.persistence == LogPersistence::Rolling
+            && m.len() >= self.max_bytes
         {
             let mut rotated = path.clone().into_os_string();
             rotated.push(".1");
             std::fs::rename(&*path, rotated)?;
+            *open = None;
+        } else if open.as_ref().map(|(_, id)| *id) != current.as_ref().map(|m| (m.dev(), m.ino())) {
+            *open = None;
         }
-        let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&*path)?;
+        let (f, _) = match open {
+            Some(handle) => handle,
+            None => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&*path)?;
+                let m = f.metadata()?;
+                open.insert((f, (m.dev(), m.ino())))
+            }
+        };
         f.write_all(&line)
     }
 }

@@ -1,15 +1,20 @@
-//! `warren agent -a ALIAS [-m MESSAGE] [--session KEY]`: one turn (with `-m`) or a line REPL
-//! (Ctrl-D exits). Streams the answer to stdout, shows tool calls and results compactly on
+//! `warren agent -a ALIAS [-m MESSAGE] [--session KEY]`: one turn (with `-m`) or a REPL: on a
+//! terminal with line editing and history (`data/state/repl-history`, 0600; Ctrl-C clears the
+//! line, Ctrl-D exits), over a pipe one message per line until end of input. Streams the answer to stdout, shows tool calls and results compactly on
 //! stderr, asks approval prompts on the terminal (no terminal = denied), and Ctrl-C cancels
 //! the running turn. The session persists through the configured session backend and takes
 //! its slot in the `SessionActorQueue`.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use rustyline::Editor;
+use rustyline::error::ReadlineError;
+use rustyline::history::FileHistory;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, SessionKey};
 use warren_memory::MemoryStores;
@@ -52,7 +57,7 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
+    let agent = runtime.block_on(async {
         let services = Arc::new(
             Services::for_install(root, config, approver)
                 .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
@@ -68,82 +73,178 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
         if !chat.is_durable() {
             eprintln!("warning: sessions are not persisted in this run");
         }
-        let sessions = SessionHandle::new(Arc::clone(chat.backend()));
-        let queue = SessionActorQueue::new(8, Duration::from_secs(300));
-        match args.message {
-            Some(message) => {
-                let outcome = turn(&runner, &sessions, &queue, &key, &message, json).await?;
-                if json {
-                    print_outcome(&outcome, &key)?;
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            None => repl(&runner, &sessions, &queue, &key, json).await,
-        }
-    })
-}
-
-async fn turn(
-    runner: &AgentRunner,
-    sessions: &SessionHandle,
-    queue: &SessionActorQueue,
-    key: &SessionKey,
-    message: &str,
-    json: bool,
-) -> anyhow::Result<TurnOutcome> {
-    let _slot = queue.acquire(key).await?;
-    let cancel = CancelToken::new();
-    let ctrl_c = cancel_on_ctrl_c(cancel.clone());
-    let events = printer(json);
-    let result = runner.chat(sessions, key, message, &cancel, events).await;
-    ctrl_c.abort();
-    let outcome = result?;
-    if !json {
-        if !outcome.reply.ends_with('\n') {
-            println!();
-        }
-        std::io::stdout().flush()?;
-    }
-    Ok(outcome)
-}
-
-async fn repl(
-    runner: &AgentRunner,
-    sessions: &SessionHandle,
-    queue: &SessionActorQueue,
-    key: &SessionKey,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    eprintln!(
-        "agent '{}', session '{key}'. Ctrl-C cancels a turn, Ctrl-D exits.",
-        runner.alias()
-    );
-    loop {
-        eprint!("> ");
-        std::io::stderr().flush()?;
-        let line = tokio::task::spawn_blocking(|| {
-            let mut line = String::new();
-            std::io::stdin()
-                .lock()
-                .read_line(&mut line)
-                .map(|n| (n, line))
+        anyhow::Ok(Agent {
+            runner,
+            sessions: SessionHandle::new(Arc::clone(chat.backend())),
+            queue: SessionActorQueue::new(8, Duration::from_secs(300)),
+            key,
+            json,
         })
-        .await??;
-        let (n, line) = line;
-        if n == 0 {
-            eprintln!();
-            return Ok(ExitCode::SUCCESS);
+    })?;
+    match args.message {
+        Some(message) => {
+            let outcome = runtime.block_on(agent.turn(&message))?;
+            if json {
+                print_outcome(&outcome, &agent.key)?;
+            }
+            Ok(ExitCode::SUCCESS)
         }
-        let message = line.trim();
-        if message.is_empty() {
-            continue;
+        None if interactive => repl_terminal(&runtime, &agent, &root.repl_history()),
+        None => runtime.block_on(repl_lines(&agent)),
+    }
+}
+
+/// What a turn of this command needs.
+struct Agent {
+    runner: AgentRunner,
+    sessions: SessionHandle,
+    queue: SessionActorQueue,
+    key: SessionKey,
+    json: bool,
+}
+
+impl Agent {
+    /// One turn in the session's slot; Ctrl-C (SIGINT) cancels it (LOOP-7).
+    async fn turn(&self, message: &str) -> anyhow::Result<TurnOutcome> {
+        let _slot = self.queue.acquire(&self.key).await?;
+        let cancel = CancelToken::new();
+        let ctrl_c = cancel_on_ctrl_c(cancel.clone());
+        let events = printer(self.json);
+        let result = self
+            .runner
+            .chat(&self.sessions, &self.key, message, &cancel, events)
+            .await;
+        ctrl_c.abort();
+        let outcome = result?;
+        if !self.json {
+            if !outcome.reply.ends_with('\n') {
+                println!();
+            }
+            std::io::stdout().flush()?;
         }
-        match turn(runner, sessions, queue, key, message, json).await {
-            Ok(outcome) if json => print_outcome(&outcome, key)?,
+        Ok(outcome)
+    }
+
+    /// A REPL turn: errors (a cancelled turn included) are reported and the REPL goes on.
+    async fn repl_turn(&self, message: &str) -> anyhow::Result<()> {
+        match self.turn(message).await {
+            Ok(outcome) if self.json => print_outcome(&outcome, &self.key)?,
             Ok(_) => {}
             Err(e) => eprintln!("error: {e:#}"),
         }
+        Ok(())
     }
+
+    fn banner(&self) {
+        eprintln!(
+            "agent '{}', session '{}'. Ctrl-C cancels a turn, Ctrl-D exits.",
+            self.runner.alias(),
+            self.key
+        );
+    }
+}
+
+/// The interactive REPL on a terminal: line editing and a history file (`history`, 0600) from
+/// rustyline. At the prompt the terminal is in raw mode, so Ctrl-C clears the line and
+/// Ctrl-D (on an empty line) exits; during a turn it is back in cooked mode and Ctrl-C is a
+/// SIGINT that cancels the turn.
+fn repl_terminal(
+    runtime: &tokio::runtime::Runtime,
+    agent: &Agent,
+    history: &Path,
+) -> anyhow::Result<ExitCode> {
+    let config = rustyline::Config::builder()
+        .max_history_size(HISTORY_LINES)
+        .context("configuring the line editor")?
+        .history_ignore_dups(true)
+        .context("configuring the line editor")?
+        .history_ignore_space(true)
+        .build();
+    let mut editor: Editor<(), FileHistory> =
+        Editor::with_config(config).context("starting the line editor")?;
+    let history_ok = match private_file(history) {
+        Ok(()) => {
+            // A missing or unreadable history only means starting without one.
+            let _ = editor.load_history(history);
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: no REPL history: cannot create {}: {e}",
+                history.display()
+            );
+            false
+        }
+    };
+    agent.banner();
+    loop {
+        match editor.readline("> ") {
+            Ok(line) => {
+                let message = line.trim();
+                if message.is_empty() {
+                    continue;
+                }
+                if editor.add_history_entry(message).unwrap_or(false)
+                    && history_ok
+                    && let Err(e) = editor.append_history(history)
+                {
+                    eprintln!(
+                        "warning: REPL history not saved to {}: {e}",
+                        history.display()
+                    );
+                }
+                runtime.block_on(agent.repl_turn(message))?;
+            }
+            // Ctrl-C at the prompt: the line is dropped, the REPL goes on.
+            Err(ReadlineError::Interrupted) => {}
+            Err(ReadlineError::Eof) => {
+                eprintln!();
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => return Err(e).context("reading the terminal"),
+        }
+    }
+}
+
+/// History entries kept.
+const HISTORY_LINES: usize = 1000;
+
+/// Creates `path` (and its directory) readable by the owner only, or makes an existing one so.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
+/// The REPL over a pipe or file: one message per line, no line editing, no history; end of
+/// input exits.
+async fn repl_lines(agent: &Agent) -> anyhow::Result<ExitCode> {
+    agent.banner();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(1);
+    // Lines are read on their own thread (stdin blocks) and handed over one at a time.
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let stop = line.is_err();
+            if tx.blocking_send(line).is_err() || stop {
+                return;
+            }
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        let line = line.context("reading stdin")?;
+        let message = line.trim();
+        if !message.is_empty() {
+            agent.repl_turn(message).await?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_outcome(outcome: &TurnOutcome, key: &SessionKey) -> anyhow::Result<()> {
@@ -209,16 +310,16 @@ impl Approver for TerminalApprover {
                 clip(&request.arguments.to_string(), 200),
                 request.reason
             );
-            let answer = tokio::task::spawn_blocking(|| {
-                let mut line = String::new();
-                match std::fs::File::open("/dev/tty") {
-                    Ok(tty) => std::io::BufReader::new(tty).read_line(&mut line).ok(),
-                    Err(_) => std::io::stdin().lock().read_line(&mut line).ok(),
-                };
-                line
-            })
-            .await
-            .unwrap_or_default();
+            let answer = match read_tty_line().await {
+                Some(line) => line,
+                None => tokio::task::spawn_blocking(|| {
+                    let mut line = String::new();
+                    std::io::stdin().lock().read_line(&mut line).ok();
+                    line
+                })
+                .await
+                .unwrap_or_default(),
+            };
             if matches!(answer.trim(), "y" | "Y" | "yes") {
                 ApprovalDecision::Approved
             } else {
@@ -226,4 +327,43 @@ impl Approver for TerminalApprover {
             }
         })
     }
+}
+
+/// One line from `/dev/tty`, read without blocking a thread, so a cancelled turn or a timed-out
+/// approval drops the read instead of leaving a reader that would steal the REPL's next line.
+/// `None` when there is no terminal to open; an empty answer at end of input.
+async fn read_tty_line() -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A fresh open file description: O_NONBLOCK here leaves stdin's blocking mode alone.
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/tty")
+        .ok()?;
+    // `AsyncFd::new` is deprecated because a borrowed descriptor could be closed under it; a
+    // `File` it owns stays open, on the same description, until the `AsyncFd` drops (the
+    // condition `AsyncFd::register` states), so the safe constructor is sound here.
+    #[allow(deprecated)]
+    let tty = tokio::io::unix::AsyncFd::new(tty).ok()?;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        let Ok(mut ready) = tty.readable().await else {
+            break;
+        };
+        match ready.try_io(|fd| fd.get_ref().read(&mut buf)) {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                line.extend_from_slice(&buf[..n]);
+                if line.contains(&b'\n') {
+                    break;
+                }
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(Err(_)) => break,
+            Err(_would_block) => {}
+        }
+    }
+    Some(String::from_utf8_lossy(&line).into_owned())
 }

@@ -36,17 +36,20 @@ impl AgentRunner {
         }
     }
 
-    /// Runs a round's calls; results in call order (LOOP-1, issue 7 §3).
+    /// Runs a round's calls; results in call order (LOOP-1, issue 7 §3). Gives the calls
+    /// back with their result messages (the events share each call instead of copying it; it
+    /// is taken back without a copy when no event consumer kept it).
     pub(super) async fn run_calls(
         &self,
-        calls: &[ToolCall],
+        calls: Vec<ToolCall>,
         session: Option<&str>,
         cancel: &CancelToken,
         events: &TurnEvents,
         outcome: &mut TurnOutcome,
-    ) -> Vec<ChatMessage> {
-        for c in calls {
-            events(TurnEvent::ToolCall(c.clone()));
+    ) -> (Vec<ToolCall>, Vec<ChatMessage>) {
+        let calls: Vec<Arc<ToolCall>> = calls.into_iter().map(Arc::new).collect();
+        for c in &calls {
+            events(TurnEvent::ToolCall(Arc::clone(c)));
         }
         let parallel = self.runtime.parallel_tools
             && calls.len() > 1
@@ -94,29 +97,39 @@ impl AgentRunner {
                 receipt: None,
             });
             outcome.tool_calls += 1;
-            self.services.trace.emit(
-                "tool_call",
-                self.alias.as_str(),
-                session,
-                json!({"tool": call.name, "id": call.id, "ok": r.ok, "receipt": r.receipt,
-                       "chars": r.content.len()}),
-            );
+            self.services
+                .trace
+                .emit_with("tool_call", self.alias.as_str(), session, || {
+                    json!({"tool": call.name, "id": call.id, "ok": r.ok, "receipt": r.receipt,
+                           "chars": r.content.len()})
+                });
             if let Some(receipt) = &r.receipt {
                 outcome.receipts.push((call.name.clone(), receipt.clone()));
             }
             events(TurnEvent::ToolResult {
-                call: call.clone(),
+                call: Arc::clone(call),
                 ok: r.ok,
                 content: r.content.clone(),
                 receipt: r.receipt.clone(),
             });
             let text = match &r.receipt {
-                Some(receipt) => format!("{}\n\n[receipt: {receipt}]", r.content),
+                Some(receipt) => {
+                    let mut text = r.content;
+                    text.reserve(14 + receipt.len());
+                    text.push_str("\n\n[receipt: ");
+                    text.push_str(receipt);
+                    text.push(']');
+                    text
+                }
                 None => r.content,
             };
             out.push(ChatMessage::tool_result(call, text));
         }
-        out
+        let calls = calls
+            .into_iter()
+            .map(|c| Arc::try_unwrap(c).unwrap_or_else(|shared| (*shared).clone()))
+            .collect();
+        (calls, out)
     }
 
     pub(super) fn unknown_tool(&self, call: &ToolCall) -> CallResult {
@@ -234,7 +247,7 @@ impl AgentRunner {
             Ok(out) => {
                 let mut content = match out.content {
                     serde_json::Value::String(s) => s,
-                    other => other.to_string(),
+                    other => serde_json::to_string(&other).unwrap_or_default(),
                 };
                 if content.is_empty() {
                     content = "(no output)".into();
@@ -244,7 +257,7 @@ impl AgentRunner {
                     self.services
                         .receipts
                         .sign(&call.name, &call.arguments, &content, secs);
-                if content.chars().count() > MAX_RESULT_CHARS {
+                if content.len() > MAX_RESULT_CHARS && content.chars().count() > MAX_RESULT_CHARS {
                     content = content.chars().take(MAX_RESULT_CHARS).collect::<String>()
                         + "\n[truncated]";
                 }
@@ -268,7 +281,9 @@ async fn race<F>(fut: F, cancel: &CancelToken) -> Option<Result<ToolOutput, Tool
 where
     F: std::future::Future<Output = Result<ToolOutput, ToolError>>,
 {
+    // Biased: a tool that is ready at once never registers with the cancel token.
     tokio::select! {
+        biased;
         r = fut => Some(r),
         () = cancel.cancelled() => None,
     }

@@ -50,9 +50,10 @@ pub enum TurnEvent {
     TextDelta(String),
     /// A limitation or policy notice for the operator (e.g. LOOP-4).
     Notice(String),
-    ToolCall(ToolCall),
+    /// A call about to run (shared with the loop, which keeps it for history).
+    ToolCall(Arc<ToolCall>),
     ToolResult {
-        call: ToolCall,
+        call: Arc<ToolCall>,
         ok: bool,
         content: String,
         receipt: Option<String>,
@@ -139,6 +140,8 @@ pub struct AgentRunner {
     services: Arc<Services>,
     /// The tool definitions sent with every request (built once: tools do not change).
     definitions: Arc<Vec<ToolDefinition>>,
+    /// Their names (for recovering `<tool_call>` text).
+    known: Vec<String>,
 }
 
 impl AgentRunner {
@@ -218,8 +221,10 @@ impl AgentRunner {
             risk,
             services,
             definitions: Arc::new(Vec::new()),
+            known: Vec::new(),
         };
         runner.definitions = Arc::new(runner.build_definitions());
+        runner.known = runner.definitions.iter().map(|t| t.name.clone()).collect();
         runner
     }
 
@@ -278,17 +283,30 @@ impl AgentRunner {
         };
         let k = key.clone();
         sessions.run(move |b| b.ensure(&k, &init)).await?;
-        let loaded = sessions
-            .load(key.clone(), Page::Last(HISTORY_LIMIT))
-            .await?;
-        let history = history::repair(loaded.messages.iter().map(history::decode).collect());
-        let mut sink = SessionSink {
+        // The prompt (identity files off the async workers, memory recall) is built while
+        // the session's history loads.
+        let (loaded, system) = tokio::join!(
+            sessions.load(key.clone(), Page::Last(HISTORY_LIMIT)),
+            self.system_prompt(user_message)
+        );
+        let history = history::repair(loaded?.messages.iter().map(history::decode).collect());
+        let mut sink = Sink::Session {
             sessions,
             key,
             agent: &self.alias,
         };
-        self.run_turn(history, user_message, Some(key), cancel, events, &mut sink)
-            .await
+        let (outcome, _) = self
+            .run_turn(
+                system,
+                history,
+                user_message,
+                Some(key),
+                cancel,
+                events,
+                &mut sink,
+            )
+            .await?;
+        Ok(outcome)
     }
 
     /// Runs one user turn over `history` without a session store (benchmarks, subturns).
@@ -299,63 +317,100 @@ impl AgentRunner {
         cancel: &CancelToken,
         events: TurnEvents,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
-        let mut sink = VecSink(Vec::new());
-        let outcome = self
-            .run_turn(history, user_message, None, cancel, events, &mut sink)
-            .await?;
-        Ok((outcome, sink.0))
+        let system = self.system_prompt(user_message).await;
+        self.run_turn(
+            system,
+            history,
+            user_message,
+            None,
+            cancel,
+            events,
+            &mut Sink::Detached,
+        )
+        .await
     }
 
+    /// The system prompt of a turn answering `user_message` (LOOP-1), with the `<tool_call>`
+    /// protocol appended when the route has no native tools.
+    async fn system_prompt(&self, user_message: &str) -> String {
+        let mut system = system_prompt(
+            self.alias.as_str(),
+            self.kit.policy().workspace(),
+            self.kit.memory(),
+            user_message,
+        )
+        .await;
+        if !self.route.capabilities().native_tools {
+            system.push('\n');
+            system.push_str(&protocol_instructions(&self.definitions));
+        }
+        system
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn run_turn(
         &self,
+        system: String,
         history: Vec<ChatMessage>,
         user_message: &str,
         session: Option<&SessionKey>,
         cancel: &CancelToken,
         events: TurnEvents,
-        sink: &mut dyn MessageSink,
-    ) -> Result<TurnOutcome, TurnError> {
+        sink: &mut Sink<'_>,
+    ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
         let agent = self.alias.as_str();
         let session_str = session.map(SessionKey::as_str);
         let trace = &self.services.trace;
-        trace.emit(
+        trace.emit_with(
             "turn_start",
             agent,
             session_str,
-            json!({"chars": user_message.len()}),
+            || json!({"chars": user_message.len()}),
         );
         let result = self
-            .turn_inner(history, user_message, session_str, cancel, &events, sink)
+            .turn_inner(
+                system,
+                history,
+                user_message,
+                session_str,
+                cancel,
+                &events,
+                sink,
+            )
             .await;
         match &result {
-            Ok(o) => trace.emit(
-                "turn_end",
-                agent,
-                session_str,
+            Ok((o, _)) => trace.emit_with("turn_end", agent, session_str, || {
                 json!({"provider_calls": o.provider_calls, "tool_calls": o.tool_calls,
                        "input_tokens": o.usage.input_tokens, "output_tokens": o.usage.output_tokens,
-                       "hit_iteration_cap": o.hit_iteration_cap}),
-            ),
+                       "hit_iteration_cap": o.hit_iteration_cap})
+            }),
             Err(e) => trace.emit("error", agent, session_str, json!({"error": e.to_string()})),
         }
         result
     }
 
+    /// The turn itself; returns the outcome and the turn's new messages (user message first).
+    ///
+    /// The conversation lives in ONE shared request for the whole turn: each round appends to
+    /// it in place (the provider has dropped its handle by the time the call returns, so
+    /// `Arc::make_mut` does not copy), instead of copying the history into a new request per
+    /// round.
+    #[allow(clippy::too_many_arguments)]
     async fn turn_inner(
         &self,
+        system: String,
         history: Vec<ChatMessage>,
         user_message: &str,
         session: Option<&str>,
         cancel: &CancelToken,
         events: &TurnEvents,
-        sink: &mut dyn MessageSink,
-    ) -> Result<TurnOutcome, TurnError> {
+        sink: &mut Sink<'_>,
+    ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
         let agent = self.alias.as_str();
         let mut outcome = TurnOutcome::default();
         let caps = self.route.capabilities();
         let tools = Arc::clone(&self.definitions);
         let no_tools = Arc::new(Vec::new());
-        let known: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
 
         // LOOP-3/4: single-tool rounds only when every member of the route supports them.
         let single =
@@ -377,23 +432,26 @@ impl AgentRunner {
             outcome.notices.push(notice);
         }
 
-        let mut system = system_prompt(
-            agent,
-            self.kit.policy().workspace(),
-            self.kit.memory(),
-            user_message,
-        )
-        .await;
-        if !caps.native_tools {
-            system.push('\n');
-            system.push_str(&protocol_instructions(&tools));
-        }
-        let mut messages = Vec::with_capacity(history.len() + 4);
+        let mut messages =
+            Vec::with_capacity(history.len() + 4 + 2 * self.max_iterations() as usize);
         messages.push(ChatMessage::system(system));
         messages.extend(history);
         let user = ChatMessage::user(user_message);
         sink.push(&user).await?;
+        let first_new = messages.len();
         messages.push(user);
+        let mut request = Arc::new(ChatRequest {
+            model: self.model.clone(),
+            messages,
+            single_tool: single && caps.native_tools && !tools.is_empty(),
+            tools: if caps.native_tools {
+                Arc::clone(&tools)
+            } else {
+                Arc::clone(&no_tools)
+            },
+            max_tokens: None,
+            cancel: cancel.provider_flag(),
+        });
 
         let max = self.max_iterations();
         let text_sink: EventSink = {
@@ -404,36 +462,25 @@ impl AgentRunner {
             if cancel.is_cancelled() {
                 return Err(TurnError::Cancelled);
             }
-            let native = if caps.native_tools {
-                Arc::clone(&tools)
-            } else {
-                Arc::clone(&no_tools)
-            };
             let (response, provider) = self
-                .call_provider(
-                    &messages,
-                    native,
-                    single,
-                    session,
-                    cancel,
-                    &text_sink,
-                    &mut outcome,
-                )
+                .call_provider(&request, session, cancel, &text_sink, &mut outcome)
                 .await?;
             let mut calls = response.tool_calls;
             let mut text = response.text;
             if calls.is_empty() {
-                let (recovered, rest) = recover_tool_calls(&text, &known);
+                let (recovered, rest) = recover_tool_calls(&text, &self.known);
                 if !recovered.is_empty() {
                     calls = recovered;
                     text = rest;
                 }
             }
             if calls.is_empty() {
-                let answer = ChatMessage::assistant(text.clone());
+                let answer = ChatMessage::assistant(text);
                 sink.push(&answer).await?;
-                outcome.reply = text;
-                return Ok(outcome);
+                outcome.reply.clone_from(&answer.content);
+                let messages = &mut Arc::make_mut(&mut request).messages;
+                messages.push(answer);
+                return Ok((outcome, messages.split_off(first_new)));
             }
             if single && calls.len() > 1 {
                 // LOOP-5: nothing runs, nothing enters history; the usage was billed (LOOP-6).
@@ -444,11 +491,12 @@ impl AgentRunner {
                     count: calls.len(),
                 });
             }
-            let results = self
-                .run_calls(&calls, session, cancel, events, &mut outcome)
+            let (calls, results) = self
+                .run_calls(calls, session, cancel, events, &mut outcome)
                 .await;
             let round_call = ChatMessage::assistant_calls(text, calls);
             sink.push(&round_call).await?;
+            let messages = &mut Arc::make_mut(&mut request).messages;
             messages.push(round_call);
             for r in results {
                 sink.push(&r).await?;
@@ -461,34 +509,33 @@ impl AgentRunner {
 
         // The cap: one last call without tools, asking for a summary.
         outcome.hit_iteration_cap = true;
-        messages.push(ChatMessage::system(format!(
-            "You have reached the limit of {max} tool rounds (max_tool_iterations) for this turn. Do not call tools. Summarise what you did, what the results were and what is left to do."
-        )));
+        {
+            let last = Arc::make_mut(&mut request);
+            last.messages.push(ChatMessage::system(format!(
+                "You have reached the limit of {max} tool rounds (max_tool_iterations) for this turn. Do not call tools. Summarise what you did, what the results were and what is left to do."
+            )));
+            last.tools = no_tools;
+            last.single_tool = false;
+        }
         let (response, _) = self
-            .call_provider(
-                &messages,
-                no_tools,
-                false,
-                session,
-                cancel,
-                &text_sink,
-                &mut outcome,
-            )
+            .call_provider(&request, session, cancel, &text_sink, &mut outcome)
             .await?;
-        let (_, text) = recover_tool_calls(&response.text, &known);
-        let answer = ChatMessage::assistant(text.clone());
+        let (_, text) = recover_tool_calls(&response.text, &self.known);
+        let answer = ChatMessage::assistant(text);
         sink.push(&answer).await?;
-        outcome.reply = text;
-        Ok(outcome)
+        outcome.reply.clone_from(&answer.content);
+        let messages = &mut Arc::make_mut(&mut request).messages;
+        messages.push(answer);
+        let mut new = messages.split_off(first_new);
+        // The cap notice is the loop's instruction to the model, not part of the conversation.
+        new.retain(|m| m.role != warren_core::Role::System);
+        Ok((outcome, new))
     }
 
     /// One metered provider request (limits checked before, usage recorded after).
-    #[allow(clippy::too_many_arguments)]
     async fn call_provider(
         &self,
-        messages: &[ChatMessage],
-        tools: Arc<Vec<ToolDefinition>>,
-        single: bool,
+        request: &Arc<ChatRequest>,
         session: Option<&str>,
         cancel: &CancelToken,
         text_sink: &EventSink,
@@ -498,16 +545,9 @@ impl AgentRunner {
         self.services
             .costs
             .check(agent, Some(self.risk.max_cost_per_day_usd))?;
-        let request = Arc::new(ChatRequest {
-            model: self.model.clone(),
-            messages: messages.to_vec(),
-            single_tool: single && !tools.is_empty(),
-            tools,
-            max_tokens: None,
-            cancel: cancel.provider_flag(),
-        });
-        let call = self.route.chat(Arc::clone(&request), Arc::clone(text_sink));
+        let call = self.route.chat(Arc::clone(request), Arc::clone(text_sink));
         let routed = tokio::select! {
+            biased;
             r = call => r,
             () = cancel.cancelled() => return Err(TurnError::Cancelled),
         };
@@ -516,8 +556,9 @@ impl AgentRunner {
             Err(ProviderError::Cancelled) => return Err(TurnError::Cancelled),
             Err(e) => return Err(e.into()),
         };
+        let trace = &self.services.trace;
         for failed in &routed.failed_attempts {
-            self.services.trace.emit(
+            trace.emit(
                 "provider_call",
                 agent,
                 session,
@@ -527,18 +568,22 @@ impl AgentRunner {
         let usage = routed.response.usage;
         outcome.usage.add(usage);
         outcome.provider_calls += 1;
-        self.services.trace.emit(
-            "provider_call",
-            agent,
-            session,
+        trace.emit_with("provider_call", agent, session, || {
             json!({"provider": routed.provider, "model": self.model, "ok": true,
                    "single_tool": request.single_tool, "tools": request.tools.len(),
                    "tool_calls": routed.response.tool_calls.len(),
-                   "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}),
-        );
-        self.services
-            .costs
-            .record(agent, session, &routed.provider, &self.model, usage, false)?;
+                   "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens})
+        });
+        if self.services.costs.enabled() {
+            self.services.costs.record(
+                agent,
+                session,
+                &routed.provider,
+                &self.model,
+                usage,
+                false,
+            )?;
+        }
         Ok((routed.response, routed.provider))
     }
 
@@ -552,42 +597,31 @@ impl AgentRunner {
     }
 }
 
-/// Where a turn's new messages go.
-trait MessageSink: Send {
-    fn push<'a>(
-        &'a mut self,
-        message: &'a ChatMessage,
-    ) -> warren_tools::BoxFuture<'a, Result<(), SessionError>>;
+/// Where a turn's new messages go as they are made: the session backend (appended per round,
+/// so a crash loses at most the running round), or nowhere (a detached turn returns them).
+enum Sink<'s> {
+    Session {
+        sessions: &'s SessionHandle,
+        key: &'s SessionKey,
+        agent: &'s AgentAlias,
+    },
+    Detached,
 }
 
-struct VecSink(Vec<ChatMessage>);
-
-impl MessageSink for VecSink {
-    fn push<'a>(
-        &'a mut self,
-        message: &'a ChatMessage,
-    ) -> warren_tools::BoxFuture<'a, Result<(), SessionError>> {
-        self.0.push(message.clone());
-        Box::pin(async { Ok(()) })
-    }
-}
-
-struct SessionSink<'s> {
-    sessions: &'s SessionHandle,
-    key: &'s SessionKey,
-    agent: &'s AgentAlias,
-}
-
-impl MessageSink for SessionSink<'_> {
-    fn push<'a>(
-        &'a mut self,
-        message: &'a ChatMessage,
-    ) -> warren_tools::BoxFuture<'a, Result<(), SessionError>> {
-        let stored = NewMessage::new(message.role, history::encode(message)).by(self.agent.clone());
-        let key = self.key.clone();
-        Box::pin(async move {
-            self.sessions.append(key, stored).await?;
-            Ok(())
-        })
+impl Sink<'_> {
+    async fn push(&mut self, message: &ChatMessage) -> Result<(), SessionError> {
+        match self {
+            Sink::Session {
+                sessions,
+                key,
+                agent,
+            } => {
+                let stored =
+                    NewMessage::new(message.role, history::encode(message)).by((*agent).clone());
+                sessions.append((*key).clone(), stored).await?;
+                Ok(())
+            }
+            Sink::Detached => Ok(()),
+        }
     }
 }

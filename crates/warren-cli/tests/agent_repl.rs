@@ -1,0 +1,273 @@
+//! The `warren agent` REPL (issue 7 §11): over a pipe one message per line until end of input;
+//! on a terminal (a real pty, via util-linux `script`) line editing with a private history
+//! file, Ctrl-C clearing the line at the prompt and cancelling a running turn (its tool
+//! process killed, the session kept consistent, LOOP-7), and Ctrl-D exiting cleanly.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use warren_testkit::{TempRoot, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+/// Turn 1 answers, turn 2 runs `sleep 30` through the shell tool, turn 3 answers.
+fn setup() -> Result<TempRoot, Box<dyn std::error::Error>> {
+    let root = TempRoot::new()?;
+    root.write_config(
+        r#"
+[agents.main]
+provider = "s"
+risk_profile = "sleepy"
+
+[risk_profiles.sleepy]
+autonomy = "full"
+allowed_commands = ["sleep"]
+fallback = "noop"
+
+[providers.s]
+kind = "script"
+script = "repl-script.json"
+"#,
+    )?;
+    std::fs::write(
+        root.path().join("repl-script.json"),
+        r#"{"turns": [
+            [{"text": "first answer"}],
+            [{"text": "", "tool_calls": [{"name": "shell", "arguments": {"command": "sleep 30"}}]},
+             {"text": "slept"}],
+            [{"text": "after cancel"}]]}"#,
+    )?;
+    Ok(root)
+}
+
+#[test]
+fn repl_over_a_pipe_runs_one_turn_per_line_until_end_of_input() -> R {
+    let root = setup()?;
+    let mut child = root
+        .warren(bin(), &["agent", "-a", "main", "--session", "piped"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(b"hello\n\n")?; // the empty line is skipped; EOF ends the REPL
+    let out = child.wait_with_output()?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "first answer", "{stderr}");
+    let shown = root.run(bin(), &["sessions", "show", "piped"])?;
+    assert!(text(&shown).0.contains("hello"), "{}", text(&shown).0);
+    // No terminal, no line history.
+    assert!(!root.path().join("data/state/repl-history").exists());
+    Ok(())
+}
+
+/// The output of a process on a pty, collected as it arrives.
+struct Pty {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    seen: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Pty {
+    fn spawn(root: &TempRoot, args: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let mut child = Command::new("script")
+            .args([
+                "-qec",
+                &format!("\"$WARREN_BIN\" --config-dir \"$WARREN_ROOT\" {args}"),
+            ])
+            .arg("/dev/null")
+            .env("WARREN_BIN", bin())
+            .env("WARREN_ROOT", root.path())
+            .env_remove("WARREN_HOME")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("util-linux `script` runs the REPL on a pty: {e}"))?;
+        let input = child.stdin.take().ok_or("no stdin")?;
+        let mut output = child.stdout.take().ok_or("no stdout")?;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = output.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().map(|mut s| s.extend_from_slice(&buf[..n])).ok();
+            }
+        });
+        Ok(Self { child, input, seen })
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().map(|s| s.clone()).unwrap_or_default())
+            .into_owned()
+    }
+
+    /// Waits until `needle` has been printed `times` times in all.
+    fn wait_for(&self, needle: &str, times: usize) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.text().matches(needle).count() >= times {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "{needle:?} x{times} never printed:\n{}",
+            self.text()
+        ))
+    }
+
+    fn send(&mut self, keys: &str) -> Result<(), Box<dyn std::error::Error>> {
+        self.input.write_all(keys.as_bytes())?;
+        self.input.flush()?;
+        Ok(())
+    }
+}
+
+#[test]
+fn repl_on_a_terminal_keeps_a_private_history_and_ctrl_c_cancels_the_running_turn() -> R {
+    let root = setup()?;
+    let started = Instant::now();
+    let mut pty = Pty::spawn(&root, "agent -a main --session tty")?;
+    pty.wait_for("> ", 1)?;
+    // Ctrl-C at the prompt drops the line typed so far.
+    pty.send("abc\x03")?;
+    pty.wait_for("> ", 2)?;
+    pty.send("hello\r")?;
+    pty.wait_for("first answer", 1)?;
+    pty.wait_for("> ", 3)?;
+    // Ctrl-C during a turn cancels it and kills the running tool process.
+    pty.send("nap\r")?;
+    pty.wait_for("shell {\"command\":\"sleep 30\"}", 1)?;
+    std::thread::sleep(Duration::from_millis(300));
+    pty.send("\x03")?;
+    pty.wait_for("the turn was cancelled", 1)?;
+    pty.wait_for("> ", 4)?;
+    pty.send("next\r")?;
+    pty.wait_for("after cancel", 1)?;
+    pty.wait_for("> ", 5)?;
+    // Ctrl-D exits cleanly.
+    pty.send("\x04")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = pty.child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            pty.child.kill()?;
+            return Err(format!("the REPL did not exit on Ctrl-D:\n{}", pty.text()).into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{}", pty.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the cancelled `sleep 30` was not waited for"
+    );
+    assert!(!pty.text().contains("slept"), "{}", pty.text());
+
+    let history = root.path().join("data/state/repl-history");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&history)?.permissions());
+    assert_eq!(mode & 0o777, 0o600, "history is private");
+    let lines: Vec<String> = std::fs::read_to_string(&history)?
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines, ["hello", "nap", "next"]);
+
+    // The session holds the cancelled round with an interrupted result, then the next turn.
+    let shown = text(&root.run(bin(), &["sessions", "show", "tty"])?).0;
+    let (nap, interrupted, next) = (
+        shown.find("nap"),
+        shown.find("interrupted"),
+        shown.find("after cancel"),
+    );
+    assert!(
+        nap.is_some() && nap < interrupted && interrupted < next,
+        "{shown}"
+    );
+    Ok(())
+}
+
+/// Ctrl-C at an approval prompt cancels the turn without leaving a reader on the terminal that
+/// would swallow the REPL's next line; a later prompt answered `y` runs the call.
+#[test]
+fn ctrl_c_at_an_approval_prompt_gives_the_terminal_back_to_the_repl() -> R {
+    let root = TempRoot::new()?;
+    root.write_config(
+        r#"
+[agents.main]
+provider = "s"
+risk_profile = "ask"
+
+[risk_profiles.ask]
+autonomy = "supervised"
+fallback = "noop"
+
+[providers.s]
+kind = "script"
+script = "approve-script.json"
+"#,
+    )?;
+    std::fs::write(
+        root.path().join("approve-script.json"),
+        r#"{"turns": [
+            [{"text": "", "tool_calls": [{"name": "file_write", "arguments": {"path": "a.md", "content": "a"}}]},
+             {"text": "wrote a"}],
+            [{"text": "second answer"}],
+            [{"text": "", "tool_calls": [{"name": "file_write", "arguments": {"path": "b.md", "content": "b"}}]},
+             {"text": "wrote b"}]]}"#,
+    )?;
+    let mut pty = Pty::spawn(&root, "agent -a main --session ask")?;
+    pty.wait_for("> ", 1)?;
+    pty.send("one\r")?;
+    pty.wait_for("[y/N]", 1)?;
+    pty.send("\x03")?;
+    pty.wait_for("the turn was cancelled", 1)?;
+    pty.wait_for("> ", 2)?;
+    pty.send("two\r")?;
+    pty.wait_for("second answer", 1)?;
+    pty.wait_for("> ", 3)?;
+    pty.send("three\r")?;
+    pty.wait_for("[y/N]", 2)?;
+    pty.send("y\r")?;
+    pty.wait_for("wrote b", 1)?;
+    pty.wait_for("> ", 4)?;
+    pty.send("\x04")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = pty.child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            pty.child.kill()?;
+            return Err(format!("the REPL did not exit on Ctrl-D:\n{}", pty.text()).into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{}", pty.text());
+    let workspace = root.path().join("agents/main/workspace");
+    assert!(
+        !workspace.join("a.md").exists(),
+        "the cancelled call did not run"
+    );
+    assert_eq!(std::fs::read_to_string(workspace.join("b.md"))?, "b");
+    Ok(())
+}
