@@ -139,6 +139,39 @@ pub fn encode(role: Role, content: &str, agent: Option<&AgentAlias>, at: OffsetD
     text
 }
 
+/// Rewrites the `agent` field of every message line attributed to `from` (agent rename,
+/// LIFE-3). Lines that do not parse (a torn tail, an invalid line) are kept byte for byte.
+/// Returns `None` when no line changed.
+pub fn rename_agent(bytes: &[u8], from: &str, to: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut changed = false;
+    let mut lines = bytes.split(|b| *b == b'\n').peekable();
+    while let Some(raw) = lines.next() {
+        let last = lines.peek().is_none();
+        let rewritten = std::str::from_utf8(raw)
+            .ok()
+            .and_then(|t| {
+                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(t).ok()
+            })
+            .filter(|m| m.get("agent").and_then(serde_json::Value::as_str) == Some(from))
+            .and_then(|mut m| {
+                m.insert("agent".into(), serde_json::Value::String(to.into()));
+                serde_json::to_vec(&m).ok()
+            });
+        match rewritten {
+            Some(line) => {
+                changed = true;
+                out.extend_from_slice(&line);
+            }
+            None => out.extend_from_slice(raw),
+        }
+        if !last {
+            out.push(b'\n');
+        }
+    }
+    changed.then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,37 +235,4 @@ mod tests {
             vec![NewMessage::new(Role::Assistant, "a \"quoted\"\nline").at(at)]
         );
     }
-}
-
-/// Rewrites the `agent` field of every message line attributed to `from` (agent rename,
-/// LIFE-3). Lines that do not parse (a torn tail, an invalid line) are kept byte for byte.
-/// Returns `None` when no line changed.
-pub fn rename_agent(bytes: &[u8], from: &str, to: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut changed = false;
-    let mut lines = bytes.split(|b| *b == b'\n').peekable();
-    while let Some(raw) = lines.next() {
-        let last = lines.peek().is_none();
-        let rewritten = std::str::from_utf8(raw)
-            .ok()
-            .and_then(|t| {
-                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(t).ok()
-            })
-            .filter(|m| m.get("agent").and_then(serde_json::Value::as_str) == Some(from))
-            .and_then(|mut m| {
-                m.insert("agent".into(), serde_json::Value::String(to.into()));
-                serde_json::to_vec(&m).ok()
-            });
-        match rewritten {
-            Some(line) => {
-                changed = true;
-                out.extend_from_slice(&line);
-            }
-            None => out.extend_from_slice(raw),
-        }
-        if !last {
-            out.push(b'\n');
-        }
-    }
-    changed.then_some(out)
 }
