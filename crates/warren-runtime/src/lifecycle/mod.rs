@@ -535,30 +535,16 @@ impl Lifecycle {
         }
         let workspace = workspace_action(&root, &base, &from_a);
         let found = edit_rename(&mut txn, &base, from, to)?;
-        let (path, journal) = self.write_journal(Op::Rename {
+        let op = Op::Rename {
             from: from.into(),
             to: to.into(),
             memory_backend: backend,
             old_workspace: old_ws,
             new_workspace: new_ws,
             workspace,
-        })?;
-        let persisting = std::time::Instant::now();
-        let outcome = match txn.commit() {
-            Ok(o) => o,
-            Err(e) => {
-                let _ = Self::clear_journal(&path);
-                return Err(e.into());
-            }
         };
-        let (lock_held, persist) = (locked.elapsed(), persisting.elapsed());
-        crash_point("lifecycle-after-config-persist");
-        let mut report = self.converge(h, &path, &journal);
-        report.lock_held_us = micros(lock_held);
-        report.persist_us = micros(persist);
-        report.config_generation = Some(outcome.generation);
+        let mut report = self.journal_persist_converge(h, txn, op, Some(locked))?;
         report.references = found.into_iter().map(|r| r.path).collect();
-        report.warnings.extend(outcome.warnings);
         Ok(report)
     }
 
@@ -673,7 +659,7 @@ impl Lifecycle {
         }
         let entry = edit_delete(&mut txn, &base, &found, name)?;
         let scrubbed: Vec<String> = found.iter().map(|r| r.path.clone()).collect();
-        let (path, journal) = self.write_journal(Op::Delete {
+        let op = Op::Delete {
             alias: name.into(),
             entry,
             memory_backend: backend,
@@ -681,23 +667,9 @@ impl Lifecycle {
             workspace,
             archive,
             scrubbed: scrubbed.clone(),
-        })?;
-        let persisting = std::time::Instant::now();
-        let outcome = match txn.commit() {
-            Ok(o) => o,
-            Err(e) => {
-                let _ = Self::clear_journal(&path);
-                return Err(e.into());
-            }
         };
-        let (lock_held, persist) = (locked.elapsed(), persisting.elapsed());
-        crash_point("lifecycle-after-config-persist");
-        let mut report = self.converge(h, &path, &journal);
-        report.lock_held_us = micros(lock_held);
-        report.persist_us = micros(persist);
-        report.config_generation = Some(outcome.generation);
+        let mut report = self.journal_persist_converge(h, txn, op, Some(locked))?;
         report.references = scrubbed;
-        report.warnings.extend(outcome.warnings);
         Ok(report)
     }
 
@@ -783,14 +755,30 @@ impl Lifecycle {
         }
         txn.set_item_text(&refs::agent_key(&target), &manifest.config_entry)?;
         txn.preview()?;
-        let (path, journal) = self.write_journal(Op::Restore {
+        let op = Op::Restore {
             alias: target.clone(),
             original: manifest.alias.clone(),
             memory_backend: manifest.memory_backend,
             archive: archive.clone(),
             archived_workspace: manifest.workspace_path.clone(),
             workspace_path: ws,
-        })?;
+        };
+        self.journal_persist_converge(h, txn, op, None)
+    }
+
+    /// LIFE-2: writes the journal record durably, then persists the config change (which
+    /// releases the config write lock), then runs the side effects. A failed save drops the
+    /// record: nothing happened. `locked` (when the lock was taken) feeds the report's
+    /// lock-held and persist timings.
+    fn journal_persist_converge(
+        &self,
+        h: &tokio::runtime::Handle,
+        txn: WriteTxn<'_>,
+        op: Op,
+        locked: Option<std::time::Instant>,
+    ) -> Result<Report, LifecycleError> {
+        let (path, journal) = self.write_journal(op)?;
+        let persisting = std::time::Instant::now();
         let outcome = match txn.commit() {
             Ok(o) => o,
             Err(e) => {
@@ -798,8 +786,14 @@ impl Lifecycle {
                 return Err(e.into());
             }
         };
+        let persist = persisting.elapsed();
+        let lock_held = locked.map(|l| l.elapsed());
         crash_point("lifecycle-after-config-persist");
         let mut report = self.converge(h, &path, &journal);
+        if let Some(held) = lock_held {
+            report.lock_held_us = micros(held);
+            report.persist_us = micros(persist);
+        }
         report.config_generation = Some(outcome.generation);
         report.warnings.extend(outcome.warnings);
         Ok(report)
