@@ -6,11 +6,13 @@
 //! `warren_runtime::daemon::run`; the binary passes the hook in (this crate sits above the
 //! runtime). Chat, approvals and sessions over HTTP come with the agent loop.
 
+mod agents_api;
 pub mod client;
 mod config_api;
 pub mod devices;
 pub mod error;
 pub mod openapi;
+mod ops_api;
 pub mod pairing;
 pub mod routes;
 pub mod server;

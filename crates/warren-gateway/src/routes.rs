@@ -139,6 +139,96 @@ pub const ROUTES: &[Route] = &[
         request: None,
         handler: || post(admin_paircode),
     },
+    Route {
+        method: "GET",
+        path: "/api/agents",
+        access: Access::Token,
+        summary: "Agents of the running generation (alias, provider, model, profiles, default, ok)",
+        request: None,
+        handler: || get(crate::agents_api::list_agents),
+    },
+    Route {
+        method: "POST",
+        path: "/api/agents",
+        access: Access::Token,
+        summary: "Add an agent through the one config write lock (CFG-3); it serves after POST /admin/reload",
+        request: Some(
+            r#"{"alias": "helper", "provider": "openai", "model": "gpt-4o-mini", "risk_profile": "default"}"#,
+        ),
+        handler: || post(crate::agents_api::add_agent),
+    },
+    Route {
+        method: "POST",
+        path: "/api/agents/{alias}/chat",
+        access: Access::Token,
+        summary: "One user turn (JSON; SSE events delta/notice/tool_call/tool_result/done/error with Accept: text/event-stream); session queue full = 429, timed out = 408",
+        request: Some(r#"{"message": "hello", "session": "http-main"}"#),
+        handler: || post(crate::agents_api::chat),
+    },
+    Route {
+        method: "GET",
+        path: "/api/agents/{alias}/sessions",
+        access: Access::Token,
+        summary: "The agent's sessions, most recently active first",
+        request: None,
+        handler: || get(crate::agents_api::list_sessions),
+    },
+    Route {
+        method: "GET",
+        path: "/api/agents/{alias}/sessions/{key}",
+        access: Access::Token,
+        summary: "A page of a session's history (?after=SEQ&limit=N), oldest first",
+        request: None,
+        handler: || get(crate::agents_api::session_history),
+    },
+    Route {
+        method: "GET",
+        path: "/api/agents/{alias}/memory",
+        access: Access::Token,
+        summary: "Memory recall for one agent (?q=WORDS&limit=N; no q = most recent)",
+        request: None,
+        handler: || get(crate::agents_api::memory_recall),
+    },
+    Route {
+        method: "GET",
+        path: "/api/costs",
+        access: Access::Token,
+        summary: "The cost ledger (?agent=A&limit=N): totals per agent and the newest records",
+        request: None,
+        handler: || get(crate::agents_api::costs),
+    },
+    Route {
+        method: "GET",
+        path: "/api/approvals",
+        access: Access::Token,
+        summary: "Tool calls waiting for an operator's approval",
+        request: None,
+        handler: || get(crate::ops_api::list_approvals),
+    },
+    Route {
+        method: "POST",
+        path: "/api/approvals/{id}",
+        access: Access::Token,
+        summary: "Approve or deny a pending tool call; no answer within approval_timeout_secs = denied",
+        request: Some(r#"{"approve": true}"#),
+        handler: || post(crate::ops_api::decide_approval),
+    },
+    Route {
+        method: "GET",
+        path: "/api/logs",
+        access: Access::Token,
+        summary: "The runtime trace, newest page first (?agent=&kind=&before=INDEX&limit=N)",
+        request: None,
+        handler: || get(crate::ops_api::logs),
+    },
+    Route {
+        method: "GET",
+        path: "/api/events",
+        access: Access::Token,
+        summary: "Live trace events as server-sent events (?agent=&kind=); works with [log] persistence = none",
+        request: None,
+        handler: || get(crate::ops_api::events),
+    },
 ];
 
 /// The router over [`ROUTES`].
@@ -158,8 +248,33 @@ pub fn router(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
+        .layer(middleware::from_fn(time_limit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// How long a request may take to produce its response head (a chat turn: [`CHAT_TIMEOUT`]).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// A JSON chat answers when its turn ends; a streamed one starts at once.
+pub const CHAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Request timeouts: 408 when the response head is not ready in time.
+async fn time_limit(req: Request, next: Next) -> Response {
+    let limit = if req.uri().path().ends_with("/chat") {
+        CHAT_TIMEOUT
+    } else {
+        REQUEST_TIMEOUT
+    };
+    let route = format!("{} {}", req.method(), req.uri().path());
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!("{route}: no response within {limit:?}"),
+        )
+        .into_response(),
+    }
 }
 
 async fn not_found() -> ApiError {

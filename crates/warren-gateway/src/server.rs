@@ -107,13 +107,15 @@ impl GatewayHook {
         publish_endpoint(&generation.root, &endpoint)?;
 
         let state = AppState::new(generation, process, Some(addr), agents);
+        let shutdown = state.shutdown().clone();
         let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
         let (stop, stopped) = oneshot::channel::<()>();
         let root = generation.root.clone();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
+                .with_graceful_shutdown(async move {
                     let _ = stopped.await;
+                    shutdown.cancel(); // live streams end; in-flight requests drain
                 })
                 .await;
             if let Err(e) = served {

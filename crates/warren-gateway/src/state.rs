@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::http::HeaderMap;
 use serde::Serialize;
 use warren_config::{Config, ConfigStore, InstallRoot};
-use warren_runtime::{AgentKit, Generation, ReloadTrigger};
+use warren_runtime::{AgentHost, AgentKit, CancelToken, Generation, ReloadTrigger};
 
 use crate::devices::Devices;
 use crate::pairing::{self, Pairing, RandomError};
@@ -117,6 +117,10 @@ pub(crate) struct Inner {
     pub process: Arc<ProcessState>,
     pub local_addr: Option<SocketAddr>,
     pub agents: Vec<AgentReport>,
+    /// Agents, sessions, queue, trace and costs of this generation.
+    pub host: Arc<AgentHost>,
+    /// Fired when this generation's listener stops: live streams end so the reload can finish.
+    pub shutdown: CancelToken,
 }
 
 impl AppState {
@@ -136,7 +140,19 @@ impl AppState {
             process,
             local_addr,
             agents,
+            host: Arc::clone(&generation.host),
+            shutdown: CancelToken::new(),
         }))
+    }
+
+    /// The agents of this generation.
+    pub fn host(&self) -> &Arc<AgentHost> {
+        &self.0.host
+    }
+
+    /// Fired when this generation's listener stops.
+    pub fn shutdown(&self) -> &CancelToken {
+        &self.0.shutdown
     }
 
     pub fn root(&self) -> &InstallRoot {
