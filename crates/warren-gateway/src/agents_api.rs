@@ -116,7 +116,9 @@ pub(crate) async fn list_agents(State(state): State<AppState>) -> Json<Value> {
     let agents: Vec<Value> = config
         .agents()
         .map(|(alias, agent)| {
-            let report = state.0.agents.iter().find(|r| r.alias == alias.as_str());
+            let report = state
+                .agents()
+                .and_then(|a| a.iter().find(|r| r.alias == alias.as_str()));
             json!({
                 "alias": alias,
                 "provider": agent.provider,

@@ -468,27 +468,47 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         Ok(_) => json!({"status": "ok"}),
         Err(e) => json!({"status": "error", "error": e}),
     };
-    let agents: serde_json::Map<String, Value> = inner
-        .agents
-        .iter()
-        .map(|a| {
-            let v = if a.ok {
-                json!({"status": "ok"})
-            } else {
-                json!({"status": "error", "error": a.sandbox.get("error")})
-            };
-            (a.alias.clone(), v)
-        })
-        .collect();
-    let all_ok = inner.process.devices.is_ok() && inner.agents.iter().all(|a| a.ok);
+    let reports = state.agents();
+    let agents: serde_json::Map<String, Value> = match reports {
+        Some(reports) => reports
+            .iter()
+            .map(|a| {
+                let v = if a.ok {
+                    json!({"status": "ok"})
+                } else {
+                    json!({"status": "error", "error": a.sandbox.get("error")})
+                };
+                (a.alias.clone(), v)
+            })
+            .collect(),
+        // The listener serves while the agents' sandboxes are still being probed.
+        None => inner
+            .host
+            .snapshot()
+            .agents()
+            .map(|(alias, _)| (alias.to_string(), json!({"status": "starting"})))
+            .collect(),
+    };
+    let sessions = match inner.host.sessions_health() {
+        warren_runtime::host::SessionsHealth::Starting => json!({"status": "starting"}),
+        warren_runtime::host::SessionsHealth::Ok { backend, durable } => {
+            json!({"status": "ok", "backend": backend, "durable": durable})
+        }
+        warren_runtime::host::SessionsHealth::Error(e) => json!({"status": "error", "error": e}),
+    };
+    let starting = reports.is_none() || sessions["status"] == "starting";
+    let all_ok = inner.process.devices.is_ok()
+        && reports.is_some_and(|r| r.iter().all(|a| a.ok))
+        && sessions["status"] == "ok";
     Json(json!({
-        "status": if all_ok { "ok" } else { "degraded" },
+        "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
         "uptime_secs": uptime_secs(inner.started_at),
         "components": {
             "gateway": {"status": "ok", "listening": inner.local_addr.map(|a| a.to_string())},
             "config": {"status": "ok", "generation": inner.store.generation(), "daemon_generation": inner.generation},
             "devices": devices,
+            "sessions": sessions,
             "agents": agents,
         },
     }))
@@ -511,7 +531,7 @@ async fn api_status(State(state): State<AppState>) -> Json<Value> {
             "listening": inner.local_addr.map(|a| a.to_string()),
             "paired_devices": snapshot.gateway.paired_tokens.len(),
         },
-        "agents": inner.agents,
+        "agents": state.agents(),
     }))
 }
 

@@ -80,9 +80,34 @@ impl GatewayHook {
             tracing::warn!(%addr, "the gateway listens beyond loopback; every /api route still needs a paired token");
         }
 
+        // Serve first (start-up latency): /health answers while the registry is reconciled,
+        // the agents' sandboxes are probed and the endpoint file is written.
+        let state = AppState::starting(generation, Arc::clone(&process), Some(addr));
+        let shutdown = state.shutdown().clone();
+        let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let endpoint = AdminEndpoint {
+            pid: std::process::id(),
+            addr,
+            admin_key: process.admin_key.clone(),
+        };
+        let (root, published) = (generation.root.clone(), endpoint.clone());
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                    shutdown.cancel(); // live streams end; in-flight requests drain
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(%addr, "gateway stopped: {e}");
+            }
+            remove_endpoint(&root, &published);
+        });
+
         let root = generation.root.clone();
         let (config, devices) = (Arc::clone(&snapshot), process.devices.clone());
-        let agents = tokio::task::spawn_blocking(move || {
+        let reports = tokio::task::spawn_blocking(move || {
             if let Ok(devices) = &devices {
                 match devices.reconcile(&token_hashes(&config)) {
                     Ok((0, 0)) => {}
@@ -97,32 +122,15 @@ impl GatewayHook {
             agent_reports(&config, &root)
         })
         .await
-        .map_err(|e| e.to_string())?;
-
-        let endpoint = AdminEndpoint {
-            pid: std::process::id(),
-            addr,
-            admin_key: process.admin_key.clone(),
-        };
-        publish_endpoint(&generation.root, &endpoint)?;
-
-        let state = AppState::new(generation, process, Some(addr), agents);
-        let shutdown = state.shutdown().clone();
-        let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let root = generation.root.clone();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                    shutdown.cancel(); // live streams end; in-flight requests drain
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(%addr, "gateway stopped: {e}");
-            }
-            remove_endpoint(&root, &endpoint);
+        .map_err(|e| e.to_string());
+        let finished = reports.and_then(|agents| {
+            state.set_agents(agents);
+            publish_endpoint(&generation.root, &endpoint)
         });
+        if let Err(e) = finished {
+            let _ = stop.send(()); // no half-started listener stays behind
+            return Err(e);
+        }
         tracing::info!(%addr, generation = snapshot.generation(), "gateway listening");
         Ok(RunningSubsystem::new("gateway", stop, task))
     }
