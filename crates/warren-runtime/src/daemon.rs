@@ -79,8 +79,9 @@ impl DaemonLock {
         }
         file.set_len(0).map_err(lock_err)?;
         file.rewind().map_err(lock_err)?;
+        // No fsync: the PID only names the holder to other processes (they read the page
+        // cache), and after a power loss the lock is gone with the process anyway.
         writeln!(file, "{}", std::process::id()).map_err(lock_err)?;
-        file.sync_all().map_err(lock_err)?;
         Ok(Self { _file: file, path })
     }
 
