@@ -385,6 +385,17 @@ pub async fn run(
             );
             // The session stores (legacy import included) open now, off the start path.
             generation_host.open_sessions().await;
+            // Idle session slots of the queue are dropped while the generation lives.
+            let weak = Arc::downgrade(&generation_host);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(60));
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let Some(host) = weak.upgrade() else { break };
+                    host.queue().evict_idle(Duration::from_secs(600));
+                }
+            });
         }
         tracing::info!(
             pid = std::process::id(),
