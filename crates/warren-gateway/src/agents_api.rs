@@ -153,6 +153,13 @@ pub(crate) async fn add_agent(
     let request: NewAgent = parse_json(ROUTE, &body)?;
     let alias = AgentAlias::new(request.alias.as_str())
         .map_err(|e| ApiError::bad_field(ROUTE, "alias", e.to_string()))?;
+    let conflict = || ApiError {
+        status: StatusCode::CONFLICT,
+        ..ApiError::bad_field(ROUTE, "alias", "an agent with this alias already exists")
+    };
+    if state.store().snapshot().agent(&alias).is_some() {
+        return Err(conflict());
+    }
     let store = state.store().clone();
     let added = alias.clone();
     let outcome = tokio::task::spawn_blocking(move || {
@@ -172,12 +179,12 @@ pub(crate) async fn add_agent(
     })
     .await
     .map_err(|e| ApiError::internal(ROUTE, e))?
-    .map_err(|e| {
-        let mut err = ApiError::from_config(ROUTE, &e);
-        if err.status == StatusCode::BAD_REQUEST && e.to_string().contains("exists") {
-            err.status = StatusCode::CONFLICT;
+    .map_err(|e| match &e {
+        // Added by another writer between the check above and the lock.
+        warren_config::ConfigError::Edit { message, .. } if message.ends_with("already exists") => {
+            conflict()
         }
-        err
+        _ => ApiError::from_config(ROUTE, &e),
     })?;
     Ok((
         StatusCode::CREATED,

@@ -67,7 +67,6 @@ impl GenerationHook for GatewayHook {
 
 impl GatewayHook {
     async fn start_generation(&self, generation: &Generation) -> Result<RunningSubsystem, String> {
-        let process = self.process(&generation.root)?;
         let snapshot = Arc::clone(&generation.snapshot);
         let (bind, port) = (snapshot.gateway.bind.clone(), snapshot.gateway.port);
         let listener = TcpListener::bind((bind.as_str(), port))
@@ -79,6 +78,8 @@ impl GatewayHook {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the gateway listens beyond loopback; every /api route still needs a paired token");
         }
+        // After the bind: the first start opens the device registry here.
+        let process = self.process(&generation.root)?;
 
         // Serve first (start-up latency): /health answers while the registry is reconciled,
         // the agents' sandboxes are probed and the endpoint file is written.

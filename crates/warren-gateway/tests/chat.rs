@@ -321,10 +321,8 @@ async fn post_agents_adds_through_the_config_lock_cfg3() {
     let (status, again) = f
         .call("POST", "/api/agents", Some(json!({"alias": "helper"})))
         .await;
-    assert!(
-        status == StatusCode::CONFLICT || status == StatusCode::BAD_REQUEST,
-        "{status} {again}"
-    );
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    assert_eq!(again["field"], "alias");
     let (status, bad) = f
         .call("POST", "/api/agents", Some(json!({"alias": "Bad Alias!"})))
         .await;
