@@ -550,3 +550,41 @@ async fn a_reload_reprices_new_requests_and_keeps_old_records_state14() {
     assert_eq!(rates.first(), Some(&1.0), "{costs}");
     assert_eq!(rates.last(), Some(&100.0), "{costs}");
 }
+
+/// The listener serves before the agents are probed and the session store opens: component
+/// health says `starting` until then, and `ok` once both are ready (STATE-17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_starting_until_agents_and_sessions_are_ready_state17() {
+    let f = fixture("");
+    let generation = Generation {
+        root: f.root.clone(),
+        store: f.store.clone(),
+        snapshot: f.store.snapshot(),
+        reload: ReloadTrigger::default(),
+        started_at: std::time::SystemTime::now(),
+        host: Arc::new(AgentHost::new(
+            &f.root,
+            f.store.snapshot(),
+            Arc::clone(&f.services),
+        )),
+    };
+    let state = AppState::starting(&generation, Arc::clone(&f.process), None);
+    let app =
+        || router(state.clone()).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let (status, health) = call(app(), &f.token, "GET", "/api/health", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "starting", "{health}");
+    assert_eq!(health["components"]["agents"]["main"]["status"], "starting");
+    assert_eq!(health["components"]["sessions"]["status"], "starting");
+
+    let reports = warren_gateway::state::agent_reports(&f.store.snapshot(), &f.root);
+    state.set_agents(reports);
+    generation.host.open_sessions().await;
+    let (_, health) = call(app(), &f.token, "GET", "/api/health", None).await;
+    assert_eq!(
+        health["components"]["agents"]["main"]["status"], "ok",
+        "{health}"
+    );
+    assert_eq!(health["components"]["sessions"]["status"], "ok", "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+}
