@@ -19,6 +19,6 @@ pub mod server;
 pub mod state;
 pub mod tokens;
 
-pub use routes::{Access, BODY_LIMIT, ROUTES, Route, router};
+pub use routes::{Access, BODY_LIMIT, ROUTES, Route, TimeLimits, router, router_with_limits};
 pub use server::{AdminEndpoint, GatewayHook, read_endpoint};
 pub use state::{AppState, ProcessState};

@@ -233,6 +233,28 @@ pub const ROUTES: &[Route] = &[
 
 /// The router over [`ROUTES`].
 pub fn router(state: AppState) -> Router {
+    router_with_limits(state, TimeLimits::default())
+}
+
+/// Request time limits: how long a response head may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeLimits {
+    pub request: std::time::Duration,
+    /// A JSON chat answers when its turn ends.
+    pub chat: std::time::Duration,
+}
+
+impl Default for TimeLimits {
+    fn default() -> Self {
+        Self {
+            request: REQUEST_TIMEOUT,
+            chat: CHAT_TIMEOUT,
+        }
+    }
+}
+
+/// [`router`] with its own time limits (tests).
+pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
     let mut router = Router::new();
     for route in ROUTES {
         let handler = (route.handler)();
@@ -248,7 +270,7 @@ pub fn router(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
-        .layer(middleware::from_fn(time_limit))
+        .layer(middleware::from_fn_with_state(limits, time_limit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
@@ -259,11 +281,11 @@ pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 pub const CHAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Request timeouts: 408 when the response head is not ready in time.
-async fn time_limit(req: Request, next: Next) -> Response {
+async fn time_limit(State(limits): State<TimeLimits>, req: Request, next: Next) -> Response {
     let limit = if req.uri().path().ends_with("/chat") {
-        CHAT_TIMEOUT
+        limits.chat
     } else {
-        REQUEST_TIMEOUT
+        limits.request
     };
     let route = format!("{} {}", req.method(), req.uri().path());
     match tokio::time::timeout(limit, next.run(req)).await {

@@ -588,3 +588,43 @@ async fn health_says_starting_until_agents_and_sessions_are_ready_state17() {
     assert_eq!(health["components"]["sessions"]["status"], "ok", "{health}");
     assert_eq!(health["status"], "ok", "{health}");
 }
+
+/// A response head not ready within the route's time limit is a 408 naming the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_its_time_limit_gets_408() {
+    let fake = FakeOpenAi::start().unwrap();
+    fake.push(FakeReply::Chat {
+        text: vec!["late".into()],
+        calls: Vec::new(),
+        usage: (1, 1),
+        chunk_delay: Duration::from_millis(800),
+    });
+    let extra = format!(
+        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
+        fake.base_url()
+    );
+    let f = fixture(&extra);
+    let limits = warren_gateway::TimeLimits {
+        request: Duration::from_secs(30),
+        chat: Duration::from_millis(200),
+    };
+    let app = warren_gateway::router_with_limits(f.state.clone(), limits)
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let (status, err) = call(
+        app,
+        &f.token,
+        "POST",
+        "/api/agents/slow/chat",
+        Some(json!({"message": "x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{err}");
+    assert_eq!(err["error"], "request_timeout");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("/api/agents/slow/chat"),
+        "{err}"
+    );
+}
