@@ -24,10 +24,10 @@ fn status(root: &TempRoot) -> Result<serde_json::Value, Box<dyn std::error::Erro
 #[test]
 fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
     let root = TempRoot::new()?;
-    // Embedded defaults: an empty root gets the starter config.
+    // A config with only a free gateway port: every other key takes its embedded default.
+    root.write_config_on_free_port("")?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
-    assert!(root.config_path().exists(), "starter config written");
     let pid = daemon.pid();
 
     let s = status(&root)?;
@@ -48,7 +48,8 @@ fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
     );
 
     // SIGHUP: re-read config, same PID, next generation.
-    let out = root.run(bin(), &["config", "set", "gateway.port", "4321"])?;
+    let port = warren_testkit::free_port()?.to_string();
+    let out = root.run(bin(), &["config", "set", "gateway.port", &port])?;
     assert!(out.status.success());
     daemon.signal("HUP")?;
     daemon.wait_for("config reloaded", WAIT)?;
@@ -77,6 +78,7 @@ fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
 #[test]
 fn a_killed_daemon_never_blocks_the_next_one() -> R {
     let root = TempRoot::new()?;
+    root.write_config_on_free_port("")?;
     let mut first = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     first.wait_for("warren daemon ready", WAIT)?;
     first.signal("KILL")?;
@@ -91,7 +93,7 @@ fn a_killed_daemon_never_blocks_the_next_one() -> R {
 #[test]
 fn the_legacy_workspace_moves_into_the_default_agent_once_layout2() -> R {
     let root = TempRoot::new()?;
-    root.write_config("[agents.main]\n")?;
+    root.write_config_on_free_port("[agents.main]\n")?;
     fs::create_dir_all(root.path().join("workspace/notes"))?;
     fs::write(root.path().join("workspace/notes/todo.md"), "ship it")?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
@@ -111,6 +113,7 @@ fn the_legacy_workspace_moves_into_the_default_agent_once_layout2() -> R {
 #[test]
 fn the_daemon_imports_legacy_jsonl_at_start_and_names_conflicts_mig1_mig7() -> R {
     let root = TempRoot::new()?;
+    root.write_config_on_free_port("")?;
     let sessions = root.path().join("data").join("sessions");
     std::fs::create_dir_all(&sessions)?;
     std::fs::write(

@@ -4,7 +4,7 @@
 //! (STATE-15, STATE-21).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,9 +19,7 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_warren"))
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+use warren_testkit::free_port;
 
 /// One HTTP/1.1 request; returns (status, JSON body). `Err` when nothing listens.
 fn http(

@@ -813,13 +813,39 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     )?;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["converged"], true, "{body}");
+    // The running daemon reloaded: the new alias serves at once, the old one is gone.
+    assert!(body["reloaded_generation"].is_u64(), "{body}");
+    // The reload answers once the new config is published; the old generation may serve a
+    // last request or two while it drains, and one accepted just as it stops is closed
+    // unanswered (an idempotent GET is retried, as HTTP clients do). The listening socket is
+    // handed from generation to generation, so no connection is refused (STATE-19).
+    let started = std::time::Instant::now();
+    loop {
+        let (status, agents) = match http(port, "GET", "/api/agents", Some(&token), "") {
+            Ok(answer) => answer,
+            Err(e) if e.kind() != std::io::ErrorKind::ConnectionRefused => {
+                assert!(started.elapsed() < WAIT, "{e}");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        assert_eq!(status, 200, "{agents}");
+        let aliases: Vec<&str> = agents["agents"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x["alias"].as_str()).collect())
+            .unwrap_or_default();
+        if aliases.contains(&"bee") && !aliases.contains(&"b") {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "the daemon still serves 'b': {agents}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let (status, plan) = http(port, "GET", "/api/agents/c/delete-plan", Some(&token), "")?;
     assert_eq!(status, 200, "{plan}");
     assert_eq!(plan["allowed"], true, "{plan}");
-    let (status, body) = http(port, "DELETE", "/api/agents/default", Some(&token), "")?;
-    assert_eq!(status, 400, "{body}");
-    let (status, body) = http(port, "DELETE", "/api/agents/c", Some(&token), "")?;
-    assert_eq!(status, 200, "{body}");
     let (_, doc) = http(port, "GET", "/api/openapi.json", Some(&token), "")?;
     for path in [
         "/api/agents/{alias}/rename",
@@ -832,6 +858,10 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
             "{path} missing from OpenAPI"
         );
     }
+    let (status, body) = http(port, "DELETE", "/api/agents/default", Some(&token), "")?;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = http(port, "DELETE", "/api/agents/c", Some(&token), "")?;
+    assert_eq!(status, 200, "{body}");
     daemon.signal("TERM")?;
     daemon.wait(WAIT)?;
     // Pairing added a token to config; compare everything but config and devices.

@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::http::header;
@@ -16,7 +16,7 @@ use axum::routing::get;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_gateway::pairing::{hash_token, new_token};
 use warren_gateway::{AppState, ProcessState, router, tokens};
-use warren_runtime::{Generation, ReloadTrigger};
+use warren_runtime::Generation;
 
 type E = Box<dyn std::error::Error>;
 
@@ -79,13 +79,7 @@ fn main() -> Result<(), E> {
     let token = new_token()?;
     tokens::add_hash_blocking(&store, &hash_token(&token))?;
     let process = Arc::new(ProcessState::new(&root)?);
-    let generation = Generation {
-        root: root.clone(),
-        store: store.clone(),
-        snapshot: store.snapshot(),
-        reload: ReloadTrigger::default(),
-        started_at: SystemTime::now(),
-    };
+    let generation = Generation::detached(root.clone(), store.clone())?;
     let agents = warren_gateway::state::agent_reports(&store.snapshot(), &root);
 
     let (gateway, floor) = runtime.block_on(async {

@@ -23,6 +23,25 @@ pub enum ClientError {
     Malformed { addr: String },
 }
 
+/// The published endpoint. A daemon that is starting serves `/health` a moment before it
+/// writes `data/gateway.json`, so while one holds the lock this waits up to 3 s for the file.
+fn wait_for_endpoint(root: &InstallRoot) -> Option<crate::server::AdminEndpoint> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        if let Some(endpoint) = read_endpoint(root) {
+            return Some(endpoint);
+        }
+        let running = matches!(
+            warren_runtime::probe(root),
+            Ok(warren_runtime::DaemonStatus::Running { .. })
+        );
+        if !running || std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Calls an admin route of the daemon owning `root`; returns (status, JSON body).
 pub fn admin_call(
     root: &InstallRoot,
@@ -39,7 +58,7 @@ pub fn admin_call_json(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> Result<(u16, serde_json::Value), ClientError> {
-    let endpoint = read_endpoint(root).ok_or_else(|| ClientError::NoGateway {
+    let endpoint = wait_for_endpoint(root).ok_or_else(|| ClientError::NoGateway {
         path: root.gateway_admin().display().to_string(),
     })?;
     let addr = endpoint.addr.to_string();

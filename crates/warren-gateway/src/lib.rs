@@ -6,18 +6,20 @@
 //! `warren_runtime::daemon::run`; the binary passes the hook in (this crate sits above the
 //! runtime). Chat, approvals and sessions over HTTP come with the agent loop.
 
+mod agents_api;
 pub mod client;
 mod config_api;
 pub mod devices;
 pub mod error;
 mod lifecycle_api;
 pub mod openapi;
+mod ops_api;
 pub mod pairing;
 pub mod routes;
 pub mod server;
 pub mod state;
 pub mod tokens;
 
-pub use routes::{Access, BODY_LIMIT, ROUTES, Route, router};
+pub use routes::{Access, BODY_LIMIT, ROUTES, Route, TimeLimits, router, router_with_limits};
 pub use server::{AdminEndpoint, GatewayHook, read_endpoint};
 pub use state::{AppState, ProcessState};

@@ -38,6 +38,30 @@ fn to_json(route: &str, v: &impl serde::Serialize) -> Result<Json<Value>, ApiErr
         .map_err(|e| ApiError::internal(route, e))
 }
 
+/// After a mutation the running daemon reloads, so its agents, sessions and memory follow the
+/// new config at once (the old alias stops serving, the new one serves). A failed reload is a
+/// warning in the body: the operation itself is done and persisted.
+async fn reloaded(
+    state: &AppState,
+    route: &str,
+    v: &impl serde::Serialize,
+) -> Result<Json<Value>, ApiError> {
+    let Json(mut body) = to_json(route, v)?;
+    if let Some(reload) = &state.0.reload {
+        match reload.request().await {
+            Ok(generation) => body["reloaded_generation"] = Value::from(generation),
+            Err(message) => {
+                let warning = Value::from(format!("the daemon did not reload: {message}"));
+                match body.get_mut("warnings").and_then(Value::as_array_mut) {
+                    Some(list) => list.push(warning),
+                    None => body["warnings"] = Value::Array(vec![warning]),
+                }
+            }
+        }
+    }
+    Ok(Json(body))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RenameBody {
@@ -55,7 +79,7 @@ pub(crate) async fn rename(
         .rename(&alias, &req.to)
         .await
         .map_err(|e| map_err(ROUTE, e))?;
-    to_json(ROUTE, &report)
+    reloaded(&state, ROUTE, &report).await
 }
 
 pub(crate) async fn delete(
@@ -67,7 +91,7 @@ pub(crate) async fn delete(
         .delete(&alias)
         .await
         .map_err(|e| map_err(ROUTE, e))?;
-    to_json(ROUTE, &report)
+    reloaded(&state, ROUTE, &report).await
 }
 
 pub(crate) async fn delete_plan(
@@ -100,7 +124,7 @@ pub(crate) async fn restore(
         .restore(&req.archive, req.as_alias.as_deref())
         .await
         .map_err(|e| map_err(ROUTE, e))?;
-    to_json(ROUTE, &report)
+    reloaded(&state, ROUTE, &report).await
 }
 
 /// The CLI's request when a daemon runs.
@@ -135,18 +159,21 @@ pub(crate) async fn admin(
     let err = |e| map_err(ROUTE, e);
     match op {
         AdminOp::Rename { alias, to } => {
-            to_json(ROUTE, &lc.rename(&alias, &to).await.map_err(err)?)
+            reloaded(&state, ROUTE, &lc.rename(&alias, &to).await.map_err(err)?).await
         }
-        AdminOp::Delete { alias } => to_json(ROUTE, &lc.delete(&alias).await.map_err(err)?),
+        AdminOp::Delete { alias } => {
+            reloaded(&state, ROUTE, &lc.delete(&alias).await.map_err(err)?).await
+        }
         AdminOp::DeletePlan { alias } => {
             to_json(ROUTE, &lc.delete_plan(&alias).await.map_err(err)?)
         }
-        AdminOp::Restore { archive, as_alias } => to_json(
-            ROUTE,
-            &lc.restore(&archive, as_alias.as_deref())
+        AdminOp::Restore { archive, as_alias } => {
+            let report = lc
+                .restore(&archive, as_alias.as_deref())
                 .await
-                .map_err(err)?,
-        ),
+                .map_err(err)?;
+            reloaded(&state, ROUTE, &report).await
+        }
         AdminOp::Resume => to_json(ROUTE, &lc.converge_pending().await),
     }
 }

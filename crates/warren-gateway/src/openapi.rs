@@ -11,8 +11,24 @@ pub fn document() -> Value {
     for route in ROUTES {
         let mut op = json!({
             "summary": route.summary,
+            "operationId": operation_id(route.method, route.path),
             "responses": responses(route.access),
         });
+        if route.method == "POST" && route.path == "/api/agents" {
+            op["responses"]["201"] = op["responses"]["200"].clone();
+            op["responses"]["201"]["description"] = "Created".into();
+            if let Some(r) = op["responses"].as_object_mut() {
+                r.remove("200");
+            }
+        }
+        if route.path == "/api/agents/{alias}/chat" {
+            op["responses"]["200"]["content"]["text/event-stream"] =
+                json!({"schema": {"type": "string"}});
+        }
+        if route.path == "/api/events" {
+            op["responses"]["200"]["content"] =
+                json!({"text/event-stream": {"schema": {"type": "string"}}});
+        }
         match route.access {
             Access::Public => op["security"] = json!([]),
             Access::Token => op["security"] = json!([{"bearer": []}]),
@@ -25,11 +41,25 @@ pub fn document() -> Value {
             let example: Value = serde_json::from_str(example).unwrap_or(Value::Null);
             op["requestBody"] = json!({
                 "required": true,
-                "content": {"application/json": {"schema": {"type": "object"}, "example": example}},
+                "content": {"application/json": {"schema": body_schema(route.method, route.path), "example": example}},
             });
         }
-        if route.path.contains("{id}") {
-            op["parameters"] = json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+        let mut parameters: Vec<Value> = route
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+            .map(|name| {
+                let (schema, example) = match name {
+                    "alias" => (alias_schema(), "main"),
+                    "key" => (json!({"type": "string", "minLength": 1}), "http-main"),
+                    _ => (json!({"type": "string", "minLength": 1}), "000000000000"),
+                };
+                json!({"name": name, "in": "path", "required": true, "schema": schema, "example": example})
+            })
+            .collect();
+        parameters.extend(query_parameters(route.path));
+        if !parameters.is_empty() {
+            op["parameters"] = Value::Array(parameters);
         }
         if route.path.contains("{alias}") {
             op["parameters"] = json!([{"name": "alias", "in": "path", "required": true, "schema": {"type": "string"}}]);
@@ -65,6 +95,83 @@ pub fn document() -> Value {
     })
 }
 
+fn operation_id(method: &str, path: &str) -> String {
+    let mut id = method.to_ascii_lowercase();
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        id.push('_');
+        id.push_str(&seg.replace(['{', '}'], "").replace(['.', '-'], "_"));
+    }
+    id
+}
+
+/// An agent alias: 1 to 32 of `[a-z0-9_-]`.
+fn alias_schema() -> Value {
+    json!({"type": "string", "pattern": "^[a-z0-9_-]{1,32}$"})
+}
+
+fn string() -> Value {
+    json!({"type": "string"})
+}
+
+/// The JSON schema of a route's request body (what its handler accepts).
+fn body_schema(method: &str, path: &str) -> Value {
+    let object = |required: &[&str], properties: Value| json!({"type": "object", "required": required, "properties": properties, "additionalProperties": false});
+    match (method, path) {
+        ("POST", "/pair") => object(
+            &["code", "device"],
+            json!({"code": string(), "device": {"type": "string", "minLength": 1, "maxLength": 64}}),
+        ),
+        ("POST", "/api/agents") => object(
+            &["alias"],
+            json!({"alias": alias_schema(), "provider": string(), "model": string(), "risk_profile": string()}),
+        ),
+        ("POST", "/api/agents/{alias}/chat") => object(
+            &["message"],
+            json!({"message": {"type": "string", "minLength": 1}, "session": string()}),
+        ),
+        ("POST", "/api/approvals/{id}") => {
+            object(&["approve"], json!({"approve": {"type": "boolean"}}))
+        }
+        ("PATCH", "/api/config") => json!({
+            "type": "object",
+            "minProperties": 1,
+            "description": "dotted key paths to values; null removes the key",
+        }),
+        _ => json!({"type": "object"}),
+    }
+}
+
+fn query(name: &str, schema: Value) -> Value {
+    json!({"name": name, "in": "query", "required": false, "schema": schema})
+}
+
+fn bounded(min: u64, max: u64) -> Value {
+    json!({"type": "integer", "minimum": min, "maximum": max})
+}
+
+/// The query parameters a route reads.
+fn query_parameters(path: &str) -> Vec<Value> {
+    const BIG: u64 = u64::MAX >> 1;
+    match path {
+        "/api/agents/{alias}/sessions/{key}" => {
+            vec![
+                query("after", bounded(0, BIG)),
+                query("limit", bounded(1, 1000)),
+            ]
+        }
+        "/api/agents/{alias}/memory" => vec![query("q", string()), query("limit", bounded(1, 100))],
+        "/api/costs" => vec![query("agent", string()), query("limit", bounded(1, 1000))],
+        "/api/logs" => vec![
+            query("agent", string()),
+            query("kind", string()),
+            query("before", bounded(0, BIG)),
+            query("limit", bounded(1, 1000)),
+        ],
+        "/api/events" => vec![query("agent", string()), query("kind", string())],
+        _ => Vec::new(),
+    }
+}
+
 fn responses(access: Access) -> Value {
     let error = json!({"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let mut r = json!({
@@ -84,8 +191,28 @@ fn responses(access: Access) -> Value {
             );
             r["401"] = with_description(&error, "missing or invalid credential");
             r["404"] = with_description(&error, "not found");
-            r["409"] = with_description(&error, "config.toml changed on disk, or ambiguous id");
+            r["403"] = with_description(
+                &error,
+                "not allowed (e.g. the paired-token set in PATCH /api/config)",
+            );
+            r["408"] = with_description(
+                &error,
+                "the session stayed busy, or the request took too long",
+            );
+            r["409"] = with_description(
+                &error,
+                "config.toml changed on disk, ambiguous id, or agent exists / lacks a provider",
+            );
             r["413"] = json!({"description": "body larger than 64 KiB"});
+            r["429"] = with_description(
+                &error,
+                "the session's queue is full, or a cost limit was reached",
+            );
+            r["502"] = with_description(&error, "the agent's provider failed");
+            r["503"] = with_description(
+                &error,
+                "sessions, memory or the agent's sandbox are unavailable; or the turn was cancelled by a reload",
+            );
         }
     }
     if access == Access::Admin {

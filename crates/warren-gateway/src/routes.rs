@@ -179,10 +179,122 @@ pub const ROUTES: &[Route] = &[
         request: None,
         handler: || post(admin_paircode),
     },
+    Route {
+        method: "GET",
+        path: "/api/agents",
+        access: Access::Token,
+        summary: "Agents of the running generation (alias, provider, model, profiles, default, ok)",
+        request: None,
+        handler: || get(crate::agents_api::list_agents),
+    },
+    Route {
+        method: "POST",
+        path: "/api/agents",
+        access: Access::Token,
+        summary: "Add an agent through the one config write lock (CFG-3); it serves after POST /admin/reload",
+        request: Some(
+            r#"{"alias": "helper", "provider": "openai", "model": "gpt-4o-mini", "risk_profile": "default"}"#,
+        ),
+        handler: || post(crate::agents_api::add_agent),
+    },
+    Route {
+        method: "POST",
+        path: "/api/agents/{alias}/chat",
+        access: Access::Token,
+        summary: "One user turn (JSON; SSE events delta/notice/tool_call/tool_result/done/error with Accept: text/event-stream); session queue full = 429, timed out = 408",
+        request: Some(r#"{"message": "hello", "session": "http-main"}"#),
+        handler: || post(crate::agents_api::chat),
+    },
+    Route {
+        method: "GET",
+        path: "/api/agents/{alias}/sessions",
+        access: Access::Token,
+        summary: "The agent's sessions, most recently active first",
+        request: None,
+        handler: || get(crate::agents_api::list_sessions),
+    },
+    Route {
+        method: "GET",
+        path: "/api/agents/{alias}/sessions/{key}",
+        access: Access::Token,
+        summary: "A page of a session's history (?after=SEQ&limit=N), oldest first",
+        request: None,
+        handler: || get(crate::agents_api::session_history),
+    },
+    Route {
+        method: "GET",
+        path: "/api/agents/{alias}/memory",
+        access: Access::Token,
+        summary: "Memory recall for one agent (?q=WORDS&limit=N; no q = most recent)",
+        request: None,
+        handler: || get(crate::agents_api::memory_recall),
+    },
+    Route {
+        method: "GET",
+        path: "/api/costs",
+        access: Access::Token,
+        summary: "The cost ledger (?agent=A&limit=N): totals per agent and the newest records",
+        request: None,
+        handler: || get(crate::agents_api::costs),
+    },
+    Route {
+        method: "GET",
+        path: "/api/approvals",
+        access: Access::Token,
+        summary: "Tool calls waiting for an operator's approval",
+        request: None,
+        handler: || get(crate::ops_api::list_approvals),
+    },
+    Route {
+        method: "POST",
+        path: "/api/approvals/{id}",
+        access: Access::Token,
+        summary: "Approve or deny a pending tool call; no answer within approval_timeout_secs = denied",
+        request: Some(r#"{"approve": true}"#),
+        handler: || post(crate::ops_api::decide_approval),
+    },
+    Route {
+        method: "GET",
+        path: "/api/logs",
+        access: Access::Token,
+        summary: "The runtime trace, newest page first (?agent=&kind=&before=INDEX&limit=N)",
+        request: None,
+        handler: || get(crate::ops_api::logs),
+    },
+    Route {
+        method: "GET",
+        path: "/api/events",
+        access: Access::Token,
+        summary: "Live trace events as server-sent events (?agent=&kind=); works with [log] persistence = none",
+        request: None,
+        handler: || get(crate::ops_api::events),
+    },
 ];
 
 /// The router over [`ROUTES`].
 pub fn router(state: AppState) -> Router {
+    router_with_limits(state, TimeLimits::default())
+}
+
+/// Request time limits: how long a response head may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeLimits {
+    pub request: std::time::Duration,
+    /// A JSON chat answers when its turn ends.
+    pub chat: std::time::Duration,
+}
+
+impl Default for TimeLimits {
+    fn default() -> Self {
+        Self {
+            request: REQUEST_TIMEOUT,
+            chat: CHAT_TIMEOUT,
+        }
+    }
+}
+
+/// [`router`] with its own time limits (tests).
+pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
     let mut router = Router::new();
     for route in ROUTES {
         let handler = (route.handler)();
@@ -198,8 +310,33 @@ pub fn router(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(limits, time_limit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// How long a request may take to produce its response head (a chat turn: [`CHAT_TIMEOUT`]).
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// A JSON chat answers when its turn ends; a streamed one starts at once.
+pub const CHAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Request timeouts: 408 when the response head is not ready in time.
+async fn time_limit(State(limits): State<TimeLimits>, req: Request, next: Next) -> Response {
+    let limit = if req.uri().path().ends_with("/chat") {
+        limits.chat
+    } else {
+        limits.request
+    };
+    let route = format!("{} {}", req.method(), req.uri().path());
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!("{route}: no response within {limit:?}"),
+        )
+        .into_response(),
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -393,27 +530,47 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         Ok(_) => json!({"status": "ok"}),
         Err(e) => json!({"status": "error", "error": e}),
     };
-    let agents: serde_json::Map<String, Value> = inner
-        .agents
-        .iter()
-        .map(|a| {
-            let v = if a.ok {
-                json!({"status": "ok"})
-            } else {
-                json!({"status": "error", "error": a.sandbox.get("error")})
-            };
-            (a.alias.clone(), v)
-        })
-        .collect();
-    let all_ok = inner.process.devices.is_ok() && inner.agents.iter().all(|a| a.ok);
+    let reports = state.agents();
+    let agents: serde_json::Map<String, Value> = match reports {
+        Some(reports) => reports
+            .iter()
+            .map(|a| {
+                let v = if a.ok {
+                    json!({"status": "ok"})
+                } else {
+                    json!({"status": "error", "error": a.sandbox.get("error")})
+                };
+                (a.alias.clone(), v)
+            })
+            .collect(),
+        // The listener serves while the agents' sandboxes are still being probed.
+        None => inner
+            .host
+            .snapshot()
+            .agents()
+            .map(|(alias, _)| (alias.to_string(), json!({"status": "starting"})))
+            .collect(),
+    };
+    let sessions = match inner.host.sessions_health() {
+        warren_runtime::host::SessionsHealth::Starting => json!({"status": "starting"}),
+        warren_runtime::host::SessionsHealth::Ok { backend, durable } => {
+            json!({"status": "ok", "backend": backend, "durable": durable})
+        }
+        warren_runtime::host::SessionsHealth::Error(e) => json!({"status": "error", "error": e}),
+    };
+    let starting = reports.is_none() || sessions["status"] == "starting";
+    let all_ok = inner.process.devices.is_ok()
+        && reports.is_some_and(|r| r.iter().all(|a| a.ok))
+        && sessions["status"] == "ok";
     Json(json!({
-        "status": if all_ok { "ok" } else { "degraded" },
+        "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
         "uptime_secs": uptime_secs(inner.started_at),
         "components": {
             "gateway": {"status": "ok", "listening": inner.local_addr.map(|a| a.to_string())},
             "config": {"status": "ok", "generation": inner.store.generation(), "daemon_generation": inner.generation},
             "devices": devices,
+            "sessions": sessions,
             "agents": agents,
         },
     }))
@@ -436,7 +593,7 @@ async fn api_status(State(state): State<AppState>) -> Json<Value> {
             "listening": inner.local_addr.map(|a| a.to_string()),
             "paired_devices": snapshot.gateway.paired_tokens.len(),
         },
-        "agents": inner.agents,
+        "agents": state.agents(),
     }))
 }
 

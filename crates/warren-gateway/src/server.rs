@@ -3,6 +3,11 @@
 //! a reload rebinds a changed address in the same process (STATE-19). It also reconciles the
 //! device registry with the token set (STATE-16) and publishes `data/gateway.json` (address +
 //! local admin key, 0600) for `warren pair` and `warren tokens`.
+//!
+//! While `bind`/`port` stay the same, the listening socket itself is kept across generations
+//! (a duplicate descriptor is held by the hook), so a reload never refuses a connection: one
+//! that arrives between the old generation's stop and the new one's start waits in the
+//! kernel's backlog and is served by the new generation.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -39,6 +44,20 @@ const ADMIN_POINTS: CrashPoints = CrashPoints {
 #[derive(Default)]
 pub struct GatewayHook {
     process: OnceLock<Arc<ProcessState>>,
+    kept: std::sync::Mutex<Option<KeptListener>>,
+}
+
+/// The listening socket of the running generation, for the next one on the same address.
+struct KeptListener {
+    bind: String,
+    port: u16,
+    socket: std::net::TcpListener,
+}
+
+impl std::fmt::Debug for KeptListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeptListener({}:{})", self.bind, self.port)
+    }
 }
 
 impl GatewayHook {
@@ -66,11 +85,41 @@ impl GenerationHook for GatewayHook {
 }
 
 impl GatewayHook {
+    /// The kept socket when the address is unchanged; otherwise the old one is closed (a
+    /// changed port stops answering) and a new one is bound and kept.
+    async fn listener(&self, bind: &str, port: u16) -> std::io::Result<TcpListener> {
+        let reuse = {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            match kept.as_ref() {
+                Some(k) if k.bind == bind && k.port == port => Some(k.socket.try_clone()?),
+                _ => {
+                    *kept = None;
+                    None
+                }
+            }
+        };
+        let socket = match reuse {
+            Some(socket) => socket,
+            None => {
+                let socket = TcpListener::bind((bind, port)).await?.into_std()?;
+                let keep = socket.try_clone()?;
+                *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(KeptListener {
+                    bind: bind.to_string(),
+                    port,
+                    socket: keep,
+                });
+                socket
+            }
+        };
+        socket.set_nonblocking(true)?;
+        TcpListener::from_std(socket)
+    }
+
     async fn start_generation(&self, generation: &Generation) -> Result<RunningSubsystem, String> {
-        let process = self.process(&generation.root)?;
         let snapshot = Arc::clone(&generation.snapshot);
         let (bind, port) = (snapshot.gateway.bind.clone(), snapshot.gateway.port);
-        let listener = TcpListener::bind((bind.as_str(), port))
+        let listener = self
+            .listener(&bind, port)
             .await
             .map_err(|e| format!("cannot listen on {bind}:{port} ([gateway] bind/port): {e}"))?;
         let addr = listener
@@ -79,10 +128,37 @@ impl GatewayHook {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the gateway listens beyond loopback; every /api route still needs a paired token");
         }
+        // After the bind: the first start opens the device registry here.
+        let process = self.process(&generation.root)?;
+
+        // Serve first (start-up latency): /health answers while the registry is reconciled,
+        // the agents' sandboxes are probed and the endpoint file is written.
+        let state = AppState::starting(generation, Arc::clone(&process), Some(addr));
+        let shutdown = state.shutdown().clone();
+        let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let endpoint = AdminEndpoint {
+            pid: std::process::id(),
+            addr,
+            admin_key: process.admin_key.clone(),
+        };
+        let (root, published) = (generation.root.clone(), endpoint.clone());
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                    shutdown.cancel(); // live streams end; in-flight requests drain
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(%addr, "gateway stopped: {e}");
+            }
+            remove_endpoint(&root, &published);
+        });
 
         let root = generation.root.clone();
         let (config, devices) = (Arc::clone(&snapshot), process.devices.clone());
-        let agents = tokio::task::spawn_blocking(move || {
+        let reports = tokio::task::spawn_blocking(move || {
             if let Ok(devices) = &devices {
                 match devices.reconcile(&token_hashes(&config)) {
                     Ok((0, 0)) => {}
@@ -97,30 +173,16 @@ impl GatewayHook {
             agent_reports(&config, &root)
         })
         .await
-        .map_err(|e| e.to_string())?;
-
-        let endpoint = AdminEndpoint {
-            pid: std::process::id(),
-            addr,
-            admin_key: process.admin_key.clone(),
-        };
-        publish_endpoint(&generation.root, &endpoint)?;
-
-        let state = AppState::new(generation, process, Some(addr), agents);
-        let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let root = generation.root.clone();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(%addr, "gateway stopped: {e}");
-            }
-            remove_endpoint(&root, &endpoint);
+        .map_err(|e| e.to_string());
+        let finished = reports.and_then(|agents| {
+            state.set_agents(agents);
+            publish_endpoint(&generation.root, &endpoint)
         });
+        if let Err(e) = finished {
+            let _ = stop.send(()); // no half-started listener stays behind
+            *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            return Err(e);
+        }
         tracing::info!(%addr, generation = snapshot.generation(), "gateway listening");
         Ok(RunningSubsystem::new("gateway", stop, task))
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::http::HeaderMap;
 use serde::Serialize;
 use warren_config::{Config, ConfigStore, InstallRoot};
-use warren_runtime::{AgentKit, Generation, ReloadTrigger};
+use warren_runtime::{AgentHost, AgentKit, CancelToken, Generation, ReloadTrigger};
 
 use crate::devices::Devices;
 use crate::pairing::{self, Pairing, RandomError};
@@ -116,7 +116,12 @@ pub(crate) struct Inner {
     pub reload: Option<ReloadTrigger>,
     pub process: Arc<ProcessState>,
     pub local_addr: Option<SocketAddr>,
-    pub agents: Vec<AgentReport>,
+    /// Each agent's posture; empty until built (the listener serves before, see `server`).
+    pub agents: std::sync::OnceLock<Vec<AgentReport>>,
+    /// Agents, sessions, queue, trace and costs of this generation.
+    pub host: Arc<AgentHost>,
+    /// Fired when this generation's listener stops: live streams end so the reload can finish.
+    pub shutdown: CancelToken,
 }
 
 impl AppState {
@@ -135,8 +140,47 @@ impl AppState {
             reload: Some(generation.reload.clone()),
             process,
             local_addr,
-            agents,
+            agents: {
+                let cell = std::sync::OnceLock::new();
+                let _ = cell.set(agents);
+                cell
+            },
+            host: Arc::clone(&generation.host),
+            shutdown: CancelToken::new(),
         }))
+    }
+
+    /// [`AppState::new`] whose agent reports come later ([`AppState::set_agents`]): the
+    /// listener serves `/health` while the agents' sandboxes are probed.
+    pub fn starting(
+        generation: &Generation,
+        process: Arc<ProcessState>,
+        local_addr: Option<SocketAddr>,
+    ) -> Self {
+        let state = Self::new(generation, process, local_addr, Vec::new());
+        let mut inner = Arc::try_unwrap(state.0).unwrap_or_else(|_| unreachable!("fresh state"));
+        inner.agents = std::sync::OnceLock::new();
+        Self(Arc::new(inner))
+    }
+
+    /// Publishes the agent reports of a state made by [`AppState::starting`].
+    pub fn set_agents(&self, agents: Vec<AgentReport>) {
+        let _ = self.0.agents.set(agents);
+    }
+
+    /// The agent reports, `None` while they are being built.
+    pub fn agents(&self) -> Option<&[AgentReport]> {
+        self.0.agents.get().map(Vec::as_slice)
+    }
+
+    /// The agents of this generation.
+    pub fn host(&self) -> &Arc<AgentHost> {
+        &self.0.host
+    }
+
+    /// Fired when this generation's listener stops.
+    pub fn shutdown(&self) -> &CancelToken {
+        &self.0.shutdown
     }
 
     pub fn root(&self) -> &InstallRoot {

@@ -38,6 +38,8 @@ pub enum DaemonError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Path(#[from] PathError),
+    #[error("cannot create the receipt key: {0}")]
+    Random(getrandom::Error),
 }
 
 /// The held install-root lock. Dropping it (or the process dying) releases the root.
@@ -77,8 +79,9 @@ impl DaemonLock {
         }
         file.set_len(0).map_err(lock_err)?;
         file.rewind().map_err(lock_err)?;
+        // No fsync: the PID only names the holder to other processes (they read the page
+        // cache), and after a power loss the lock is gone with the process anyway.
         writeln!(file, "{}", std::process::id()).map_err(lock_err)?;
-        file.sync_all().map_err(lock_err)?;
         Ok(Self { _file: file, path })
     }
 
@@ -196,12 +199,39 @@ pub struct Generation {
     pub reload: ReloadTrigger,
     /// Process start (survives reloads).
     pub started_at: SystemTime,
+    /// The agents, sessions, queue, trace and cost tracker of this generation.
+    pub host: Arc<crate::host::AgentHost>,
+}
+
+impl Generation {
+    /// A generation outside the daemon loop (tests, benchmarks): the store's current snapshot
+    /// with fresh process services.
+    pub fn detached(root: InstallRoot, store: ConfigStore) -> Result<Self, DaemonError> {
+        let snapshot = store.snapshot();
+        let process = Arc::new(
+            crate::host::ProcessServices::new(&root, snapshot.config())
+                .map_err(DaemonError::Random)?,
+        );
+        let host = Arc::new(crate::host::AgentHost::new(
+            &root,
+            Arc::clone(&snapshot),
+            process,
+        ));
+        Ok(Self {
+            root,
+            store,
+            snapshot,
+            reload: ReloadTrigger::default(),
+            started_at: SystemTime::now(),
+            host,
+        })
+    }
 }
 
 /// A subsystem started for one generation; stopped before the next one starts.
 pub struct RunningSubsystem {
     name: &'static str,
-    stop: oneshot::Sender<()>,
+    stop: Option<oneshot::Sender<()>>,
     done: tokio::task::JoinHandle<()>,
 }
 
@@ -214,14 +244,21 @@ impl RunningSubsystem {
     ) -> Self {
         Self {
             name,
-            stop,
+            stop: Some(stop),
             done: task,
         }
     }
 
+    /// Signals the stop without waiting (a listener stops accepting; in-flight work goes on).
+    pub fn signal_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     /// Signals the stop and waits up to `grace` for the task; then aborts it.
-    pub async fn stop(self, grace: Duration) {
-        let _ = self.stop.send(());
+    pub async fn stop(mut self, grace: Duration) {
+        self.signal_stop();
         let mut done = self.done;
         if tokio::time::timeout(grace, &mut done).await.is_err() {
             tracing::warn!(
@@ -307,9 +344,14 @@ pub async fn run(
     let started_at = SystemTime::now();
     let started = unix_now();
 
+    // Approvals, receipt key and cost ledger live for the process; the rest per generation.
+    let process = Arc::new(
+        crate::host::ProcessServices::new(&root, store.snapshot().config())
+            .map_err(DaemonError::Random)?,
+    );
     // Subsystems of the running generation; rebuilt only when a reload published a new one.
     let mut running: Vec<RunningSubsystem> = Vec::new();
-    let mut _sessions = crate::sessions::SessionStores::default();
+    let mut host: Option<Arc<crate::host::AgentHost>> = None;
     let mut rebuild = true;
     loop {
         let snapshot = store.snapshot();
@@ -318,26 +360,25 @@ pub async fn run(
             for subsystem in running.drain(..) {
                 subsystem.stop(grace).await;
             }
-            publish_state(
+            // In-flight turns had the grace to finish; the rest are cancelled cleanly.
+            if let Some(old) = host.take() {
+                old.cancel_turns();
+            }
+            let generation_host = Arc::new(crate::host::AgentHost::new(
                 &root,
-                &DaemonState {
-                    pid: std::process::id(),
-                    config_generation: snapshot.generation(),
-                    started_at_unix: started,
-                    generation_since_unix: unix_now(),
-                },
-            );
-            // Subsystems of this generation are built from `snapshot` here (later issues:
-            // agents, sessions, memory, cost, scheduler) and torn down when the loop turns.
-            _sessions = crate::sessions::SessionStores::default(); // close the old stores first
-            _sessions = crate::sessions::open(&root, &snapshot.channels).await;
+                Arc::clone(&snapshot),
+                Arc::clone(&process),
+            ));
+            host = Some(Arc::clone(&generation_host));
             let generation = Generation {
                 root: root.clone(),
                 store: store.clone(),
                 snapshot: Arc::clone(&snapshot),
                 reload: reload.clone(),
                 started_at,
+                host: Arc::clone(&generation_host),
             };
+            // The listeners first (start-up latency): stores open after the gateway listens.
             for hook in &hooks {
                 match hook.start(&generation).await {
                     Ok(subsystem) => running.push(subsystem),
@@ -348,6 +389,28 @@ pub async fn run(
                     ),
                 }
             }
+            publish_state(
+                &root,
+                &DaemonState {
+                    pid: std::process::id(),
+                    config_generation: snapshot.generation(),
+                    started_at_unix: started,
+                    generation_since_unix: unix_now(),
+                },
+            );
+            // The session stores (legacy import included) open now, off the start path.
+            generation_host.open_sessions().await;
+            // Idle session slots of the queue are dropped while the generation lives.
+            let weak = Arc::downgrade(&generation_host);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(60));
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let Some(host) = weak.upgrade() else { break };
+                    host.queue().evict_idle(Duration::from_secs(600));
+                }
+            });
         }
         tracing::info!(
             pid = std::process::id(),
@@ -374,6 +437,15 @@ pub async fn run(
                     ),
                 }
                 rebuild = outcome.is_ok();
+                if rebuild {
+                    // The old listeners stop accepting BEFORE the caller hears of the reload,
+                    // so a request sent after the answer reaches the new generation (it waits
+                    // in the kept socket's backlog); in-flight requests, the caller's
+                    // included, still finish.
+                    for subsystem in &mut running {
+                        subsystem.signal_stop();
+                    }
+                }
                 reload.answer(&outcome);
             }
             Exit::Shutdown(why) => {
@@ -381,6 +453,9 @@ pub async fn run(
                 let grace = Duration::from_secs(store.snapshot().runtime.shutdown_grace_secs);
                 for subsystem in running.drain(..) {
                     subsystem.stop(grace).await;
+                }
+                if let Some(old) = host.take() {
+                    old.cancel_turns();
                 }
                 break;
             }

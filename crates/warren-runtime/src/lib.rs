@@ -10,7 +10,9 @@ pub mod cost;
 pub mod daemon;
 pub mod delegate;
 pub mod history;
+pub mod host;
 pub mod lifecycle;
+pub mod pending;
 pub mod prompt;
 pub mod receipts;
 pub mod sessions;
@@ -24,4 +26,5 @@ pub use daemon::{
     DaemonError, DaemonLock, DaemonState, DaemonStatus, Generation, GenerationHook, ReloadTrigger,
     RunningSubsystem, StartFuture, probe, run, run_blocking, run_blocking_with,
 };
+pub use host::{AgentHost, ProcessServices};
 pub use turn::{AgentRunner, Services, TurnError, TurnEvent, TurnEvents, TurnOutcome};

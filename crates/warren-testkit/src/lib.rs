@@ -15,6 +15,15 @@ use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// A TCP port on 127.0.0.1 that was free a moment ago: the kernel picks it (bind port 0) and
+/// the listener is closed before returning. Daemon tests use it instead of the default 42617,
+/// so tests running in parallel never fight over one port.
+pub fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// A temporary install root that is removed when dropped.
 pub struct TempRoot {
     _dir: tempfile::TempDir,
@@ -41,6 +50,14 @@ impl TempRoot {
     pub fn write_config(&self, text: &str) -> io::Result<()> {
         fs::create_dir_all(&self.root)?;
         fs::write(self.config_path(), text)
+    }
+
+    /// Writes config.toml as `text` plus `[gateway] port = <free port>`; returns the port.
+    /// `text` must not have a `[gateway]` table of its own.
+    pub fn write_config_on_free_port(&self, text: &str) -> io::Result<u16> {
+        let port = free_port()?;
+        self.write_config(&format!("{text}\n[gateway]\nport = {port}\n"))?;
+        Ok(port)
     }
 
     pub fn read_config(&self) -> io::Result<String> {

@@ -1,0 +1,130 @@
+//! The real daemon serves the agent loop over HTTP: chat through `warren daemon`, component
+//! health with the session store, and a reload that swaps the cost rates in place while the
+//! ledger keeps each old record's own rate (STATE-14, STATE-17..19; issue 7's rate reload).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use warren_testkit::{DaemonChild, TempRoot, free_port, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &str,
+) -> std::io::Result<(u16, serde_json::Value)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(WAIT))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, serde_json::from_str(body).unwrap_or_default()))
+}
+
+const SCRIPT: &str = r#"{"turns": [[{"text": "First.", "usage": {"input_tokens": 1000000, "output_tokens": 0}}],
+                                    [{"text": "Second.", "usage": {"input_tokens": 1000000, "output_tokens": 0}}]]}"#;
+
+#[test]
+fn the_daemon_serves_chat_and_a_reload_reprices_only_new_requests_state14_state19() -> R {
+    let root = TempRoot::new()?;
+    std::fs::create_dir_all(root.path())?;
+    let script = root.path().join("script.json");
+    std::fs::write(&script, SCRIPT)?;
+    let port = free_port()?;
+    root.write_config(&format!(
+        "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\n\n[cost.rates.script]\ninput_per_mtok = 1.0\noutput_per_mtok = 0.0\n\n[gateway]\nport = {port}\n",
+        script.display()
+    ))?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let out = root.run(bin(), &["pair", "--json"])?;
+    let code = serde_json::from_str::<serde_json::Value>(&text(&out).0)?["code"]
+        .as_str()
+        .ok_or("no code")?
+        .to_string();
+    let (status, paired) = http(
+        port,
+        "POST",
+        "/pair",
+        "",
+        &serde_json::json!({"code": code, "device": "ci"}).to_string(),
+    )?;
+    assert_eq!(status, 200, "{paired}");
+    let token = paired["token"].as_str().ok_or("no token")?.to_string();
+
+    let (status, health) = http(port, "GET", "/api/health", &token, "")?;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["components"]["sessions"]["status"], "ok", "{health}");
+    assert_eq!(
+        health["components"]["agents"]["main"]["status"], "ok",
+        "{health}"
+    );
+
+    let (status, first) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        &token,
+        r#"{"message": "one", "session": "a"}"#,
+    )?;
+    assert_eq!(
+        (status, first["reply"].clone()),
+        (200, "First.".into()),
+        "{first}"
+    );
+
+    // New rate, reload in place (same PID): only the new request is priced at it.
+    let out = root.run(
+        bin(),
+        &["config", "set", "cost.rates.script.input_per_mtok", "100.0"],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let (status, reloaded) = http(port, "POST", "/admin/reload", &token, "")?;
+    assert_eq!(status, 200, "{reloaded}");
+    daemon.wait_for("gateway listening", WAIT)?;
+    let (status, second) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        &token,
+        r#"{"message": "one", "session": "b"}"#,
+    )?;
+    assert_eq!(status, 200, "{second}");
+    let (status, costs) = http(port, "GET", "/api/costs", &token, "")?;
+    assert_eq!(status, 200, "{costs}");
+    let priced: Vec<f64> = costs["records"]
+        .as_array()
+        .ok_or("no records")?
+        .iter()
+        .filter_map(|r| r["cost_usd"].as_f64())
+        .collect();
+    assert_eq!(priced, vec![1.0, 100.0], "{costs}");
+    let (status, s) = http(port, "GET", "/api/status", &token, "")?;
+    assert_eq!(status, 200);
+    assert_eq!(s["pid"], daemon.pid());
+
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}

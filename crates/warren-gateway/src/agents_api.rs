@@ -1,0 +1,520 @@
+//! Agents, chat, sessions, memory recall and costs over HTTP (issue 8 §2, STATE-18): the turn
+//! loop of the generation's [`warren_runtime::AgentHost`]. A chat takes its session's slot in
+//! the `SessionActorQueue` first: "queue full" is 429, "timed out" 408 (SESS-2). With
+//! `Accept: text/event-stream` the turn streams as SSE events (`delta`, `notice`, `tool_call`,
+//! `tool_result`, then `done` or `error`).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use warren_core::{AgentAlias, SessionKey};
+use warren_memory::RecallQuery;
+use warren_runtime::cost::{CostError, read_ledger};
+use warren_runtime::{TurnError, TurnEvent, TurnEvents, TurnOutcome};
+use warren_store::sessions::{Page, QueueError};
+
+use crate::error::{ApiError, parse_json};
+use crate::state::AppState;
+
+/// The alias of a path, configured in this generation (404 otherwise).
+pub(crate) fn configured_alias(
+    state: &AppState,
+    route: &str,
+    alias: &str,
+) -> Result<AgentAlias, ApiError> {
+    let parsed =
+        AgentAlias::new(alias).map_err(|e| ApiError::bad_field(route, "alias", e.to_string()))?;
+    if state.host().snapshot().agent(&parsed).is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_agent",
+            format!(
+                "{route}: agent '{parsed}' is not configured in the running generation (GET /api/agents)"
+            ),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// Query parameters as strings; numbers are parsed by [`number`] so errors name the field.
+pub(crate) fn query_map(
+    route: &str,
+    raw: Option<String>,
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let raw = raw.unwrap_or_default();
+    let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&raw)
+        .map_err(|_| ApiError::bad_field(route, "(query)", "malformed query string"))?;
+    Ok(pairs.into_iter().collect())
+}
+
+/// `a=b&c=d` with percent-decoding (`+` = space).
+fn serde_urlencoded_pairs(raw: &str) -> Result<Vec<(String, String)>, ()> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((decode(k)?, decode(v)?))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> Result<String, ()> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).ok_or(())?;
+                let hex = std::str::from_utf8(hex).map_err(|_| ())?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| ())?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| ())
+}
+
+/// A numeric query parameter within `1..=max` (default when absent).
+pub(crate) fn number(
+    route: &str,
+    query: &BTreeMap<String, String>,
+    field: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ApiError> {
+    match query.get(field) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_field(route, field, format!("an integer from {min} to {max}"))
+            }),
+    }
+}
+
+pub(crate) async fn list_agents(State(state): State<AppState>) -> Json<Value> {
+    let host = state.host();
+    let config = host.snapshot();
+    let default = config.default_agent();
+    let agents: Vec<Value> = config
+        .agents()
+        .map(|(alias, agent)| {
+            let report = state
+                .agents()
+                .and_then(|a| a.iter().find(|r| r.alias == alias.as_str()));
+            json!({
+                "alias": alias,
+                "provider": agent.provider,
+                "model": agent.model,
+                "risk_profile": agent.risk_profile,
+                "runtime_profile": agent.runtime_profile,
+                "default": default.as_ref() == Some(&alias),
+                "ok": report.map(|r| r.ok),
+            })
+        })
+        .collect();
+    Json(json!({"count": agents.len(), "agents": agents}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewAgent {
+    alias: String,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    risk_profile: Option<String>,
+}
+
+pub(crate) async fn add_agent(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    const ROUTE: &str = "POST /api/agents";
+    let request: NewAgent = parse_json(ROUTE, &body)?;
+    let alias = AgentAlias::new(request.alias.as_str())
+        .map_err(|e| ApiError::bad_field(ROUTE, "alias", e.to_string()))?;
+    let conflict = || ApiError {
+        status: StatusCode::CONFLICT,
+        ..ApiError::bad_field(ROUTE, "alias", "an agent with this alias already exists")
+    };
+    if state.store().snapshot().agent(&alias).is_some() {
+        return Err(conflict());
+    }
+    let store = state.store().clone();
+    let added = alias.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let mut fields = Vec::new();
+        for (key, value) in [
+            ("provider", &request.provider),
+            ("model", &request.model),
+            ("risk_profile", &request.risk_profile),
+        ] {
+            if let Some(v) = value {
+                fields.push((key, v.as_str()));
+            }
+        }
+        let mut txn = store.write_blocking()?;
+        txn.add_agent(&added, &fields)?;
+        txn.commit()
+    })
+    .await
+    .map_err(|e| ApiError::internal(ROUTE, e))?
+    .map_err(|e| match &e {
+        // Added by another writer between the check above and the lock.
+        warren_config::ConfigError::Edit { message, .. } if message.ends_with("already exists") => {
+            conflict()
+        }
+        _ => ApiError::from_config(ROUTE, &e),
+    })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "alias": alias,
+            "config_generation": outcome.generation,
+            "warnings": outcome.warnings,
+            "note": "saved; the agent starts serving after POST /admin/reload",
+        })),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChatRequest {
+    message: String,
+    #[serde(default)]
+    session: Option<String>,
+}
+
+/// The longest chat message accepted, in bytes (the body limit bounds it too).
+const MAX_MESSAGE: usize = 32 * 1024;
+
+fn turn_error(route: &str, e: &TurnError) -> ApiError {
+    let (status, code) = match e {
+        TurnError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
+        TurnError::Unconfigured { .. } => (StatusCode::CONFLICT, "agent_unconfigured"),
+        TurnError::Cost(CostError::LimitReached { .. }) => {
+            (StatusCode::TOO_MANY_REQUESTS, "cost_limit_reached")
+        }
+        TurnError::Provider(_) | TurnError::SingleToolViolation { .. } => {
+            (StatusCode::BAD_GATEWAY, "provider_error")
+        }
+        TurnError::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled"),
+        TurnError::Agent(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
+        TurnError::Cost(_) | TurnError::Session(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+        }
+    };
+    ApiError::new(status, code, format!("{route}: {e}"))
+}
+
+fn queue_error(route: &str, e: &QueueError) -> ApiError {
+    match e {
+        QueueError::Full { .. } => ApiError {
+            retry_after_secs: Some(1),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "queue_full",
+                format!("{route}: {e}"),
+            )
+        },
+        QueueError::TimedOut { .. } => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "queue_timeout",
+            format!("{route}: {e}"),
+        ),
+    }
+}
+
+fn outcome_json(outcome: &TurnOutcome, key: &SessionKey) -> Value {
+    json!({
+        "session": key,
+        "reply": outcome.reply,
+        "provider_calls": outcome.provider_calls,
+        "tool_calls": outcome.tool_calls,
+        "input_tokens": outcome.usage.input_tokens,
+        "output_tokens": outcome.usage.output_tokens,
+        "hit_iteration_cap": outcome.hit_iteration_cap,
+        "notices": outcome.notices,
+        "receipts": outcome.receipts.iter().map(|(t, r)| json!({"tool": t, "receipt": r})).collect::<Vec<_>>(),
+    })
+}
+
+fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+fn event_json(event: &TurnEvent) -> (&'static str, Value) {
+    match event {
+        TurnEvent::TextDelta(t) => ("delta", json!({"text": t})),
+        TurnEvent::Notice(n) => ("notice", json!({"notice": n})),
+        TurnEvent::ToolCall(c) => (
+            "tool_call",
+            json!({"id": c.id, "name": c.name, "arguments": c.arguments}),
+        ),
+        TurnEvent::ToolResult {
+            call,
+            ok,
+            content,
+            receipt,
+        } => (
+            "tool_result",
+            json!({"id": call.id, "name": call.name, "ok": ok, "content": content, "receipt": receipt}),
+        ),
+    }
+}
+
+pub(crate) async fn chat(
+    State(state): State<AppState>,
+    Path(alias): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    const ROUTE: &str = "POST /api/agents/{alias}/chat";
+    let request: ChatRequest = parse_json(ROUTE, &body)?;
+    let alias = configured_alias(&state, ROUTE, &alias)?;
+    if request.message.trim().is_empty() || request.message.len() > MAX_MESSAGE {
+        return Err(ApiError::bad_field(
+            ROUTE,
+            "message",
+            format!("a non-empty message of at most {MAX_MESSAGE} bytes"),
+        ));
+    }
+    let key = match &request.session {
+        Some(k) => SessionKey::new(k.as_str())
+            .map_err(|e| ApiError::bad_field(ROUTE, "session", e.to_string()))?,
+        None => SessionKey::sanitize(&format!("http-{alias}"))
+            .map_err(|e| ApiError::internal(ROUTE, e))?,
+    };
+    let host = Arc::clone(state.host());
+    let runner = host
+        .runner(&alias)
+        .await
+        .map_err(|e| turn_error(ROUTE, &e))?;
+    let sessions = host.chat_sessions().await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sessions_unavailable",
+            format!("{ROUTE}: {e}"),
+        )
+    })?;
+    // SESS-2: the session's slot first; full = 429, timed out = 408.
+    let slot = host
+        .queue()
+        .acquire(&key)
+        .await
+        .map_err(|e| queue_error(ROUTE, &e))?;
+    let cancel = host.cancel_token().clone();
+
+    if !wants_sse(&headers) {
+        let events: TurnEvents = Arc::new(|_| {});
+        let outcome = runner
+            .chat(&sessions, &key, &request.message, &cancel, events)
+            .await
+            .map_err(|e| turn_error(ROUTE, &e))?;
+        drop(slot);
+        return Ok(Json(outcome_json(&outcome, &key)).into_response());
+    }
+
+    let (tx, rx) = mpsc::unbounded_channel::<Event>();
+    let sink = tx.clone();
+    let events: TurnEvents = Arc::new(move |event| {
+        let (name, data) = event_json(&event);
+        let _ = sink.send(Event::default().event(name).data(data.to_string()));
+    });
+    // The turn runs to its end even if the client goes away (the session keeps it).
+    tokio::spawn(async move {
+        let _host = host; // keeps the generation's stores alive until the turn ends
+        let result = runner
+            .chat(&sessions, &key, &request.message, &cancel, events)
+            .await;
+        drop(slot);
+        let last = match result {
+            Ok(outcome) => Event::default()
+                .event("done")
+                .data(outcome_json(&outcome, &key).to_string()),
+            Err(e) => {
+                let err = turn_error(ROUTE, &e);
+                Event::default()
+                    .event("error")
+                    .data(json!({"error": err.code, "message": err.message}).to_string())
+            }
+        };
+        let _ = tx.send(last);
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+pub(crate) async fn list_sessions(
+    State(state): State<AppState>,
+    Path(alias): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/agents/{alias}/sessions";
+    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let sessions = state.host().chat_sessions().await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sessions_unavailable",
+            format!("{ROUTE}: {e}"),
+        )
+    })?;
+    let all = sessions
+        .run(|b| b.list())
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    let mine: Vec<_> = all
+        .into_iter()
+        .filter(|s| s.agent.as_ref() == Some(&alias))
+        .collect();
+    Ok(Json(json!({"count": mine.len(), "sessions": mine})))
+}
+
+pub(crate) async fn session_history(
+    State(state): State<AppState>,
+    Path((alias, key)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/agents/{alias}/sessions/{key}";
+    let query = query_map(ROUTE, raw)?;
+    let after = number(ROUTE, &query, "after", 0, 0, u64::MAX >> 1)?;
+    let limit = number(ROUTE, &query, "limit", 100, 1, 1000)?;
+    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+            format!("{ROUTE}: agent '{alias}' has no such session"),
+        )
+    };
+    let key = SessionKey::new(key.as_str()).map_err(|_| not_found())?;
+    let sessions = state.host().chat_sessions().await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sessions_unavailable",
+            format!("{ROUTE}: {e}"),
+        )
+    })?;
+    let k = key.clone();
+    let meta = sessions
+        .run(move |b| b.meta(&k))
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?
+        .filter(|m| m.agent.as_ref() == Some(&alias))
+        .ok_or_else(not_found)?;
+    let history = sessions
+        .load(
+            key,
+            Page::After {
+                after,
+                limit: usize::try_from(limit).unwrap_or(100),
+            },
+        )
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    let next_after = history.messages.last().map(|m| m.seq);
+    Ok(Json(json!({
+        "session": meta,
+        "messages": history.messages,
+        "next_after": next_after,
+    })))
+}
+
+pub(crate) async fn memory_recall(
+    State(state): State<AppState>,
+    Path(alias): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/agents/{alias}/memory";
+    let query = query_map(ROUTE, raw)?;
+    let limit = number(ROUTE, &query, "limit", 10, 1, 100)?;
+    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let host = state.host();
+    let memory = warren_memory::create_memory_for_agent(
+        host.memory_stores(),
+        host.snapshot().config(),
+        &alias,
+    )
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "memory_unavailable",
+            format!("{ROUTE}: {e}"),
+        )
+    })?;
+    let text = query.get("q").cloned().unwrap_or_default();
+    let hits = memory
+        .recall(RecallQuery::new(text, usize::try_from(limit).unwrap_or(10)))
+        .await
+        .map_err(|e| ApiError::bad_field(ROUTE, "q", e.to_string()))?;
+    Ok(Json(
+        json!({"agent": alias, "count": hits.len(), "hits": hits}),
+    ))
+}
+
+pub(crate) async fn costs(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/costs";
+    let query = query_map(ROUTE, raw)?;
+    let limit = number(ROUTE, &query, "limit", 100, 1, 1000)?;
+    let agent = query.get("agent").cloned();
+    let path = state.root().costs_ledger();
+    let records = tokio::task::spawn_blocking(move || read_ledger(&path))
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    let mine: Vec<_> = records
+        .into_iter()
+        .filter(|r| agent.as_deref().is_none_or(|a| r.agent == a))
+        .collect();
+    let mut totals: BTreeMap<String, Value> = BTreeMap::new();
+    let mut total = 0.0;
+    for r in &mine {
+        total += r.cost_usd;
+        let t = totals.entry(r.agent.clone()).or_insert_with(
+            || json!({"requests": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}),
+        );
+        t["requests"] = (t["requests"].as_u64().unwrap_or(0) + 1).into();
+        t["input_tokens"] = (t["input_tokens"].as_u64().unwrap_or(0) + r.input_tokens).into();
+        t["output_tokens"] = (t["output_tokens"].as_u64().unwrap_or(0) + r.output_tokens).into();
+        t["cost_usd"] = (t["cost_usd"].as_f64().unwrap_or(0.0) + r.cost_usd).into();
+    }
+    let skip = mine
+        .len()
+        .saturating_sub(usize::try_from(limit).unwrap_or(100));
+    Ok(Json(json!({
+        "total_usd": total,
+        "requests": mine.len(),
+        "per_agent": totals,
+        "records": &mine[skip..],
+    })))
+}

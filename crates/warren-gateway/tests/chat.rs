@@ -1,0 +1,630 @@
+//! Agents, chat (JSON and SSE), sessions, costs, approvals, logs and live events through the
+//! router without a socket, over the offline `script` provider and the fake LLM server
+//! (STATE-13, STATE-14, STATE-18, SESS-2, issue 8 §2).
+
+// Setup helpers outside #[test] fns panic on a broken fixture, like the tests themselves.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
+use axum::http::{Request, StatusCode};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use warren_config::{ConfigStore, InstallRoot};
+use warren_gateway::{AppState, ProcessState, router};
+use warren_runtime::{AgentHost, Generation, ProcessServices, ReloadTrigger};
+use warren_store::sessions::SessionActorQueue;
+use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: InstallRoot,
+    store: ConfigStore,
+    process: Arc<ProcessState>,
+    services: Arc<ProcessServices>,
+    state: AppState,
+    token: String,
+}
+
+const SCRIPT: &str = r#"{"turns": [
+  [ {"text": "I will write it.", "tool_calls": [{"name": "file_write", "arguments": {"path": "out.md", "content": "hi"}}],
+     "usage": {"input_tokens": 100, "output_tokens": 10}},
+    {"text": "Done writing.", "usage": {"input_tokens": 120, "output_tokens": 5}} ],
+  [ {"text": "Second answer.", "usage": {"input_tokens": 50, "output_tokens": 7}} ]
+]}"#;
+
+/// A root whose `main` agent runs `SCRIPT`; `extra` is appended to config.toml.
+fn fixture(extra: &str) -> Fixture {
+    fixture_with(extra, None)
+}
+
+fn fixture_with(extra: &str, queue: Option<SessionActorQueue>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = InstallRoot::at(dir.path().join("warren"));
+    root.ensure_layout().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, SCRIPT).unwrap();
+    std::fs::write(
+        root.config_file(),
+        format!(
+            "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\nrisk_profile = \"test\"\n\n[risk_profiles.test]\nautonomy = \"full\"\n\n{extra}",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let store = ConfigStore::load(root.clone()).unwrap();
+    let token = warren_gateway::pairing::new_token().unwrap();
+    tokio::task::block_in_place(|| {
+        warren_gateway::tokens::add_hash_blocking(
+            &store,
+            &warren_gateway::pairing::hash_token(&token),
+        )
+    })
+    .unwrap();
+    let services = Arc::new(ProcessServices::new(&root, store.snapshot().config()).unwrap());
+    let process = Arc::new(ProcessState::new(&root).unwrap());
+    let state = state_for(&root, &store, &process, &services, queue);
+    Fixture {
+        _dir: dir,
+        root,
+        store,
+        process,
+        services,
+        state,
+        token,
+    }
+}
+
+fn state_for(
+    root: &InstallRoot,
+    store: &ConfigStore,
+    process: &Arc<ProcessState>,
+    services: &Arc<ProcessServices>,
+    queue: Option<SessionActorQueue>,
+) -> AppState {
+    let snapshot = store.snapshot();
+    let host = match queue {
+        Some(q) => AgentHost::with_queue(root, Arc::clone(&snapshot), Arc::clone(services), q),
+        None => AgentHost::new(root, Arc::clone(&snapshot), Arc::clone(services)),
+    };
+    let generation = Generation {
+        root: root.clone(),
+        store: store.clone(),
+        snapshot,
+        reload: ReloadTrigger::default(),
+        started_at: std::time::SystemTime::now(),
+        host: Arc::new(host),
+    };
+    AppState::new(&generation, Arc::clone(process), None, Vec::new())
+}
+
+impl Fixture {
+    fn app(&self) -> Router {
+        router(self.state.clone()).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))))
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        call(self.app(), &self.token, method, path, body).await
+    }
+}
+
+fn request(token: &str, method: &str, path: &str, body: Option<Value>) -> Request<Body> {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {token}"));
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap()
+}
+
+async fn call(
+    app: Router,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let response = app
+        .oneshot(request(token, method, path, body))
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// The `(event, data)` pairs of an SSE body.
+fn sse_events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut event = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event: ") {
+                    event = Some(e.to_string());
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            Some((event?, serde_json::from_str(&data).unwrap_or(Value::Null)))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_runs_the_loop_persists_the_session_and_bills_the_ledger_state14_state18() {
+    let f = fixture("");
+    let (status, agents) = f.call("GET", "/api/agents", None).await;
+    assert_eq!(status, StatusCode::OK, "{agents}");
+    assert_eq!(agents["agents"][0]["alias"], "main");
+
+    let (status, answer) = f
+        .call(
+            "POST",
+            "/api/agents/main/chat",
+            Some(json!({"message": "write it"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["reply"], "Done writing.");
+    assert_eq!(answer["session"], "http-main");
+    assert_eq!(answer["tool_calls"], 1);
+    assert_eq!(answer["input_tokens"], 220);
+    assert!(
+        f.root
+            .agent_workspace(&"main".parse().unwrap())
+            .join("out.md")
+            .is_file()
+    );
+
+    // The second turn streams as SSE.
+    let response = f
+        .app()
+        .oneshot({
+            let mut r = request(
+                &f.token,
+                "POST",
+                "/api/agents/main/chat",
+                Some(json!({"message": "again"})),
+            );
+            r.headers_mut()
+                .insert("accept", "text/event-stream".parse().unwrap());
+            r
+        })
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let events = sse_events(&String::from_utf8_lossy(&bytes));
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert!(names.contains(&"delta"), "{names:?}");
+    let (last, done) = events.last().unwrap();
+    assert_eq!(last, "done");
+    assert_eq!(done["reply"], "Second answer.");
+
+    let (status, sessions) = f.call("GET", "/api/agents/main/sessions", None).await;
+    assert_eq!(status, StatusCode::OK, "{sessions}");
+    assert_eq!(sessions["sessions"][0]["key"], "http-main");
+    let (status, history) = f
+        .call("GET", "/api/agents/main/sessions/http-main?limit=2", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    let messages = history["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["content"], "write it");
+    let (status, rest) = f
+        .call(
+            "GET",
+            &format!(
+                "/api/agents/main/sessions/http-main?after={}",
+                history["next_after"]
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(rest["messages"].as_array().unwrap().len() >= 4, "{rest}");
+    let (status, _) = f.call("GET", "/api/agents/main/sessions/nope", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, costs) = f.call("GET", "/api/costs?agent=main", None).await;
+    assert_eq!(status, StatusCode::OK, "{costs}");
+    assert_eq!(costs["requests"], 3);
+    assert_eq!(costs["per_agent"]["main"]["input_tokens"], 270);
+
+    let (status, logs) = f.call("GET", "/api/logs?kind=turn_end&limit=1", None).await;
+    assert_eq!(status, StatusCode::OK, "{logs}");
+    assert_eq!(logs["events"].as_array().unwrap().len(), 1);
+    assert_eq!(logs["events"][0]["agent"], "main");
+    assert!(logs["next_before"].is_u64(), "{logs}");
+
+    let (status, memory) = f
+        .call("GET", "/api/agents/main/memory?q=anything", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{memory}");
+    assert_eq!(memory["count"], 0);
+
+    for (path, field) in [
+        ("/api/agents/nobody/chat", None),
+        ("/api/agents/main/chat", Some("message")),
+    ] {
+        let body = if field.is_some() {
+            json!({"message": ""})
+        } else {
+            json!({"message": "x"})
+        };
+        let (status, err) = f.call("POST", path, Some(body)).await;
+        match field {
+            None => assert_eq!(status, StatusCode::NOT_FOUND, "{err}"),
+            Some(field) => {
+                assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+                assert_eq!(err["field"], field);
+            }
+        }
+    }
+    let (status, err) = f
+        .call("POST", "/api/agents/main/chat", Some(json!({"message": 5})))
+        .await;
+    assert_eq!(
+        (status, err["field"].clone()),
+        (StatusCode::BAD_REQUEST, json!("message"))
+    );
+    let (status, err) = f.call("GET", "/api/costs?limit=0", None).await;
+    assert_eq!(
+        (status, err["field"].clone()),
+        (StatusCode::BAD_REQUEST, json!("limit"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_agents_adds_through_the_config_lock_cfg3() {
+    let f = fixture("");
+    let (status, added) = f
+        .call(
+            "POST",
+            "/api/agents",
+            Some(json!({"alias": "helper", "provider": "demo"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    assert!(
+        f.store
+            .snapshot()
+            .agent(&"helper".parse().unwrap())
+            .is_some()
+    );
+    assert!(
+        std::fs::read_to_string(f.root.config_file())
+            .unwrap()
+            .contains("[agents.helper]")
+    );
+    let (status, again) = f
+        .call("POST", "/api/agents", Some(json!({"alias": "helper"})))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    assert_eq!(again["field"], "alias");
+    let (status, bad) = f
+        .call("POST", "/api/agents", Some(json!({"alias": "Bad Alias!"})))
+        .await;
+    assert_eq!(
+        (status, bad["field"].clone()),
+        (StatusCode::BAD_REQUEST, json!("alias"))
+    );
+}
+
+/// A slow provider holds the session: one more turn waits and times out (408); with no room
+/// to wait, a second turn is refused at once (429) (SESS-2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_session_answers_429_when_full_and_408_when_timed_out_sess2() {
+    let fake = FakeOpenAi::start().unwrap();
+    let slow = || FakeReply::Chat {
+        text: vec!["slow ".into(), "answer".into()],
+        calls: Vec::new(),
+        usage: (1, 1),
+        chunk_delay: Duration::from_millis(600),
+    };
+    for _ in 0..4 {
+        fake.push(slow());
+    }
+    let extra = format!(
+        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
+        fake.base_url()
+    );
+    for (max_waiting, timeout, expected) in [
+        (0, Duration::from_secs(5), StatusCode::TOO_MANY_REQUESTS),
+        (1, Duration::from_millis(100), StatusCode::REQUEST_TIMEOUT),
+    ] {
+        let f = fixture_with(&extra, Some(SessionActorQueue::new(max_waiting, timeout)));
+        let first = {
+            let (app, token) = (f.app(), f.token.clone());
+            tokio::spawn(async move {
+                call(
+                    app,
+                    &token,
+                    "POST",
+                    "/api/agents/slow/chat",
+                    Some(json!({"message": "a"})),
+                )
+                .await
+            })
+        };
+        // Wait until the first turn holds the slot.
+        let key: warren_core::SessionKey = "http-slow".parse().unwrap();
+        for _ in 0..200 {
+            if f.state.host().queue().depth(&key) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (status, err) = f
+            .call(
+                "POST",
+                "/api/agents/slow/chat",
+                Some(json!({"message": "b"})),
+            )
+            .await;
+        assert_eq!(status, expected, "{err}");
+        let (status, answer) = first.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["reply"], "slow answer");
+    }
+}
+
+/// A supervised write waits in `GET /api/approvals` until decided over HTTP; approved runs,
+/// denied and unanswered (timeout) do not (issue 8 §2, LOOP-1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_over_http_approve_deny_and_time_out() {
+    for (decision, expect_file) in [(Some(true), true), (Some(false), false), (None, false)] {
+        let f =
+            fixture("[risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 1\n");
+        tokio::task::block_in_place(|| {
+            let mut txn = f.store.write_blocking().unwrap();
+            txn.set(&"agents.main.risk_profile".parse().unwrap(), "sup".into())
+                .unwrap();
+            txn.commit().unwrap();
+        });
+        let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
+        let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+        let chat = {
+            let (app, token) = (app.clone(), f.token.clone());
+            tokio::spawn(async move {
+                call(
+                    app,
+                    &token,
+                    "POST",
+                    "/api/agents/main/chat",
+                    Some(json!({"message": "w"})),
+                )
+                .await
+            })
+        };
+        let mut pending = Value::Null;
+        for _ in 0..200 {
+            let (_, list) = call(app.clone(), &f.token, "GET", "/api/approvals", None).await;
+            if list["count"] == 1 {
+                pending = list["pending"][0].clone();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(pending["tool"], "file_write", "{pending}");
+        assert_eq!(pending["agent"], "main");
+        if let Some(approve) = decision {
+            let id = pending["id"].as_str().unwrap();
+            let (status, body) = call(
+                app.clone(),
+                &f.token,
+                "POST",
+                &format!("/api/approvals/{id}"),
+                Some(json!({"approve": approve})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let (status, _) = call(
+                app.clone(),
+                &f.token,
+                "POST",
+                &format!("/api/approvals/{id}"),
+                Some(json!({"approve": approve})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "decided once only");
+        }
+        let (status, answer) = chat.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        let written = f
+            .root
+            .agent_workspace(&"main".parse().unwrap())
+            .join("out.md")
+            .is_file();
+        assert_eq!(written, expect_file, "decision {decision:?}: {answer}");
+        let (_, list) = call(app.clone(), &f.token, "GET", "/api/approvals", None).await;
+        assert_eq!(list["count"], 0);
+    }
+}
+
+/// `GET /api/events` streams the live trace even with `[log] persistence = "none"` (STATE-13).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_events_stream_without_persistence_state13() {
+    let f = fixture("[log]\npersistence = \"none\"\n");
+    let response = f
+        .app()
+        .oneshot(request(
+            &f.token,
+            "GET",
+            "/api/events?kind=turn_start",
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let (status, _) = f
+        .call(
+            "POST",
+            "/api/agents/main/chat",
+            Some(json!({"message": "hello"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut seen = String::new();
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(chunk)) = body.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.contains("turn_start") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(found, "{seen}");
+    assert!(!seen.contains("turn_end"), "filtered by kind: {seen}");
+    assert!(!f.root.runtime_trace().exists(), "nothing persisted");
+    // The stream ends when the generation's listener stops.
+    f.state.shutdown().cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while body.next().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok());
+}
+
+/// Reload swaps the cost rates; the old record keeps the rate it was priced with (STATE-14).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reprices_new_requests_and_keeps_old_records_state14() {
+    let f = fixture("[cost.rates.script]\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\n");
+    let (status, _) = f
+        .call(
+            "POST",
+            "/api/agents/main/chat",
+            Some(json!({"message": "one", "session": "s1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let text = std::fs::read_to_string(f.root.config_file()).unwrap();
+    std::fs::write(
+        f.root.config_file(),
+        text.replace("input_per_mtok = 1.0", "input_per_mtok = 100.0"),
+    )
+    .unwrap();
+    f.store.reload().await.unwrap();
+    let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
+    let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let (status, _) = call(
+        app.clone(),
+        &f.token,
+        "POST",
+        "/api/agents/main/chat",
+        Some(json!({"message": "two", "session": "s2"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, costs) = call(app, &f.token, "GET", "/api/costs", None).await;
+    let records = costs["records"].as_array().unwrap();
+    let rates: Vec<f64> = records
+        .iter()
+        .map(|r| r["rate"]["input_per_mtok"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates.first(), Some(&1.0), "{costs}");
+    assert_eq!(rates.last(), Some(&100.0), "{costs}");
+}
+
+/// The listener serves before the agents are probed and the session store opens: component
+/// health says `starting` until then, and `ok` once both are ready (STATE-17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_starting_until_agents_and_sessions_are_ready_state17() {
+    let f = fixture("");
+    let generation = Generation {
+        root: f.root.clone(),
+        store: f.store.clone(),
+        snapshot: f.store.snapshot(),
+        reload: ReloadTrigger::default(),
+        started_at: std::time::SystemTime::now(),
+        host: Arc::new(AgentHost::new(
+            &f.root,
+            f.store.snapshot(),
+            Arc::clone(&f.services),
+        )),
+    };
+    let state = AppState::starting(&generation, Arc::clone(&f.process), None);
+    let app =
+        || router(state.clone()).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let (status, health) = call(app(), &f.token, "GET", "/api/health", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "starting", "{health}");
+    assert_eq!(health["components"]["agents"]["main"]["status"], "starting");
+    assert_eq!(health["components"]["sessions"]["status"], "starting");
+
+    let reports = warren_gateway::state::agent_reports(&f.store.snapshot(), &f.root);
+    state.set_agents(reports);
+    generation.host.open_sessions().await;
+    let (_, health) = call(app(), &f.token, "GET", "/api/health", None).await;
+    assert_eq!(
+        health["components"]["agents"]["main"]["status"], "ok",
+        "{health}"
+    );
+    assert_eq!(health["components"]["sessions"]["status"], "ok", "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+}
+
+/// A response head not ready within the route's time limit is a 408 naming the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_its_time_limit_gets_408() {
+    let fake = FakeOpenAi::start().unwrap();
+    fake.push(FakeReply::Chat {
+        text: vec!["late".into()],
+        calls: Vec::new(),
+        usage: (1, 1),
+        chunk_delay: Duration::from_millis(800),
+    });
+    let extra = format!(
+        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
+        fake.base_url()
+    );
+    let f = fixture(&extra);
+    let limits = warren_gateway::TimeLimits {
+        request: Duration::from_secs(30),
+        chat: Duration::from_millis(200),
+    };
+    let app = warren_gateway::router_with_limits(f.state.clone(), limits)
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let (status, err) = call(
+        app,
+        &f.token,
+        "POST",
+        "/api/agents/slow/chat",
+        Some(json!({"message": "x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{err}");
+    assert_eq!(err["error"], "request_timeout");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("/api/agents/slow/chat"),
+        "{err}"
+    );
+}
