@@ -61,9 +61,6 @@ pub fn document() -> Value {
         if !parameters.is_empty() {
             op["parameters"] = Value::Array(parameters);
         }
-        if route.path.contains("{alias}") {
-            op["parameters"] = json!([{"name": "alias", "in": "path", "required": true, "schema": {"type": "string"}}]);
-        }
         let entry = paths
             .entry(route.path.to_string())
             .or_insert_with(|| json!({}));
