@@ -16,7 +16,12 @@ fn main() -> std::io::Result<()> {
     rt.block_on(async {
         let app = Router::new().route(
             "/health",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], r#"{"status":"ok"}"#) }),
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "application/json")],
+                    r#"{"status":"ok"}"#,
+                )
+            }),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("listening {}", listener.local_addr()?.port());

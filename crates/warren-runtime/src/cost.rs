@@ -73,10 +73,10 @@ struct Spent {
 #[derive(Debug)]
 pub struct CostTracker {
     path: PathBuf,
-    enabled: bool,
+    enabled: std::sync::atomic::AtomicBool,
     rates: Mutex<BTreeMap<String, ModelRate>>,
-    monthly_limit: Option<f64>,
-    daily_limit: Option<f64>,
+    /// `[cost] daily_limit_usd`, `monthly_limit_usd`; swapped with the rates on reload.
+    limits: Mutex<(Option<f64>, Option<f64>)>,
     totals: Mutex<Totals>,
 }
 
@@ -94,10 +94,9 @@ impl CostTracker {
     pub fn open(path: PathBuf, config: &CostConfig) -> Self {
         let tracker = Self {
             path,
-            enabled: config.enabled,
+            enabled: std::sync::atomic::AtomicBool::new(config.enabled),
             rates: Mutex::new(config.rates.clone()),
-            monthly_limit: config.monthly_limit_usd,
-            daily_limit: config.daily_limit_usd,
+            limits: Mutex::new((config.daily_limit_usd, config.monthly_limit_usd)),
             totals: Mutex::new(Totals::default()),
         };
         tracker.catch_up();
@@ -106,7 +105,7 @@ impl CostTracker {
 
     /// Whether the ledger records anything (`[cost] enabled`).
     pub fn enabled(&self) -> bool {
-        self.enabled
+        self.enabled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Adds the records appended to the ledger since the last look (complete lines only).
@@ -144,9 +143,14 @@ impl CostTracker {
         totals.offset += complete as u64;
     }
 
-    /// Swaps the rates (reload); records already written keep theirs.
-    pub fn set_rates(&self, rates: BTreeMap<String, ModelRate>) {
-        *self.rates.lock().unwrap_or_else(|p| p.into_inner()) = rates;
+    /// Applies a reloaded `[cost]` section: rates, limits and `enabled` (STATE-14). Records
+    /// already written keep the rate they were priced at; the totals are the ledger's.
+    pub fn apply(&self, config: &CostConfig) {
+        *self.rates.lock().unwrap_or_else(|p| p.into_inner()) = config.rates.clone();
+        *self.limits.lock().unwrap_or_else(|p| p.into_inner()) =
+            (config.daily_limit_usd, config.monthly_limit_usd);
+        self.enabled
+            .store(config.enabled, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The rate of `model`, if configured.
@@ -161,9 +165,10 @@ impl CostTracker {
     /// Refuses when `agent` has reached a limit (checked BEFORE each provider call).
     /// `agent_daily_limit` is the agent's risk profile `max_cost_per_day_usd`.
     pub fn check(&self, agent: &str, agent_daily_limit: Option<f64>) -> Result<(), CostError> {
-        if !self.enabled {
+        if !self.enabled() {
             return Ok(());
         }
+        let (daily_limit, monthly_limit) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
         self.catch_up();
         let now = OffsetDateTime::now_utc();
         let mut s = self
@@ -175,7 +180,7 @@ impl CostTracker {
             .copied()
             .unwrap_or_default();
         add(&mut s, now, 0.0, now);
-        let daily = match (self.daily_limit, agent_daily_limit) {
+        let daily = match (daily_limit, agent_daily_limit) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -190,7 +195,7 @@ impl CostTracker {
                 key: "daily_limit_usd (or the risk profile's max_cost_per_day_usd)",
             });
         }
-        if let Some(limit) = self.monthly_limit
+        if let Some(limit) = monthly_limit
             && s.this_month >= limit
         {
             return Err(CostError::LimitReached {
@@ -233,7 +238,7 @@ impl CostTracker {
             rate,
             rejected,
         };
-        if self.enabled {
+        if self.enabled() {
             // Totals pick the record up from the file at the next check.
             self.append(&record)?;
         }
@@ -314,6 +319,38 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_applies_new_limits_and_enabled_to_the_running_tracker_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let t = CostTracker::open(dir.path().join("costs.jsonl"), &config(Some(2.0)));
+        let u = Usage {
+            input_tokens: 1,
+            output_tokens: 0,
+        };
+        t.record("a", None, "p", "m", u, true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        t.record("a", None, "p", "m", u, true)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(t.check("a", None).is_err(), "over the old limit");
+        t.apply(&config(Some(100.0)));
+        assert!(
+            t.check("a", None).is_ok(),
+            "the raised limit applies at once"
+        );
+        t.apply(&config(Some(0.5)));
+        assert!(
+            t.check("a", None).is_err(),
+            "the lowered limit applies at once"
+        );
+        let mut off = config(Some(0.5));
+        off.enabled = false;
+        t.apply(&off);
+        assert!(
+            !t.enabled() && t.check("a", None).is_ok(),
+            "disabled: no limit"
+        );
+    }
+
+    #[test]
     fn limits_are_enforced_before_the_call_and_survive_a_reopen_state14() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("costs.jsonl");
@@ -374,15 +411,15 @@ mod tests {
         };
         t.record("a", None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
-        let mut rates = BTreeMap::new();
-        rates.insert(
+        let mut reloaded = config(None);
+        reloaded.rates.insert(
             "m".to_string(),
             ModelRate {
                 input_per_mtok: 500_000.0,
                 output_per_mtok: 0.0,
             },
         );
-        t.set_rates(rates);
+        t.apply(&reloaded);
         t.record("a", None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         let costs: Vec<f64> = read_ledger(&path).iter().map(|r| r.cost_usd).collect();

@@ -2,7 +2,7 @@
 //! loop needs to serve chats over the gateway — the generation's config, its session stores
 //! (opened lazily, after the gateway listens), the `SessionActorQueue`, the runtime trace and
 //! each agent's runner (built on first use) — plus the process-wide [`ProcessServices`]: the
-//! HTTP approvals, the receipt key and the cost tracker, whose rates are swapped on every
+//! HTTP approvals, the receipt key and the cost tracker, whose rates and limits are swapped on every
 //! reload while the ledger keeps each old record's own rate.
 
 use std::collections::HashMap;
@@ -105,8 +105,9 @@ impl AgentHost {
         process: Arc<ProcessServices>,
         queue: SessionActorQueue,
     ) -> Self {
-        // STATE-14: new requests are priced at the new rates; old records keep theirs.
-        process.costs.set_rates(snapshot.cost.rates.clone());
+        // STATE-14: new requests are priced at the new rates and checked against the new
+        // limits; old records keep their rates.
+        process.costs.apply(&snapshot.cost);
         let approver: Arc<dyn Approver> = process.approvals.clone();
         let services = Arc::new(Services {
             approver,
