@@ -180,7 +180,9 @@ mod tests {
         assert_eq!(category_token("id-1", "c"), "c69642D313A63");
         assert_eq!(
             fts5_scoped_match(&w, &[rule(None), rule(Some(vec!["c"]))]).as_deref(),
-            Some(r#"{key content} : ("scope" OR "x") AND scope : ("a69642D31" OR "c69642D313A63")"#)
+            Some(
+                r#"{key content} : ("scope" OR "x") AND scope : ("a69642D31" OR "c69642D313A63")"#
+            )
         );
         assert_eq!(fts5_scoped_match(&w, &[rule(Some(vec![]))]), None);
         assert_eq!(fts5_scoped_match(&w, &[]), None);
