@@ -1,11 +1,13 @@
 //! The SQLite memory store (MEM-2, the default backend): one install-wide file
 //! `data/memory/memory.db` in WAL mode with tables `agents(id, alias UNIQUE, backend,
 //! created_at)` and `memories(..., agent_id NOT NULL REFERENCES agents(id), UNIQUE(agent_id,
-//! key))`, plus an FTS5 index over key and content for BM25 keyword recall.
+//! key))`, plus an FTS5 index over key, content and a generated `scope` column for BM25
+//! keyword recall.
 //!
 //! The scope of a recall (agent ids and their category lists) is part of the SQL `WHERE`, so
 //! it applies before `ORDER BY ... LIMIT`: rows a grant forbids can never crowd out allowed
-//! ones. Timestamps are INTEGER microseconds since the Unix epoch (UTC), compared as numbers.
+//! ones. The same scope, as FTS tokens, is ANDed into the MATCH so FTS5 intersects doclists
+//! before ranking (only a speed-up: it can narrow, never widen, what the `WHERE` allows). Timestamps are INTEGER microseconds since the Unix epoch (UTC), compared as numbers.
 //! All SQLite work runs on the blocking pool, never on an async worker.
 
 use std::collections::HashMap;
@@ -92,7 +94,9 @@ const SCOPE_COLUMN: &str = "scope TEXT GENERATED ALWAYS AS \
 /// BM25 column weights of keyword recall: `key`, `content`, and 0 for `scope`, so the scope
 /// tokens never move a score. Passed to `bm25()` explicitly: ordering by FTS5's `rank` column
 /// makes FTS5 compile an internal sorting statement on every query, which costs more than the
-/// whole scoped search at 10k rows.
+/// whole scoped search at 10k rows. BM25's document length still counts the two scope tokens
+/// of every row (FTS5 has no per-column length), so rows of different lengths with nearly equal
+/// scores may order differently than with the version-1 index; the matching set is the same.
 const BM25_WEIGHTS: &str = "1.0, 1.0, 0.0";
 
 /// The version-2 FTS index over the key, content and scope of each row and the triggers that
