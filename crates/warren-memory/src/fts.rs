@@ -7,6 +7,7 @@
 //! words drive SQLite FTS5 (quoted phrases joined by OR) and PostgreSQL (`to_tsquery` with
 //! `|`), so both backends answer the same question.
 
+use crate::entry::ScopeRule;
 use crate::error::MemoryError;
 
 /// Most words a query may carry; later ones are ignored.
@@ -73,6 +74,56 @@ pub fn fts5_match(words: &[Word]) -> String {
         .join(" OR ")
 }
 
+/// Uppercase hex of the UTF-8 bytes, as SQLite's `hex()` writes it.
+fn hex(parts: &[&str]) -> String {
+    parts
+        .iter()
+        .flat_map(|p| p.bytes())
+        .map(|b| format!("{b:02X}"))
+        .collect()
+}
+
+/// The FTS token naming every row of `agent` (the `a…` half of `memories.scope`).
+pub fn agent_token(agent: &str) -> String {
+    format!("a{}", hex(&[agent]))
+}
+
+/// The FTS token naming the rows of `agent` in `category` (the `c…` half of `memories.scope`).
+/// `:` never occurs in an agent id (a UUID), so agent and category cannot blur.
+pub fn category_token(agent: &str, category: &str) -> String {
+    format!("c{}", hex(&[agent, ":", category]))
+}
+
+/// The scoped FTS5 MATCH expression (MEM-2/3/8): the user's words, restricted to the `key` and
+/// `content` columns, AND any of the scope tokens the rules allow in the `scope` column. A
+/// rule without categories gives its agent token, one with categories one token per category,
+/// an empty category list nothing. `None` when no rule can match anything. The words are
+/// quoted as in [`fts5_match`]; the tokens are hex, so neither can carry FTS5 syntax. This
+/// only narrows the search: the SQL scope filter still applies to every row it returns.
+pub fn fts5_scoped_match(words: &[Word], scope: &[ScopeRule]) -> Option<String> {
+    let mut tokens: Vec<String> = Vec::new();
+    for rule in scope {
+        match &rule.categories {
+            None => tokens.push(agent_token(&rule.agent.0)),
+            Some(cats) => tokens.extend(cats.iter().map(|c| category_token(&rule.agent.0, c))),
+        }
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    if tokens.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{{key content}} : ({}) AND scope : ({})",
+        fts5_match(words),
+        tokens
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    ))
+}
+
 /// The PostgreSQL `to_tsquery` text: words joined by `|`, prefixes as `:*`. Words hold only
 /// letters and digits, so no tsquery operator can appear.
 pub fn pg_tsquery(words: &[Word]) -> String {
@@ -115,6 +166,26 @@ mod tests {
         let w = words("a", "wild* x").unwrap_or_default();
         assert_eq!(fts5_match(&w), r#""wild"* OR "x""#);
         assert_eq!(pg_tsquery(&w), "wild:* | x");
+    }
+
+    #[test]
+    fn scoped_match_names_columns_and_scope_tokens_mem2() {
+        use crate::entry::AgentId;
+        let w = words("a", "scope: x").unwrap_or_default();
+        let rule = |cats: Option<Vec<&str>>| ScopeRule {
+            agent: AgentId("id-1".into()),
+            categories: cats.map(|c| c.into_iter().map(String::from).collect()),
+        };
+        assert_eq!(agent_token("id-1"), "a69642D31");
+        assert_eq!(category_token("id-1", "c"), "c69642D313A63");
+        assert_eq!(
+            fts5_scoped_match(&w, &[rule(None), rule(Some(vec!["c"]))]).as_deref(),
+            Some(
+                r#"{key content} : ("scope" OR "x") AND scope : ("a69642D31" OR "c69642D313A63")"#
+            )
+        );
+        assert_eq!(fts5_scoped_match(&w, &[rule(Some(vec![]))]), None);
+        assert_eq!(fts5_scoped_match(&w, &[]), None);
     }
 
     #[test]

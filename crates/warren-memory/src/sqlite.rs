@@ -1,11 +1,13 @@
 //! The SQLite memory store (MEM-2, the default backend): one install-wide file
 //! `data/memory/memory.db` in WAL mode with tables `agents(id, alias UNIQUE, backend,
 //! created_at)` and `memories(..., agent_id NOT NULL REFERENCES agents(id), UNIQUE(agent_id,
-//! key))`, plus an FTS5 index over key and content for BM25 keyword recall.
+//! key))`, plus an FTS5 index over key, content and a generated `scope` column for BM25
+//! keyword recall.
 //!
 //! The scope of a recall (agent ids and their category lists) is part of the SQL `WHERE`, so
 //! it applies before `ORDER BY ... LIMIT`: rows a grant forbids can never crowd out allowed
-//! ones. Timestamps are INTEGER microseconds since the Unix epoch (UTC), compared as numbers.
+//! ones. The same scope, as FTS tokens, is ANDed into the MATCH so FTS5 intersects doclists
+//! before ranking (only a speed-up: it can narrow, never widen, what the `WHERE` allows). Timestamps are INTEGER microseconds since the Unix epoch (UTC), compared as numbers.
 //! All SQLite work runs on the blocking pool, never on an async worker.
 
 use std::collections::HashMap;
@@ -52,20 +54,6 @@ CREATE TABLE IF NOT EXISTS meta (
     value       TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS memories_agent_updated ON memories(agent_id, updated_at);
-CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts
-    USING fts5(key, content, content='memories', content_rowid='seq');
-CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
-    INSERT INTO memories_fts(rowid, key, content) VALUES (new.seq, new.key, new.content);
-END;
-CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
-    INSERT INTO memories_fts(memories_fts, rowid, key, content)
-        VALUES ('delete', old.seq, old.key, old.content);
-END;
-CREATE TRIGGER IF NOT EXISTS memories_au AFTER UPDATE OF key, content ON memories BEGIN
-    INSERT INTO memories_fts(memories_fts, rowid, key, content)
-        VALUES ('delete', old.seq, old.key, old.content);
-    INSERT INTO memories_fts(rowid, key, content) VALUES (new.seq, new.key, new.content);
-END;
 -- Per-agent write counter, bumped in the same transaction as every row change by any
 -- process (triggers), so a process's cached vectors can tell foreign writes (see
 -- `VectorSync`).
@@ -91,6 +79,84 @@ CREATE TRIGGER IF NOT EXISTS memories_version_ad AFTER DELETE ON memories BEGIN
         ON CONFLICT(agent_id) DO UPDATE SET version = version + 1;
 END;
 "#;
+
+/// Schema version kept in `meta` under `schema_version`. Version 2 made the FTS index
+/// scope-aware (see [`SCOPE_COLUMN`]); files without the key are version 1.
+const SCHEMA_VERSION: i64 = 2;
+
+/// The generated `memories.scope` column (MEM-2): two opaque FTS tokens per row, one for the
+/// agent and one for the agent and category, so a scoped MATCH intersects doclists inside FTS5
+/// before BM25 ranks anything. Must compute exactly what [`fts::agent_token`] and
+/// [`fts::category_token`] compute. Only ever narrows: the SQL `WHERE` scope stays.
+const SCOPE_COLUMN: &str = "scope TEXT GENERATED ALWAYS AS \
+     ('a' || hex(agent_id) || ' c' || hex(agent_id || ':' || category)) VIRTUAL";
+
+/// BM25 column weights of keyword recall: `key`, `content`, and 0 for `scope`, so the scope
+/// tokens never move a score. Passed to `bm25()` explicitly: ordering by FTS5's `rank` column
+/// makes FTS5 compile an internal sorting statement on every query, which costs more than the
+/// whole scoped search at 10k rows. BM25's document length still counts the two scope tokens
+/// of every row (FTS5 has no per-column length), so rows of different lengths with nearly equal
+/// scores may order differently than with the version-1 index; the matching set is the same.
+const BM25_WEIGHTS: &str = "1.0, 1.0, 0.0";
+
+/// The version-2 FTS index over the key, content and scope of each row and the triggers that
+/// keep it in step. The update trigger covers every column `scope` derives from.
+const FTS_SCHEMA: &str = r#"
+CREATE VIRTUAL TABLE memories_fts
+    USING fts5(key, content, scope, content='memories', content_rowid='seq');
+CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, key, content, scope)
+        VALUES (new.seq, new.key, new.content, new.scope);
+END;
+CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, key, content, scope)
+        VALUES ('delete', old.seq, old.key, old.content, old.scope);
+END;
+CREATE TRIGGER memories_au AFTER UPDATE OF key, content, category, agent_id ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, key, content, scope)
+        VALUES ('delete', old.seq, old.key, old.content, old.scope);
+    INSERT INTO memories_fts(rowid, key, content, scope)
+        VALUES (new.seq, new.key, new.content, new.scope);
+END;
+INSERT INTO memories_fts(memories_fts) VALUES ('rebuild');
+"#;
+
+/// Brings the file to [`SCHEMA_VERSION`] in one immediate transaction: a version-1 file (or a
+/// new one) gets the `scope` column, a rebuilt scope-aware FTS index and its triggers. Safe to
+/// run from several processes at once: the second sees the version the first committed.
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let version: i64 = tx
+        .query_row(
+            "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(1);
+    if version >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    let has_scope: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('memories') WHERE name = 'scope')",
+        [],
+        |r| r.get(0),
+    )?;
+    tx.execute_batch(
+        "DROP TRIGGER IF EXISTS memories_ai; DROP TRIGGER IF EXISTS memories_ad; \
+         DROP TRIGGER IF EXISTS memories_au; DROP TABLE IF EXISTS memories_fts;",
+    )?;
+    if !has_scope {
+        tx.execute_batch(&format!("ALTER TABLE memories ADD COLUMN {SCOPE_COLUMN};"))?;
+    }
+    tx.execute_batch(FTS_SCHEMA)?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', ?1) \
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [SCHEMA_VERSION.to_string()],
+    )?;
+    tx.commit()
+}
 
 /// What the cached vectors of this process have seen of the file (MEM-2 hybrid recall across
 /// processes). `PRAGMA data_version` changes only when ANOTHER connection committed, so a
@@ -179,7 +245,7 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let conn = Connection::open(path).map_err(err)?;
+        let mut conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -189,6 +255,7 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
+        migrate(&mut conn).map_err(err)?;
         Ok(Self {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
@@ -369,15 +436,24 @@ fn keyword_recall(
     limit: usize,
 ) -> Result<Vec<(i64, MemoryEntry, f64)>, MemoryError> {
     let words = fts::words(agent, &q.text)?;
-    let mut params = vec![Value::Text(fts::fts5_match(&words))];
+    // The scope tokens narrow the MATCH itself, so FTS5 ranks only rows in scope; the SQL
+    // scope below still decides what is visible (defence in depth).
+    let Some(expr) = fts::fts5_scoped_match(&words, scope) else {
+        return Ok(Vec::new());
+    };
+    let mut params = vec![Value::Text(expr)];
     let mut sql = format!(
-        "SELECT t.seq, {ENTRY_COLUMNS}, -f.rank FROM memories_fts f \
+        "SELECT t.seq, {ENTRY_COLUMNS}, -bm25(memories_fts, {BM25_WEIGHTS}) AS score \
+         FROM memories_fts f \
          JOIN memories t ON t.seq = f.rowid WHERE f.memories_fts MATCH ?1 AND "
     );
     push_scope(&mut sql, &mut params, scope);
     push_filters(&mut sql, &mut params, q);
     params.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
-    sql.push_str(&format!(" ORDER BY f.rank LIMIT ?{}", params.len()));
+    sql.push_str(&format!(
+        " ORDER BY score DESC, t.seq LIMIT ?{}",
+        params.len()
+    ));
     let invalid = |e: rusqlite::Error| {
         if e.to_string().contains("fts5") {
             MemoryError::InvalidQuery {
