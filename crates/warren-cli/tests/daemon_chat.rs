@@ -2,8 +2,6 @@
 //! health with the session store, and a reload that swaps the cost rates in place while the
 //! ledger keeps each old record's own rate (STATE-14, STATE-17..19; issue 7's rate reload).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,31 +13,6 @@ const WAIT: Duration = Duration::from_secs(20);
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_warren"))
-}
-
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: &str,
-) -> std::io::Result<(u16, serde_json::Value)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(WAIT))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, serde_json::from_str(body).unwrap_or_default()))
 }
 
 const SCRIPT: &str = r#"{"turns": [[{"text": "First.", "usage": {"input_tokens": 1000000, "output_tokens": 0}}],
@@ -127,4 +100,16 @@ fn the_daemon_serves_chat_and_a_reload_reprices_only_new_requests_state14_state1
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
+}
+
+/// One request to the test daemon; `token` "" sends none (see `warren_testkit::http`).
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &str,
+) -> std::io::Result<(u16, serde_json::Value)> {
+    let token = (!token.is_empty()).then_some(token);
+    warren_testkit::http(port, method, path, token, body, WAIT)
 }

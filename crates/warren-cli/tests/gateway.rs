@@ -3,8 +3,6 @@
 //! revoke through `warren tokens`, and neither the code nor the token reaches the logs
 //! (STATE-15, STATE-21).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -29,23 +27,7 @@ fn http(
     token: Option<&str>,
     body: &str,
 ) -> std::io::Result<(u16, serde_json::Value)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(WAIT))?;
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, serde_json::from_str(body).unwrap_or_default()))
+    warren_testkit::http(port, method, path, token, body, WAIT)
 }
 
 #[test]

@@ -714,52 +714,6 @@ fn a_memory_store_that_is_down_is_left_untouched_and_reported() -> R {
     Ok(())
 }
 
-/// One HTTP/1.1 request; returns (status, JSON body).
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &str,
-) -> std::io::Result<(u16, serde_json::Value)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(WAIT))?;
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, tail)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.push_str(tail.get(..n).unwrap_or(""));
-            rest = tail.get(n + 2..).unwrap_or("");
-        }
-        out
-    } else {
-        body.to_string()
-    };
-    Ok((status, serde_json::from_str(&body).unwrap_or_default()))
-}
-
 #[test]
 fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     let seeded = template(3, 2)?;
@@ -1039,4 +993,15 @@ fn a_workspace_outside_the_install_root_is_recorded_not_moved_life4() -> R {
     assert_eq!(manifest["workspace_archived"], false);
     assert!(manifest["notes"].to_string().contains("link"), "{manifest}");
     Ok(())
+}
+
+/// One request to the test daemon (see `warren_testkit::http`).
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> std::io::Result<(u16, serde_json::Value)> {
+    warren_testkit::http(port, method, path, token, body, WAIT)
 }

@@ -211,3 +211,52 @@ impl Drop for DaemonChild {
         let _ = self.child.wait();
     }
 }
+
+/// One HTTP/1.1 request to `127.0.0.1:port` on a fresh connection (`Connection: close`), with a
+/// bearer `token` when given and `body` as JSON; returns (status, JSON body). A chunked body is
+/// reassembled; a body that is not JSON comes back as `Null`. Waits at most `timeout`.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+    timeout: Duration,
+) -> io::Result<(u16, serde_json::Value)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(timeout))?;
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(tail.get(..n).unwrap_or(""));
+            rest = tail.get(n + 2..).unwrap_or("");
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    Ok((status, serde_json::from_str(&body).unwrap_or_default()))
+}
