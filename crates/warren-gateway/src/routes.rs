@@ -640,6 +640,11 @@ async fn device_delete(
             "ambiguous_id",
             format!("{ROUTE}: {e}"),
         )),
+        Err(e @ tokens::RevokeError::TooShort(_)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "id_too_short",
+            format!("{ROUTE}: {e}"),
+        )),
     }
 }
 

@@ -28,6 +28,10 @@ pub enum RevokeError {
     NotFound(String),
     #[error("id '{0}' matches more than one device; give more of it")]
     Ambiguous(String),
+    #[error(
+        "id '{0}' is too short: give at least {MIN_ID_LEN} characters of the device id (see `warren tokens list`)"
+    )]
+    TooShort(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
@@ -64,6 +68,10 @@ pub fn add_hash_blocking(store: &ConfigStore, hash: &str) -> Result<CommitOutcom
     .map(|((), outcome)| outcome)
 }
 
+/// The shortest id prefix a revoke accepts: a one-character prefix would revoke whichever device
+/// happens to match (a fuzzer, or a typo, could revoke the caller's own token).
+pub const MIN_ID_LEN: usize = 8;
+
 /// Revokes the device whose id (a prefix of its token hash) is `id`: its hash leaves config
 /// (persisted), then its registry row is deleted (best effort; reconcile drops it anyway).
 /// Returns the revoked hash.
@@ -73,6 +81,9 @@ pub fn revoke_blocking(
     id: &str,
 ) -> Result<String, RevokeError> {
     let id = id.trim().to_ascii_lowercase();
+    if id.len() < MIN_ID_LEN {
+        return Err(RevokeError::TooShort(id));
+    }
     let (hash, _) = change_hashes_blocking(store, |hashes| {
         let matching: Vec<usize> = hashes
             .iter()

@@ -126,6 +126,17 @@ async fn every_protected_route_refuses_missing_wrong_revoked_and_deleted_device_
     // The CLI wrote config.toml behind the running store: reload as the daemon would.
     f.store.reload().await.unwrap();
     let deleted_id = hash_token(&deleted)[..12].to_string();
+    // A short prefix never revokes whichever device happens to match (STATE-21).
+    let (status, body) = f
+        .call(
+            "DELETE",
+            &format!("/api/devices/{}", &deleted_id[..1]),
+            Some(&good),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("too short"), "{body}");
     let (status, body) = f
         .call(
             "DELETE",
