@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use warren_core::{AgentAlias, SessionKey};
 use warren_memory::RecallQuery;
 use warren_runtime::cost::{CostError, read_ledger};
-use warren_runtime::{TurnError, TurnEvent, TurnEvents, TurnOutcome};
+use warren_runtime::{TurnError, TurnEvent, TurnEvents};
 use warren_store::sessions::{Page, QueueError};
 
 use crate::error::{ApiError, parse_json};
@@ -246,20 +246,6 @@ fn queue_error(route: &str, e: &QueueError) -> ApiError {
     }
 }
 
-fn outcome_json(outcome: &TurnOutcome, key: &SessionKey) -> Value {
-    json!({
-        "session": key,
-        "reply": outcome.reply,
-        "provider_calls": outcome.provider_calls,
-        "tool_calls": outcome.tool_calls,
-        "input_tokens": outcome.usage.input_tokens,
-        "output_tokens": outcome.usage.output_tokens,
-        "hit_iteration_cap": outcome.hit_iteration_cap,
-        "notices": outcome.notices,
-        "receipts": outcome.receipts.iter().map(|(t, r)| json!({"tool": t, "receipt": r})).collect::<Vec<_>>(),
-    })
-}
-
 fn wants_sse(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -314,13 +300,10 @@ pub(crate) async fn chat(
         .runner(&alias)
         .await
         .map_err(|e| turn_error(ROUTE, &e))?;
-    let sessions = host.chat_sessions().await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "sessions_unavailable",
-            format!("{ROUTE}: {e}"),
-        )
-    })?;
+    let sessions = host
+        .chat_sessions()
+        .await
+        .map_err(sessions_unavailable(ROUTE))?;
     // SESS-2: the session's slot first; full = 429, timed out = 408.
     let slot = host
         .queue()
@@ -336,7 +319,7 @@ pub(crate) async fn chat(
             .await
             .map_err(|e| turn_error(ROUTE, &e))?;
         drop(slot);
-        return Ok(Json(outcome_json(&outcome, &key)).into_response());
+        return Ok(Json(outcome.to_json(&key)).into_response());
     }
 
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
@@ -355,7 +338,7 @@ pub(crate) async fn chat(
         let last = match result {
             Ok(outcome) => Event::default()
                 .event("done")
-                .data(outcome_json(&outcome, &key).to_string()),
+                .data(outcome.to_json(&key).to_string()),
             Err(e) => {
                 let err = turn_error(ROUTE, &e);
                 Event::default()
@@ -379,13 +362,11 @@ pub(crate) async fn list_sessions(
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/agents/{alias}/sessions";
     let alias = configured_alias(&state, ROUTE, &alias)?;
-    let sessions = state.host().chat_sessions().await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "sessions_unavailable",
-            format!("{ROUTE}: {e}"),
-        )
-    })?;
+    let sessions = state
+        .host()
+        .chat_sessions()
+        .await
+        .map_err(sessions_unavailable(ROUTE))?;
     let all = sessions
         .run(|b| b.list())
         .await
@@ -415,13 +396,11 @@ pub(crate) async fn session_history(
         )
     };
     let key = SessionKey::new(key.as_str()).map_err(|_| not_found())?;
-    let sessions = state.host().chat_sessions().await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "sessions_unavailable",
-            format!("{ROUTE}: {e}"),
-        )
-    })?;
+    let sessions = state
+        .host()
+        .chat_sessions()
+        .await
+        .map_err(sessions_unavailable(ROUTE))?;
     let k = key.clone();
     let meta = sessions
         .run(move |b| b.meta(&k))
@@ -517,4 +496,15 @@ pub(crate) async fn costs(
         "per_agent": totals,
         "records": &mine[skip..],
     })))
+}
+
+/// 503 when the generation's session store is not (yet, or no longer) open.
+fn sessions_unavailable(route: &'static str) -> impl Fn(String) -> ApiError {
+    move |e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sessions_unavailable",
+            format!("{route}: {e}"),
+        )
+    }
 }

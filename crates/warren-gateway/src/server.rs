@@ -48,16 +48,11 @@ pub struct GatewayHook {
 }
 
 /// The listening socket of the running generation, for the next one on the same address.
+#[derive(Debug)]
 struct KeptListener {
     bind: String,
     port: u16,
     socket: std::net::TcpListener,
-}
-
-impl std::fmt::Debug for KeptListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KeptListener({}:{})", self.bind, self.port)
-    }
 }
 
 impl GatewayHook {

@@ -248,17 +248,7 @@ async fn repl_lines(agent: &Agent) -> anyhow::Result<ExitCode> {
 }
 
 fn print_outcome(outcome: &TurnOutcome, key: &SessionKey) -> anyhow::Result<()> {
-    super::print_json(&serde_json::json!({
-        "session": key,
-        "reply": outcome.reply,
-        "provider_calls": outcome.provider_calls,
-        "tool_calls": outcome.tool_calls,
-        "input_tokens": outcome.usage.input_tokens,
-        "output_tokens": outcome.usage.output_tokens,
-        "hit_iteration_cap": outcome.hit_iteration_cap,
-        "notices": outcome.notices,
-        "receipts": outcome.receipts.iter().map(|(t, r)| serde_json::json!({"tool": t, "receipt": r})).collect::<Vec<_>>(),
-    }))
+    super::print_json(&outcome.to_json(key))
 }
 
 /// Streams text to stdout and shows tools compactly on stderr (nothing streamed with --json).

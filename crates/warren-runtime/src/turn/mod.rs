@@ -104,6 +104,27 @@ pub struct TurnOutcome {
     pub receipts: Vec<(String, String)>,
 }
 
+impl TurnOutcome {
+    /// The outcome as the CLI (`warren agent --json`) and the gateway's chat route report it.
+    pub fn to_json(&self, session: &SessionKey) -> serde_json::Value {
+        serde_json::json!({
+            "session": session,
+            "reply": self.reply,
+            "provider_calls": self.provider_calls,
+            "tool_calls": self.tool_calls,
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "hit_iteration_cap": self.hit_iteration_cap,
+            "notices": self.notices,
+            "receipts": self
+                .receipts
+                .iter()
+                .map(|(t, r)| serde_json::json!({"tool": t, "receipt": r}))
+                .collect::<Vec<_>>(),
+        })
+    }
+}
+
 /// Shared per-process services of the loop.
 pub struct Services {
     pub approver: Arc<dyn Approver>,
