@@ -84,7 +84,9 @@ impl Pty {
         let mut child = Command::new("script")
             .args([
                 "-qec",
-                &format!("\"$WARREN_BIN\" --config-dir \"$WARREN_ROOT\" {args}"),
+                // `exec`: `script` runs this through $SHELL; a shell that stays as the
+                // parent (dash does) also gets the pty's SIGINT and exits 130 afterwards.
+                &format!("exec \"$WARREN_BIN\" --config-dir \"$WARREN_ROOT\" {args}"),
             ])
             .arg("/dev/null")
             .env("WARREN_BIN", bin())
@@ -175,7 +177,7 @@ fn repl_on_a_terminal_keeps_a_private_history_and_ctrl_c_cancels_the_running_tur
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(status.success(), "{}", pty.text());
+    assert!(status.success(), "{status}:\n{}", pty.text());
     assert!(
         started.elapsed() < Duration::from_secs(25),
         "the cancelled `sleep 30` was not waited for"
@@ -262,7 +264,7 @@ script = "approve-script.json"
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(status.success(), "{}", pty.text());
+    assert!(status.success(), "{status}:\n{}", pty.text());
     let workspace = root.path().join("agents/main/workspace");
     assert!(
         !workspace.join("a.md").exists(),
