@@ -141,19 +141,15 @@ fn measure(extra: &str, label: &str) -> Result<f64, Box<dyn std::error::Error>> 
         }
         t.elapsed()
     };
-    let workspace = runner.kit().policy().workspace().to_path_buf();
+    let identity =
+        warren_runtime::prompt::Identity::new("bench", runner.kit().policy().workspace());
     let prompts = |n: usize| -> Duration {
         let t = Instant::now();
         rt.block_on(async {
             for _ in 0..n {
                 std::hint::black_box(
-                    warren_runtime::prompt::system_prompt(
-                        "bench",
-                        &workspace,
-                        runner.kit().memory(),
-                        "go",
-                    )
-                    .await,
+                    warren_runtime::prompt::system_prompt(&identity, runner.kit().memory(), "go")
+                        .await,
                 );
             }
         });

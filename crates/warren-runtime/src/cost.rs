@@ -10,10 +10,15 @@
 //!
 //! Totals come from the ledger file itself: before each check the tracker reads the records
 //! appended since its last look (by any process: the daemon and `warren agent` runs share the
-//! file), so a limit holds across processes.
+//! file), so a limit holds across processes. Its own appends are counted as it makes them
+//! when no other process wrote in between, so a check usually costs one `stat`.
+//!
+//! Durability: a record is written (visible to other processes, kept if this process dies)
+//! when its request returns, through a handle kept open; [`CostTracker::sync`] makes the
+//! turn's records durable against a power loss with ONE `fdatasync` when the turn ends,
+//! instead of one per provider request.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -22,6 +27,8 @@ use time::format_description::well_known::Rfc3339;
 use time::{Date, OffsetDateTime};
 use warren_config::schema::{CostConfig, ModelRate};
 use warren_core::Usage;
+
+use crate::appendfile::AppendFile;
 
 /// One ledger line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +80,8 @@ struct Spent {
 #[derive(Debug)]
 pub struct CostTracker {
     path: PathBuf,
+    /// The ledger, kept open for appends.
+    ledger: Mutex<AppendFile>,
     enabled: std::sync::atomic::AtomicBool,
     rates: Mutex<BTreeMap<String, ModelRate>>,
     /// `[cost] daily_limit_usd`, `monthly_limit_usd`; swapped with the rates on reload.
@@ -93,6 +102,7 @@ impl CostTracker {
     /// Opens the ledger at `path` (totals of today and this month are read from it).
     pub fn open(path: PathBuf, config: &CostConfig) -> Self {
         let tracker = Self {
+            ledger: Mutex::new(AppendFile::new(path.clone())),
             path,
             enabled: std::sync::atomic::AtomicBool::new(config.enabled),
             rates: Mutex::new(config.rates.clone()),
@@ -239,29 +249,53 @@ impl CostTracker {
             rejected,
         };
         if self.enabled() {
-            // Totals pick the record up from the file at the next check.
             self.append(&record)?;
         }
         Ok(record)
     }
 
-    fn append(&self, record: &CostRecord) -> Result<(), CostError> {
-        let io = |source| CostError::Io {
+    fn io_error(&self, source: std::io::Error) -> CostError {
+        CostError::Io {
             path: self.path.clone(),
             source,
-        };
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let mut line = serde_json::to_vec(record).map_err(|e| io(std::io::Error::other(e)))?;
+    }
+
+    fn append(&self, record: &CostRecord) -> Result<(), CostError> {
+        let mut line =
+            serde_json::to_vec(record).map_err(|e| self.io_error(std::io::Error::other(e)))?;
         line.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
-        f.write_all(&line).map_err(io)?;
-        f.sync_data().map_err(io)
+        let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        let at = ledger.append(&line, None).map_err(|e| self.io_error(e))?;
+        let after = ledger.len_now().map_err(|e| self.io_error(e))?;
+        // Counted now when the ledger held exactly what the totals have read and nobody
+        // appended between the `stat` and the write; otherwise the next check reads it back
+        // from the file with whatever else was appended.
+        let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        if at.before == totals.offset
+            && at.ino == totals.ino
+            && after == at.before + line.len() as u64
+        {
+            let now = OffsetDateTime::now_utc();
+            add(
+                totals.spent.entry(record.agent.clone()).or_default(),
+                record.time,
+                record.cost_usd,
+                now,
+            );
+            totals.offset = after;
+        }
+        Ok(())
+    }
+
+    /// Makes the records appended so far durable (one `fdatasync`; nothing when none were
+    /// appended). The loop calls it when a turn ends.
+    pub fn sync(&self) -> Result<(), CostError> {
+        self.ledger
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sync()
+            .map_err(|e| self.io_error(e))
     }
 }
 
@@ -398,6 +432,54 @@ mod tests {
             daemon.check("a", None).is_err(),
             "the other process's spending counts"
         );
+    }
+
+    /// Own appends are counted as they are made, the other process's are read back from the
+    /// file, and nothing is counted twice whichever order the two write in; a ledger replaced
+    /// under the kept handle (an agent rename rewrites it) is written through its new file.
+    #[test]
+    fn interleaved_appends_of_two_processes_count_once_each_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let mut rates = config(Some(1.0));
+        rates.rates.insert(
+            "m".into(),
+            ModelRate {
+                input_per_mtok: 400_000.0, // one token: $0.40
+                output_per_mtok: 0.0,
+            },
+        );
+        let daemon = CostTracker::open(path.clone(), &rates);
+        let cli = CostTracker::open(path.clone(), &rates);
+        let u = Usage {
+            input_tokens: 1,
+            output_tokens: 0,
+        };
+        let record = |t: &CostTracker| {
+            t.record("a", None, "p", "m", u, false)
+                .unwrap_or_else(|e| panic!("{e}"));
+        };
+        record(&daemon);
+        record(&cli);
+        assert!(daemon.check("a", None).is_ok(), "$0.80 of $1.00");
+        assert!(cli.check("a", None).is_ok(), "$0.80 of $1.00");
+        record(&daemon);
+        for t in [&daemon, &cli] {
+            assert!(matches!(
+                t.check("a", None),
+                Err(CostError::LimitReached { spent, .. }) if (spent - 1.2).abs() < 1e-9
+            ));
+        }
+        daemon.sync().unwrap_or_else(|e| panic!("{e}"));
+
+        // The ledger is rewritten and replaced by rename; the next record goes to the new file.
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        let first_line = kept.lines().next().unwrap_or_default().to_string() + "\n";
+        std::fs::write(dir.path().join("rewritten"), first_line).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(dir.path().join("rewritten"), &path).unwrap_or_else(|e| panic!("{e}"));
+        record(&daemon);
+        assert_eq!(read_ledger(&path).len(), 2);
+        assert!(daemon.check("a", None).is_ok(), "$0.80 after the rewrite");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! and the outer reload loop (STATE-19).
 
 pub mod agent;
+mod appendfile;
 pub mod approval;
 pub mod cancel;
 pub mod cost;

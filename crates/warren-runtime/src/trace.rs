@@ -9,7 +9,6 @@
 //! (provider API keys, ...) is replaced by `[redacted]`. Logs are evidence, never a source of
 //! config or session state.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -19,6 +18,8 @@ use time::format_description::well_known::Rfc3339;
 use tokio::sync::broadcast;
 use warren_config::schema::{LogConfig, LogPersistence};
 use warren_config::{Config, InstallRoot};
+
+use crate::appendfile::AppendFile;
 
 /// One trace event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,17 +33,11 @@ pub struct TraceEvent {
     pub data: serde_json::Value,
 }
 
-/// The trace file: its path and, once written, an open append handle with the identity of
-/// the file it refers to (a rotation, by this or another process, makes the next write
-/// reopen the path).
-struct TraceFile {
-    path: PathBuf,
-    open: Option<(std::fs::File, (u64, u64))>,
-}
-
 /// The trace sink of a process.
 pub struct Trace {
-    file: Option<Mutex<TraceFile>>,
+    /// The trace file, kept open (a rotation, by this or another process, makes the next
+    /// write reopen the path).
+    file: Option<Mutex<AppendFile>>,
     persistence: LogPersistence,
     max_bytes: u64,
     secrets: Vec<String>,
@@ -75,7 +70,7 @@ impl Trace {
         let (live, _) = broadcast::channel(1024);
         Self {
             file: (log.persistence != LogPersistence::None)
-                .then(|| Mutex::new(TraceFile { path, open: None })),
+                .then(|| Mutex::new(AppendFile::new(path))),
             persistence: log.persistence,
             max_bytes: log.max_bytes,
             secrets,
@@ -162,41 +157,15 @@ impl Trace {
         let _ = self.live.send(event);
     }
 
-    /// Appends `event` through the kept handle: one `stat` of the path (rotation, and whether
-    /// the handle still names the file) and one `write` per event.
-    fn persist(&self, file: &Mutex<TraceFile>, event: &TraceEvent) -> std::io::Result<()> {
-        use std::os::unix::fs::MetadataExt;
+    /// Appends `event` through the kept handle; `rolling` rotates at `[log] max_bytes`.
+    fn persist(&self, file: &Mutex<AppendFile>, event: &TraceEvent) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
-        let TraceFile { path, open } = &mut *file;
-        let current = std::fs::metadata(&*path).ok();
-        if let Some(m) = &current
-            && self.persistence == LogPersistence::Rolling
-            && m.len() >= self.max_bytes
-        {
-            let mut rotated = path.clone().into_os_string();
-            rotated.push(".1");
-            std::fs::rename(&*path, rotated)?;
-            *open = None;
-        } else if open.as_ref().map(|(_, id)| *id) != current.as_ref().map(|m| (m.dev(), m.ino())) {
-            *open = None;
-        }
-        let (f, _) = match open {
-            Some(handle) => handle,
-            None => {
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&*path)?;
-                let m = f.metadata()?;
-                open.insert((f, (m.dev(), m.ino())))
-            }
-        };
-        f.write_all(&line)
+        let rotate_at = (self.persistence == LogPersistence::Rolling).then_some(self.max_bytes);
+        file.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&line, rotate_at)
+            .map(|_| ())
     }
 }
 

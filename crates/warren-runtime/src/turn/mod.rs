@@ -32,7 +32,7 @@ use crate::cancel::CancelToken;
 use crate::cost::{CostError, CostTracker};
 use crate::delegate::{self, DELEGATE_TOOL};
 use crate::history;
-use crate::prompt::system_prompt;
+use crate::prompt::{Identity, system_prompt};
 use crate::receipts::ReceiptKey;
 use crate::toolparse::{protocol_instructions, recover_tool_calls};
 use crate::trace::Trace;
@@ -163,6 +163,8 @@ pub struct AgentRunner {
     definitions: Arc<Vec<ToolDefinition>>,
     /// Their names (for recovering `<tool_call>` text).
     known: Vec<String>,
+    /// The head of the system prompt, kept while the identity files are unchanged.
+    identity: Identity,
 }
 
 impl AgentRunner {
@@ -233,7 +235,9 @@ impl AgentRunner {
         risk: RiskProfile,
         services: Arc<Services>,
     ) -> Self {
+        let identity = Identity::new(alias.as_str(), kit.policy().workspace());
         let mut runner = Self {
+            identity,
             alias,
             kit,
             route,
@@ -354,13 +358,7 @@ impl AgentRunner {
     /// The system prompt of a turn answering `user_message` (LOOP-1), with the `<tool_call>`
     /// protocol appended when the route has no native tools.
     async fn system_prompt(&self, user_message: &str) -> String {
-        let mut system = system_prompt(
-            self.alias.as_str(),
-            self.kit.policy().workspace(),
-            self.kit.memory(),
-            user_message,
-        )
-        .await;
+        let mut system = system_prompt(&self.identity, self.kit.memory(), user_message).await;
         if !self.route.capabilities().native_tools {
             system.push('\n');
             system.push_str(&protocol_instructions(&self.definitions));
@@ -399,6 +397,12 @@ impl AgentRunner {
                 sink,
             )
             .await;
+        // The turn's cost records, written as each request returned, made durable at once
+        // (STATE-14). A failure here does not undo the turn: it is reported.
+        if let Err(e) = self.services.costs.sync() {
+            tracing::warn!(agent, "{e}");
+            trace.emit("error", agent, session_str, json!({"error": e.to_string()}));
+        }
         match &result {
             Ok((o, _)) => trace.emit_with("turn_end", agent, session_str, || {
                 json!({"provider_calls": o.provider_calls, "tool_calls": o.tool_calls,
