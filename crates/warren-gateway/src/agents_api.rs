@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use warren_core::{AgentAlias, SessionKey};
 use warren_memory::RecallQuery;
 use warren_runtime::cost::{CostError, read_ledger};
+use warren_runtime::turn::GATEWAY_CHANNEL;
 use warren_runtime::{TurnError, TurnEvent, TurnEvents};
 use warren_store::sessions::{Page, QueueError};
 
@@ -315,7 +316,14 @@ pub(crate) async fn chat(
     if !wants_sse(&headers) {
         let events: TurnEvents = Arc::new(|_| {});
         let outcome = runner
-            .chat(&sessions, &key, &request.message, &cancel, events)
+            .chat(
+                &sessions,
+                &key,
+                GATEWAY_CHANNEL,
+                &request.message,
+                &cancel,
+                events,
+            )
             .await
             .map_err(|e| turn_error(ROUTE, &e))?;
         drop(slot);
@@ -332,7 +340,14 @@ pub(crate) async fn chat(
     tokio::spawn(async move {
         let _host = host; // keeps the generation's stores alive until the turn ends
         let result = runner
-            .chat(&sessions, &key, &request.message, &cancel, events)
+            .chat(
+                &sessions,
+                &key,
+                GATEWAY_CHANNEL,
+                &request.message,
+                &cancel,
+                events,
+            )
             .await;
         drop(slot);
         let last = match result {

@@ -225,6 +225,10 @@ async fn chat_runs_the_loop_persists_the_session_and_bills_the_ledger_state14_st
     let (status, sessions) = f.call("GET", "/api/agents/main/sessions", None).await;
     assert_eq!(status, StatusCode::OK, "{sessions}");
     assert_eq!(sessions["sessions"][0]["key"], "http-main");
+    assert_eq!(
+        sessions["sessions"][0]["channel"], "gateway",
+        "a session started over HTTP is labelled as the gateway's: {sessions}"
+    );
     let (status, history) = f
         .call("GET", "/api/agents/main/sessions/http-main?limit=2", None)
         .await;

@@ -157,7 +157,10 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
                     ..ChatRequest::default()
                 });
                 for _ in 0..ROUNDS {
-                    let response = route.chat(Arc::clone(&request), no_events()).await?.response;
+                    let response = route
+                        .chat(Arc::clone(&request), no_events())
+                        .await?
+                        .response;
                     let call = response.tool_calls.first().ok_or("no tool call")?.clone();
                     let output = tool
                         .execute(call.arguments.clone())

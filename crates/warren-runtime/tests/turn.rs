@@ -15,6 +15,7 @@ use warren_runtime::approval::{ApprovalDecision, ApprovalRequest, ApproveAll, Ap
 use warren_runtime::cost::{CostTracker, read_ledger};
 use warren_runtime::receipts::ReceiptKey;
 use warren_runtime::trace::{Trace, read_trace};
+use warren_runtime::turn::CLI_CHANNEL;
 use warren_runtime::{AgentRunner, CancelToken, Services, TurnError, TurnEvent, TurnEvents};
 use warren_store::sessions::{MemoryBackend, Page, SessionHandle};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
@@ -148,6 +149,7 @@ async fn a_turn_writes_reads_and_edits_files_then_answers_loop1() {
         .chat(
             &sessions,
             &key(),
+            CLI_CHANNEL,
             "make a note",
             &CancelToken::new(),
             events,
@@ -258,6 +260,7 @@ async fn single_tool_violation_fails_before_any_call_runs_and_is_billed_loop5_lo
         .chat(
             &sessions,
             &key(),
+            CLI_CHANNEL,
             "write two files",
             &CancelToken::new(),
             events,
@@ -536,7 +539,7 @@ async fn cancelling_mid_stream_stops_the_turn_and_keeps_the_session_consistent()
     });
     let started = Instant::now();
     let err = runner
-        .chat(&sessions, &key(), "talk", &cancel, events)
+        .chat(&sessions, &key(), CLI_CHANNEL, "talk", &cancel, events)
         .await
         .expect_err("cancelled");
     assert!(matches!(err, TurnError::Cancelled), "{err}");
@@ -581,7 +584,7 @@ async fn cancelling_mid_tool_kills_it_and_records_interrupted_results() {
     });
     let started = Instant::now();
     let err = runner
-        .chat(&sessions, &key(), "go", &cancel, events)
+        .chat(&sessions, &key(), CLI_CHANNEL, "go", &cancel, events)
         .await
         .expect_err("cancelled");
     assert!(matches!(err, TurnError::Cancelled), "{err}");

@@ -112,7 +112,14 @@ impl Agent {
         let events = printer(self.json);
         let result = self
             .runner
-            .chat(&self.sessions, &self.key, message, &cancel, events)
+            .chat(
+                &self.sessions,
+                &self.key,
+                warren_runtime::turn::CLI_CHANNEL,
+                message,
+                &cancel,
+                events,
+            )
             .await;
         ctrl_c.abort();
         let outcome = result?;

@@ -41,6 +41,10 @@ use crate::trace::Trace;
 pub const MAX_RESULT_CHARS: usize = 50_000;
 /// Newest session messages loaded as history.
 pub const HISTORY_LIMIT: usize = 200;
+/// The channel of sessions started by `warren agent`.
+pub const CLI_CHANNEL: &str = "cli";
+/// The channel of sessions started through the gateway's chat route.
+pub const GATEWAY_CHANNEL: &str = "gateway";
 /// The default of `max_tool_iterations` when the profile says 0.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 
@@ -293,17 +297,21 @@ impl AgentRunner {
 
     /// Runs one user turn of session `key`: takes history from and appends the turn to
     /// `sessions` (assistant tool-call messages and their results are appended per round).
+    /// A new session is labelled with `channel`, where it talks ([`CLI_CHANNEL`],
+    /// [`GATEWAY_CHANNEL`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn chat(
         &self,
         sessions: &SessionHandle,
         key: &SessionKey,
+        channel: &str,
         user_message: &str,
         cancel: &CancelToken,
         events: TurnEvents,
     ) -> Result<TurnOutcome, TurnError> {
         let init = SessionInit {
             agent: Some(self.alias.clone()),
-            channel: Some("cli".into()),
+            channel: Some(channel.to_string()),
             name: None,
         };
         let k = key.clone();
