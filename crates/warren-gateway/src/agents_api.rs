@@ -271,6 +271,17 @@ fn event_json(event: &TurnEvent) -> (&'static str, Value) {
             "tool_result",
             json!({"id": call.id, "name": call.name, "ok": ok, "content": content, "receipt": receipt}),
         ),
+        TurnEvent::ApprovalPending {
+            call,
+            approval,
+            reason,
+            timeout_secs,
+        } => (
+            "approval",
+            json!({"id": call.id, "name": call.name, "arguments": call.arguments,
+                   "approval": approval, "reason": reason, "timeout_secs": timeout_secs,
+                   "decide": format!("POST /api/approvals/{approval}")}),
+        ),
     }
 }
 

@@ -467,6 +467,79 @@ async fn approvals_over_http_approve_deny_and_time_out() {
     }
 }
 
+/// Over SSE a call waiting for approval is announced at once as an `approval` event carrying
+/// the id to decide it by (a JSON caller only learns of it from `GET /api/approvals`);
+/// approving that id lets the same stream go on to the call's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_chat_announces_a_pending_approval_with_the_id_to_decide_it() {
+    let f = fixture("[risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 30\n");
+    tokio::task::block_in_place(|| {
+        let mut txn = f.store.write_blocking().unwrap();
+        txn.set(&"agents.main.risk_profile".parse().unwrap(), "sup".into())
+            .unwrap();
+        txn.commit().unwrap();
+    });
+    let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
+    let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let mut chat = request(
+        &f.token,
+        "POST",
+        "/api/agents/main/chat",
+        Some(json!({"message": "w"})),
+    );
+    chat.headers_mut()
+        .insert("accept", "text/event-stream".parse().unwrap());
+    let response = app.clone().oneshot(chat).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.into_body().into_data_stream();
+    let mut text = String::new();
+    let approval = loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("an approval event long before the 30 s timeout")
+            .expect("the stream is open while the call waits")
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some((_, data)) = sse_events(&text).into_iter().find(|(e, _)| e == "approval") {
+            break data;
+        }
+    };
+    assert_eq!(approval["name"], "file_write", "{approval}");
+    assert_eq!(approval["timeout_secs"], 30);
+    let id = approval["approval"].as_str().unwrap().to_string();
+    assert_eq!(approval["decide"], format!("POST /api/approvals/{id}"));
+    let (_, listed) = call(app.clone(), &f.token, "GET", "/api/approvals", None).await;
+    assert_eq!(listed["pending"][0]["id"], id.as_str(), "{listed}");
+
+    let (status, body) = call(
+        app.clone(),
+        &f.token,
+        "POST",
+        &format!("/api/approvals/{id}"),
+        Some(json!({"approve": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the turn ends after the approval")
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    let events = sse_events(&text);
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    let at = |name: &str| names.iter().position(|n| *n == name);
+    assert!(at("approval") < at("tool_result"), "{names:?}");
+    let result = &events[at("tool_result").unwrap()].1;
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(names.last(), Some(&"done"), "{names:?}");
+    let written = f
+        .root
+        .agent_workspace(&"main".parse().unwrap())
+        .join("out.md");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "hi");
+}
+
 /// `GET /api/events` streams the live trace even with `[log] persistence = "none"` (STATE-13).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_events_stream_without_persistence_state13() {

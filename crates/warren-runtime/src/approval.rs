@@ -41,6 +41,19 @@ pub enum ApprovalDecision {
 /// A channel that asks the operator.
 pub trait Approver: Send + Sync {
     fn ask(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision>;
+
+    /// [`Approver::ask`], telling `announce` the id the operator decides the request by once
+    /// it can be decided. Channels whose requests are decided elsewhere by id (the gateway's
+    /// `GET /api/approvals` list) announce it, so the turn can show it (the SSE `approval`
+    /// event); a channel that asks in place (the terminal prompt) has nothing to announce.
+    fn ask_announced(
+        &self,
+        request: ApprovalRequest,
+        announce: &(dyn Fn(&str) + Send + Sync),
+    ) -> BoxFuture<'_, ApprovalDecision> {
+        let _ = announce;
+        self.ask(request)
+    }
 }
 
 /// Denies everything (non-interactive runs without an approval channel).
@@ -69,7 +82,17 @@ pub async fn ask_with_timeout(
     request: ApprovalRequest,
     timeout: Duration,
 ) -> ApprovalDecision {
-    tokio::time::timeout(timeout, approver.ask(request))
+    ask_announced_with_timeout(approver, request, timeout, &|_| {}).await
+}
+
+/// [`ask_with_timeout`] through [`Approver::ask_announced`].
+pub async fn ask_announced_with_timeout(
+    approver: &dyn Approver,
+    request: ApprovalRequest,
+    timeout: Duration,
+    announce: &(dyn Fn(&str) + Send + Sync),
+) -> ApprovalDecision {
+    tokio::time::timeout(timeout, approver.ask_announced(request, announce))
         .await
         .unwrap_or(ApprovalDecision::TimedOut)
 }

@@ -101,6 +101,15 @@ impl Drop for Remove<'_> {
 
 impl Approver for PendingApprovals {
     fn ask(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        self.ask_announced(request, &|_| {})
+    }
+
+    /// Lists the request, then announces its id (`apr-<n>`).
+    fn ask_announced(
+        &self,
+        request: ApprovalRequest,
+        announce: &(dyn Fn(&str) + Send + Sync),
+    ) -> BoxFuture<'_, ApprovalDecision> {
         let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
         let view = PendingView {
@@ -114,7 +123,9 @@ impl Approver for PendingApprovals {
                 .map_or(0, |d| d.as_secs()),
         };
         tracing::info!(id = %view.id, agent = %view.agent, tool = %view.tool, "approval pending (GET /api/approvals)");
+        let id = view.id.clone();
         self.lock().insert(n, Entry { view, answer: tx });
+        announce(&id);
         Box::pin(async move {
             let _remove = Remove { pending: self, n };
             rx.await.unwrap_or(ApprovalDecision::Denied)

@@ -284,6 +284,8 @@ fn printer(json: bool) -> TurnEvents {
                     clip(&content.replace('\n', " "), 120)
                 );
             }
+            // The terminal prompt asks in place; nothing to announce.
+            TurnEvent::ApprovalPending { .. } => {}
         }
     })
 }

@@ -12,7 +12,7 @@ use warren_tools::{RiskClass, ToolError, ToolOutput};
 
 use super::{AgentRunner, MAX_RESULT_CHARS, TurnEvent, TurnEvents, TurnOutcome};
 use crate::approval::{
-    ApprovalDecision, ApprovalRequest, Requirement, ask_with_timeout, requirement,
+    ApprovalDecision, ApprovalRequest, Requirement, ask_announced_with_timeout, requirement,
 };
 use crate::cancel::CancelToken;
 use crate::delegate::DELEGATE_TOOL;
@@ -86,7 +86,7 @@ impl AgentRunner {
                 if cancel.is_cancelled() {
                     break;
                 }
-                results[i] = self.run_one(call, session, cancel).await;
+                results[i] = self.run_one(call, session, cancel, events).await;
             }
         }
         let mut out = Vec::with_capacity(calls.len());
@@ -147,9 +147,10 @@ impl AgentRunner {
     /// One call with its approvals; `None` if cancelled before a result.
     pub(super) async fn run_one(
         &self,
-        call: &ToolCall,
+        call: &Arc<ToolCall>,
         session: Option<&str>,
         cancel: &CancelToken,
+        events: &TurnEvents,
     ) -> Option<CallResult> {
         if call.name == DELEGATE_TOOL && self.can_delegate() {
             return self.delegate(call, cancel).await;
@@ -168,7 +169,7 @@ impl AgentRunner {
                 });
             }
             Requirement::Ask(reason) => {
-                if let Some(denied) = self.approve(call, reason, session, cancel).await? {
+                if let Some(denied) = self.approve(call, reason, session, cancel, events).await? {
                     return Some(denied);
                 }
                 approved = true;
@@ -188,7 +189,10 @@ impl AgentRunner {
         };
         let mut result = race(run(approved), cancel).await?;
         if let Err(ToolError::ApprovalRequired(reason)) = &result {
-            if let Some(denied) = self.approve(call, reason.clone(), session, cancel).await? {
+            if let Some(denied) = self
+                .approve(call, reason.clone(), session, cancel, events)
+                .await?
+            {
                 return Some(denied);
             }
             result = race(run(true), cancel).await?;
@@ -200,20 +204,35 @@ impl AgentRunner {
     /// `None` cancelled.
     pub(super) async fn approve(
         &self,
-        call: &ToolCall,
+        call: &Arc<ToolCall>,
         reason: String,
         session: Option<&str>,
         cancel: &CancelToken,
+        events: &TurnEvents,
     ) -> Option<Option<CallResult>> {
         let request = ApprovalRequest {
             agent: self.alias.to_string(),
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
-            reason,
+            reason: reason.clone(),
         };
-        let timeout = Duration::from_secs(self.risk.approval_timeout_secs.max(1));
+        let timeout_secs = self.risk.approval_timeout_secs.max(1);
+        let announce = |approval: &str| {
+            events(TurnEvent::ApprovalPending {
+                call: Arc::clone(call),
+                approval: approval.to_string(),
+                reason: reason.clone(),
+                timeout_secs,
+            });
+        };
+        let ask = ask_announced_with_timeout(
+            self.services.approver.as_ref(),
+            request,
+            Duration::from_secs(timeout_secs),
+            &announce,
+        );
         let decision = tokio::select! {
-            d = ask_with_timeout(self.services.approver.as_ref(), request, timeout) => d,
+            d = ask => d,
             () = cancel.cancelled() => return None,
         };
         self.services.trace.emit(

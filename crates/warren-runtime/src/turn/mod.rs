@@ -62,6 +62,15 @@ pub enum TurnEvent {
         content: String,
         receipt: Option<String>,
     },
+    /// A call waits for the operator, who decides it by `approval` (e.g. `POST
+    /// /api/approvals/{approval}`) within `timeout_secs`; no answer = denied. Sent only by
+    /// approval channels that decide by id (not by the terminal prompt, which asks in place).
+    ApprovalPending {
+        call: Arc<ToolCall>,
+        approval: String,
+        reason: String,
+        timeout_secs: u64,
+    },
 }
 
 pub type TurnEvents = Arc<dyn Fn(TurnEvent) + Send + Sync>;
