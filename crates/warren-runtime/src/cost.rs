@@ -80,8 +80,8 @@ struct Spent {
 #[derive(Debug)]
 pub struct CostTracker {
     path: PathBuf,
-    /// The ledger, kept open for appends.
-    ledger: Mutex<AppendFile>,
+    /// The ledger, kept open for appends, and its lock file once opened.
+    ledger: Mutex<(AppendFile, Option<std::fs::File>)>,
     enabled: std::sync::atomic::AtomicBool,
     rates: Mutex<BTreeMap<String, ModelRate>>,
     /// `[cost] daily_limit_usd`, `monthly_limit_usd`; swapped with the rates on reload.
@@ -102,7 +102,7 @@ impl CostTracker {
     /// Opens the ledger at `path` (totals of today and this month are read from it).
     pub fn open(path: PathBuf, config: &CostConfig) -> Self {
         let tracker = Self {
-            ledger: Mutex::new(AppendFile::new(path.clone())),
+            ledger: Mutex::new((AppendFile::new(path.clone()), None)),
             path,
             enabled: std::sync::atomic::AtomicBool::new(config.enabled),
             rates: Mutex::new(config.rates.clone()),
@@ -265,9 +265,20 @@ impl CostTracker {
         let mut line =
             serde_json::to_vec(record).map_err(|e| self.io_error(std::io::Error::other(e)))?;
         line.push(b'\n');
-        let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-        let at = ledger.append(&line, None).map_err(|e| self.io_error(e))?;
-        let after = ledger.len_now().map_err(|e| self.io_error(e))?;
+        let mut guard = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        let (ledger, lock) = &mut *guard;
+        let lock = match lock {
+            Some(f) => f,
+            None => lock.insert(open_lock(&self.path).map_err(|e| self.io_error(e))?),
+        };
+        // Held across the `stat` and the write: a rewrite of the ledger (agent rename) cannot
+        // replace the file between them, which would leave this line in the old file.
+        lock.lock().map_err(|e| self.io_error(e))?;
+        let appended = ledger
+            .append(&line, None)
+            .and_then(|at| Ok((at, ledger.len_now()?)));
+        let _ = lock.unlock();
+        let (at, after) = appended.map_err(|e| self.io_error(e))?;
         // Counted now when the ledger held exactly what the totals have read and nobody
         // appended between the `stat` and the write; otherwise the next check reads it back
         // from the file with whatever else was appended.
@@ -294,6 +305,7 @@ impl CostTracker {
         self.ledger
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .0
             .sync()
             .map_err(|e| self.io_error(e))
     }
@@ -314,6 +326,42 @@ fn add(s: &mut Spent, time: OffsetDateTime, cost: f64, now: OffsetDateTime) {
     }
     if (time.year(), u8::from(time.month())) == month {
         s.this_month += cost;
+    }
+}
+
+/// `<ledger>.lock`, the advisory lock file of the ledger at `path`.
+fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut lock = path.to_path_buf().into_os_string();
+    lock.push(".lock");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(lock)
+}
+
+/// Exclusive hold of the ledger at `path` against every appending [`CostTracker`], of any
+/// process (`flock` of `<ledger>.lock`), for a rewrite that replaces the file: appends wait
+/// until it is dropped and then go to the new file, so none is lost in the old one.
+#[derive(Debug)]
+pub struct LedgerLock(std::fs::File);
+
+impl LedgerLock {
+    pub fn acquire(path: &Path) -> std::io::Result<Self> {
+        let file = open_lock(path)?;
+        file.lock()?;
+        Ok(Self(file))
+    }
+}
+
+impl Drop for LedgerLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
     }
 }
 
@@ -480,6 +528,37 @@ mod tests {
         record(&daemon);
         assert_eq!(read_ledger(&path).len(), 2);
         assert!(daemon.check("a", None).is_ok(), "$0.80 after the rewrite");
+    }
+
+    /// A record made while a rewrite holds the ledger waits for it and lands in the new file;
+    /// without the lock it would go to the replaced file and be lost.
+    #[test]
+    fn an_append_during_a_rewrite_lands_in_the_new_ledger_state14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let t = std::sync::Arc::new(CostTracker::open(path.clone(), &config(None)));
+        let u = Usage {
+            input_tokens: 1,
+            output_tokens: 0,
+        };
+        t.record("a", None, "p", "m", u, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The rewrite (what `warren agents rename a b` does) reads the ledger under the lock...
+        let held = LedgerLock::acquire(&path).unwrap_or_else(|e| panic!("{e}"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let appender = {
+            let t = std::sync::Arc::clone(&t);
+            std::thread::spawn(move || t.record("other", None, "p", "m", u, false).is_ok())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // ...and replaces it while the other agent's record waits.
+        std::fs::write(dir.path().join("new"), text.replace("\"a\"", "\"b\""))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(dir.path().join("new"), &path).unwrap_or_else(|e| panic!("{e}"));
+        drop(held);
+        assert!(appender.join().unwrap_or(false));
+        let agents: Vec<String> = read_ledger(&path).into_iter().map(|r| r.agent).collect();
+        assert_eq!(agents, ["b", "other"]);
     }
 
     #[test]

@@ -482,6 +482,10 @@ impl AgentStateStore for CostState {
     }
     fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
         let path = self.ctx.root.costs_ledger();
+        // Appends of running turns (this process or another) wait while the ledger is read and
+        // replaced, then go to the new file.
+        let _held = crate::cost::LedgerLock::acquire(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
