@@ -537,9 +537,19 @@ fn delete_then_restore_gives_back_the_same_files_rows_sessions_and_messages_beyo
             fs::remove_dir_all(p)?; // the empty b added just now
         }
     }
-    ok(&root, &["agents", "restore", name])?;
+    let out = ok(&root, &["--json", "agents", "restore", name])?;
     // Grants scrubbed at delete are not restored (they belong to the other agents' entries);
-    // put them back to compare everything else.
+    // the report names them. Put them back to compare everything else.
+    let restored: serde_json::Value = serde_json::from_str(&out)?;
+    let scrubbed = manifest["scrubbed_references"]
+        .as_array()
+        .ok_or("no list")?;
+    assert!(!scrubbed.is_empty(), "{manifest}");
+    assert_eq!(&restored["references"], &manifest["scrubbed_references"]);
+    let warned = restored["warnings"].to_string();
+    for site in scrubbed {
+        assert!(warned.contains(site.as_str().unwrap_or("?")), "{warned}");
+    }
     let after = state(root.path());
     let strip = |s: &str| {
         let s = without_seq(s);

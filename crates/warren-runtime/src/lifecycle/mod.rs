@@ -763,7 +763,18 @@ impl Lifecycle {
             archived_workspace: manifest.workspace_path.clone(),
             workspace_path: ws,
         };
-        self.journal_persist_converge(h, txn, op, None)
+        let mut report = self.journal_persist_converge(h, txn, op, None)?;
+        // Grants other agents had on the deleted agent belong to their entries: a restore does
+        // not hand access back on its own, it names what the delete removed.
+        if !manifest.scrubbed_references.is_empty() {
+            report.warnings.push(format!(
+                "the delete of '{}' removed these references to it from other agents, and the restore does not add them back: {}; re-add the ones still wanted in config.toml",
+                manifest.alias,
+                manifest.scrubbed_references.join(", ")
+            ));
+            report.references = manifest.scrubbed_references;
+        }
+        Ok(report)
     }
 
     /// LIFE-2: writes the journal record durably, then persists the config change (which
