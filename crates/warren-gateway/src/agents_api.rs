@@ -21,8 +21,8 @@ use warren_core::{AgentAlias, SessionKey};
 use warren_memory::RecallQuery;
 use warren_runtime::cost::{CostError, read_ledger};
 use warren_runtime::turn::GATEWAY_CHANNEL;
-use warren_runtime::{TurnError, TurnEvent, TurnEvents};
-use warren_store::sessions::{Page, QueueError};
+use warren_runtime::{AgentRunner, CancelToken, TurnError, TurnEvent, TurnEvents, TurnOutcome};
+use warren_store::sessions::{Page, QueueError, SessionHandle};
 
 use crate::error::{ApiError, parse_json};
 use crate::state::AppState;
@@ -285,6 +285,30 @@ fn event_json(event: &TurnEvent) -> (&'static str, Value) {
     }
 }
 
+/// One chat turn through the gateway: its sessions are labelled [`GATEWAY_CHANNEL`].
+struct GatewayTurn {
+    runner: Arc<AgentRunner>,
+    sessions: SessionHandle,
+    key: SessionKey,
+    message: String,
+    cancel: CancelToken,
+}
+
+impl GatewayTurn {
+    async fn run(&self, events: TurnEvents) -> Result<TurnOutcome, TurnError> {
+        self.runner
+            .chat(
+                &self.sessions,
+                &self.key,
+                GATEWAY_CHANNEL,
+                &self.message,
+                &self.cancel,
+                events,
+            )
+            .await
+    }
+}
+
 pub(crate) async fn chat(
     State(state): State<AppState>,
     Path(alias): Path<String>,
@@ -324,21 +348,20 @@ pub(crate) async fn chat(
         .map_err(|e| queue_error(ROUTE, &e))?;
     let cancel = host.cancel_token().clone();
 
+    let turn = GatewayTurn {
+        runner,
+        sessions,
+        key,
+        message: request.message,
+        cancel,
+    };
     if !wants_sse(&headers) {
-        let events: TurnEvents = Arc::new(|_| {});
-        let outcome = runner
-            .chat(
-                &sessions,
-                &key,
-                GATEWAY_CHANNEL,
-                &request.message,
-                &cancel,
-                events,
-            )
+        let outcome = turn
+            .run(Arc::new(|_| {}))
             .await
             .map_err(|e| turn_error(ROUTE, &e))?;
         drop(slot);
-        return Ok(Json(outcome.to_json(&key)).into_response());
+        return Ok(Json(outcome.to_json(&turn.key)).into_response());
     }
 
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
@@ -350,21 +373,12 @@ pub(crate) async fn chat(
     // The turn runs to its end even if the client goes away (the session keeps it).
     tokio::spawn(async move {
         let _host = host; // keeps the generation's stores alive until the turn ends
-        let result = runner
-            .chat(
-                &sessions,
-                &key,
-                GATEWAY_CHANNEL,
-                &request.message,
-                &cancel,
-                events,
-            )
-            .await;
+        let result = turn.run(events).await;
         drop(slot);
         let last = match result {
             Ok(outcome) => Event::default()
                 .event("done")
-                .data(outcome.to_json(&key).to_string()),
+                .data(outcome.to_json(&turn.key).to_string()),
             Err(e) => {
                 let err = turn_error(ROUTE, &e);
                 Event::default()

@@ -394,21 +394,41 @@ async fn a_busy_session_answers_429_when_full_and_408_when_timed_out_sess2() {
     }
 }
 
+/// A fixture whose `main` agent is supervised with `approval_timeout_secs = timeout`, and its
+/// router.
+fn supervised(timeout: u64) -> (Fixture, Router) {
+    let f = fixture(&format!(
+        "[risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = {timeout}\n"
+    ));
+    tokio::task::block_in_place(|| {
+        let mut txn = f.store.write_blocking().unwrap();
+        txn.set(&"agents.main.risk_profile".parse().unwrap(), "sup".into())
+            .unwrap();
+        txn.commit().unwrap();
+    });
+    let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
+    let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    (f, app)
+}
+
+/// `POST /api/approvals/{id}`.
+async fn decide(app: &Router, token: &str, id: &str, approve: bool) -> (StatusCode, Value) {
+    call(
+        app.clone(),
+        token,
+        "POST",
+        &format!("/api/approvals/{id}"),
+        Some(json!({"approve": approve})),
+    )
+    .await
+}
+
 /// A supervised write waits in `GET /api/approvals` until decided over HTTP; approved runs,
 /// denied and unanswered (timeout) do not (issue 8 §2, LOOP-1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_over_http_approve_deny_and_time_out() {
     for (decision, expect_file) in [(Some(true), true), (Some(false), false), (None, false)] {
-        let f =
-            fixture("[risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 1\n");
-        tokio::task::block_in_place(|| {
-            let mut txn = f.store.write_blocking().unwrap();
-            txn.set(&"agents.main.risk_profile".parse().unwrap(), "sup".into())
-                .unwrap();
-            txn.commit().unwrap();
-        });
-        let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
-        let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+        let (f, app) = supervised(1);
         let chat = {
             let (app, token) = (app.clone(), f.token.clone());
             tokio::spawn(async move {
@@ -435,23 +455,9 @@ async fn approvals_over_http_approve_deny_and_time_out() {
         assert_eq!(pending["agent"], "main");
         if let Some(approve) = decision {
             let id = pending["id"].as_str().unwrap();
-            let (status, body) = call(
-                app.clone(),
-                &f.token,
-                "POST",
-                &format!("/api/approvals/{id}"),
-                Some(json!({"approve": approve})),
-            )
-            .await;
+            let (status, body) = decide(&app, &f.token, id, approve).await;
             assert_eq!(status, StatusCode::OK, "{body}");
-            let (status, _) = call(
-                app.clone(),
-                &f.token,
-                "POST",
-                &format!("/api/approvals/{id}"),
-                Some(json!({"approve": approve})),
-            )
-            .await;
+            let (status, _) = decide(&app, &f.token, id, approve).await;
             assert_eq!(status, StatusCode::NOT_FOUND, "decided once only");
         }
         let (status, answer) = chat.await.unwrap();
@@ -472,15 +478,7 @@ async fn approvals_over_http_approve_deny_and_time_out() {
 /// approving that id lets the same stream go on to the call's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_chat_announces_a_pending_approval_with_the_id_to_decide_it() {
-    let f = fixture("[risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 30\n");
-    tokio::task::block_in_place(|| {
-        let mut txn = f.store.write_blocking().unwrap();
-        txn.set(&"agents.main.risk_profile".parse().unwrap(), "sup".into())
-            .unwrap();
-        txn.commit().unwrap();
-    });
-    let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
-    let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
+    let (f, app) = supervised(30);
     let mut chat = request(
         &f.token,
         "POST",
@@ -511,14 +509,7 @@ async fn sse_chat_announces_a_pending_approval_with_the_id_to_decide_it() {
     let (_, listed) = call(app.clone(), &f.token, "GET", "/api/approvals", None).await;
     assert_eq!(listed["pending"][0]["id"], id.as_str(), "{listed}");
 
-    let (status, body) = call(
-        app.clone(),
-        &f.token,
-        "POST",
-        &format!("/api/approvals/{id}"),
-        Some(json!({"approve": true})),
-    )
-    .await;
+    let (status, body) = decide(&app, &f.token, &id, true).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.next())
         .await

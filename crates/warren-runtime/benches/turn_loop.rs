@@ -111,18 +111,7 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
     // The same provider the loop's route holds, called directly.
     let route: Route = warren_providers::build_route(&config, &root, "s")?;
     let tool = Arc::clone(runner.kit().tool("memory_recall")?);
-    let definitions: Arc<Vec<ToolDefinition>> = Arc::new(
-        runner
-            .kit()
-            .tools()
-            .iter()
-            .map(|t| ToolDefinition {
-                name: t.name().to_string(),
-                description: t.description().to_string(),
-                parameters: t.parameters(),
-            })
-            .collect(),
-    );
+    let definitions: Arc<Vec<ToolDefinition>> = Arc::clone(runner.tool_definitions());
     let refill = |turns: usize| {
         if let Kind::Wire(fake) = kind {
             for _ in 0..turns {

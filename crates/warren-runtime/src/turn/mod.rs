@@ -274,6 +274,11 @@ impl AgentRunner {
         &self.kit
     }
 
+    /// The tool definitions every request of this agent carries.
+    pub fn tool_definitions(&self) -> &Arc<Vec<ToolDefinition>> {
+        &self.definitions
+    }
+
     fn build_definitions(&self) -> Vec<ToolDefinition> {
         let mut defs: Vec<ToolDefinition> = self
             .kit
