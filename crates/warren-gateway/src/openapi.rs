@@ -14,6 +14,8 @@ pub fn document() -> Value {
             "operationId": operation_id(route.method, route.path),
             "responses": responses(route.access),
         });
+        op["responses"]["200"]["content"]["application/json"]["schema"] =
+            success_schema(route.method, route.path);
         if route.method == "POST" && route.path == "/api/agents" {
             op["responses"]["201"] = op["responses"]["200"].clone();
             op["responses"]["201"]["description"] = "Created".into();
@@ -166,6 +168,122 @@ fn query_parameters(path: &str) -> Vec<Value> {
         ],
         "/api/events" => vec![query("agent", string()), query("kind", string())],
         _ => Vec::new(),
+    }
+}
+
+/// The JSON schema of a route's success body: the top-level keys its handler always writes,
+/// with their types (`null` where the value may be absent; nested values are typed, not
+/// spelled out).
+fn success_schema(method: &str, path: &str) -> Value {
+    let obj = |fields: &[(&str, &str)]| {
+        let properties: Map<String, Value> = fields
+            .iter()
+            .map(|(k, t)| {
+                let schema = match *t {
+                    "any" => json!({}),
+                    t => match t.strip_suffix('?') {
+                        Some(t) => json!({"type": [t, "null"]}),
+                        None => json!({"type": t}),
+                    },
+                };
+                ((*k).to_string(), schema)
+            })
+            .collect();
+        let required: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+        json!({"type": "object", "required": required, "properties": properties})
+    };
+    let report = [
+        ("op", "string"),
+        ("alias", "string"),
+        ("references", "array"),
+        ("counts", "object"),
+        ("warnings", "array"),
+        ("converged", "boolean"),
+    ];
+    match (method, path) {
+        ("GET", "/health") => obj(&[("status", "string")]),
+        ("POST", "/pair") => obj(&[("token", "string"), ("device", "object")]),
+        ("GET", "/api/health") => obj(&[
+            ("status", "string"),
+            ("pid", "integer"),
+            ("uptime_secs", "integer"),
+            ("components", "object"),
+        ]),
+        ("GET", "/api/status") => obj(&[
+            ("version", "string"),
+            ("pid", "integer"),
+            ("uptime_secs", "integer"),
+            ("config_generation", "integer"),
+            ("daemon_generation", "integer"),
+            ("gateway", "object"),
+            ("agents", "array?"),
+        ]),
+        ("GET", "/api/devices") => obj(&[("count", "integer"), ("devices", "array")]),
+        ("DELETE", "/api/devices/{id}") => obj(&[("revoked", "string")]),
+        ("GET", "/api/config") => obj(&[("generation", "integer"), ("config", "object")]),
+        ("PATCH", "/api/config") => obj(&[
+            ("generation", "integer"),
+            ("changed", "array"),
+            ("warnings", "array"),
+        ]),
+        ("GET", "/api/openapi.json") => obj(&[("openapi", "string"), ("paths", "object")]),
+        ("POST", "/api/agents/{alias}/rename")
+        | ("DELETE", "/api/agents/{alias}")
+        | ("POST", "/api/agents/restore") => obj(&report),
+        ("GET", "/api/agents/{alias}/delete-plan") => obj(&[
+            ("alias", "string"),
+            ("allowed", "boolean"),
+            ("blockers", "array"),
+            ("scrubs", "array"),
+            ("stores", "object"),
+            ("reasons", "array"),
+        ]),
+        ("POST", "/admin/reload") => obj(&[("reloaded", "boolean"), ("generation", "integer")]),
+        ("POST", "/admin/paircode") => obj(&[("code", "string"), ("expires_in_secs", "integer")]),
+        ("GET", "/api/agents") => obj(&[("count", "integer"), ("agents", "array")]),
+        ("POST", "/api/agents") => obj(&[
+            ("alias", "string"),
+            ("config_generation", "integer"),
+            ("warnings", "array"),
+        ]),
+        ("POST", "/api/agents/{alias}/chat") => obj(&[
+            ("session", "string"),
+            ("reply", "string"),
+            ("provider_calls", "integer"),
+            ("tool_calls", "integer"),
+            ("input_tokens", "integer"),
+            ("output_tokens", "integer"),
+            ("hit_iteration_cap", "boolean"),
+            ("notices", "array"),
+            ("receipts", "array"),
+        ]),
+        ("GET", "/api/agents/{alias}/sessions") => {
+            obj(&[("count", "integer"), ("sessions", "array")])
+        }
+        ("GET", "/api/agents/{alias}/sessions/{key}") => obj(&[
+            ("session", "any"),
+            ("messages", "array"),
+            ("next_after", "integer?"),
+        ]),
+        ("GET", "/api/agents/{alias}/memory") => {
+            obj(&[("agent", "string"), ("count", "integer"), ("hits", "array")])
+        }
+        ("GET", "/api/costs") => obj(&[
+            ("total_usd", "number"),
+            ("requests", "integer"),
+            ("per_agent", "object"),
+            ("records", "array"),
+        ]),
+        ("GET", "/api/approvals") => obj(&[("count", "integer"), ("pending", "array")]),
+        ("POST", "/api/approvals/{id}") => obj(&[("id", "string"), ("decision", "string")]),
+        ("GET", "/api/logs") => obj(&[
+            ("persistence", "string"),
+            ("total", "integer"),
+            ("events", "array"),
+            ("next_before", "integer?"),
+        ]),
+        // `POST /admin/agents/lifecycle` answers a report, a plan or a list of reports.
+        _ => json!({}),
     }
 }
 
