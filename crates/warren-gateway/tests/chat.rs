@@ -184,6 +184,17 @@ async fn chat_runs_the_loop_persists_the_session_and_bills_the_ledger_state14_st
     assert_eq!(answer["session"], "http-main");
     assert_eq!(answer["tool_calls"], 1);
     assert_eq!(answer["input_tokens"], 220);
+    // The reply carries every key the OpenAPI document promises (schemathesis cannot reach a
+    // successful chat: its daemon has no provider).
+    let (_, doc) = f.call("GET", "/api/openapi.json", None).await;
+    let promised = &doc["paths"]["/api/agents/{alias}/chat"]["post"]["responses"]["200"]["content"]
+        ["application/json"]["schema"]["required"];
+    for key in promised.as_array().unwrap() {
+        assert!(
+            answer.get(key.as_str().unwrap()).is_some(),
+            "{key} in {answer}"
+        );
+    }
     assert!(
         f.root
             .agent_workspace(&"main".parse().unwrap())
