@@ -235,6 +235,14 @@ fn bad_cli_edits_get_clear_errors_and_change_nothing() -> R {
             &["agents", "add", "ops", "--provider", "nope"],
             "unknown provider 'nope'",
         ),
+        (
+            &["config", "set", "channels.session_queue_timeout_secs", "0"],
+            "channels.session_queue_timeout_secs: must be between 1 and 86400",
+        ),
+        (
+            &["config", "set", "channels.session_queue_depth", "5000"],
+            "channels.session_queue_depth: must be between 0",
+        ),
     ];
     for (args, expected) in cases {
         let err = fails(&root, args)?;

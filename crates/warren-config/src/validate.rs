@@ -212,6 +212,18 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             "port 0 is not allowed; pick a fixed port",
         ));
     }
+    if config.channels.session_queue_depth > 1000 {
+        out.push(Problem::at(
+            "channels.session_queue_depth",
+            "must be between 0 (a busy session refuses at once) and 1000",
+        ));
+    }
+    if !(1..=86_400).contains(&config.channels.session_queue_timeout_secs) {
+        out.push(Problem::at(
+            "channels.session_queue_timeout_secs",
+            "must be between 1 and 86400 (a day)",
+        ));
+    }
     if config.cost.warn_at_percent > 100 {
         out.push(Problem::at(
             "cost.warn_at_percent",

@@ -19,7 +19,6 @@ use tower::ServiceExt;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_gateway::{AppState, ProcessState, router};
 use warren_runtime::{AgentHost, Generation, ProcessServices, ReloadTrigger};
-use warren_store::sessions::SessionActorQueue;
 use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
 
 struct Fixture {
@@ -41,10 +40,6 @@ const SCRIPT: &str = r#"{"turns": [
 
 /// A root whose `main` agent runs `SCRIPT`; `extra` is appended to config.toml.
 fn fixture(extra: &str) -> Fixture {
-    fixture_with(extra, None)
-}
-
-fn fixture_with(extra: &str, queue: Option<SessionActorQueue>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = InstallRoot::at(dir.path().join("warren"));
     root.ensure_layout().unwrap();
@@ -69,7 +64,7 @@ fn fixture_with(extra: &str, queue: Option<SessionActorQueue>) -> Fixture {
     .unwrap();
     let services = Arc::new(ProcessServices::new(&root, store.snapshot().config()).unwrap());
     let process = Arc::new(ProcessState::new(&root).unwrap());
-    let state = state_for(&root, &store, &process, &services, queue);
+    let state = state_for(&root, &store, &process, &services);
     Fixture {
         _dir: dir,
         root,
@@ -86,13 +81,9 @@ fn state_for(
     store: &ConfigStore,
     process: &Arc<ProcessState>,
     services: &Arc<ProcessServices>,
-    queue: Option<SessionActorQueue>,
 ) -> AppState {
     let snapshot = store.snapshot();
-    let host = match queue {
-        Some(q) => AgentHost::with_queue(root, Arc::clone(&snapshot), Arc::clone(services), q),
-        None => AgentHost::new(root, Arc::clone(&snapshot), Arc::clone(services)),
-    };
+    let host = AgentHost::new(root, Arc::clone(&snapshot), Arc::clone(services));
     let generation = Generation {
         root: root.clone(),
         store: store.clone(),
@@ -356,7 +347,7 @@ async fn a_busy_session_answers_429_when_full_and_408_when_timed_out_sess2() {
         text: vec!["slow ".into(), "answer".into()],
         calls: Vec::new(),
         usage: (1, 1),
-        chunk_delay: Duration::from_millis(600),
+        chunk_delay: Duration::from_millis(900),
     };
     for _ in 0..4 {
         fake.push(slow());
@@ -365,11 +356,14 @@ async fn a_busy_session_answers_429_when_full_and_408_when_timed_out_sess2() {
         "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
         fake.base_url()
     );
-    for (max_waiting, timeout, expected) in [
-        (0, Duration::from_secs(5), StatusCode::TOO_MANY_REQUESTS),
-        (1, Duration::from_millis(100), StatusCode::REQUEST_TIMEOUT),
+    // The limits come from `[channels] session_queue_depth` and `session_queue_timeout_secs`.
+    for (depth, timeout_secs, expected) in [
+        (0, 5, StatusCode::TOO_MANY_REQUESTS),
+        (1, 1, StatusCode::REQUEST_TIMEOUT),
     ] {
-        let f = fixture_with(&extra, Some(SessionActorQueue::new(max_waiting, timeout)));
+        let f = fixture(&format!(
+            "{extra}\n[channels]\nsession_queue_depth = {depth}\nsession_queue_timeout_secs = {timeout_secs}\n"
+        ));
         let first = {
             let (app, token) = (f.app(), f.token.clone());
             tokio::spawn(async move {
@@ -417,7 +411,7 @@ fn supervised(timeout: u64) -> (Fixture, Router) {
             .unwrap();
         txn.commit().unwrap();
     });
-    let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
+    let state = state_for(&f.root, &f.store, &f.process, &f.services);
     let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
     (f, app)
 }
@@ -609,7 +603,7 @@ async fn a_reload_reprices_new_requests_and_keeps_old_records_state14() {
     )
     .unwrap();
     f.store.reload().await.unwrap();
-    let state = state_for(&f.root, &f.store, &f.process, &f.services, None);
+    let state = state_for(&f.root, &f.store, &f.process, &f.services);
     let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))));
     let (status, _) = call(
         app.clone(),

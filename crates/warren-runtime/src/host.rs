@@ -24,11 +24,6 @@ use crate::sessions::SessionStores;
 use crate::trace::Trace;
 use crate::turn::{AgentRunner, Services, TurnError};
 
-/// Turns that may wait behind the running one of a session (more = 429).
-pub const QUEUE_MAX_WAITING: usize = 8;
-/// How long a turn waits for its session (longer = 408).
-pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// Services that live for the whole process (not rebuilt on reload).
 #[derive(Debug)]
 pub struct ProcessServices {
@@ -49,6 +44,15 @@ impl ProcessServices {
             costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
         })
     }
+}
+
+/// The session queue `[channels] session_queue_depth` and `session_queue_timeout_secs` set
+/// (SESS-2).
+pub fn session_queue(channels: &warren_config::schema::ChannelsConfig) -> SessionActorQueue {
+    SessionActorQueue::new(
+        channels.session_queue_depth,
+        Duration::from_secs(channels.session_queue_timeout_secs),
+    )
 }
 
 /// Where the chat sessions of a generation stand.
@@ -90,12 +94,8 @@ impl std::fmt::Debug for AgentHost {
 impl AgentHost {
     /// The host of the generation `snapshot`; swaps the cost rates to this generation's.
     pub fn new(root: &InstallRoot, snapshot: Arc<Snapshot>, process: Arc<ProcessServices>) -> Self {
-        Self::with_queue(
-            root,
-            snapshot,
-            process,
-            SessionActorQueue::new(QUEUE_MAX_WAITING, QUEUE_TIMEOUT),
-        )
+        let queue = session_queue(&snapshot.channels);
+        Self::with_queue(root, snapshot, process, queue)
     }
 
     /// [`AgentHost::new`] with its own queue limits (tests).

@@ -9,7 +9,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rustyline::Editor;
@@ -76,7 +75,7 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
         anyhow::Ok(Agent {
             runner,
             sessions: SessionHandle::new(Arc::clone(chat.backend())),
-            queue: SessionActorQueue::new(8, Duration::from_secs(300)),
+            queue: warren_runtime::host::session_queue(&config.channels),
             key,
             json,
         })

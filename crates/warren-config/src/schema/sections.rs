@@ -146,13 +146,30 @@ impl Default for PostgresConfig {
 }
 
 /// `[channels]` (SESS-1).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChannelsConfig {
     pub session_backend: SessionBackendKind,
     pub session_durability: SessionDurability,
     /// What every entry point does when the session store cannot be built (MIG-7).
     pub session_store_on_error: SessionStoreOnError,
+    /// Turns that may wait behind the running turn of one session (SESS-2); one more is refused
+    /// (the gateway answers 429).
+    pub session_queue_depth: usize,
+    /// How long a turn waits for its session before it is refused (the gateway answers 408).
+    pub session_queue_timeout_secs: u64,
+}
+
+impl Default for ChannelsConfig {
+    fn default() -> Self {
+        Self {
+            session_backend: SessionBackendKind::default(),
+            session_durability: SessionDurability::default(),
+            session_store_on_error: SessionStoreOnError::default(),
+            session_queue_depth: 8,
+            session_queue_timeout_secs: 120,
+        }
+    }
 }
 
 /// `[channels] session_store_on_error` (MIG-7 [decision]): one policy for the daemon, `warren
