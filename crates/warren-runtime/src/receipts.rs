@@ -40,7 +40,13 @@ impl ReceiptKey {
         let mut mac = self.0.clone();
         mac.update(tool.as_bytes());
         mac.update(b"|");
-        write_canonical(args, &mut MacWriter(&mut mac));
+        let mut writer = MacWriter {
+            mac: &mut mac,
+            buf: [0; 128],
+            len: 0,
+        };
+        write_canonical(args, &mut writer);
+        writer.drain();
         mac.update(b"|");
         mac.update(&Sha256::digest(result.as_bytes()));
         mac.update(b"|");
@@ -112,16 +118,37 @@ fn itoa(n: i64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[i..]
 }
 
-/// Feeds serialised JSON straight into the MAC.
-struct MacWriter<'a>(&'a mut HmacSha256);
+/// Feeds serialised JSON into the MAC through a small buffer: the serializer writes a few
+/// bytes at a time, and each `update` of the MAC has a fixed cost.
+struct MacWriter<'a> {
+    mac: &'a mut HmacSha256,
+    buf: [u8; 128],
+    len: usize,
+}
+
+impl MacWriter<'_> {
+    fn drain(&mut self) {
+        self.mac.update(&self.buf[..self.len]);
+        self.len = 0;
+    }
+}
 
 impl std::io::Write for MacWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.len + bytes.len() > self.buf.len() {
+            self.drain();
+        }
+        if bytes.len() >= self.buf.len() {
+            self.mac.update(bytes);
+        } else {
+            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        }
+        Ok(bytes.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
+        self.drain();
         Ok(())
     }
 }
@@ -241,22 +268,34 @@ mod tests {
             canonical_json(&args),
             r#"{"a":1.5,"m":{"x":-3,"y":true},"z":[1,{"a":null,"b":"q\"\u0001"}]}"#
         );
-        let mut reference = HmacSha256::new_from_slice(&key).unwrap_or_else(|_| unreachable_hmac());
-        reference.update(b"file_write|");
-        reference.update(canonical_json(&args).as_bytes());
-        reference.update(b"|");
-        reference.update(&Sha256::digest(b"result"));
-        reference.update(b"|1700000000");
-        let hex: String = reference
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(
-            receipts.sign("file_write", &args, "result", 1_700_000_000),
-            format!("wr1-1700000000-{hex}")
-        );
+        // Small arguments, and ones that overflow the MAC writer's 128-byte buffer once (one
+        // long string) and many times (many entries).
+        let long = "l".repeat(300);
+        let many: serde_json::Map<String, serde_json::Value> =
+            (0..60).map(|i| (format!("k{i}"), json!(i))).collect();
+        for args in [
+            args,
+            json!({"content": long}),
+            serde_json::Value::Object(many),
+        ] {
+            let mut reference =
+                HmacSha256::new_from_slice(&key).unwrap_or_else(|_| unreachable_hmac());
+            reference.update(b"file_write|");
+            reference.update(canonical_json(&args).as_bytes());
+            reference.update(b"|");
+            reference.update(&Sha256::digest(b"result"));
+            reference.update(b"|1700000000");
+            let hex: String = reference
+                .finalize()
+                .into_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(
+                receipts.sign("file_write", &args, "result", 1_700_000_000),
+                format!("wr1-1700000000-{hex}")
+            );
+        }
         assert_eq!(
             itoa(i64::MIN, &mut [0u8; 20]),
             i64::MIN.to_string().as_bytes()

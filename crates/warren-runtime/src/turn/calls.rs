@@ -103,26 +103,25 @@ impl AgentRunner {
                     json!({"tool": call.name, "id": call.id, "ok": r.ok, "receipt": r.receipt,
                            "chars": r.content.len()})
                 });
-            if let Some(receipt) = &r.receipt {
-                outcome.receipts.push((call.name.clone(), receipt.clone()));
-            }
-            events(TurnEvent::ToolResult {
-                call: Arc::clone(call),
-                ok: r.ok,
-                content: r.content.clone(),
-                receipt: r.receipt.clone(),
-            });
+            // History gets the result with its receipt; the event gets both as they are.
             let text = match &r.receipt {
                 Some(receipt) => {
-                    let mut text = r.content;
-                    text.reserve(14 + receipt.len());
+                    outcome.receipts.push((call.name.clone(), receipt.clone()));
+                    let mut text = String::with_capacity(r.content.len() + 14 + receipt.len());
+                    text.push_str(&r.content);
                     text.push_str("\n\n[receipt: ");
                     text.push_str(receipt);
                     text.push(']');
                     text
                 }
-                None => r.content,
+                None => r.content.clone(),
             };
+            events(TurnEvent::ToolResult {
+                call: Arc::clone(call),
+                ok: r.ok,
+                content: r.content,
+                receipt: r.receipt,
+            });
             out.push(ChatMessage::tool_result(call, text));
         }
         let calls = calls
