@@ -140,6 +140,22 @@ impl Pty {
         self.input.flush()?;
         Ok(())
     }
+
+    /// Presses Ctrl-D and waits (10 s at most) for the REPL to exit.
+    fn ctrl_d(&mut self) -> Result<std::process::ExitStatus, Box<dyn std::error::Error>> {
+        self.send("\x04")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                self.child.kill()?;
+                return Err(format!("the REPL did not exit on Ctrl-D:\n{}", self.text()).into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 #[test]
@@ -165,18 +181,7 @@ fn repl_on_a_terminal_keeps_a_private_history_and_ctrl_c_cancels_the_running_tur
     pty.wait_for("after cancel", 1)?;
     pty.wait_for("> ", 5)?;
     // Ctrl-D exits cleanly.
-    pty.send("\x04")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = pty.child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            pty.child.kill()?;
-            return Err(format!("the REPL did not exit on Ctrl-D:\n{}", pty.text()).into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = pty.ctrl_d()?;
     assert!(status.success(), "{status}:\n{}", pty.text());
     assert!(
         started.elapsed() < Duration::from_secs(25),
@@ -252,18 +257,7 @@ script = "approve-script.json"
     pty.send("y\r")?;
     pty.wait_for("wrote b", 1)?;
     pty.wait_for("> ", 4)?;
-    pty.send("\x04")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = pty.child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            pty.child.kill()?;
-            return Err(format!("the REPL did not exit on Ctrl-D:\n{}", pty.text()).into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = pty.ctrl_d()?;
     assert!(status.success(), "{status}:\n{}", pty.text());
     let workspace = root.path().join("agents/main/workspace");
     assert!(

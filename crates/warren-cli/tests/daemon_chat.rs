@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use warren_testkit::{DaemonChild, TempRoot, free_port, text};
+use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -31,22 +31,10 @@ fn the_daemon_serves_chat_and_a_reload_reprices_only_new_requests_state14_state1
     ))?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
-    let out = root.run(bin(), &["pair", "--json"])?;
-    let code = serde_json::from_str::<serde_json::Value>(&text(&out).0)?["code"]
-        .as_str()
-        .ok_or("no code")?
-        .to_string();
-    let (status, paired) = http(
-        port,
-        "POST",
-        "/pair",
-        "",
-        &serde_json::json!({"code": code, "device": "ci"}).to_string(),
-    )?;
-    assert_eq!(status, 200, "{paired}");
-    let token = paired["token"].as_str().ok_or("no token")?.to_string();
+    let token = pair(&root, bin(), port, "ci")?;
+    let token = Some(token.as_str());
 
-    let (status, health) = http(port, "GET", "/api/health", &token, "")?;
+    let (status, health) = http(port, "GET", "/api/health", token, "")?;
     assert_eq!(status, 200, "{health}");
     assert_eq!(health["components"]["sessions"]["status"], "ok", "{health}");
     assert_eq!(
@@ -58,7 +46,7 @@ fn the_daemon_serves_chat_and_a_reload_reprices_only_new_requests_state14_state1
         port,
         "POST",
         "/api/agents/main/chat",
-        &token,
+        token,
         r#"{"message": "one", "session": "a"}"#,
     )?;
     assert_eq!(
@@ -73,18 +61,18 @@ fn the_daemon_serves_chat_and_a_reload_reprices_only_new_requests_state14_state1
         &["config", "set", "cost.rates.script.input_per_mtok", "100.0"],
     )?;
     assert!(out.status.success(), "{:?}", text(&out));
-    let (status, reloaded) = http(port, "POST", "/admin/reload", &token, "")?;
+    let (status, reloaded) = http(port, "POST", "/admin/reload", token, "")?;
     assert_eq!(status, 200, "{reloaded}");
     daemon.wait_for("gateway listening", WAIT)?;
     let (status, second) = http(
         port,
         "POST",
         "/api/agents/main/chat",
-        &token,
+        token,
         r#"{"message": "one", "session": "b"}"#,
     )?;
     assert_eq!(status, 200, "{second}");
-    let (status, costs) = http(port, "GET", "/api/costs", &token, "")?;
+    let (status, costs) = http(port, "GET", "/api/costs", token, "")?;
     assert_eq!(status, 200, "{costs}");
     let priced: Vec<f64> = costs["records"]
         .as_array()
@@ -93,23 +81,11 @@ fn the_daemon_serves_chat_and_a_reload_reprices_only_new_requests_state14_state1
         .filter_map(|r| r["cost_usd"].as_f64())
         .collect();
     assert_eq!(priced, vec![1.0, 100.0], "{costs}");
-    let (status, s) = http(port, "GET", "/api/status", &token, "")?;
+    let (status, s) = http(port, "GET", "/api/status", token, "")?;
     assert_eq!(status, 200);
     assert_eq!(s["pid"], daemon.pid());
 
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
-}
-
-/// One request to the test daemon; `token` "" sends none (see `warren_testkit::http`).
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: &str,
-) -> std::io::Result<(u16, serde_json::Value)> {
-    let token = (!token.is_empty()).then_some(token);
-    warren_testkit::http(port, method, path, token, body, WAIT)
 }

@@ -17,18 +17,7 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_warren"))
 }
 
-use warren_testkit::free_port;
-
-/// One HTTP/1.1 request; returns (status, JSON body). `Err` when nothing listens.
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &str,
-) -> std::io::Result<(u16, serde_json::Value)> {
-    warren_testkit::http(port, method, path, token, body, WAIT)
-}
+use warren_testkit::{free_port, http};
 
 #[test]
 fn pair_reload_to_a_new_port_in_place_and_revoke_state15_state19_state21() -> R {

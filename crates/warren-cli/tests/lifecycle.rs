@@ -20,7 +20,7 @@ use warren_memory::{MemoryStore, MemoryStores, NewEntry};
 use warren_runtime::lifecycle::{DELETE_CRASH_POINTS, RENAME_CRASH_POINTS};
 use warren_store::acp::{AcpSessionStore, AcpState, NewAcpSession};
 use warren_store::sessions::{NewMessage, SessionInit, open_chat_sessions};
-use warren_testkit::{DaemonChild, TempRoot, run_until_crash, text};
+use warren_testkit::{DaemonChild, TempRoot, http, pair, run_until_crash, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -743,20 +743,7 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     let gw = copy_of(&seeded)?;
     let mut daemon = DaemonChild::spawn(gw.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
-    let out = ok(&gw, &["pair", "--json"])?;
-    let code = serde_json::from_str::<serde_json::Value>(&out)?["code"]
-        .as_str()
-        .ok_or("no code")?
-        .to_string();
-    let (status, paired) = http(
-        port,
-        "POST",
-        "/pair",
-        None,
-        &serde_json::json!({"code": code, "device": "t"}).to_string(),
-    )?;
-    assert_eq!(status, 200, "{paired}");
-    let token = paired["token"].as_str().ok_or("no token")?.to_string();
+    let token = pair(&gw, bin(), port, "t")?;
     assert_eq!(
         http(
             port,
@@ -1003,15 +990,4 @@ fn a_workspace_outside_the_install_root_is_recorded_not_moved_life4() -> R {
     assert_eq!(manifest["workspace_archived"], false);
     assert!(manifest["notes"].to_string().contains("link"), "{manifest}");
     Ok(())
-}
-
-/// One request to the test daemon (see `warren_testkit::http`).
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &str,
-) -> std::io::Result<(u16, serde_json::Value)> {
-    warren_testkit::http(port, method, path, token, body, WAIT)
 }

@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::fs;
 use std::path::Path;
 
 use warren_testkit::{TempRoot, text};
@@ -20,13 +19,7 @@ fn broken(root: &TempRoot, policy: &str) -> R {
     root.write_config(&format!(
         "[agents.main]\n\n[channels]\nsession_store_on_error = \"{policy}\"\n"
     ))?;
-    let dir = root.path().join("data").join("sessions");
-    fs::create_dir_all(&dir)?;
-    fs::write(
-        dir.join("k.jsonl"),
-        "{\"role\":\"user\",\"content\":\"hi\"}\n",
-    )?;
-    fs::write(dir.join("k.jsonl.importing"), "")?;
+    warren_testkit::unbuildable_sessions(&root.path().join("data").join("sessions"))?;
     Ok(())
 }
 

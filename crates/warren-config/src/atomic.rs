@@ -64,6 +64,27 @@ pub fn write_durable(
     mode: u32,
     points: CrashPoints,
 ) -> Result<WriteOutcome, AtomicWriteError> {
+    replace(target, bytes, mode, points, true)
+}
+
+/// [`write_durable`] without the `.bak`: for files whose previous version is not worth
+/// keeping (journal records, archive exports, a rewritten ledger).
+pub fn write_durable_no_backup(
+    target: &Path,
+    bytes: &[u8],
+    mode: u32,
+    points: CrashPoints,
+) -> Result<WriteOutcome, AtomicWriteError> {
+    replace(target, bytes, mode, points, false)
+}
+
+fn replace(
+    target: &Path,
+    bytes: &[u8],
+    mode: u32,
+    points: CrashPoints,
+    backup: bool,
+) -> Result<WriteOutcome, AtomicWriteError> {
     let err = |step: &'static str| {
         move |source: io::Error| AtomicWriteError {
             path: target.to_path_buf(),
@@ -95,7 +116,9 @@ pub fn write_durable(
         crash_point(points.after_temp_write);
         // Link .bak before the fsync: on journaling filesystems the file fsync then commits the
         // new directory entries too, and the directory sync below has little left to do.
-        keep_backup(target).map_err(err("keep .bak"))?;
+        if backup {
+            keep_backup(target).map_err(err("keep .bak"))?;
+        }
         file.sync_all().map_err(err("fsync temp file"))?;
         crash_point(points.after_temp_fsync);
         drop(file);
@@ -114,11 +137,15 @@ pub fn write_durable(
         sync_dir(dir)
     };
     if let Err(e) = synced {
+        let kept = if backup {
+            format!("; {} keeps it", backup_path(target).display())
+        } else {
+            String::new()
+        };
         let warning = format!(
             "{} was replaced but its directory could not be synced ({e}); after a crash the previous \
-             version may reappear; {} keeps it",
+             version may reappear{kept}",
             target.display(),
-            backup_path(target).display()
         );
         tracing::warn!("{warning}");
         outcome.warnings.push(warning);

@@ -97,7 +97,8 @@ pub(crate) fn set_item(
     Ok(())
 }
 
-/// One past the highest table position in the document.
+/// Gives the tables under `t` consecutive positions from `next`, depth first, so a moved
+/// table keeps its children right after it.
 fn renumber_children(t: &mut toml_edit::Table, next: &mut isize) {
     for (_, item) in t.iter_mut() {
         if let Item::Table(child) = item {
@@ -108,6 +109,7 @@ fn renumber_children(t: &mut toml_edit::Table, next: &mut isize) {
     }
 }
 
+/// One past the highest table position in the document.
 fn next_position(item: &Item) -> isize {
     fn max_pos(item: &Item) -> isize {
         match item {

@@ -150,7 +150,7 @@ impl SecretKey {
         let mut text = String::new();
         file.take(1024).read_to_string(&mut text).map_err(io_err)?;
         let trimmed = text.trim();
-        let bytes = hex_decode(trimmed)
+        let bytes = warren_core::hex::decode(trimmed)
             .filter(|b| b.len() == KEY_LEN)
             .ok_or_else(|| SecretError::KeyCorrupt {
                 path: path.to_path_buf(),
@@ -179,7 +179,7 @@ impl SecretKey {
         let temp = dir.join(format!(
             ".secret_key.tmp-{}-{}",
             std::process::id(),
-            hex_encode(&nonce)
+            warren_core::hex::encode(&nonce)
         ));
         let write = || -> io::Result<()> {
             let mut f = OpenOptions::new()
@@ -188,7 +188,7 @@ impl SecretKey {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&temp)?;
-            f.write_all(hex_encode(&raw).as_bytes())?;
+            f.write_all(warren_core::hex::encode(&raw).as_bytes())?;
             f.write_all(b"\n")?;
             f.sync_all()?;
             crate::atomic::sync_dir(dir)?;
@@ -220,14 +220,14 @@ impl SecretKey {
             .map_err(|_| SecretError::Malformed)?;
         let mut blob = nonce.to_vec();
         blob.extend_from_slice(&sealed);
-        Ok(format!("{ENC_PREFIX}{}", hex_encode(&blob)))
+        Ok(format!("{ENC_PREFIX}{}", warren_core::hex::encode(&blob)))
     }
 
     /// Decrypts a stored `enc2:` value.
     pub fn decrypt(&self, stored: &str) -> Result<String, SecretError> {
         let blob = stored
             .strip_prefix(ENC_PREFIX)
-            .and_then(hex_decode)
+            .and_then(warren_core::hex::decode)
             .filter(|b| b.len() > NONCE_LEN)
             .ok_or(SecretError::Malformed)?;
         let (nonce, sealed) = blob.split_at(NONCE_LEN);
@@ -270,30 +270,6 @@ impl<'a> LazyKey<'a> {
         }
         self.key.as_ref().ok_or(SecretError::Malformed)
     }
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    out
-}
-
-fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    text.as_bytes()
-        .chunks(2)
-        .map(|pair| {
-            let hi = (pair[0] as char).to_digit(16)?;
-            let lo = (pair[1] as char).to_digit(16)?;
-            u8::try_from(hi * 16 + lo).ok()
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! [`ChatMessage`], [`ToolCall`], [`ToolDefinition`] and [`Usage`] (LOOP-1).
 
 mod alias;
+pub mod hex;
 mod message;
 mod session;
 

@@ -43,29 +43,22 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], RandomError> {
     Ok(buf)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
-}
-
 /// A fresh bearer token: `wrn_` + 64 lowercase hex.
 pub fn new_token() -> Result<String, RandomError> {
-    Ok(format!("{TOKEN_PREFIX}{}", hex(&random_bytes::<32>()?)))
+    Ok(format!(
+        "{TOKEN_PREFIX}{}",
+        warren_core::hex::encode(&random_bytes::<32>()?)
+    ))
 }
 
 /// A fresh random key (64 hex), e.g. the local admin key.
 pub fn new_key() -> Result<String, RandomError> {
-    Ok(hex(&random_bytes::<32>()?))
+    Ok(warren_core::hex::encode(&random_bytes::<32>()?))
 }
 
 /// SHA-256 of `token`, lowercase hex: the only form in which a token is stored.
 pub fn hash_token(token: &str) -> String {
-    hex(&Sha256::digest(token.as_bytes()))
+    warren_core::hex::encode(&Sha256::digest(token.as_bytes()))
 }
 
 /// Constant-time equality of two strings (the length is not secret).

@@ -306,11 +306,17 @@ pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
                 Access::Admin => handler
                     .route_layer(middleware::from_fn_with_state(state.clone(), require_admin)),
             };
+        // The limit is the route's, chosen here once (outermost: it covers the access check).
+        let limit = if route.path.ends_with("/chat") {
+            limits.chat
+        } else {
+            limits.request
+        };
+        let handler = handler.route_layer(middleware::from_fn_with_state(limit, time_limit));
         router = router.route(route.path, handler);
     }
     router
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(limits, time_limit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
@@ -320,20 +326,19 @@ pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// A JSON chat answers when its turn ends; a streamed one starts at once.
 pub const CHAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Request timeouts: 408 when the response head is not ready in time.
-async fn time_limit(State(limits): State<TimeLimits>, req: Request, next: Next) -> Response {
-    let limit = if req.uri().path().ends_with("/chat") {
-        limits.chat
-    } else {
-        limits.request
-    };
-    let route = format!("{} {}", req.method(), req.uri().path());
+/// Request timeouts: 408 when the response head is not ready within the route's `limit`.
+async fn time_limit(
+    State(limit): State<std::time::Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let (method, uri) = (req.method().clone(), req.uri().clone());
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(response) => response,
         Err(_) => ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "request_timeout",
-            format!("{route}: no response within {limit:?}"),
+            format!("{method} {}: no response within {limit:?}", uri.path()),
         )
         .into_response(),
     }

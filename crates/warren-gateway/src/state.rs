@@ -131,23 +131,9 @@ impl AppState {
         local_addr: Option<SocketAddr>,
         agents: Vec<AgentReport>,
     ) -> Self {
-        Self(Arc::new(Inner {
-            root: generation.root.clone(),
-            store: generation.store.clone(),
-            generation: generation.snapshot.generation(),
-            started_at: generation.started_at,
-            generation_since: SystemTime::now(),
-            reload: Some(generation.reload.clone()),
-            process,
-            local_addr,
-            agents: {
-                let cell = std::sync::OnceLock::new();
-                let _ = cell.set(agents);
-                cell
-            },
-            host: Arc::clone(&generation.host),
-            shutdown: CancelToken::new(),
-        }))
+        let state = Self::starting(generation, process, local_addr);
+        state.set_agents(agents);
+        state
     }
 
     /// [`AppState::new`] whose agent reports come later ([`AppState::set_agents`]): the
@@ -157,10 +143,19 @@ impl AppState {
         process: Arc<ProcessState>,
         local_addr: Option<SocketAddr>,
     ) -> Self {
-        let state = Self::new(generation, process, local_addr, Vec::new());
-        let mut inner = Arc::try_unwrap(state.0).unwrap_or_else(|_| unreachable!("fresh state"));
-        inner.agents = std::sync::OnceLock::new();
-        Self(Arc::new(inner))
+        Self(Arc::new(Inner {
+            root: generation.root.clone(),
+            store: generation.store.clone(),
+            generation: generation.snapshot.generation(),
+            started_at: generation.started_at,
+            generation_since: SystemTime::now(),
+            reload: Some(generation.reload.clone()),
+            process,
+            local_addr,
+            agents: std::sync::OnceLock::new(),
+            host: Arc::clone(&generation.host),
+            shutdown: CancelToken::new(),
+        }))
     }
 
     /// Publishes the agent reports of a state made by [`AppState::starting`].

@@ -5,6 +5,8 @@
 // Setup helpers outside #[test] fns panic on a broken fixture, like the tests themselves.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,16 +107,10 @@ impl Fixture {
     }
 }
 
+/// A request carrying `token` and a JSON `body` (see `common::request`).
 fn request(token: &str, method: &str, path: &str, body: Option<Value>) -> Request<Body> {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {token}"));
-    if body.is_some() {
-        req = req.header("content-type", "application/json");
-    }
-    req.body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .unwrap()
+    let body = body.map(|b| b.to_string());
+    common::request(method, path, Some(token), body.as_deref())
 }
 
 async fn call(
@@ -124,18 +120,8 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let response = app
-        .oneshot(request(token, method, path, body))
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    let body = body.map(|b| b.to_string());
+    common::call(app, method, path, Some(token), body.as_deref()).await
 }
 
 /// The `(event, data)` pairs of an SSE body.

@@ -5,6 +5,8 @@
 // Setup helpers outside #[test] fns panic on a broken fixture, like the tests themselves.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -19,6 +21,8 @@ use warren_config::{ConfigStore, InstallRoot};
 use warren_gateway::pairing::hash_token;
 use warren_gateway::{Access, AppState, ProcessState, ROUTES, router, tokens};
 use warren_runtime::Generation;
+
+use common::call;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -73,34 +77,6 @@ impl Fixture {
         assert_eq!(status, StatusCode::OK, "{answer}");
         answer["token"].as_str().unwrap().to_string()
     }
-}
-
-async fn call(
-    app: Router,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&str>,
-) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(path);
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    if body.is_some() {
-        req = req.header("content-type", "application/json");
-    }
-    let req = req
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .unwrap();
-    let response = app.oneshot(req).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 /// A concrete path for a route template.

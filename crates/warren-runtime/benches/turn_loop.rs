@@ -160,11 +160,11 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
                         other => serde_json::to_string(&other)?,
                     };
                     let messages = &mut Arc::make_mut(&mut request).messages;
+                    messages.push(ChatMessage::assistant_calls(
+                        response.text,
+                        response.tool_calls,
+                    ));
                     messages.push(ChatMessage::tool_result(&call, text));
-                    messages.insert(
-                        messages.len() - 1,
-                        ChatMessage::assistant_calls(response.text, response.tool_calls),
-                    );
                 }
                 route.chat(Arc::clone(&request), no_events()).await?;
             }

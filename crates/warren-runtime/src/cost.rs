@@ -99,18 +99,17 @@ struct Totals {
 }
 
 impl CostTracker {
-    /// Opens the ledger at `path` (totals of today and this month are read from it).
+    /// The tracker of the ledger at `path`. Nothing is read here (daemon start-up does not
+    /// wait on a growing ledger): the first check reads today's and this month's totals.
     pub fn open(path: PathBuf, config: &CostConfig) -> Self {
-        let tracker = Self {
+        Self {
             ledger: Mutex::new((AppendFile::new(path.clone()), None)),
             path,
             enabled: std::sync::atomic::AtomicBool::new(config.enabled),
             rates: Mutex::new(config.rates.clone()),
             limits: Mutex::new((config.daily_limit_usd, config.monthly_limit_usd)),
             totals: Mutex::new(Totals::default()),
-        };
-        tracker.catch_up();
-        tracker
+        }
     }
 
     /// Whether the ledger records anything (`[cost] enabled`).
@@ -331,18 +330,12 @@ fn add(s: &mut Spent, time: OffsetDateTime, cost: f64, now: OffsetDateTime) {
 
 /// `<ledger>.lock`, the advisory lock file of the ledger at `path`.
 fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     let mut lock = path.to_path_buf().into_os_string();
     lock.push(".lock");
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(lock)
+    warren_config::atomic::open_lock_file(Path::new(&lock))
 }
 
 /// Exclusive hold of the ledger at `path` against every appending [`CostTracker`], of any

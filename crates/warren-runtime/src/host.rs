@@ -94,20 +94,10 @@ impl std::fmt::Debug for AgentHost {
 impl AgentHost {
     /// The host of the generation `snapshot`; swaps the cost rates to this generation's.
     pub fn new(root: &InstallRoot, snapshot: Arc<Snapshot>, process: Arc<ProcessServices>) -> Self {
-        let queue = session_queue(&snapshot.channels);
-        Self::with_queue(root, snapshot, process, queue)
-    }
-
-    /// [`AgentHost::new`] with its own queue limits (tests).
-    pub fn with_queue(
-        root: &InstallRoot,
-        snapshot: Arc<Snapshot>,
-        process: Arc<ProcessServices>,
-        queue: SessionActorQueue,
-    ) -> Self {
         // STATE-14: new requests are priced at the new rates and checked against the new
         // limits; old records keep their rates.
         process.costs.apply(&snapshot.cost);
+        let queue = session_queue(&snapshot.channels);
         let approver: Arc<dyn Approver> = process.approvals.clone();
         let services = Arc::new(Services {
             approver,
@@ -132,24 +122,12 @@ impl AgentHost {
         &self.snapshot
     }
 
-    pub fn root(&self) -> &InstallRoot {
-        &self.root
-    }
-
-    pub fn process(&self) -> &Arc<ProcessServices> {
-        &self.process
-    }
-
     pub fn approvals(&self) -> &Arc<PendingApprovals> {
         &self.process.approvals
     }
 
     pub fn trace(&self) -> &Arc<Trace> {
         &self.services.trace
-    }
-
-    pub fn costs(&self) -> &Arc<CostTracker> {
-        &self.process.costs
     }
 
     pub fn memory_stores(&self) -> &MemoryStores {

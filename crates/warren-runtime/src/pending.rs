@@ -48,7 +48,7 @@ pub struct PendingApprovals {
 impl std::fmt::Debug for PendingApprovals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingApprovals")
-            .field("pending", &self.list().len())
+            .field("pending", &self.lock().len())
             .finish()
     }
 }

@@ -40,13 +40,13 @@ impl ReceiptKey {
         let mut mac = self.0.clone();
         mac.update(tool.as_bytes());
         mac.update(b"|");
-        let mut writer = MacWriter {
-            mac: &mut mac,
-            buf: [0; 128],
-            len: 0,
-        };
+        // The serializer writes a few bytes at a time and each MAC `update` has a fixed cost:
+        // the canonical JSON goes in through a small buffer.
+        let mut writer = std::io::BufWriter::with_capacity(128, &mut mac);
         write_canonical(args, &mut writer);
-        writer.drain();
+        // Flushing into a MAC cannot fail.
+        let _ = std::io::Write::flush(&mut writer);
+        drop(writer);
         mac.update(b"|");
         mac.update(&Sha256::digest(result.as_bytes()));
         mac.update(b"|");
@@ -56,22 +56,16 @@ impl ReceiptKey {
 
     /// The receipt of a call that returned `result` at `secs`.
     pub fn sign(&self, tool: &str, args: &serde_json::Value, result: &str, secs: i64) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut digits = [0u8; 20];
         let secs = itoa(secs, &mut digits);
         let tag = self.mac(tool, args, result, secs).finalize().into_bytes();
-        let mut hex = [0u8; 64];
-        for (i, b) in tag.iter().enumerate() {
-            hex[2 * i] = HEX[usize::from(b >> 4)];
-            hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
-        }
-        let mut out = Vec::with_capacity(4 + secs.len() + 1 + hex.len());
-        out.extend_from_slice(b"wr1-");
-        out.extend_from_slice(secs);
-        out.push(b'-');
-        out.extend_from_slice(&hex);
-        // ASCII only: digits, '-', hex.
-        String::from_utf8(out).unwrap_or_default()
+        let mut out = String::with_capacity(4 + secs.len() + 1 + 2 * tag.len());
+        out.push_str("wr1-");
+        // ASCII digits and '-'.
+        out.extend(secs.iter().map(|&b| char::from(b)));
+        out.push('-');
+        out.push_str(&warren_core::hex::encode(&tag));
+        out
     }
 
     /// Whether `receipt` was issued by this key for exactly this call and result.
@@ -90,7 +84,7 @@ impl ReceiptKey {
         let Ok(secs) = secs.parse::<i64>() else {
             return false;
         };
-        let Some(tag) = decode_hex(hex) else {
+        let Some(tag) = warren_core::hex::decode(hex) else {
             return false;
         };
         self.mac(tool, args, result, itoa(secs, &mut [0u8; 20]))
@@ -116,41 +110,6 @@ fn itoa(n: i64, buf: &mut [u8; 20]) -> &[u8] {
         buf[i] = b'-';
     }
     &buf[i..]
-}
-
-/// Feeds serialised JSON into the MAC through a small buffer: the serializer writes a few
-/// bytes at a time, and each `update` of the MAC has a fixed cost.
-struct MacWriter<'a> {
-    mac: &'a mut HmacSha256,
-    buf: [u8; 128],
-    len: usize,
-}
-
-impl MacWriter<'_> {
-    fn drain(&mut self) {
-        self.mac.update(&self.buf[..self.len]);
-        self.len = 0;
-    }
-}
-
-impl std::io::Write for MacWriter<'_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if self.len + bytes.len() > self.buf.len() {
-            self.drain();
-        }
-        if bytes.len() >= self.buf.len() {
-            self.mac.update(bytes);
-        } else {
-            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-        }
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.drain();
-        Ok(())
-    }
 }
 
 /// Writes the text [`canonical_json`] returns for `v` (compact, object keys sorted at every
@@ -202,16 +161,6 @@ fn write_canonical(v: &serde_json::Value, w: &mut impl std::io::Write) {
 fn unreachable_hmac() -> ! {
     // HMAC takes keys of any length; this cannot happen.
     panic!("HMAC rejected a 32-byte key")
-}
-
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// JSON with object keys sorted at every level (serde_json's map is ordered by key unless the

@@ -112,18 +112,11 @@ impl Trace {
         session: Option<&str>,
         data: impl FnOnce() -> serde_json::Value,
     ) {
-        if self.active() {
-            self.emit(kind, agent, session, data());
-        }
-    }
-
-    /// Emits one event.
-    pub fn emit(&self, kind: &str, agent: &str, session: Option<&str>, data: serde_json::Value) {
-        let logged = tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG);
-        if self.file.is_none() && !logged && self.live.receiver_count() == 0 {
+        if !self.active() {
             return; // nobody would see it
         }
-        let mut data = data;
+        let logged = tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG);
+        let mut data = data();
         if !self.secrets.is_empty() || logged {
             let mut text = data.to_string();
             let mut redacted = false;
@@ -155,6 +148,11 @@ impl Trace {
             tracing::warn!("runtime trace not written: {e}");
         }
         let _ = self.live.send(event);
+    }
+
+    /// Emits one event.
+    pub fn emit(&self, kind: &str, agent: &str, session: Option<&str>, data: serde_json::Value) {
+        self.emit_with(kind, agent, session, || data);
     }
 
     /// Appends `event` through the kept handle; `rolling` rotates at `[log] max_bytes`.

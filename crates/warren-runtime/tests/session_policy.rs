@@ -4,17 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::fs;
-
 use warren_config::InstallRoot;
 use warren_config::schema::{ChannelsConfig, SessionStoreOnError};
 
 fn broken() -> (tempfile::TempDir, InstallRoot) {
     let dir = tempfile::tempdir().unwrap();
     let root = InstallRoot::at(dir.path().join("w"));
-    fs::create_dir_all(root.sessions_dir()).unwrap();
-    fs::write(root.sessions_dir().join("k.jsonl"), "").unwrap();
-    fs::write(root.sessions_dir().join("k.jsonl.importing"), "").unwrap();
+    warren_testkit::unbuildable_sessions(&root.sessions_dir()).unwrap();
     (dir, root)
 }
 

@@ -46,7 +46,6 @@ CREATE TABLE IF NOT EXISTS acp_transcript (
     created_at TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 );
-PRAGMA user_version = 2;
 ";
 
 const SCHEMA_VERSION: i64 = 2;
@@ -205,7 +204,7 @@ impl AcpSessionStore {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(err(&path, "read the schema version"))?;
         if version < SCHEMA_VERSION {
-            conn.execute_batch(SCHEMA)
+            conn.execute_batch(&format!("{SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};"))
                 .map_err(err(&path, "create the schema"))?;
         }
         Ok(Self {
@@ -588,12 +587,7 @@ impl AcpSessionStore {
 
     /// Moves every record of `from` to `to` (agent rename cascade); returns how many.
     pub fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<usize, AcpError> {
-        self.conn()
-            .execute(
-                "UPDATE acp_sessions SET agent = ?2 WHERE agent = ?1",
-                [from.as_str(), to.as_str()],
-            )
-            .map_err(err(&self.path, "rename an agent's sessions"))
+        self.rename_agent_with_cwd(from, to, None)
     }
 }
 

@@ -24,6 +24,17 @@ pub fn free_port() -> io::Result<u16> {
         .port())
 }
 
+/// Makes the session store in `sessions_dir` impossible to build (MIG-7): a live `k.jsonl`
+/// next to its staged import `k.jsonl.importing`.
+pub fn unbuildable_sessions(sessions_dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(sessions_dir)?;
+    fs::write(
+        sessions_dir.join("k.jsonl"),
+        "{\"role\":\"user\",\"content\":\"hi\"}\n",
+    )?;
+    fs::write(sessions_dir.join("k.jsonl.importing"), "")
+}
+
 /// A temporary install root that is removed when dropped.
 pub struct TempRoot {
     _dir: tempfile::TempDir,
@@ -212,20 +223,23 @@ impl Drop for DaemonChild {
     }
 }
 
+/// How long [`http`] waits for an answer.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One HTTP/1.1 request to `127.0.0.1:port` on a fresh connection (`Connection: close`), with a
 /// bearer `token` when given and `body` as JSON; returns (status, JSON body). A chunked body is
-/// reassembled; a body that is not JSON comes back as `Null`. Waits at most `timeout`.
+/// reassembled; a body that is not JSON comes back as `Null`. Waits at most [`HTTP_TIMEOUT`];
+/// `Err` when nothing listens.
 pub fn http(
     port: u16,
     method: &str,
     path: &str,
     token: Option<&str>,
     body: &str,
-    timeout: Duration,
 ) -> io::Result<(u16, serde_json::Value)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(timeout))?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
     let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         stream,
@@ -259,4 +273,30 @@ pub fn http(
         body.to_string()
     };
     Ok((status, serde_json::from_str(&body).unwrap_or_default()))
+}
+
+/// Pairs a device named `device` with the daemon of `root` listening on `port`, as an operator
+/// does: `warren pair --json` prints a one-time code, `POST /pair` exchanges it for a bearer
+/// token, which is returned. Any step failing is an error saying which.
+pub fn pair(root: &TempRoot, bin: &Path, port: u16, device: &str) -> io::Result<String> {
+    let out = root.run(bin, &["pair", "--json"])?;
+    let (stdout, stderr) = text(&out);
+    if !out.status.success() {
+        return Err(io::Error::other(format!("warren pair failed: {stderr}")));
+    }
+    let code = serde_json::from_str::<serde_json::Value>(&stdout)
+        .ok()
+        .and_then(|v| v["code"].as_str().map(str::to_string))
+        .ok_or_else(|| io::Error::other(format!("no code in `warren pair --json`: {stdout}")))?;
+    let body = serde_json::json!({"code": code, "device": device}).to_string();
+    let (status, paired) = http(port, "POST", "/pair", None, &body)?;
+    if status != 200 {
+        return Err(io::Error::other(format!(
+            "POST /pair answered {status}: {paired}"
+        )));
+    }
+    paired["token"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| io::Error::other(format!("no token in {paired}")))
 }

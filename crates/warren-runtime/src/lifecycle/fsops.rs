@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -181,20 +181,8 @@ fn walk(
         } else {
             let mut hasher = Sha256::new();
             let mut f = fs::File::open(&path).map_err(ctx(&path, "open"))?;
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = f.read(&mut buf).map_err(ctx(&path, "read"))?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-            }
-            let hex: String = hasher
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            out.insert(rel, hex);
+            std::io::copy(&mut f, &mut hasher).map_err(ctx(&path, "read"))?;
+            out.insert(rel, warren_core::hex::encode(&hasher.finalize()));
         }
     }
     Ok(())
@@ -202,10 +190,7 @@ fn walk(
 
 /// SHA-256 of `bytes` as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    warren_core::hex::encode(&Sha256::digest(bytes))
 }
 
 /// Removes `dir` if it is an empty directory (e.g. `agents/<old>/` after its workspace moved).

@@ -265,8 +265,7 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
     // A temp file a killed writer left must not end up in an archive.
     atomic::sweep_stale_temps(path);
-    atomic::write_durable(path, &bytes, 0o600, FILE_POINTS).map_err(|e| e.to_string())?;
-    let _ = fs::remove_file(atomic::backup_path(path));
+    atomic::write_durable_no_backup(path, &bytes, 0o600, FILE_POINTS).map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -562,26 +561,10 @@ impl Lifecycle {
             return Err(LifecycleError::NotFound(name.into()));
         };
         let found = refs::collect(config, name);
+        let (reasons, live) = refusals(self.root(), &found, &a);
         let (blockers, scrubs): (Vec<_>, Vec<_>) = found
             .into_iter()
             .partition(|r| r.strength == Strength::Hard);
-        let mut reasons: Vec<String> = blockers
-            .iter()
-            .map(|b| format!("{} (hard config reference)", b.path))
-            .collect();
-        let live = match check_live_acp(self.root(), &a) {
-            Ok(0) => Some(0),
-            Ok(n) => {
-                reasons.push(format!("{n} live ACP session(s); end them first"));
-                Some(n)
-            }
-            Err(e) => {
-                reasons.push(format!(
-                    "cannot verify live ACP sessions ({e}); refusing (fail closed)"
-                ));
-                None
-            }
-        };
         let ctx = self.context(h, config.memory_backend_of(agent));
         let stores = registered(&ctx)
             .iter()
@@ -628,18 +611,7 @@ impl Lifecycle {
         };
         let backend = base.memory_backend_of(agent);
         let found = refs::collect(&base, name);
-        let mut reasons: Vec<String> = found
-            .iter()
-            .filter(|r| r.strength == Strength::Hard)
-            .map(|r| format!("{} (hard config reference)", r.path))
-            .collect();
-        match check_live_acp(&root, &a) {
-            Ok(0) => {}
-            Ok(n) => reasons.push(format!("{n} live ACP session(s); end them first")),
-            Err(e) => reasons.push(format!(
-                "cannot verify live ACP sessions ({e}); refusing (fail closed)"
-            )),
-        }
+        let (reasons, _) = refusals(&root, &found, &a);
         if !reasons.is_empty() {
             return Err(LifecycleError::Refused(format!(
                 "cannot delete agent '{name}': {}",
@@ -887,19 +859,9 @@ impl Lifecycle {
             }
             Op::Delete { alias: name, .. } => {
                 let found = refs::collect(&base, name);
-                if let Some(hard) = found.iter().find(|r| r.strength == Strength::Hard) {
-                    return Err(LifecycleError::Refused(format!(
-                        "{} (hard config reference)",
-                        hard.path
-                    )));
-                }
-                match AgentAlias::new(name.as_str()).map(|a| check_live_acp(self.root(), &a)) {
-                    Ok(Ok(0)) => {}
-                    _ => {
-                        return Err(LifecycleError::Refused(
-                            "live ACP sessions (or an unreadable ACP store)".into(),
-                        ));
-                    }
+                let (reasons, _) = refusals(self.root(), &found, &alias(name)?);
+                if !reasons.is_empty() {
+                    return Err(LifecycleError::Refused(reasons.join("; ")));
                 }
                 edit_delete(&mut txn, &base, &found, name)?;
             }
@@ -1049,7 +1011,14 @@ impl Lifecycle {
         for store in registered(&ctx) {
             let name = store.name();
             let file = stores_dir.join(format!("{name}.json"));
-            if !file.exists() {
+            let count = if file.exists() {
+                // Written by an interrupted run of this delete: its count is in the file.
+                fs::read(&file)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .and_then(|v| v["count"].as_u64())
+                    .unwrap_or(0)
+            } else {
                 let exported = store.export(&a).and_then(|(count, items)| {
                     write_json(
                         &file,
@@ -1057,14 +1026,17 @@ impl Lifecycle {
                     )
                     .map(|()| count)
                 });
-                if let Err(e) = exported {
-                    report.warnings.push(format!(
-                        "{name}: export failed ({e}); this store was left untouched"
-                    ));
-                    report.converged = false;
-                    continue;
+                match exported {
+                    Ok(count) => count,
+                    Err(e) => {
+                        report.warnings.push(format!(
+                            "{name}: export failed ({e}); this store was left untouched"
+                        ));
+                        report.converged = false;
+                        continue;
+                    }
                 }
-            }
+            };
             crash_point(&format!("lifecycle-after-export-{name}"));
             // Purge only after the export is durably written (LIFE-4).
             if let Err(e) = store.purge(&a) {
@@ -1074,15 +1046,7 @@ impl Lifecycle {
                 report.converged = false;
             }
             crash_point(&format!("lifecycle-after-{name}"));
-            let count = fs::read(&file)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .and_then(|v| v["count"].as_u64())
-                .unwrap_or(0);
             report.counts.insert(name.into(), count);
-        }
-        if name.is_empty() {
-            return report;
         }
         let files = match fsops::checksums(archive, &[MANIFEST, RESTORED]) {
             Ok(f) => f,
@@ -1094,8 +1058,6 @@ impl Lifecycle {
                 BTreeMap::new()
             }
         };
-        let mut warnings = report.warnings.clone();
-        warnings.extend(notes.iter().cloned());
         let manifest = Manifest {
             schema_version: SCHEMA_VERSION,
             alias: name.clone(),
@@ -1266,6 +1228,31 @@ fn edit_rename(
         )));
     }
     Ok(found)
+}
+
+/// Why a delete of `a` is refused (LIFE-4): hard config references among `found` and live ACP
+/// sessions, failing closed when the ACP store cannot be read. Also the live-session count
+/// (`None`: unreadable).
+fn refusals(root: &InstallRoot, found: &[RefSite], a: &AgentAlias) -> (Vec<String>, Option<u64>) {
+    let mut reasons: Vec<String> = found
+        .iter()
+        .filter(|r| r.strength == Strength::Hard)
+        .map(|r| format!("{} (hard config reference)", r.path))
+        .collect();
+    let live = match check_live_acp(root, a) {
+        Ok(0) => Some(0),
+        Ok(n) => {
+            reasons.push(format!("{n} live ACP session(s); end them first"));
+            Some(n)
+        }
+        Err(e) => {
+            reasons.push(format!(
+                "cannot verify live ACP sessions ({e}); refusing (fail closed)"
+            ));
+            None
+        }
+    };
+    (reasons, live)
 }
 
 /// The config edit of a delete: remove the entry, scrub soft references, re-walk. Returns the

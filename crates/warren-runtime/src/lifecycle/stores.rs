@@ -505,9 +505,13 @@ impl AgentStateStore for CostState {
             }
         }
         if n > 0 {
-            warren_config::atomic::write_durable(&path, out.as_bytes(), 0o600, LEDGER_POINTS)
-                .map_err(|e| e.to_string())?;
-            let _ = std::fs::remove_file(warren_config::atomic::backup_path(&path));
+            warren_config::atomic::write_durable_no_backup(
+                &path,
+                out.as_bytes(),
+                0o600,
+                LEDGER_POINTS,
+            )
+            .map_err(|e| e.to_string())?;
         }
         Ok(n)
     }

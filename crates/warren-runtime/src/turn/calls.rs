@@ -62,13 +62,7 @@ impl AgentRunner {
                     let tool = Arc::clone(tool);
                     let args = call.arguments.clone();
                     let cancel = cancel.clone();
-                    set.spawn(async move {
-                        let r = tokio::select! {
-                            r = tool.execute(args) => Some(r),
-                            () = cancel.cancelled() => None,
-                        };
-                        (i, r)
-                    });
+                    set.spawn(async move { (i, race(tool.execute(args), &cancel).await) });
                 }
             }
             while let Some(joined) = set.join_next().await {
@@ -107,7 +101,7 @@ impl AgentRunner {
             let text = match &r.receipt {
                 Some(receipt) => {
                     outcome.receipts.push((call.name.clone(), receipt.clone()));
-                    let mut text = String::with_capacity(r.content.len() + 14 + receipt.len());
+                    let mut text = String::with_capacity(r.content.len() + 13 + receipt.len());
                     text.push_str(&r.content);
                     text.push_str("\n\n[receipt: ");
                     text.push_str(receipt);
@@ -265,7 +259,7 @@ impl AgentRunner {
             Ok(out) => {
                 let mut content = match out.content {
                     serde_json::Value::String(s) => s,
-                    other => serde_json::to_string(&other).unwrap_or_default(),
+                    other => other.to_string(),
                 };
                 if content.is_empty() {
                     content = "(no output)".into();

@@ -60,12 +60,13 @@ pub(crate) struct Request {
 
 /// The writer thread of one backend. Dropping it lets the thread finish the queue and joins it.
 pub(crate) struct Writer {
-    tx: Mutex<Option<mpsc::Sender<Request>>>,
+    /// `None` once dropping (`mpsc::Sender` is `Sync`: appends share it without a lock).
+    tx: Option<mpsc::Sender<Request>>,
     /// Appends sent to the thread and not answered yet.
     pending: Arc<AtomicUsize>,
     /// Whether the thread's last batch held several appends (writers are concurrent).
     concurrent: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -126,10 +127,10 @@ impl Writer {
                 }
             })?;
         Ok(Self {
-            tx: Mutex::new(Some(tx)),
+            tx: Some(tx),
             pending,
             concurrent,
-            thread: Mutex::new(Some(thread)),
+            thread: Some(thread),
         })
     }
 
@@ -140,8 +141,7 @@ impl Writer {
     }
 
     fn send(&self, req: Request) -> Result<(), SessionError> {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        match tx.as_ref() {
+        match self.tx.as_ref() {
             Some(tx) => {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 tx.send(req).map_err(|_| {
@@ -201,8 +201,8 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         // Closing the channel ends the thread once the queue is written.
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take()
             && t.thread().id() != std::thread::current().id()
         {
             let _ = t.join();

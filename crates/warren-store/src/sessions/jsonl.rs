@@ -142,14 +142,7 @@ impl JsonlBackend {
         if !live.exists() {
             return Err(SessionError::NotFound { key: key.clone() });
         }
-        let path = jsonl_meta::sidecar_path(&live);
-        let mut side = jsonl_meta::read(&path)?.unwrap_or_default();
-        let before = side.clone();
-        change(&mut side);
-        if side == before {
-            return Ok(());
-        }
-        jsonl_meta::write(&path, &side)
+        change_sidecar(&jsonl_meta::sidecar_path(&live), change)
     }
 
     fn keys(&self) -> Result<Vec<SessionKey>, SessionError> {
@@ -187,8 +180,26 @@ impl SessionBackend for JsonlBackend {
 
     fn ensure(&self, key: &SessionKey, init: &SessionInit) -> Result<SessionMeta, SessionError> {
         let path = self.file(key);
+        let side_path = jsonl_meta::sidecar_path(&path);
         let wants_meta = init.agent.is_some() || init.channel.is_some() || init.name.is_some();
-        if !path.exists() || wants_meta {
+        // Like the SQLite backend: fill in what is not set yet, never overwrite.
+        let fill = |side: &mut Sidecar| {
+            side.agent = side
+                .agent
+                .take()
+                .or_else(|| init.agent.as_ref().map(|a| a.as_str().to_string()));
+            side.channel = side.channel.take().or_else(|| init.channel.clone());
+            side.name = side.name.take().or_else(|| init.name.clone());
+        };
+        // A session whose sidecar already says all this (every later turn) takes no lock:
+        // sidecars are replaced atomically, so an unlocked read sees a whole one.
+        let settled = || -> Result<bool, SessionError> {
+            let side = jsonl_meta::read(&side_path)?.unwrap_or_default();
+            let mut filled = side.clone();
+            fill(&mut filled);
+            Ok(filled == side)
+        };
+        if !path.exists() || (wants_meta && !settled()?) {
             let _guard = self.mutation()?;
             if !path.exists() {
                 OpenOptions::new()
@@ -201,18 +212,7 @@ impl SessionBackend for JsonlBackend {
                     .map_err(SessionError::io(&path, "create a session"))?;
             }
             if wants_meta {
-                // Like the SQLite backend: fill in what is not set yet, never overwrite.
-                let side_path = jsonl_meta::sidecar_path(&path);
-                let mut side = jsonl_meta::read(&side_path)?.unwrap_or_default();
-                let before = side.clone();
-                side.agent = side
-                    .agent
-                    .or_else(|| init.agent.as_ref().map(|a| a.as_str().to_string()));
-                side.channel = side.channel.or_else(|| init.channel.clone());
-                side.name = side.name.or_else(|| init.name.clone());
-                if side != before {
-                    jsonl_meta::write(&side_path, &side)?;
-                }
+                change_sidecar(&side_path, fill)?;
             }
         }
         self.meta(key)?
@@ -458,6 +458,18 @@ impl SessionBackend for JsonlBackend {
         }
         Ok(hits)
     }
+}
+
+/// Applies `change` to the sidecar at `path`, writing it only when something changed (the
+/// caller holds the directory lock).
+fn change_sidecar(path: &Path, change: impl FnOnce(&mut Sidecar)) -> Result<(), SessionError> {
+    let mut side = jsonl_meta::read(path)?.unwrap_or_default();
+    let before = side.clone();
+    change(&mut side);
+    if side == before {
+        return Ok(());
+    }
+    jsonl_meta::write(path, &side)
 }
 
 /// Replaces `path` with `bytes` durably: a hidden temp file in `dir`, fsynced, renamed over,

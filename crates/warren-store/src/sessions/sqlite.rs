@@ -332,7 +332,6 @@ fn decode_message(path: &Path, raw: RawMessage) -> Result<StoredMessage, Session
     })
 }
 
-/// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append.
 /// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append (SESS-1
 /// group commit); one result per request, in order. Runs on the writer thread.
 fn commit_batch(conn: &mut Connection, path: &Path, batch: &mut [Request]) -> Vec<AppendResult> {

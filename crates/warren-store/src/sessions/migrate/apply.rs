@@ -39,16 +39,6 @@ struct Source {
     meta: fs::Metadata,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
-}
-
 /// Reads `path` whole and fingerprints it.
 fn read_source(path: &Path) -> Result<Source, MigrateError> {
     let mut file = File::open(path).map_err(MigrateError::io(path, "open the source"))?;
@@ -58,7 +48,7 @@ fn read_source(path: &Path) -> Result<Source, MigrateError> {
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.read_to_end(&mut bytes)
         .map_err(MigrateError::io(path, "read the source"))?;
-    let sha256 = hex(&Sha256::digest(&bytes));
+    let sha256 = warren_core::hex::encode(&Sha256::digest(&bytes));
     Ok(Source {
         bytes,
         sha256,
