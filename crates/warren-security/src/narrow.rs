@@ -67,9 +67,9 @@ pub enum NarrowViolation {
 fn strength(kind: SandboxKind) -> u8 {
     match kind {
         SandboxKind::Noop => 0,
-        SandboxKind::Firejail | SandboxKind::Docker => 1,
-        SandboxKind::Bubblewrap => 2,
-        SandboxKind::Landlock | SandboxKind::Auto => 3,
+        SandboxKind::Docker => 1,
+        SandboxKind::Landlock => 2,
+        SandboxKind::Bubblewrap | SandboxKind::Auto => 3,
     }
 }
 
@@ -220,6 +220,7 @@ impl SecurityPolicy {
                 sandbox,
                 fallback,
                 allow_network,
+                limits: p.limits,
                 env_passthrough,
                 shell_timeout: Duration::from_secs(shell_timeout),
                 allowed_tools,

@@ -139,8 +139,16 @@ pub struct RiskProfile {
     /// What to do when `sandbox` is unavailable on this host (SBX-3): refuse to start the agent
     /// (`"none"`, the default) or run children unconfined (`"noop"`).
     pub fallback: SandboxFallback,
-    /// Whether children may open network connections (Landlock network rules, bwrap --unshare-net).
+    /// Whether children may open network connections (otherwise: an empty network namespace and
+    /// a seccomp filter that allows only `AF_UNIX` sockets).
     pub allow_network: bool,
+    /// Must be `true` for `sandbox = "noop"` or `fallback = "noop"`: commands then run unconfined.
+    pub unrestricted: bool,
+    /// Resource limits of every child process (rlimits): processes of the sandbox user, the
+    /// largest file a child may write, CPU seconds per process.
+    pub max_processes: u64,
+    pub max_file_size_mb: u64,
+    pub max_cpu_secs: u64,
     /// Environment variables passed to child processes besides PATH, HOME, LANG, TERM, TMPDIR.
     pub env_passthrough: Vec<String>,
     pub shell_timeout_secs: u64,
@@ -170,6 +178,10 @@ impl Default for RiskProfile {
             sandbox: SandboxKind::Auto,
             fallback: SandboxFallback::None,
             allow_network: false,
+            unrestricted: false,
+            max_processes: 512,
+            max_file_size_mb: 1024,
+            max_cpu_secs: 600,
             env_passthrough: Vec::new(),
             shell_timeout_secs: 60,
             allowed_tools: None,
@@ -198,11 +210,13 @@ pub enum Autonomy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxKind {
-    /// The strongest available: Landlock, else bubblewrap, else refuse (unless `fallback = "noop"`).
+    /// The full sandbox (namespaces via bwrap + Landlock + seccomp); refuse when unavailable
+    /// (unless `fallback = "noop"` with `unrestricted = true`).
     Auto,
+    /// Landlock + seccomp without namespaces: a weaker level, reported as such.
     Landlock,
+    /// The full sandbox, asked for by name.
     Bubblewrap,
-    Firejail,
     Docker,
     Noop,
 }

@@ -1,28 +1,26 @@
-//! The Landlock backend: the agent's kernel rules, enforced on a spawner thread whose children
-//! inherit them.
+//! The agent's Landlock rules, enforced by the in-sandbox stage on itself just before `exec`.
 //!
 //! Rights per root (SBX-2): the workspace and `ReadWrite` roots get every file right; `Read`
 //! roots get read and list; `Write` roots get write, create and remove but neither read nor list;
-//! system directories get read and execute; `/dev/null` read-write and `/dev/{zero,random,urandom}`
+//! system directories get read, and execute unless the risk profile lists its commands: then only
+//! the resolved binaries of `allowed_commands` (plus the shell, git and the dynamic loader) are
+//! executable, and nothing in the workspace or granted roots is; `/dev/null` read-write and `/dev/{zero,random,urandom}`
 //! read (PERM-5); the operator's global git config files (`~/.gitconfig`, `~/.config/git/{config,
 //! attributes,ignore}`) read (GIT-5);
 //! `/tmp` is NOT granted (each agent has `<workspace>/.tmp`). When the risk profile
 //! denies network, TCP connect and bind are handled with no allowed port (ABI ≥ 4). Signals and
-//! abstract Unix sockets are scoped to the sandbox (ABI ≥ 6). Sibling roots that do not exist yet
-//! are created (they are Warren-owned workspace paths); a root that cannot be opened is skipped
-//! with a warning, never a silent fallback to no sandbox.
+//! abstract Unix sockets are scoped to the sandbox (ABI ≥ 6). Granted roots are created by the
+//! daemon before the spawn; a path missing inside the sandbox is simply not granted.
 
 use std::path::Path;
-use std::process::{Child, Command};
 use std::sync::OnceLock;
-use std::sync::mpsc;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
 };
 
-use crate::policy::SecurityPolicy;
+use super::stage::StageSpec;
 
 const ABIS: [ABI; 7] = [
     ABI::V7,
@@ -76,20 +74,32 @@ pub(crate) fn global_git_config() -> Vec<std::path::PathBuf> {
     .collect()
 }
 
-/// Builds the agent's ruleset (once per sandbox; every child gets a duplicate of it).
-pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
+/// Builds the ruleset of `spec` and enforces it on the calling process (the stage, single
+/// threaded, just before `exec`). A kernel that does not enforce it fully is an error.
+pub(crate) fn enforce(spec: &StageSpec) -> Result<(), String> {
     let abi = abi();
+    if abi == ABI::Unsupported {
+        return Err("the kernel has no Landlock support".into());
+    }
     let all = AccessFs::from_all(abi);
+    let exec = BitFlags::from(AccessFs::Execute) & all;
     let read = make_bitflags!(AccessFs::{ReadFile | ReadDir}) & all;
-    let exec_read = read | (BitFlags::from(AccessFs::Execute) & all);
     let write_only =
         (AccessFs::from_write(abi) & !make_bitflags!(AccessFs::{MakeChar | MakeBlock})) & all;
-    let full = all & !make_bitflags!(AccessFs::{MakeChar | MakeBlock});
+    let mut full = all & !make_bitflags!(AccessFs::{MakeChar | MakeBlock});
+    // With an exec allowlist, nothing written by the agent may be executed either.
+    let system = if spec.exec.is_some() {
+        full &= !exec;
+        read
+    } else {
+        read | exec
+    };
 
     let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
         .map_err(|e| e.to_string())?;
-    if !policy.allow_network() && !AccessNet::from_all(abi).is_empty() {
+    if !spec.network && !AccessNet::from_all(abi).is_empty() {
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(|e| e.to_string())?;
@@ -101,50 +111,38 @@ pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
     }
     let mut created = ruleset.create().map_err(|e| e.to_string())?;
 
-    let mut rules: Vec<(&Path, BitFlags<AccessFs>, bool)> = Vec::new();
-    for p in SYSTEM_EXEC {
-        rules.push((Path::new(p), exec_read, false));
-    }
-    for p in super::SYSTEM_CONFIG_FILES.iter().chain(&["/proc"]) {
-        rules.push((Path::new(p), read, false));
-    }
-    // The operator's global git config (identity for commits, GIT-5): read-only, when present.
-    let global_git = global_git_config();
-    for p in &global_git {
-        rules.push((p.as_path(), read, false));
-    }
     let file_read = BitFlags::from(AccessFs::ReadFile) & all;
     let null_rw = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate}) & all;
-    rules.push((Path::new("/dev/null"), null_rw, false));
+    let mut rules: Vec<(&Path, BitFlags<AccessFs>)> = Vec::new();
+    for p in SYSTEM_EXEC {
+        rules.push((Path::new(p), system));
+    }
+    for p in super::SYSTEM_CONFIG_FILES.iter().chain(&["/proc"]) {
+        rules.push((Path::new(p), read));
+    }
+    for p in &spec.extra_read {
+        rules.push((p.as_path(), read));
+    }
+    rules.push((Path::new("/dev/null"), null_rw));
     for dev in ["/dev/zero", "/dev/random", "/dev/urandom"] {
-        rules.push((Path::new(dev), file_read, false));
+        rules.push((Path::new(dev), file_read));
     }
-    rules.push((policy.workspace(), full, true));
-    for g in policy.read_write_roots() {
-        rules.push((&g.root, full, true));
+    for p in spec.exec.iter().flatten() {
+        rules.push((p.as_path(), exec | file_read));
     }
-    for g in policy.read_only_roots() {
-        rules.push((&g.root, read, true));
+    for p in &spec.full {
+        rules.push((p.as_path(), full));
     }
-    for g in policy.write_only_roots() {
-        rules.push((&g.root, write_only, true));
+    for p in &spec.read {
+        rules.push((p.as_path(), read));
     }
-    for (path, access, warren_owned) in rules {
-        if warren_owned
-            && !path.exists()
-            && let Err(e) = std::fs::create_dir_all(path)
-        {
-            tracing::warn!(agent = %policy.alias(), root = %path.display(), "sandbox root missing and cannot be created ({e}); skipped");
+    for p in &spec.write_only {
+        rules.push((p.as_path(), write_only));
+    }
+    for (path, access) in rules {
+        // A path missing inside the sandbox is simply not granted.
+        let Ok(fd) = PathFd::new(path) else {
             continue;
-        }
-        let fd = match PathFd::new(path) {
-            Ok(fd) => fd,
-            Err(e) => {
-                if warren_owned {
-                    tracing::warn!(agent = %policy.alias(), root = %path.display(), "sandbox root cannot be opened ({e}); skipped");
-                }
-                continue;
-            }
         };
         // Directory rights on a file are refused by the kernel: keep only file rights there.
         let access = if path.is_dir() {
@@ -154,57 +152,13 @@ pub(crate) fn build(policy: &SecurityPolicy) -> Result<RulesetCreated, String> {
         };
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(created)
-}
-
-/// A thread restricted by the agent's ruleset that spawns the agent's children. Landlock
-/// domains are per thread and inherited by children, so every process this thread starts is
-/// confined from its first instruction, without a `pre_exec` hook (and so without `fork`).
-#[derive(Debug)]
-pub(crate) struct Spawner {
-    requests: mpsc::Sender<(Command, mpsc::SyncSender<std::io::Result<Child>>)>,
-}
-
-impl Spawner {
-    /// Starts the thread and waits until it has restricted itself.
-    pub(crate) fn start(ruleset: RulesetCreated) -> Result<Self, String> {
-        let (requests, inbox) =
-            mpsc::channel::<(Command, mpsc::SyncSender<std::io::Result<Child>>)>();
-        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
-        std::thread::Builder::new()
-            .name("warren-landlock-spawner".into())
-            .spawn(move || {
-                let status = match ruleset.restrict_self() {
-                    Ok(s) if s.ruleset != RulesetStatus::NotEnforced => Ok(()),
-                    Ok(_) => Err("the kernel did not enforce the Landlock ruleset".to_string()),
-                    Err(e) => Err(format!("cannot enforce the Landlock ruleset: {e}")),
-                };
-                let ok = status.is_ok();
-                let _ = ready_tx.send(status);
-                if !ok {
-                    return;
-                }
-                for (mut cmd, reply) in inbox {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })
-            .map_err(|e| format!("cannot start the sandbox spawner thread: {e}"))?;
-        ready_rx
-            .recv()
-            .map_err(|_| "the sandbox spawner thread died".to_string())??;
-        Ok(Self { requests })
+    let status = created
+        .restrict_self()
+        .map_err(|e| format!("cannot enforce the Landlock ruleset: {e}"))?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err("the kernel did not enforce the Landlock ruleset".into());
     }
-
-    /// Spawns `cmd` from the restricted thread.
-    pub(crate) fn spawn(&self, cmd: Command) -> Result<std::io::Result<Child>, String> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        self.requests
-            .send((cmd, reply))
-            .map_err(|_| "the sandbox spawner thread stopped".to_string())?;
-        answer
-            .recv()
-            .map_err(|_| "the sandbox spawner thread stopped".to_string())
-    }
+    Ok(())
 }

@@ -1,22 +1,36 @@
-//! The one spawn module (SBX-1..3): every child process the runtime starts for an agent (shell,
-//! git, scripts) is started by [`Sandbox::spawn`], which applies the agent's sandbox backend,
-//! clears the environment down to an explicit list, sets the working directory to the workspace
-//! and closes stdin.
+//! The one spawn module (SBX-1..3, issue 13): every child process the runtime starts for an agent
+//! (shell, git, scripts, later MCP servers) is started by [`Sandbox::spawn`].
 //!
-//! Backends: `landlock` (kernel rules for the workspace and, per tier, the sibling roots; the only
-//! backend that carries the sibling roots exactly, SBX-2), `bubblewrap` (bind mounts: workspace
-//! and read-write roots writable, read-only roots read-only, write-only roots omitted because a
-//! mount cannot be write-only), `firejail` and `docker` (command construction), `noop`. `auto`
-//! picks the strongest available. A backend that was asked for but is unavailable refuses to
-//! start the agent unless the risk profile says `fallback = "noop"` (SBX-3).
+//! Levels (the `Backend` a sandbox uses):
+//! - `full` (what `auto` and `bubblewrap` pick): Debian's `bwrap` builds new user, mount, PID,
+//!   network, IPC, UTS and cgroup namespaces, binds exactly the system set and the agent's roots,
+//!   drops every capability, starts a new session and dies with its parent; inside, the stage
+//!   ([`stage`]) sets rlimits, enforces the agent's Landlock rules (sibling tiers exact, the exec
+//!   allowlist, TCP rules, scopes) and a seccomp filter ([`seccomp`]), then execs the program.
+//!   When the daemon runs as root, `bwrap` and everything below it run as `nobody`.
+//! - `landlock`: a named weaker level, the same stage without namespaces (no PID namespace, so no
+//!   own `/proc` and no survivor kill; host sockets reachable by path). Posture says so.
+//! - `docker`: the runtime container (command construction only).
+//! - `noop`: nothing; never picked by `auto`, and only with `unrestricted = true` on the profile.
+//!
+//! Why `bwrap` rather than our own `clone`/`unshare`: a PID namespace needs an init process that
+//! reaps and exits with the program, the mount namespace needs a new root built from binds, and
+//! all of it has to happen between `fork` and `exec` without allocating. `bwrap` is a small,
+//! audited setuid-free program that does exactly this and is packaged everywhere; the part it
+//! cannot do (Landlock: a Landlock domain forbids `mount`, so it must come after the binds) is
+//! the stage's.
 
 mod landlock_rules;
+mod owner;
+mod seccomp;
+pub mod stage;
 mod wrappers;
 
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use serde::Serialize;
 use warren_config::schema::{SandboxFallback, SandboxKind};
@@ -41,29 +55,83 @@ impl ChildIo {
     }
 }
 
-/// The backend a sandbox actually uses.
+/// The level a sandbox actually uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
+    /// Namespaces (bwrap) + Landlock + seccomp + no capabilities + rlimits.
+    Full,
+    /// Landlock + seccomp + rlimits, no namespaces (weaker, named).
     Landlock,
-    Bubblewrap,
-    Firejail,
     Docker,
     Noop,
+}
+
+/// One layer of the full sandbox. Tests and `warren security selftest --without LAYER` switch a
+/// layer off to show that a probe is live (it escapes without the layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// The empty network namespace.
+    NetNamespace,
+    /// The PID namespace with its own `/proc` (also what kills survivors).
+    PidNamespace,
+    /// The mount namespace's hiding of `/run`, `/var/run`, `/tmp`, `/dev/shm` and homes.
+    HostIpcHidden,
+    /// Landlock file, network and scope rules.
+    Landlock,
+    /// The seccomp filter.
+    Seccomp,
+    /// Landlock EXECUTE only on the allowed commands' binaries.
+    ExecAllowlist,
+    /// Running as `nobody` when the daemon is root.
+    SandboxUser,
+}
+
+impl Layer {
+    pub const ALL: [Layer; 7] = [
+        Layer::NetNamespace,
+        Layer::PidNamespace,
+        Layer::HostIpcHidden,
+        Layer::Landlock,
+        Layer::Seccomp,
+        Layer::ExecAllowlist,
+        Layer::SandboxUser,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::NetNamespace => "net_namespace",
+            Layer::PidNamespace => "pid_namespace",
+            Layer::HostIpcHidden => "host_ipc_hidden",
+            Layer::Landlock => "landlock",
+            Layer::Seccomp => "seccomp",
+            Layer::ExecAllowlist => "exec_allowlist",
+            Layer::SandboxUser => "sandbox_user",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.name() == name)
+    }
 }
 
 /// Why an agent cannot get its sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error(
-        "sandbox '{requested}' of agent '{alias}' is unavailable on this host ({reason}); the agent is not started. \
-         Install it, choose another backend, or set fallback = \"noop\" in its risk profile to run commands unconfined"
+        "sandbox '{requested}' of agent '{alias}' is unavailable on this host ({reason}); the agent's commands cannot run. \
+         Install what is missing (Debian: apt-get install bubblewrap), or choose another level in its risk profile"
     )]
     Unavailable {
         alias: String,
         requested: String,
         reason: String,
     },
+    #[error(
+        "agent '{alias}': sandbox = \"noop\" (or fallback = \"noop\") runs commands unconfined and needs unrestricted = true in its risk profile"
+    )]
+    NoopNotAllowed { alias: String },
     #[error("cannot prepare the sandbox of agent '{alias}': {reason}")]
     Prepare { alias: String, reason: String },
 }
@@ -92,38 +160,51 @@ pub(crate) const SYSTEM_CONFIG_FILES: [&str; 15] = [
 pub const BASE_ENV: [&str; 5] = ["PATH", "HOME", "TMPDIR", "LANG", "TERM"];
 const CHILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// An agent's sandbox: the policy it confines to and the backend chosen for this host.
+/// The uid and gid confined children run as when the daemon runs as root (`nobody`).
+pub const SANDBOX_UID: u32 = 65534;
+
+/// An agent's sandbox: the policy it confines to and the level chosen for this host.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     policy: SecurityPolicy,
     backend: Backend,
     requested: SandboxKind,
     fallback_used: Option<String>,
-    /// The Landlock spawner thread, started on first use and shared by every clone.
-    landlock: Arc<OnceLock<Result<landlock_rules::Spawner, String>>>,
+    disabled: BTreeSet<Layer>,
+    /// The stage spec, built on first use and shared by every clone.
+    spec: Arc<OnceLock<Result<String, String>>>,
+    /// Whether the roots were handed to the sandbox user (daemon as root).
+    handed_over: Arc<OnceLock<Result<(), String>>>,
 }
 
 impl Sandbox {
-    /// Chooses the backend for `policy` on this host (SBX-3).
+    /// Chooses the level for `policy` on this host (SBX-3).
     pub fn for_policy(policy: &SecurityPolicy) -> Result<Self, SandboxError> {
         let requested = policy.sandbox_kind();
+        let alias = || policy.alias().to_string();
+        let noop_used = requested == SandboxKind::Noop || policy.fallback() == SandboxFallback::Noop;
+        if noop_used && !policy.unrestricted() {
+            return Err(SandboxError::NoopNotAllowed { alias: alias() });
+        }
         let pick = |backend| Self {
             policy: policy.clone(),
             backend,
             requested,
             fallback_used: None,
-            landlock: Arc::default(),
+            disabled: BTreeSet::new(),
+            spec: Arc::default(),
+            handed_over: Arc::default(),
         };
         let unavailable = |reason: String| -> Result<Self, SandboxError> {
             if policy.fallback() == SandboxFallback::Noop {
-                tracing::warn!(agent = %policy.alias(), "sandbox {requested:?} unavailable ({reason}); running commands UNCONFINED (fallback = \"noop\")");
+                tracing::warn!(agent = %policy.alias(), "sandbox {requested:?} unavailable ({reason}); running commands UNCONFINED (fallback = \"noop\", unrestricted = true)");
                 Ok(Self {
                     fallback_used: Some(reason),
                     ..pick(Backend::Noop)
                 })
             } else {
                 Err(SandboxError::Unavailable {
-                    alias: policy.alias().to_string(),
+                    alias: alias(),
                     requested: format!("{requested:?}").to_lowercase(),
                     reason,
                 })
@@ -131,32 +212,33 @@ impl Sandbox {
         };
         match requested {
             SandboxKind::Noop => Ok(pick(Backend::Noop)),
-            SandboxKind::Landlock => match landlock_abi() {
-                Some(_) => Ok(pick(Backend::Landlock)),
-                None => unavailable("the kernel has no Landlock support".into()),
-            },
-            SandboxKind::Bubblewrap => match bwrap_status() {
-                Ok(()) => Ok(pick(Backend::Bubblewrap)),
+            SandboxKind::Landlock => match stage_status() {
+                Ok(()) => Ok(pick(Backend::Landlock)),
                 Err(reason) => unavailable(reason),
             },
-            SandboxKind::Firejail => match which("firejail") {
-                Some(_) => Ok(pick(Backend::Firejail)),
-                None => unavailable("`firejail` is not installed".into()),
-            },
+            SandboxKind::Auto | SandboxKind::Bubblewrap => {
+                match stage_status().and_then(|()| bwrap_status()) {
+                    Ok(()) => Ok(pick(Backend::Full)),
+                    Err(reason) => unavailable(reason),
+                }
+            }
             SandboxKind::Docker => match which("docker") {
                 Some(_) => Ok(pick(Backend::Docker)),
                 None => unavailable("`docker` is not installed".into()),
             },
-            SandboxKind::Auto => {
-                if landlock_abi().is_some() {
-                    Ok(pick(Backend::Landlock))
-                } else if bwrap_status().is_ok() {
-                    Ok(pick(Backend::Bubblewrap))
-                } else {
-                    unavailable("neither Landlock nor a working bubblewrap is available".into())
-                }
-            }
         }
+    }
+
+    /// This sandbox with `layer` switched off (tests and the selftest's liveness rows only).
+    #[doc(hidden)]
+    pub fn without(mut self, layer: Layer) -> Self {
+        self.disabled.insert(layer);
+        self.spec = Arc::default();
+        self
+    }
+
+    fn on(&self, layer: Layer) -> bool {
+        !self.disabled.contains(&layer)
     }
 
     pub fn backend(&self) -> Backend {
@@ -167,15 +249,64 @@ impl Sandbox {
         &self.policy
     }
 
-    /// The effective sandbox, for `warren security posture`.
+    /// The effective sandbox, for `warren security posture` and `/api/status`: the level, each
+    /// layer, and what this level does not stop.
     pub fn posture(&self) -> serde_json::Value {
+        let network = self.policy.allow_network();
+        let (layers, not_contained): (serde_json::Value, Vec<&str>) = match self.backend {
+            Backend::Full => (
+                serde_json::json!({
+                    "namespaces": ["user", "mount", "pid", "network", "ipc", "uts", "cgroup"],
+                    "landlock_abi": landlock_abi(),
+                    "seccomp": true,
+                    "capabilities": "all dropped, no_new_privs",
+                    "exec_allowlist": self.exec_allowlist().is_some(),
+                    "rlimits": self.rlimits(),
+                    "runs_as": if is_root() { "nobody (daemon is root)" } else { "the daemon's user, in a user namespace" },
+                }),
+                vec!["the dynamic loader can be named as a program to run any readable binary, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)"],
+            ),
+            Backend::Landlock => (
+                serde_json::json!({
+                    "namespaces": [],
+                    "landlock_abi": landlock_abi(),
+                    "seccomp": true,
+                    "exec_allowlist": self.exec_allowlist().is_some(),
+                    "rlimits": self.rlimits(),
+                }),
+                vec![
+                    "host Unix sockets are reachable by path (no mount namespace)",
+                    "processes that leave the process group survive the call (no PID namespace)",
+                    "/proc shows the host's processes (their cmdline is readable)",
+                    "the child runs with the daemon's uid",
+                ],
+            ),
+            Backend::Docker => (serde_json::json!({"container": wrappers::DOCKER_IMAGE}), vec![]),
+            Backend::Noop => (
+                serde_json::json!({}),
+                vec!["everything: commands run unconfined with the daemon's rights"],
+            ),
+        };
         serde_json::json!({
             "requested": self.requested,
             "active": self.backend,
+            "level": match self.backend {
+                Backend::Full => "full",
+                Backend::Landlock => "landlock (weaker: no namespaces)",
+                Backend::Docker => "docker",
+                Backend::Noop => "none",
+            },
             "fallback_used": self.fallback_used,
             "landlock_abi": landlock_abi(),
-            "carries_sibling_roots": self.backend == Backend::Landlock,
-            "network": if self.policy.allow_network() { "allowed" } else { "denied" },
+            "carries_sibling_roots": matches!(self.backend, Backend::Full | Backend::Landlock),
+            "network": match (self.backend, network) {
+                (Backend::Noop, _) | (_, true) => "allowed",
+                (Backend::Full, false) => "denied (empty network namespace; seccomp allows only AF_UNIX sockets)",
+                (Backend::Landlock, false) => "denied (seccomp allows only AF_UNIX sockets)",
+                (Backend::Docker, false) => "denied (--network none)",
+            },
+            "layers": layers,
+            "not_contained": not_contained,
         })
     }
 
@@ -183,9 +314,8 @@ impl Sandbox {
     /// plus the passthrough list, stdin closed, its own process group (pgid = its pid).
     ///
     /// This is the only way to start an agent's child: there is no unconfined `Command` to get
-    /// hold of. With Landlock, the child is spawned by a thread that restricted itself with the
-    /// agent's ruleset, so the child inherits the domain from its first instruction and std can
-    /// use `posix_spawn` (no `fork` of the daemon, no code between fork and exec).
+    /// hold of. Under `full`, the returned child is `bwrap`; killing it (or its group) ends the
+    /// PID namespace and with it every process the call started.
     pub fn spawn(
         &self,
         program: impl AsRef<OsStr>,
@@ -204,24 +334,51 @@ impl Sandbox {
         io: ChildIo,
         extra_env: &[(OsString, OsString)],
     ) -> Result<Child, SandboxError> {
-        let prepare_err = |reason: String| SandboxError::Prepare {
+        self.spawn_inner(program.as_ref(), args, io, extra_env)
+    }
+
+    fn prepare_err(&self, reason: String) -> SandboxError {
+        SandboxError::Prepare {
             alias: self.policy.alias().to_string(),
             reason,
-        };
+        }
+    }
+
+    fn spawn_inner(
+        &self,
+        program: &OsStr,
+        args: &[OsString],
+        io: ChildIo,
+        extra_env: &[(OsString, OsString)],
+    ) -> Result<Child, SandboxError> {
         self.policy
             .ensure_workspace()
-            .map_err(|e| prepare_err(e.to_string()))?;
-        let program = program.as_ref();
+            .map_err(|e| self.prepare_err(e.to_string()))?;
         let mut cmd = match self.backend {
-            Backend::Landlock | Backend::Noop => {
+            Backend::Noop => {
                 let mut c = Command::new(program);
                 c.args(args);
                 c
             }
-            wrapper => {
-                let argv = wrapper_argv(wrapper, &self.policy, program, args);
+            Backend::Docker => {
+                let argv = wrapper_argv(Backend::Docker, &self.policy, program, args);
                 let mut c = Command::new(&argv[0]);
                 c.args(&argv[1..]);
+                c
+            }
+            Backend::Landlock | Backend::Full => {
+                let exe = stage_exe().map_err(|e| self.prepare_err(e))?;
+                let mut c = if self.backend == Backend::Full {
+                    if self.run_as().is_some() {
+                        self.hand_over_roots()?;
+                    }
+                    let mut c = wrappers::bubblewrap(self, exe, is_root());
+                    c.arg(stage::STAGE_PATH);
+                    c
+                } else {
+                    Command::new(exe)
+                };
+                c.arg(program).args(args);
                 c
             }
         };
@@ -232,25 +389,146 @@ impl Sandbox {
         for (key, value) in extra_env {
             cmd.env(key, value);
         }
+        if matches!(self.backend, Backend::Landlock | Backend::Full) {
+            cmd.env(stage::STAGE_ENV, self.spec()?);
+        }
         cmd.current_dir(self.policy.workspace())
             .stdin(Stdio::null())
             .stdout(io.stdio())
             .stderr(io.stdio());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let spawn_err = |e: std::io::Error| {
-            prepare_err(format!("cannot start {}: {e}", program.to_string_lossy()))
-        };
-        if self.backend != Backend::Landlock {
-            return cmd.spawn().map_err(spawn_err);
+        let spawn_err =
+            |e: std::io::Error| self.prepare_err(format!("cannot start {}: {e}", program.to_string_lossy()));
+        match self.backend {
+            Backend::Noop | Backend::Docker => cmd.spawn().map_err(spawn_err),
+            // From one long-lived thread: bwrap's --die-with-parent follows the spawning thread.
+            Backend::Landlock | Backend::Full => spawner()
+                .spawn(cmd)
+                .map_err(|e| self.prepare_err(e))?
+                .map_err(spawn_err),
         }
-        let spawner = self
-            .landlock
+    }
+
+    /// The stage spec (JSON) of this sandbox, built once.
+    fn spec(&self) -> Result<String, SandboxError> {
+        self.spec
+            .get_or_init(|| self.build_spec())
+            .clone()
+            .map_err(|reason| self.prepare_err(reason))
+    }
+
+    fn build_spec(&self) -> Result<String, String> {
+        let p = &self.policy;
+        // Granted roots are Warren-owned workspace paths: create missing ones so they can be
+        // bound and ruled.
+        for root in p
+            .read_write_roots()
+            .iter()
+            .chain(p.read_only_roots())
+            .chain(p.write_only_roots())
+        {
+            if !root.root.exists()
+                && let Err(e) = std::fs::create_dir_all(&root.root)
+            {
+                return Err(format!("cannot create granted root {}: {e}", root.root.display()));
+            }
+        }
+        let mut full = vec![p.workspace().to_path_buf()];
+        full.extend(p.read_write_roots().iter().map(|g| g.root.clone()));
+        let spec = stage::StageSpec {
+            full,
+            read: p.read_only_roots().iter().map(|g| g.root.clone()).collect(),
+            write_only: p.write_only_roots().iter().map(|g| g.root.clone()).collect(),
+            extra_read: landlock_rules::global_git_config(),
+            exec: if self.on(Layer::ExecAllowlist) {
+                self.exec_allowlist()
+            } else {
+                None
+            },
+            network: p.allow_network(),
+            landlock: self.on(Layer::Landlock),
+            seccomp: self.on(Layer::Seccomp),
+            rlimits: self.rlimits(),
+            run_as: self.run_as(),
+        };
+        serde_json::to_string(&spec).map_err(|e| e.to_string())
+    }
+
+    /// The uid children switch to: `nobody` under the full sandbox when the daemon is root.
+    fn run_as(&self) -> Option<u32> {
+        (self.backend == Backend::Full && is_root() && self.on(Layer::SandboxUser))
+            .then_some(SANDBOX_UID)
+    }
+
+    /// Gives the workspace and the writable granted roots to the sandbox user (once per sandbox),
+    /// so children running as `nobody` can work in them. Walks with directory handles
+    /// (`O_NOFOLLOW`, `AT_SYMLINK_NOFOLLOW`) and changes only root-owned entries with one link, so
+    /// a planted symlink or hard link never hands a file outside the roots over.
+    fn hand_over_roots(&self) -> Result<(), SandboxError> {
+        self.handed_over
             .get_or_init(|| {
-                landlock_rules::build(&self.policy).and_then(landlock_rules::Spawner::start)
+                let p = &self.policy;
+                std::iter::once(p.workspace())
+                    .chain(p.read_write_roots().iter().map(|g| g.root.as_path()))
+                    .chain(p.write_only_roots().iter().map(|g| g.root.as_path()))
+                    .try_for_each(owner::hand_over)
             })
-            .as_ref()
-            .map_err(|reason| prepare_err(reason.clone()))?;
-        spawner.spawn(cmd).map_err(prepare_err)?.map_err(spawn_err)
+            .clone()
+            .map_err(|e| self.prepare_err(e))
+    }
+
+    fn rlimits(&self) -> stage::Rlimits {
+        let p = &self.policy;
+        stage::Rlimits {
+            processes: p.max_processes(),
+            file_size: p.max_file_size_bytes(),
+            cpu_secs: p.max_cpu_secs(),
+        }
+    }
+
+    /// The binaries children may execute: `None` when `allowed_commands` has `*`; otherwise the
+    /// resolved binaries of the allowed commands, the shell the `shell` tool runs, `git` (the
+    /// `git_operations` tool and its hooks) and the dynamic loader.
+    pub fn exec_allowlist(&self) -> Option<Vec<PathBuf>> {
+        let commands = self.policy.allowed_commands();
+        if commands.iter().any(|c| c == "*") {
+            return None;
+        }
+        let mut out: BTreeSet<PathBuf> = BTreeSet::new();
+        let fixed = ["bash", "sh", "git"];
+        for name in commands.iter().map(String::as_str).chain(fixed) {
+            let found = if name.contains('/') {
+                Some(PathBuf::from(name))
+            } else {
+                which(name)
+            };
+            if let Some(path) = found {
+                out.insert(std::fs::canonicalize(&path).unwrap_or(path));
+            }
+        }
+        // git's own helper programs, and the dynamic loaders the kernel opens for every binary.
+        out.insert(PathBuf::from("/usr/lib/git-core"));
+        for dir in ["/lib64", "/usr/lib64", "/lib", "/usr/lib"] {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with("ld-linux") {
+                        let path = e.path();
+                        out.insert(std::fs::canonicalize(&path).unwrap_or(path));
+                    }
+                }
+            }
+        }
+        for triple in ["x86_64-linux-gnu", "aarch64-linux-gnu"] {
+            let dir = Path::new("/usr/lib").join(triple);
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with("ld-linux") {
+                        out.insert(e.path());
+                    }
+                }
+            }
+        }
+        Some(out.into_iter().collect())
     }
 
     /// Runs `program args...` to completion and collects its output (tests, probes).
@@ -280,7 +558,7 @@ impl Sandbox {
             ("TERM".into(), "dumb".into()),
         ];
         for name in self.policy.env_passthrough() {
-            if BASE_ENV.contains(&name.as_str()) {
+            if BASE_ENV.contains(&name.as_str()) || name == stage::STAGE_ENV {
                 continue;
             }
             if let Some(value) = std::env::var_os(name) {
@@ -291,8 +569,80 @@ impl Sandbox {
     }
 }
 
-/// The argv a wrapper backend would run for `program args` (what `Sandbox::command` builds for
-/// `bubblewrap`, `firejail` and `docker`; `landlock` and `noop` run the program itself).
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The executable that runs the stage: this process's own binary.
+fn stage_exe() -> Result<&'static Path, String> {
+    static EXE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        if !stage::linked() {
+            return Err("the sandbox stage is not linked into this binary".into());
+        }
+        std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(Clone::clone)
+}
+
+/// Whether this binary can run the stage and this kernel can enforce it (probed once).
+fn stage_status() -> Result<(), String> {
+    static STATUS: OnceLock<Result<(), String>> = OnceLock::new();
+    STATUS
+        .get_or_init(|| {
+            if landlock_abi().is_none() {
+                return Err("the kernel has no Landlock support".into());
+            }
+            seccomp::program(false).map(|_| ())?;
+            stage_exe().map(|_| ())
+        })
+        .clone()
+}
+
+/// A long-lived thread that spawns every confined child, so `bwrap --die-with-parent` (which
+/// follows the spawning thread, not the process) never fires because a pool thread retired.
+struct Spawner {
+    requests: Mutex<mpsc::Sender<(Command, mpsc::SyncSender<std::io::Result<Child>>)>>,
+}
+
+impl Spawner {
+    fn spawn(&self, cmd: Command) -> Result<std::io::Result<Child>, String> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.requests
+            .lock()
+            .map_err(|_| "the sandbox spawner is poisoned".to_string())?
+            .send((cmd, reply))
+            .map_err(|_| "the sandbox spawner thread stopped".to_string())?;
+        answer
+            .recv()
+            .map_err(|_| "the sandbox spawner thread stopped".to_string())
+    }
+}
+
+fn spawner() -> &'static Spawner {
+    static SPAWNER: OnceLock<Spawner> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (requests, inbox) =
+            mpsc::channel::<(Command, mpsc::SyncSender<std::io::Result<Child>>)>();
+        let started = std::thread::Builder::new()
+            .name("warren-sandbox-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in inbox {
+                    let _ = reply.send(cmd.spawn());
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!("cannot start the sandbox spawner thread: {e}");
+        }
+        Spawner {
+            requests: Mutex::new(requests),
+        }
+    })
+}
+
+/// The argv the docker backend runs for `program args`.
 pub fn wrapper_argv(
     backend: Backend,
     policy: &SecurityPolicy,
@@ -300,10 +650,8 @@ pub fn wrapper_argv(
     args: &[OsString],
 ) -> Vec<OsString> {
     let cmd = match backend {
-        Backend::Bubblewrap => wrappers::bubblewrap(policy, program, args),
-        Backend::Firejail => wrappers::firejail(policy, program, args),
         Backend::Docker => wrappers::docker(policy, program, args),
-        Backend::Landlock | Backend::Noop => {
+        Backend::Full | Backend::Landlock | Backend::Noop => {
             let mut c = Command::new(program);
             c.args(args);
             c
@@ -314,25 +662,26 @@ pub fn wrapper_argv(
         .collect()
 }
 
-/// Whether `bwrap` exists and can build a namespace here (probed once per process).
+/// Whether `bwrap` exists and can build the namespaces here (probed once per process).
 fn bwrap_status() -> Result<(), String> {
     static STATUS: OnceLock<Result<(), String>> = OnceLock::new();
     STATUS
         .get_or_init(|| {
             let bwrap = which("bwrap")
                 .ok_or_else(|| "`bwrap` (bubblewrap) is not installed".to_string())?;
-            let out = Command::new(bwrap)
-                .args([
-                    "--ro-bind",
-                    "/",
-                    "/",
-                    "--unshare-all",
-                    "--die-with-parent",
-                    "true",
-                ])
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| format!("cannot run bwrap: {e}"))?;
+            let mut cmd = Command::new(bwrap);
+            cmd.args([
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-all",
+                "--die-with-parent",
+                "--cap-drop",
+                "ALL",
+                "true",
+            ])
+            .stdin(Stdio::null());
+            let out = cmd.output().map_err(|e| format!("cannot run bwrap: {e}"))?;
             if out.status.success() {
                 Ok(())
             } else {
@@ -345,7 +694,7 @@ fn bwrap_status() -> Result<(), String> {
         .clone()
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     CHILD_PATH
         .split(':')
         .chain(["/usr/sbin", "/sbin"])

@@ -1,18 +1,33 @@
-//! Command construction for the wrapper backends: bubblewrap, firejail and docker. Each returns
-//! the wrapper invocation with the agent's program appended after `--`.
+//! Command construction for the wrapping levels: `bwrap` for the full sandbox, and docker.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::Command;
 
+use super::{Layer, Sandbox};
 use crate::policy::SecurityPolicy;
 
-/// `bwrap` with the workspace and read-write roots bound writable, read-only roots bound
-/// read-only; write-only roots are not bound (a mount cannot be write-only; SBX-2).
-pub(crate) fn bubblewrap(policy: &SecurityPolicy, program: &OsStr, args: &[OsString]) -> Command {
+/// `bwrap` building the full sandbox's namespaces, ending in `--` (the caller appends the stage
+/// path, the program and its arguments). The new root holds only: `/usr` and the `/bin`, `/lib`
+/// links read-only, the system config files of `SYSTEM_CONFIG_FILES`, the operator's global git
+/// config, a private `/proc` (PID namespace), a minimal `/dev`, a private `/tmp`, the stage
+/// executable, and the agent's roots at their own paths (workspace and `ReadWrite` roots
+/// writable, `Read` roots read-only, `Write` roots writable — Landlock inside makes them
+/// write-only). Not `/run`, `/var`, `/home`, `/root`, `/etc/ssl/private` or the rest of `/etc`.
+pub(crate) fn bubblewrap(sandbox: &Sandbox, stage_exe: &Path, privileged: bool) -> Command {
+    let policy = sandbox.policy();
     let mut cmd = Command::new("bwrap");
-    cmd.args(["--die-with-parent", "--new-session", "--unshare-all"]);
-    if policy.allow_network() {
+    cmd.args(["--die-with-parent", "--new-session"]);
+    // As root, bwrap runs privileged (no user namespace) and keeps the capabilities the stage
+    // needs to become `nobody`, which drops them all; otherwise a user namespace, no capabilities.
+    if !privileged {
+        cmd.args(["--unshare-user", "--cap-drop", "ALL"]);
+    }
+    cmd.args(["--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup"]);
+    if sandbox.on(Layer::PidNamespace) {
+        cmd.arg("--unshare-pid");
+    }
+    if policy.allow_network() || !sandbox.on(Layer::NetNamespace) {
         cmd.arg("--share-net");
     }
     cmd.args(["--ro-bind", "/usr", "/usr"]);
@@ -35,7 +50,33 @@ pub(crate) fn bubblewrap(policy: &SecurityPolicy, program: &OsStr, args: &[OsStr
     for p in super::landlock_rules::global_git_config() {
         cmd.arg("--ro-bind-try").arg(&p).arg(&p);
     }
-    cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    if sandbox.on(Layer::PidNamespace) {
+        cmd.args(["--proc", "/proc"]);
+    } else {
+        cmd.args(["--ro-bind", "/proc", "/proc"]);
+    }
+    cmd.args(["--dev", "/dev", "--tmpfs", "/tmp"]);
+    if !sandbox.on(Layer::HostIpcHidden) {
+        for dir in ["/run", "/var/run", "/tmp", "/dev/shm", "/home"] {
+            cmd.args(["--bind-try", dir, dir]);
+        }
+    }
+    cmd.arg("--ro-bind")
+        .arg(stage_exe)
+        .arg(super::stage::STAGE_PATH);
+    // Directories bwrap creates for mount points are 0700 root: the sandbox user could not walk
+    // to its own workspace by absolute path. Create every ancestor of a bound root 0755 first.
+    let mut ancestors = std::collections::BTreeSet::new();
+    for root in std::iter::once(policy.workspace())
+        .chain(policy.read_write_roots().iter().map(|g| g.root.as_path()))
+        .chain(policy.read_only_roots().iter().map(|g| g.root.as_path()))
+        .chain(policy.write_only_roots().iter().map(|g| g.root.as_path()))
+    {
+        ancestors.extend(root.ancestors().skip(1).filter(|a| a.parent().is_some()));
+    }
+    for dir in ancestors {
+        cmd.args(["--perms", "0755", "--dir"]).arg(dir);
+    }
     let bind = |cmd: &mut Command, flag: &str, root: &Path| {
         cmd.arg(flag).arg(root).arg(root);
     };
@@ -46,50 +87,10 @@ pub(crate) fn bubblewrap(policy: &SecurityPolicy, program: &OsStr, args: &[OsStr
     for g in policy.read_only_roots() {
         bind(&mut cmd, "--ro-bind-try", &g.root);
     }
-    cmd.arg("--chdir")
-        .arg(policy.workspace())
-        .arg("--")
-        .arg(program)
-        .args(args);
-    cmd
-}
-
-/// `firejail` confined to the workspace and granted roots (read-only roots `--read-only`).
-pub(crate) fn firejail(policy: &SecurityPolicy, program: &OsStr, args: &[OsString]) -> Command {
-    let mut cmd = Command::new("firejail");
-    cmd.args([
-        "--quiet",
-        "--noprofile",
-        "--private-dev",
-        "--private-tmp",
-        "--nosound",
-        "--no3d",
-        "--caps.drop=all",
-        "--nonewprivs",
-        "--seccomp",
-    ]);
-    if !policy.allow_network() {
-        cmd.arg("--net=none");
+    for g in policy.write_only_roots() {
+        bind(&mut cmd, "--bind-try", &g.root);
     }
-    let mut whitelist = |root: &Path| {
-        let mut a = OsString::from("--whitelist=");
-        a.push(root);
-        cmd.arg(a);
-    };
-    whitelist(policy.workspace());
-    for g in policy
-        .read_write_roots()
-        .iter()
-        .chain(policy.read_only_roots())
-    {
-        whitelist(&g.root);
-    }
-    for g in policy.read_only_roots() {
-        let mut a = OsString::from("--read-only=");
-        a.push(&g.root);
-        cmd.arg(a);
-    }
-    cmd.arg("--").arg(program).args(args);
+    cmd.arg("--chdir").arg(policy.workspace()).arg("--");
     cmd
 }
 

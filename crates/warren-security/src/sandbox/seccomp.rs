@@ -1,0 +1,161 @@
+//! The seccomp filter of every confined child (installed by the stage, after Landlock).
+//!
+//! Refused with `EPERM`:
+//! - `socket`/`socketpair` of every family but `AF_UNIX` when the network is off; with the network
+//!   on, every family but `AF_UNIX`, `AF_INET` and `AF_INET6`, and `IPPROTO_MPTCP` in any family
+//!   (raw, packet, netlink and vsock sockets are refused in both cases);
+//! - `io_uring_*` (its operations, sockets included, bypass seccomp);
+//! - new namespaces and namespace entry (`unshare`, `setns`, `clone` with `CLONE_NEW*` flags,
+//!   and `clone3` answers `ENOSYS`, since its flags sit behind a pointer seccomp cannot read);
+//! - kernel-facing calls no agent command needs: `ptrace`, `process_vm_readv/writev`, `bpf`,
+//!   `perf_event_open`, `userfaultfd`, `keyctl`/`add_key`/`request_key`, `mount` and friends,
+//!   `pivot_root`, `chroot`, module and kexec calls, `reboot`, `swapon/off`, `acct`, `quotactl`.
+//!
+//! x32 system-call numbers (bit 30 set) are listed too, so the x32 ABI is no way around it; other
+//! architectures fail the filter's architecture check.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+
+const IPPROTO_MPTCP: u64 = 262;
+const CLONE_NEW_FLAGS: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWCGROUP) as u64;
+
+/// Compiles the filter for this host's architecture.
+pub(crate) fn program(network: bool) -> Result<BpfProgram, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let cond = |arg: u8, op: Op, value: u64| {
+        SeccompCondition::new(arg, Len::Dword, op, value).map_err(|e| e.to_string())
+    };
+    let rule = |conds: Vec<SeccompCondition>| SeccompRule::new(conds).map_err(|e| e.to_string());
+
+    // Family rules: one rule per refused shape (rules of a syscall are OR-ed, conditions AND-ed).
+    let mut family = vec![cond(0, Op::Ne, libc::AF_UNIX as u64)?];
+    if network {
+        family.push(cond(0, Op::Ne, libc::AF_INET as u64)?);
+        family.push(cond(0, Op::Ne, libc::AF_INET6 as u64)?);
+    }
+    let socket_rules = vec![rule(family)?, rule(vec![cond(2, Op::Eq, IPPROTO_MPTCP)?])?];
+
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+        rules.insert(nr, socket_rules.clone());
+    }
+    // `clone` is refused when any CLONE_NEW* bit is set: MaskedEq(flags) != 0 cannot be written
+    // directly, so each bit gets its own rule.
+    let clone_rules = (0..64)
+        .map(|bit| 1u64 << bit)
+        .filter(|b| CLONE_NEW_FLAGS & b != 0)
+        .map(|b| {
+            SeccompCondition::new(0, Len::Qword, Op::MaskedEq(b), b)
+                .map_err(|e| e.to_string())
+                .and_then(|c| rule(vec![c]))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+    for nr in [
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_fsconfig,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_kexec_load,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+    ] {
+        rules.insert(nr, Vec::new());
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_kexec_file_load, Vec::new());
+        // The same calls through the x32 ABI.
+        const X32: i64 = 0x4000_0000;
+        let native: Vec<(i64, Vec<SeccompRule>)> =
+            rules.iter().map(|(nr, r)| (*nr, r.clone())).collect();
+        for (nr, r) in native {
+            rules.insert(nr | X32, r);
+        }
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// `clone3` answers `ENOSYS` (not `EPERM`), so libc falls back to `clone`, whose flags the main
+/// filter can read.
+fn clone3_program() -> Result<BpfProgram, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(libc::SYS_clone3, Vec::new());
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_clone3 | 0x4000_0000, Vec::new());
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// Installs the filters on the calling thread (sets `no_new_privs` first).
+pub(crate) fn install(network: bool) -> Result<(), String> {
+    let clone3 = clone3_program()?;
+    let main = program(network)?;
+    seccompiler::apply_filter(&clone3).map_err(|e| e.to_string())?;
+    seccompiler::apply_filter(&main).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_compiles_for_both_network_settings() {
+        for network in [false, true] {
+            let p = program(network).unwrap_or_default();
+            assert!(p.len() > 40, "filter has {} instructions", p.len());
+        }
+    }
+}
