@@ -57,11 +57,22 @@ pub(crate) struct Inner {
     pub sandbox: SandboxKind,
     pub fallback: SandboxFallback,
     pub allow_network: bool,
+    pub limits: ChildLimits,
     pub env_passthrough: Vec<String>,
     pub shell_timeout: Duration,
     pub allowed_tools: Option<Vec<String>>,
     pub runtime_kind: RuntimeKind,
     pub root_cache: RootCache,
+}
+
+/// What the profile allows a child process: `unrestricted` (needed for a noop sandbox) and its
+/// rlimits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChildLimits {
+    pub unrestricted: bool,
+    pub max_processes: u64,
+    pub max_file_size_bytes: u64,
+    pub max_cpu_secs: u64,
 }
 
 /// Canonical forms of existing roots and directory handles on them, memoised per policy (not
@@ -196,6 +207,12 @@ impl SecurityPolicy {
                 sandbox: risk.sandbox,
                 fallback: risk.fallback,
                 allow_network: risk.allow_network,
+                limits: ChildLimits {
+                    unrestricted: risk.unrestricted,
+                    max_processes: risk.max_processes.max(1),
+                    max_file_size_bytes: risk.max_file_size_mb.max(1).saturating_mul(1 << 20),
+                    max_cpu_secs: risk.max_cpu_secs.max(1),
+                },
                 env_passthrough: risk.env_passthrough.clone(),
                 shell_timeout: Duration::from_secs(risk.shell_timeout_secs.max(1)),
                 allowed_tools: risk.allowed_tools.clone(),
@@ -256,6 +273,19 @@ impl SecurityPolicy {
     }
     pub fn allow_network(&self) -> bool {
         self.inner.allow_network
+    }
+    /// Whether the profile allows running commands unconfined (`sandbox`/`fallback = "noop"`).
+    pub fn unrestricted(&self) -> bool {
+        self.inner.limits.unrestricted
+    }
+    pub fn max_processes(&self) -> u64 {
+        self.inner.limits.max_processes
+    }
+    pub fn max_file_size_bytes(&self) -> u64 {
+        self.inner.limits.max_file_size_bytes
+    }
+    pub fn max_cpu_secs(&self) -> u64 {
+        self.inner.limits.max_cpu_secs
     }
     pub fn env_passthrough(&self) -> &[String] {
         &self.inner.env_passthrough
