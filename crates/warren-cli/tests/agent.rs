@@ -230,3 +230,78 @@ fn supervised_writes_without_a_terminal_are_denied() -> R {
     assert!(stdout.contains("Done."));
     Ok(())
 }
+
+/// SESS-1 (issue 14): a session belongs to the agent that started it. Agent `bee` naming
+/// `main`'s session is refused before anything is loaded: bee's provider never sees main's
+/// conversation, nothing is appended, and the error names the owner. Default keys are per
+/// agent, so the two agents' default sessions never meet; the operator still reads both.
+#[test]
+fn another_agents_session_is_refused_and_names_the_owner_sess1() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&format!(
+        "{}\n[agents.bee]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n",
+        config(&fake)
+    ))?;
+    fake.push(FakeReply::text("noted"));
+    ok(
+        &root,
+        &[
+            "agent",
+            "-a",
+            "main",
+            "--session",
+            "private-a",
+            "-m",
+            "my password is HUNTER2",
+        ],
+    )?;
+    let before = fake.requests().len();
+
+    let out = root.run(
+        bin(),
+        &[
+            "agent",
+            "-a",
+            "bee",
+            "--session",
+            "private-a",
+            "-m",
+            "what was said before?",
+        ],
+    )?;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("error: session 'private-a' belongs to agent 'main'"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("HUNTER2") && !stderr.contains("HUNTER2"));
+    assert_eq!(fake.requests().len(), before, "bee's provider was called");
+    let shown = ok(&root, &["sessions", "show", "private-a"])?;
+    assert!(
+        shown.contains("HUNTER2") && !shown.contains("what was said before"),
+        "{shown}"
+    );
+
+    // Default keys are derived per channel and agent: each agent gets its own session.
+    fake.push(FakeReply::text("main here"));
+    fake.push(FakeReply::text("bee here"));
+    ok(&root, &["agent", "-a", "main", "-m", "ZEBRA-ONE"])?;
+    ok(&root, &["agent", "-a", "bee", "-m", "two"])?;
+    let bee_request = fake.requests().last().cloned().ok_or("no request")?;
+    assert!(
+        !bee_request.body.to_string().contains("ZEBRA-ONE"),
+        "{}",
+        bee_request.body
+    );
+    let list = ok(&root, &["sessions", "list"])?;
+    assert!(
+        list.contains("cli-main") && list.contains("cli-bee"),
+        "{list}"
+    );
+    // The operator reaches every agent's sessions.
+    assert!(ok(&root, &["sessions", "search", "HUNTER2"])?.contains("private-a"));
+    ok(&root, &["sessions", "delete", "cli-bee", "--agent", "bee"])?;
+    Ok(())
+}

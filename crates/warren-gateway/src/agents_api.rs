@@ -214,6 +214,7 @@ fn turn_error(route: &str, e: &TurnError) -> ApiError {
     let (status, code) = match e {
         TurnError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
         TurnError::Unconfigured { .. } => (StatusCode::CONFLICT, "agent_unconfigured"),
+        TurnError::SessionOwned(_) => (StatusCode::CONFLICT, "session_owned_by_other_agent"),
         TurnError::Cost(CostError::LimitReached { .. }) => {
             (StatusCode::TOO_MANY_REQUESTS, "cost_limit_reached")
         }
@@ -346,6 +347,12 @@ pub(crate) async fn chat(
         .acquire(&key)
         .await
         .map_err(|e| queue_error(ROUTE, &e))?;
+    // SESS-1: another agent's session is refused before the response starts (409, SSE too).
+    warren_runtime::sessions::claim(&sessions, &key, &alias, GATEWAY_CHANNEL)
+        .await
+        .map_err(TurnError::from)
+        .and_then(|owned| owned.map_err(TurnError::from))
+        .map_err(|e| turn_error(ROUTE, &e))?;
     let cancel = host.cancel_token().clone();
 
     let turn = GatewayTurn {

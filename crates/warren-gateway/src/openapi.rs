@@ -316,7 +316,7 @@ fn responses(access: Access) -> Value {
             );
             r["409"] = with_description(
                 &error,
-                "config.toml changed on disk, ambiguous id, or agent exists / lacks a provider",
+                "config.toml changed on disk, ambiguous id, agent exists / lacks a provider, or the session belongs to another agent",
             );
             r["413"] = json!({"description": "body larger than 64 KiB"});
             r["429"] = with_description(

@@ -201,7 +201,7 @@ pub const ROUTES: &[Route] = &[
         method: "POST",
         path: "/api/agents/{alias}/chat",
         access: Access::Token,
-        summary: "One user turn (JSON; SSE events delta/notice/tool_call/approval/tool_result/done/error with Accept: text/event-stream); session queue full = 429, timed out = 408",
+        summary: "One user turn (JSON; SSE events delta/notice/tool_call/approval/tool_result/done/error with Accept: text/event-stream); a session of another agent = 409 session_owned_by_other_agent; session queue full = 429, timed out = 408",
         request: Some(r#"{"message": "hello", "session": "http-main"}"#),
         handler: || post(crate::agents_api::chat),
     },

@@ -687,3 +687,75 @@ async fn a_request_over_its_time_limit_gets_408() {
         "{err}"
     );
 }
+
+/// SESS-1 (issue 14): agent `bee` naming `main`'s session is refused with 409 before anything
+/// is loaded or appended, over JSON and SSE alike; the message names the owner. Without a
+/// session, each agent gets its own default key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_agents_session_is_refused_with_409_sess1() {
+    let f = fixture("[agents.bee]\nprovider = \"demo\"\nrisk_profile = \"test\"\n");
+    let (status, answer) = f
+        .call(
+            "POST",
+            "/api/agents/main/chat",
+            Some(json!({"message": "my password is HUNTER2", "session": "private-a"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+
+    let body = json!({"message": "what was said before?", "session": "private-a"});
+    let (status, err) = f
+        .call("POST", "/api/agents/bee/chat", Some(body.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert_eq!(err["error"], "session_owned_by_other_agent", "{err}");
+    let message = err["message"].as_str().unwrap();
+    assert!(
+        message.contains("session 'private-a' belongs to agent 'main'"),
+        "{message}"
+    );
+    assert!(!err.to_string().contains("HUNTER2"));
+
+    let response = f
+        .app()
+        .oneshot({
+            let mut r = request(&f.token, "POST", "/api/agents/bee/chat", Some(body));
+            r.headers_mut()
+                .insert("accept", "text/event-stream".parse().unwrap());
+            r
+        })
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let err: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(err["error"], "session_owned_by_other_agent", "{err}");
+
+    // Nothing of bee's reached main's session, and bee has no session of its own yet.
+    let (status, history) = f
+        .call("GET", "/api/agents/main/sessions/private-a", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    let messages = history["messages"].as_array().unwrap();
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["content"] != "what was said before?"),
+        "{history}"
+    );
+    let (_, bee) = f.call("GET", "/api/agents/bee/sessions", None).await;
+    assert_eq!(bee["count"], 0, "{bee}");
+
+    // Default keys are per agent.
+    let (status, answer) = f
+        .call(
+            "POST",
+            "/api/agents/bee/chat",
+            Some(json!({"message": "hi"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["session"], "http-bee");
+}

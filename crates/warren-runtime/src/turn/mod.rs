@@ -24,7 +24,7 @@ use warren_config::{Config, InstallRoot};
 use warren_core::{AgentAlias, ChatMessage, SessionKey, ToolCall, ToolDefinition, Usage};
 use warren_memory::MemoryStores;
 use warren_providers::{ChatRequest, EventSink, ProviderError, Route, StreamEvent};
-use warren_store::sessions::{NewMessage, Page, SessionError, SessionHandle, SessionInit};
+use warren_store::sessions::{NewMessage, Page, SessionError, SessionHandle};
 
 use crate::agent::{AgentError, AgentKit};
 use crate::approval::Approver;
@@ -94,6 +94,8 @@ pub enum TurnError {
     Cost(#[from] CostError),
     #[error(transparent)]
     Session(#[from] SessionError),
+    #[error(transparent)]
+    SessionOwned(#[from] crate::sessions::SessionOwned),
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error("agent '{alias}' has no {what}: set agents.{alias}.{what} in config.toml")]
@@ -323,13 +325,8 @@ impl AgentRunner {
         cancel: &CancelToken,
         events: TurnEvents,
     ) -> Result<TurnOutcome, TurnError> {
-        let init = SessionInit {
-            agent: Some(self.alias.clone()),
-            channel: Some(channel.to_string()),
-            name: None,
-        };
-        let k = key.clone();
-        sessions.run(move |b| b.ensure(&k, &init)).await?;
+        // SESS-1: another agent's session is refused before its history is loaded.
+        crate::sessions::claim(sessions, key, &self.alias, channel).await??;
         // The prompt (identity files off the async workers, memory recall) is built while
         // the session's history loads.
         let (loaded, system) = tokio::join!(
