@@ -29,7 +29,6 @@ risk_profile = "sleepy"
 [risk_profiles.sleepy]
 autonomy = "full"
 allowed_commands = ["sleep"]
-fallback = "noop"
 
 [providers.s]
 kind = "script"
@@ -226,7 +225,6 @@ risk_profile = "ask"
 
 [risk_profiles.ask]
 autonomy = "supervised"
-fallback = "noop"
 
 [providers.s]
 kind = "script"

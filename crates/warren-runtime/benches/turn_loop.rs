@@ -81,7 +81,7 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
     // Valgrind does not know the Landlock syscalls; the profiling run uses the noop sandbox
     // (the no-op tool starts no process, so the backend plays no part in the round).
     let extra = if std::env::var_os("WARREN_BENCH_ONLY").is_some() {
-        format!("{extra}[risk_profiles.k]\nsandbox = \"noop\"\n")
+        format!("{extra}[risk_profiles.k]\nsandbox = \"noop\"\nunrestricted = true\n")
     } else {
         format!("{extra}[risk_profiles.k]\n")
     };

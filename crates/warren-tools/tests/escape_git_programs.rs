@@ -246,8 +246,11 @@ fn read_refuses_include_path_outside_the_grant_perm3() {
     fs::write(&outside, "[leak]\n\tsecret = SECRET-stranger\n").expect("outside config");
     config(&repo, "include.path", outside.to_str().expect("utf-8"));
     assert!(git_ok(&repo, &["config", "leak.secret"]).contains("SECRET-stranger"));
-    let msg = denied(read(&f, "main", "status", &repo));
-    assert!(!msg.contains("SECRET-stranger"), "{msg}");
+    // The full sandbox does not even mount the stranger's workspace, so git finds nothing to
+    // include (it skips a missing include); with Landlock alone the read is refused. Either way
+    // the stranger's text never reaches the agent.
+    let out = format!("{:?}", read(&f, "main", "status", &repo));
+    assert!(!out.contains("SECRET-stranger"), "{out}");
 }
 
 #[test]
@@ -262,6 +265,7 @@ fn include_outside_the_grant_is_refused_by_warren_without_a_kernel_sandbox_perm3
     let tool = tool_with(&f, |config| {
         let profile = config.risk_profiles.entry("default".into()).or_default();
         profile.sandbox = warren_config::schema::SandboxKind::Noop;
+        profile.unrestricted = true;
     });
     let msg = denied(run(&tool, json!({"operation": "status", "path": "repo"})));
     assert!(
@@ -282,8 +286,11 @@ fn read_refuses_include_if_outside_the_grant_perm3() {
         outside.to_str().expect("utf-8"),
     );
     assert!(git_ok(&repo, &["config", "leak.secret"]).contains("SECRET-stranger"));
-    let msg = denied(read(&f, "main", "log", &repo));
-    assert!(!msg.contains("SECRET-stranger"), "{msg}");
+    // The full sandbox does not even mount the stranger's workspace, so git finds nothing to
+    // include (it skips a missing include); with Landlock alone the read is refused. Either way
+    // the stranger's text never reaches the agent.
+    let out = format!("{:?}", read(&f, "main", "log", &repo));
+    assert!(!out.contains("SECRET-stranger"), "{out}");
 }
 
 // ---- transport and promisor objects (GIT-7) -----------------------------------------------------
@@ -481,6 +488,7 @@ fn repo_config_file_paths_outside_the_grant_are_refused_perm3() {
     let tool = tool_with(&f, |config| {
         let profile = config.risk_profiles.entry("default".into()).or_default();
         profile.sandbox = warren_config::schema::SandboxKind::Noop;
+        profile.unrestricted = true;
     });
     let msg = denied(run(&tool, json!({"operation": "status", "path": "repo"})));
     assert!(msg.contains("stranger"), "{msg}");

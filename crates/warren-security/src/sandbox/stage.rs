@@ -67,10 +67,25 @@ fn maybe_run() {
         fail("no program to run");
     };
     let rest: Vec<OsString> = args.collect();
-    let spec: StageSpec = match serde_json::from_str(&spec.to_string_lossy()) {
+    let mut spec: StageSpec = match serde_json::from_str(&spec.to_string_lossy()) {
         Ok(s) => s,
         Err(e) => fail(&format!("bad stage spec: {e}")),
     };
+    // The program the daemon starts (bash for the shell tool, git for git_operations) is always
+    // executable; what it starts in turn must be on the list.
+    if let Some(exec) = spec.exec.as_mut() {
+        let path = std::path::Path::new(&program);
+        // git_operations writes keep the repository's hooks (GIT-8): for a git child the
+        // workspace and read-write roots stay executable (hooks still start only listed programs).
+        if path.file_name().is_some_and(|n| n == "git") {
+            exec.extend(spec.full.iter().cloned());
+        }
+        if path.is_absolute() {
+            exec.push(path.to_path_buf());
+        } else if let Some(found) = super::which(&program.to_string_lossy()) {
+            exec.push(found);
+        }
+    }
     let err = run(&spec, program, &rest);
     fail(&err);
 }

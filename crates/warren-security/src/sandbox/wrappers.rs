@@ -46,10 +46,6 @@ pub(crate) fn bubblewrap(sandbox: &Sandbox, stage_exe: &Path, privileged: bool) 
     for file in super::SYSTEM_CONFIG_FILES {
         cmd.args(["--ro-bind-try", file, file]);
     }
-    // The operator's global git config files (commit identity, GIT-5), read-only.
-    for p in super::landlock_rules::global_git_config() {
-        cmd.arg("--ro-bind-try").arg(&p).arg(&p);
-    }
     if sandbox.on(Layer::PidNamespace) {
         cmd.args(["--proc", "/proc"]);
     } else {
@@ -74,8 +70,17 @@ pub(crate) fn bubblewrap(sandbox: &Sandbox, stage_exe: &Path, privileged: bool) 
     {
         ancestors.extend(root.ancestors().skip(1).filter(|a| a.parent().is_some()));
     }
+    let global_git = super::landlock_rules::global_git_config();
+    for file in &global_git {
+        ancestors.extend(file.ancestors().skip(1).filter(|a| a.parent().is_some()));
+    }
     for dir in ancestors {
         cmd.args(["--perms", "0755", "--dir"]).arg(dir);
+    }
+    // The operator's global git config files (commit identity, GIT-5), read-only; nothing else of
+    // that home directory.
+    for p in &global_git {
+        cmd.arg("--ro-bind-try").arg(p).arg(p);
     }
     let bind = |cmd: &mut Command, flag: &str, root: &Path| {
         cmd.arg(flag).arg(root).arg(root);

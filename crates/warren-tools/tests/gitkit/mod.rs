@@ -18,9 +18,12 @@ use warren_tools::{GitOperations, Tool, ToolError, ToolOutput};
 
 use crate::common::{self, Fixture};
 
-/// Plain git in `dir`, exactly as an operator would run it (no Warren guard at all).
+/// Plain git in `dir`, exactly as an operator would run it (no Warren guard at all). As root,
+/// the workspace belongs to the sandbox user (`nobody`), so the operator's git is told the
+/// directory is safe, as `git config --global safe.directory` would.
 pub fn git(dir: &Path, args: &[&str]) -> Output {
     Command::new("git")
+        .args(["-c", "safe.directory=*"])
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
