@@ -650,7 +650,8 @@ fn an_unavailable_sandbox_stops_the_agent_unless_noop_fallback_sbx3() {
     config.risk_profiles.insert(
         "default".into(),
         warren_config::schema::RiskProfile {
-            sandbox: warren_config::schema::SandboxKind::Firejail,
+            // No Docker engine runs on this host.
+            sandbox: warren_config::schema::SandboxKind::Docker,
             ..Default::default()
         },
     );
@@ -662,12 +663,23 @@ fn an_unavailable_sandbox_stops_the_agent_unless_noop_fallback_sbx3() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(
-        err.contains("firejail") && err.contains("not started") && err.contains("fallback"),
+        err.contains("docker") && err.contains("unavailable") && err.contains("cannot run"),
         "{err}"
     );
     let mut with_fallback = config.clone();
     if let Some(p) = with_fallback.risk_profiles.get_mut("default") {
         p.fallback = warren_config::schema::SandboxFallback::Noop;
+    }
+    let policy =
+        warren_security::SecurityPolicy::for_agent(&with_fallback, &f.root, &common::alias("main"))
+            .expect("policy");
+    let err = warren_security::sandbox::Sandbox::for_policy(&policy)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("unrestricted = true"), "a noop fallback needs unrestricted: {err}");
+    if let Some(p) = with_fallback.risk_profiles.get_mut("default") {
+        p.unrestricted = true;
     }
     let policy =
         warren_security::SecurityPolicy::for_agent(&with_fallback, &f.root, &common::alias("main"))
