@@ -5,15 +5,15 @@
 //! decision, so any symlink found at open time was swapped in after the check: the kernel refuses
 //! it (`ELOOP`) instead of following it out of the root. Writes are atomic: a temp file in the
 //! target directory, fsync, `renameat` over the target, fsync of the directory; parent directories
-//! are created only after the check, one `mkdirat` at a time under the same handles.
+//! are created only after the check, one `mkdirat` at a time under the same handles. Both steps
+//! are `warren_config::confined`'s, shared with the daemon's own handles ([`crate::confined_dir`]).
 
-use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
 use crate::paths::{Resolved, Tier};
 
@@ -34,6 +34,12 @@ pub enum ConfinedError {
     NotAFile { path: String },
     #[error("{path}: no such file")]
     NotFound { path: String },
+    #[error(
+        "{path}: has {links} hard links; Warren refuses to read hard-linked files anywhere, even in \
+         the agent's own workspace, because another name of the same file may lie outside the \
+         agent's readable roots (PERM-6)"
+    )]
+    HardLinked { path: String, links: u64 },
     #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
 }
@@ -99,7 +105,9 @@ fn open_root(resolved: &Resolved) -> Result<RootFd, ConfinedError> {
     .map_err(io_err(&resolved.root))
 }
 
-/// Reads the whole file at an allowed path, refusing files over `limit` bytes.
+/// Reads the whole file at an allowed path, refusing files over `limit` bytes and regular files
+/// with more than one hard link, wherever they are (PERM-6; the count is `fstat` of the opened
+/// descriptor, i.e. of the very inode that is read, not of a path looked up beside it).
 pub fn read(resolved: &Resolved, limit: u64) -> Result<Vec<u8>, ConfinedError> {
     let root = open_root(resolved)?;
     let rel = relative_or_dot(resolved);
@@ -117,6 +125,13 @@ pub fn read(resolved: &Resolved, limit: u64) -> Result<Vec<u8>, ConfinedError> {
     if kind != FileType::RegularFile && !device {
         return Err(ConfinedError::NotAFile {
             path: resolved.path.display().to_string(),
+        });
+    }
+    // PERM-6: the link count of the opened file, not of a path stat'ed beside it.
+    if kind == FileType::RegularFile && stat.st_nlink > 1 {
+        return Err(ConfinedError::HardLinked {
+            path: resolved.path.display().to_string(),
+            links: u64::from(stat.st_nlink),
         });
     }
     let size = u64::try_from(stat.st_size).unwrap_or(0);
@@ -173,48 +188,9 @@ pub fn write_atomic(
         });
     };
     let dir = open_dir_chain(root.into_owned(resolved)?, parent, create_parents, path)?;
-    let mode = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-            Mode::from_raw_mode(st.st_mode) & Mode::from_raw_mode(0o7777)
-        }
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
-            return Err(ConfinedError::SymlinkSwapped {
-                path: path.display().to_string(),
-            });
-        }
-        Ok(_) => {
-            return Err(ConfinedError::NotAFile {
-                path: path.display().to_string(),
-            });
-        }
-        Err(rustix::io::Errno::NOENT) => Mode::from_raw_mode(0o644),
-        Err(e) => return Err(io_err(path)(e)),
-    };
-    let temp = temp_name(name);
-    let fd = rustix::fs::openat(
-        &dir,
-        &temp,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        mode,
-    )
-    .map_err(io_err(path))?;
-    let result = (|| {
-        let mut file = File::from(fd);
-        file.write_all(bytes).map_err(|source| ConfinedError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        file.sync_all().map_err(|source| ConfinedError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        rustix::fs::renameat(&dir, &temp, &dir, name).map_err(io_err(path))?;
-        rustix::fs::fsync(&dir).map_err(io_err(path))
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&dir, &temp, AtFlags::empty());
-    }
-    result
+    // The one atomic write (warren_config::confined): a link at the target is ELOOP, another
+    // kind of file ENXIO, mapped like every other errno here.
+    warren_config::confined::write_replacing(&dir, name, bytes).map_err(io_err(path))
 }
 
 /// Opens `parent` under `root` one component at a time (creating missing ones if asked).
@@ -231,26 +207,7 @@ fn open_dir_chain(
                 path: full.display().to_string(),
             });
         };
-        let open = |dir: &OwnedFd| {
-            rustix::fs::openat2(
-                dir,
-                name,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-                RESOLVE,
-            )
-        };
-        dir = match open(&dir) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) if create => {
-                match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                    Err(e) => return Err(io_err(full)(e)),
-                }
-                open(&dir).map_err(io_err(full))?
-            }
-            Err(e) => return Err(io_err(full)(e)),
-        };
+        dir = warren_config::confined::open_subdir(&dir, name, create).map_err(io_err(full))?;
     }
     Ok(dir)
 }
@@ -262,13 +219,4 @@ fn relative_or_dot(resolved: &Resolved) -> &Path {
     } else {
         rel
     }
-}
-
-fn temp_name(name: &OsStr) -> std::ffi::OsString {
-    let mut buf = [0u8; 8];
-    let _ = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
-    let mut temp = std::ffi::OsString::from(".");
-    temp.push(name);
-    temp.push(format!(".warren-tmp-{:016x}", u64::from_ne_bytes(buf)));
-    temp
 }

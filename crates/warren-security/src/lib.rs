@@ -6,11 +6,14 @@
 //! - [`confined`]: file access through directory handles opened on the allowed roots
 //!   (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so a symlink swapped in between the
 //!   check and the use cannot escape.
+//! - [`confined_dir`]: the daemon's own handles on agent-writable directories (identity files,
+//!   Markdown memory, later delegate results, skills, MCP config): no link is followed below them.
 //! - [`command`]: the shell command policy (allowlist, risk tiers, path-touching arguments).
 //! - [`sandbox`]: the one spawn module; every child process an agent starts is built here.
 
 pub mod command;
 pub mod confined;
+pub mod confined_dir;
 pub mod narrow;
 pub mod paths;
 mod policy;

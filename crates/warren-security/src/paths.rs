@@ -1,9 +1,21 @@
 //! Every path decision of the permission model (PERM-3..6), in one place.
 //!
-//! A model-supplied path is first *resolved*: made absolute against the workspace, then walked
-//! component by component with `lstat`, following symlinks (including `/proc/self/root`,
-//! `/proc/self/cwd` and `/proc/self/fd/N`, which are symlinks too) with a hop budget, and keeping a
-//! tail of components that do not exist yet. The canonical result is then decided:
+//! A model-supplied path is decided in two steps:
+//!
+//! 1. **Lexically**, before the path is touched at all: it is made absolute against the
+//!    workspace and normalised (`.` dropped, `..` popped), then compared with the allowed roots
+//!    (each in its canonical and its configured form). A path outside every root the access
+//!    allows is refused here with a message computed from the request and the config alone, so
+//!    the refusal is the same whether the path exists, is a file, a directory or a symlink, and
+//!    never names a link's target: no existence, type or symlink-target oracle on other agents'
+//!    files.
+//! 2. **Physically**, only for a path lexically inside an allowed root: it is walked component
+//!    by component with `lstat`, following symlinks (including `/proc/self/root`,
+//!    `/proc/self/cwd` and `/proc/self/fd/N`, which are symlinks too) with a hop budget, keeping
+//!    a tail of components that do not exist yet. The walk never `lstat`s a path that is neither
+//!    inside an allowed root nor an ancestor of one: a symlink or `..` leading anywhere else ends
+//!    it with ONE fixed message ([`SecurityPolicy::escaped`]), whatever lies there. The canonical
+//!    result is decided again:
 //!
 //! | resolved path under        | `can_read`            | `can_write`                        |
 //! |----------------------------|-----------------------|------------------------------------|
@@ -16,8 +28,9 @@
 //! | a forbidden path           | no                    | no                                 |
 //! | anywhere else              | only if `unrestricted_filesystem` | same                   |
 //!
-//! Every refusal names the path and the grant that is missing. Nothing here opens a file for
-//! I/O: [`crate::confined`] does that through handles on the root a decision returns.
+//! Every refusal names the path as given and the grant that is missing. Nothing here opens a
+//! file for I/O: [`crate::confined`] does that through handles on the root a decision returns
+//! (and refuses to read any hard-linked file, PERM-6).
 
 use std::fmt;
 use std::io;
@@ -104,7 +117,22 @@ impl Denied {
 impl SecurityPolicy {
     /// Resolves `raw` to a canonical absolute path (see the module docs). Refuses NUL bytes,
     /// empty and over-long paths, symlink loops, and `..` below a component that does not exist.
+    /// Makes no permission decision and follows links anywhere: call it only on a path a
+    /// decision ([`Self::can_read`], [`Self::can_write`]) already allowed.
     pub fn resolve(&self, raw: &Path) -> Result<PathBuf, Denied> {
+        let absolute = self.absolute(raw)?;
+        if let Some(fast) = resolve_fast(&absolute) {
+            return Ok(fast);
+        }
+        resolve_components(&absolute, &|_| true).map_err(|walk| match walk {
+            Walk::Failed(reason) => Denied::new(raw, reason),
+            Walk::Left => Denied::new(raw, "cannot be resolved"),
+        })
+    }
+
+    /// `raw` made absolute against the workspace, after refusing empty, NUL-bearing and
+    /// over-long paths. Touches nothing.
+    fn absolute(&self, raw: &Path) -> Result<PathBuf, Denied> {
         let bytes = raw.as_os_str().as_bytes();
         if bytes.is_empty() {
             return Err(Denied::new(raw, "empty path"));
@@ -118,22 +146,19 @@ impl SecurityPolicy {
                 format!("path is longer than {MAX_PATH_BYTES} bytes"),
             ));
         }
-        let absolute = if raw.is_absolute() {
+        Ok(if raw.is_absolute() {
             raw.to_path_buf()
         } else {
             self.workspace().join(raw)
-        };
-        if let Some(fast) = resolve_fast(&absolute) {
-            return Ok(fast);
-        }
-        resolve_components(&absolute).map_err(|reason| Denied::new(raw, reason))
+        })
     }
 
     /// Walks the absolute `raw` component by component with `lstat` WITHOUT following any
     /// symlink (GIT-4: repository metadata must be symlink-free, even when a link's target would
     /// be allowed). `..` pops the walked prefix, which is physical because no link was followed.
     /// Returns the canonical path and its file type, `Ok(None)` when some component does not
-    /// exist, or a refusal naming the symlink. No permission decision is made here.
+    /// exist, or a refusal naming the symlink. No permission decision is made here: decide
+    /// first ([`Self::can_read`]), so that a path outside the roots is never walked.
     pub fn resolve_no_symlinks(
         &self,
         raw: &Path,
@@ -188,14 +213,12 @@ impl SecurityPolicy {
 
     /// May the agent read `raw`? Returns the resolved path and its root, or why not.
     pub fn can_read(&self, raw: &Path) -> Result<Resolved, Denied> {
-        let path = self.resolve(raw)?;
-        self.decide(raw, path, Access::Read)
+        self.allow(raw, Access::Read)
     }
 
     /// May the agent write `raw` (create, replace, or remove it)?
     pub fn can_write(&self, raw: &Path) -> Result<Resolved, Denied> {
-        let path = self.resolve(raw)?;
-        let resolved = self.decide(raw, path, Access::Write)?;
+        let resolved = self.allow(raw, Access::Write)?;
         if resolved.tier != Tier::Workspace
             && resolved.tier != Tier::Device
             && let Ok(meta) = std::fs::symlink_metadata(&resolved.path)
@@ -220,139 +243,186 @@ impl SecurityPolicy {
         self.can_write(raw)
     }
 
-    fn decide(&self, raw: &Path, path: PathBuf, access: Access) -> Result<Resolved, Denied> {
-        let ok = |root: PathBuf, tier| {
-            let root_handle = if tier == Tier::Device || tier == Tier::Unrestricted {
-                None
-            } else {
-                self.inner.root_cache.handle(&root)
-            };
-            Ok(Resolved {
-                path: path.clone(),
-                root,
-                tier,
-                root_handle,
-            })
+    /// The two-step decision of the module docs.
+    fn allow(&self, raw: &Path, access: Access) -> Result<Resolved, Denied> {
+        let absolute = self.absolute(raw)?;
+        // 1. Lexically: a path outside every allowed root is refused before it is touched.
+        self.classify(&lexical(&absolute), access)
+            .map_err(|reason| Denied::new(raw, reason))?;
+        // 2. Physically, never stepping onto a path outside the roots and their ancestors.
+        let path = match resolve_fast(&absolute) {
+            Some(fast) => fast,
+            None => {
+                let visible =
+                    |p: &Path| self.classify(p, access).is_ok() || self.is_root_ancestor(p);
+                resolve_components(&absolute, &visible).map_err(|walk| match walk {
+                    Walk::Failed(reason) => Denied::new(raw, reason),
+                    Walk::Left => self.escaped(raw, access),
+                })?
+            }
         };
+        let (root, tier) = self
+            .classify(&path, access)
+            .map_err(|_| self.escaped(raw, access))?;
+        let root_handle = if tier == Tier::Device || tier == Tier::Unrestricted {
+            None
+        } else {
+            self.inner.root_cache.handle(&root)
+        };
+        Ok(Resolved {
+            path,
+            root,
+            tier,
+            root_handle,
+        })
+    }
+
+    /// The one refusal of a path that is lexically inside an allowed root but leads out of the
+    /// allowed set through a symlink or `..`: the same words whatever is there, so it reveals
+    /// neither a link's target nor whether anything exists where it points.
+    fn escaped(&self, raw: &Path, access: Access) -> Denied {
+        let alias = self.alias();
+        let allowed = match (self.workspace_only(), access) {
+            (true, Access::Read) => "its workspace and its Read and ReadWrite grants",
+            (true, Access::Write) => "its workspace and its Write and ReadWrite grants",
+            (false, _) => "anything outside the install root and its forbidden paths",
+        };
+        Denied::new(
+            raw,
+            format!(
+                "a symbolic link or '..' on this path leads outside what agent '{alias}' may {} \
+                 ({allowed}); Warren does not follow it there or say where it leads (PERM-6)",
+                access.verb()
+            ),
+        )
+    }
+
+    /// Which root and tier allow `path` for `access`, or why none does. Compares `path` with
+    /// the roots (each in its canonical and its configured form) and never touches `path`, so a
+    /// refusal says nothing about what is on the disk there.
+    fn classify(&self, path: &Path, access: Access) -> Result<(PathBuf, Tier), String> {
         if let Some(device) = READABLE_DEVICES.iter().find(|d| path == Path::new(d)) {
             if access == Access::Read || *device == "/dev/null" {
-                return ok(PathBuf::from("/dev"), Tier::Device);
+                return Ok((PathBuf::from("/dev"), Tier::Device));
             }
-            return Err(Denied::new(raw, format!("{device} is readable only")));
+            return Err(format!("{device} is readable only"));
         }
-        let workspace = self.canonical_root(self.workspace());
-        if path.starts_with(&workspace) {
-            return ok(workspace, Tier::Workspace);
+        if let Some(root) = self.root_containing(self.workspace(), path) {
+            return Ok((root, Tier::Workspace));
         }
         let under = |grants: &'_ [Grant]| -> Option<(Grant, PathBuf)> {
             grants
                 .iter()
-                .map(|g| (g.clone(), self.canonical_root(&g.root)))
-                .find(|(_, r)| path.starts_with(r))
+                .find_map(|g| self.root_containing(&g.root, path).map(|r| (g.clone(), r)))
         };
         let alias = self.alias();
         match access {
             Access::Read => {
                 if let Some((g, _)) = under(self.write_only_roots()) {
-                    return Err(Denied::new(
-                        raw,
-                        format!(
-                            "agent '{alias}' has only a Write grant on '{}'; reading it is not allowed \
-                             (change it to [agents.{alias}.workspace.access] {} = \"ReadWrite\")",
-                            g.alias, g.alias
-                        ),
+                    return Err(format!(
+                        "agent '{alias}' has only a Write grant on '{}'; reading it is not allowed \
+                         (change it to [agents.{alias}.workspace.access] {} = \"ReadWrite\")",
+                        g.alias, g.alias
                     ));
                 }
                 if let Some((_, r)) = under(self.read_write_roots()) {
-                    return ok(r, Tier::ReadWrite);
+                    return Ok((r, Tier::ReadWrite));
                 }
                 if let Some((_, r)) = under(self.read_only_roots()) {
-                    return ok(r, Tier::ReadOnly);
+                    return Ok((r, Tier::ReadOnly));
                 }
             }
             Access::Write => {
                 if let Some((_, r)) = under(self.read_write_roots()) {
-                    return ok(r, Tier::ReadWrite);
+                    return Ok((r, Tier::ReadWrite));
                 }
                 if let Some((_, r)) = under(self.write_only_roots()) {
-                    return ok(r, Tier::WriteOnly);
+                    return Ok((r, Tier::WriteOnly));
                 }
                 if let Some((g, _)) = under(self.read_only_roots()) {
-                    return Err(Denied::new(
-                        raw,
-                        format!(
-                            "agent '{alias}' has only a Read grant on '{}'; writing is not allowed \
-                             (change it to [agents.{alias}.workspace.access] {} = \"ReadWrite\")",
-                            g.alias, g.alias
-                        ),
+                    return Err(format!(
+                        "agent '{alias}' has only a Read grant on '{}'; writing is not allowed \
+                         (change it to [agents.{alias}.workspace.access] {} = \"ReadWrite\")",
+                        g.alias, g.alias
                     ));
                 }
             }
         }
         let verb = access.verb();
         // A sibling's workspace without a grant: name the grant that would allow it.
-        if let Some(sibling) = self.sibling_owning(&path) {
+        if let Some(sibling) = self.sibling_owning(path) {
             let level = if access == Access::Read {
                 "Read"
             } else {
                 "Write"
             };
-            return Err(Denied::new(
-                raw,
-                format!(
-                    "it is in agent '{sibling}''s workspace and agent '{alias}' has no {level} grant on '{sibling}' \
-                     (add [agents.{alias}.workspace.access] {sibling} = \"{level}\")"
-                ),
+            return Err(format!(
+                "it is in agent '{sibling}''s workspace and agent '{alias}' has no {level} grant on '{sibling}' \
+                 (add [agents.{alias}.workspace.access] {sibling} = \"{level}\")"
             ));
         }
         // The install root holds config, secrets and every store: never reachable by tools.
-        if let Some(install) = self.install_root()
-            && path.starts_with(&install)
+        if let Some(install) = self.workspace().ancestors().nth(3)
+            && let Some(install) = self.root_containing(install, path)
         {
-            return Err(Denied::new(
-                raw,
-                format!(
-                    "it is part of the Warren install root {} (config, secrets, data); no tool may {verb} it",
-                    install.display()
-                ),
+            return Err(format!(
+                "it is part of the Warren install root {} (config, secrets, data); no tool may {verb} it",
+                install.display()
             ));
         }
-        if let Some(f) = self.forbidden_paths().iter().find(|f| path.starts_with(f)) {
-            return Err(Denied::new(
-                raw,
-                format!(
-                    "{} is a forbidden path of agent '{alias}''s risk profile",
-                    f.display()
-                ),
+        if let Some(f) = self
+            .forbidden_paths()
+            .iter()
+            .find(|f| self.root_containing(f, path).is_some())
+        {
+            return Err(format!(
+                "{} is a forbidden path of agent '{alias}''s risk profile",
+                f.display()
             ));
         }
         if self.workspace_only() {
-            return Err(Denied::new(
-                raw,
-                format!(
-                    "{} is outside agent '{alias}''s workspace {} and its grants \
-                     (set [agents.{alias}.workspace] unrestricted_filesystem = true to allow it)",
-                    path.display(),
-                    workspace.display()
-                ),
+            return Err(format!(
+                "it is outside agent '{alias}''s workspace {} and its grants \
+                 (set [agents.{alias}.workspace] unrestricted_filesystem = true to allow it)",
+                self.workspace().display()
             ));
         }
-        ok(PathBuf::from("/"), Tier::Unrestricted)
+        Ok((PathBuf::from("/"), Tier::Unrestricted))
     }
 
-    /// `<install>` derived from the workspace `<install>/agents/<alias>/workspace`.
-    pub(crate) fn install_root(&self) -> Option<PathBuf> {
-        self.workspace()
-            .parent()?
-            .parent()?
-            .parent()
-            .map(|p| self.canonical_root(p))
+    /// The form of `root` that contains `path`: its canonical form, or the configured form
+    /// normalised lexically (a model may name a root through a symlinked prefix of it).
+    fn root_containing(&self, root: &Path, path: &Path) -> Option<PathBuf> {
+        let canonical = self.canonical_root(root);
+        if path.starts_with(&canonical) {
+            return Some(canonical);
+        }
+        let configured = lexical(root);
+        (configured.is_absolute() && path.starts_with(&configured)).then_some(configured)
+    }
+
+    /// Whether `path` is an allowed root or lies on the way to one (`/`, `/home`, ...): the walk
+    /// may `lstat` those, since what they are is already in the config.
+    fn is_root_ancestor(&self, path: &Path) -> bool {
+        let grants = self
+            .read_write_roots()
+            .iter()
+            .chain(self.read_only_roots())
+            .chain(self.write_only_roots())
+            .map(|g| g.root.as_path());
+        Path::new("/dev").starts_with(path)
+            || std::iter::once(self.workspace())
+                .chain(grants)
+                .any(|r| self.canonical_root(r).starts_with(path) || lexical(r).starts_with(path))
     }
 
     /// The sibling whose workspace contains `path`, if any (for error messages).
     fn sibling_owning(&self, path: &Path) -> Option<String> {
-        let agents = self.canonical_root(self.workspace().parent()?.parent()?);
-        let rest = path.strip_prefix(&agents).ok()?;
+        let agents = self.workspace().parent()?.parent()?;
+        let rest = path
+            .strip_prefix(self.canonical_root(agents))
+            .or_else(|_| path.strip_prefix(lexical(agents)))
+            .ok()?;
         let mut parts = rest.components();
         let name = parts.next()?.as_os_str().to_string_lossy().into_owned();
         (parts.next()?.as_os_str() == "workspace").then_some(name)
@@ -382,13 +452,30 @@ impl SecurityPolicy {
             return hit;
         }
         let canonical = resolve_fast(root)
-            .or_else(|| resolve_components(root).ok())
+            .or_else(|| resolve_components(root, &|_| true).ok())
             .unwrap_or_else(|| root.to_path_buf());
         if canonical.is_dir() {
             self.inner.root_cache.put(root, &canonical);
         }
         canonical
     }
+}
+
+/// `path` normalised without touching the disk: `.` dropped, `..` pops (never above `/`).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if out.parent().is_some() {
+                    out.pop();
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// One `openat2(O_PATH, RESOLVE_NO_SYMLINKS)`: when it succeeds and the path has no `.` or `..`
@@ -411,8 +498,18 @@ fn resolve_fast(absolute: &Path) -> Option<PathBuf> {
     .map(|_| absolute.components().collect())
 }
 
+/// Why a walk stopped.
+enum Walk {
+    /// The walk reached a path it may not look at (see [`resolve_components`]).
+    Left,
+    /// A failure about a path the walk was allowed to look at.
+    Failed(String),
+}
+
 /// Walks `absolute` component by component, following symlinks, tolerating a missing tail.
-fn resolve_components(absolute: &Path) -> Result<PathBuf, String> {
+/// Every path is offered to `visible` before it is `lstat`ed; the walk stops with
+/// [`Walk::Left`] at the first one refused, so nothing about it can show in the result.
+fn resolve_components(absolute: &Path, visible: &dyn Fn(&Path) -> bool) -> Result<PathBuf, Walk> {
     let mut pending: Vec<std::ffi::OsString> = Vec::new();
     push_components(&mut pending, absolute);
     pending.reverse(); // a stack: next component at the end
@@ -429,7 +526,9 @@ fn resolve_components(absolute: &Path) -> Result<PathBuf, String> {
         }
         if part == ".." {
             if missing {
-                return Err("'..' after a component that does not exist cannot be resolved".into());
+                return Err(Walk::Failed(
+                    "'..' after a component that does not exist cannot be resolved".into(),
+                ));
             }
             out.pop();
             continue;
@@ -439,16 +538,20 @@ fn resolve_components(absolute: &Path) -> Result<PathBuf, String> {
             out = candidate;
             continue;
         }
+        if !visible(&candidate) {
+            return Err(Walk::Left);
+        }
         match std::fs::symlink_metadata(&candidate) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 hops += 1;
                 if hops > MAX_SYMLINK_HOPS {
-                    return Err(format!(
+                    return Err(Walk::Failed(format!(
                         "too many symbolic links (more than {MAX_SYMLINK_HOPS})"
-                    ));
+                    )));
                 }
-                let target = std::fs::read_link(&candidate)
-                    .map_err(|e| format!("cannot read symlink {}: {e}", candidate.display()))?;
+                let target = std::fs::read_link(&candidate).map_err(|e| {
+                    Walk::Failed(format!("cannot read symlink {}: {e}", candidate.display()))
+                })?;
                 let mut parts = Vec::new();
                 push_components(&mut parts, &target);
                 pending.extend(parts.into_iter().rev());
@@ -459,9 +562,17 @@ fn resolve_components(absolute: &Path) -> Result<PathBuf, String> {
                 out = candidate;
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
-                return Err(format!("{} is not a directory", out.display()));
+                return Err(Walk::Failed(format!(
+                    "{} is not a directory",
+                    out.display()
+                )));
             }
-            Err(e) => return Err(format!("cannot resolve {}: {e}", candidate.display())),
+            Err(e) => {
+                return Err(Walk::Failed(format!(
+                    "cannot resolve {}: {e}",
+                    candidate.display()
+                )));
+            }
         }
     }
     Ok(out)
@@ -475,5 +586,23 @@ fn push_components(out: &mut Vec<std::ffi::OsString>, path: &Path) {
             Component::ParentDir => "..".into(),
             Component::Normal(n) => n.to_os_string(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_normalisation_never_touches_the_disk_and_stops_at_the_root() {
+        for (raw, want) in [
+            ("/a/b/../c/./d", "/a/c/d"),
+            ("/a/../../../etc", "/etc"),
+            ("/", "/"),
+            ("/a/b/..", "/a"),
+            ("/missing/file.txt/../x", "/missing/x"),
+        ] {
+            assert_eq!(lexical(Path::new(raw)), PathBuf::from(want), "{raw}");
+        }
     }
 }

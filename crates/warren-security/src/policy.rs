@@ -333,6 +333,7 @@ impl SecurityPolicy {
             "write_only": i.write_only,
             "forbidden_paths": i.forbidden_paths,
             "allowed_commands": i.allowed_commands,
+            "exec_capable": self.exec_capable_allowed(),
             "allowed_tools": i.allowed_tools,
             "allow_network": i.allow_network,
             "env_passthrough": i.env_passthrough,

@@ -1,6 +1,8 @@
 //! Architecture gates (STYLE "one seam per decision"): child processes are started only by the
-//! sandbox module, file tools reach the disk only through `confined`, and install-root paths are
-//! joined only in `InstallRoot`. Each gate is first shown to fire on a planted violation.
+//! sandbox module, file tools reach the disk only through `confined`, daemon-side access to
+//! agent-writable places goes only through confined handles (`confined_dir`), and install-root
+//! paths are joined only in `InstallRoot`. Each gate is first shown to fire on a planted
+//! violation.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -168,5 +170,264 @@ fn the_workspace_passes_every_gate() {
         found.is_empty(),
         "architecture gates broken:\n{}",
         found.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Daemon-side file access (PERM-6, issue 13 deliverable 6).
+//
+// The rule, concretely:
+// 1. In every crate not listed in `NOT_DAEMON_SIDE` — warren-memory, warren-runtime,
+//    warren-tools today, and any crate added later (delegate results, skills, MCP config) —
+//    shipped code uses no plain file-system API (`PLAIN_FS`): agent-writable places are reached
+//    through `warren_security::confined_dir::ConfinedDir` (or `warren_config::confined` below
+//    warren-security). The modules in `PLAIN_FS_ALLOWED` are the exceptions, each touching only
+//    daemon-owned paths that `InstallRoot` names, with the reason beside it.
+// 2. Everywhere (allowed modules and exempt crates too, except the homes of the confined
+//    handles and the test kit), a line that uses a plain file-system API may not name a
+//    workspace (`workspace`, `ws`), unless the module is in `WORKSPACE_FS_ALLOWED`.
+// ---------------------------------------------------------------------------------------------
+
+/// Crates that are not daemon-side code over agent-writable places, and why.
+const NOT_DAEMON_SIDE: &[(&str, &str)] = &[
+    ("warren-core", "vocabulary only, no I/O"),
+    (
+        "warren-config",
+        "the install root's own files (config, secrets); home of the confined handles",
+    ),
+    (
+        "warren-security",
+        "path decisions, the confined handles and the sandbox themselves",
+    ),
+    (
+        "warren-store",
+        "each store opens its own file at an InstallRoot path under data/",
+    ),
+    (
+        "warren-providers",
+        "the script provider reads the script file the config names",
+    ),
+    (
+        "warren-gateway",
+        "its own state files at InstallRoot paths (devices.db, gateway.json)",
+    ),
+    (
+        "warren-cli",
+        "the front end: files the user names on the command line, the install root",
+    ),
+    ("warren-testkit", "test fixtures (a dev-dependency only)"),
+];
+
+/// Modules of daemon-side crates that may use a plain file-system API, and why.
+const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
+    (
+        "crates/warren-memory/src/sqlite.rs",
+        "data/memory/memory.db (InstallRoot::memory_db), opened by SQLite",
+    ),
+    (
+        "crates/warren-runtime/src/appendfile.rs",
+        "append-only daemon files under data/state (cost ledger, runtime trace)",
+    ),
+    (
+        "crates/warren-runtime/src/cost.rs",
+        "the cost ledger and its lock under data/state",
+    ),
+    (
+        "crates/warren-runtime/src/trace.rs",
+        "its own rotated trace files under data/state",
+    ),
+    (
+        "crates/warren-runtime/src/daemon.rs",
+        "daemon.lock and daemon.json under data/",
+    ),
+    (
+        "crates/warren-runtime/src/lifecycle/",
+        "the lifecycle journal under data/, archives under data/agents/_deleted/, and whole-workspace moves (see WORKSPACE_FS_ALLOWED)",
+    ),
+];
+
+/// Modules that may apply a plain file-system API to a workspace path, and why.
+const WORKSPACE_FS_ALLOWED: &[(&str, &str)] = &[(
+    "crates/warren-runtime/src/lifecycle/",
+    "rename/delete/restore move, archive and checksum an agent's whole workspace while the \
+     agent is stopped; links are copied as links (lstat first), never followed. Still to move \
+     onto confined handles: the copy and checksum open files by path after the lstat.",
+)];
+
+/// Where the gates do not look at all: the homes of the confined handles, and fixtures.
+const FS_GATE_HOMES: &[&str] = &[
+    "crates/warren-config/",
+    "crates/warren-security/",
+    "crates/warren-testkit/",
+];
+
+/// The plain file-system API of the gate: `std::fs`/`tokio::fs` (any `fs::` path but rustix's),
+/// `File`/`OpenOptions` opens, and the `Path` methods that touch the disk. (`is_file`/`is_dir`
+/// are left out: they also name `FileType` methods.)
+fn plain_fs(line: &str) -> Option<&'static str> {
+    let code = line.replace("rustix::fs::", "");
+    [
+        "fs::",
+        "File::open",
+        "File::create",
+        "File::options",
+        "OpenOptions",
+        ".read_dir(",
+        ".metadata(",
+        ".symlink_metadata(",
+        ".canonicalize(",
+        ".read_link(",
+        ".exists()",
+        ".try_exists(",
+    ]
+    .into_iter()
+    .find(|p| code.contains(p))
+}
+
+/// Whether a line names a workspace path (`workspace`, `agent_workspace`, `ws`...).
+fn names_workspace(line: &str) -> bool {
+    line.to_ascii_lowercase().contains("workspace")
+        || line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == "ws" || w.starts_with("ws_") || w.ends_with("_ws"))
+}
+
+fn listed(file: &str, list: &[(&str, &str)]) -> bool {
+    list.iter().any(|(prefix, _)| file.starts_with(prefix))
+}
+
+/// Lines of one source file (shipped part: before `#[cfg(test)]`) that break the rule.
+fn daemon_fs_violations_in(file: &str, source: &str) -> Vec<String> {
+    if FS_GATE_HOMES.iter().any(|h| file.starts_with(h)) {
+        return Vec::new();
+    }
+    let crate_name = file
+        .strip_prefix("crates/")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default();
+    let daemon_side = !NOT_DAEMON_SIDE.iter().any(|(c, _)| *c == crate_name);
+    let shipped = source.split("#[cfg(test)]").next().unwrap_or(source);
+    let mut out = Vec::new();
+    for (n, line) in shipped.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        let Some(api) = plain_fs(line) else {
+            continue;
+        };
+        let why = if daemon_side && !listed(file, PLAIN_FS_ALLOWED) {
+            "daemon-side code reaches agent-writable places only through confined handles \
+             (warren_security::confined_dir); add the module to PLAIN_FS_ALLOWED only if it \
+             touches nothing but InstallRoot's own files"
+        } else if names_workspace(line) && !listed(file, WORKSPACE_FS_ALLOWED) {
+            "a workspace path is opened with a plain file-system API; use a ConfinedDir on the \
+             workspace (warren_security::confined_dir)"
+        } else {
+            continue;
+        };
+        out.push(format!(
+            "{file}:{}: `{api}` in `{}` — {why} (PERM-6)",
+            n + 1,
+            line.trim()
+        ));
+    }
+    out
+}
+
+/// Every break of the daemon-side file rule in the crates under `root/crates`.
+fn daemon_fs_violations(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_sources(&root.join("crates"), &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .replace("\\", "/");
+        let source = fs::read_to_string(&file).unwrap_or_default();
+        found.extend(daemon_fs_violations_in(&rel, &source));
+    }
+    found
+}
+
+#[test]
+fn daemon_side_file_access_goes_through_confined_handles_perm6() {
+    let found = daemon_fs_violations(&workspace_root());
+    assert!(
+        found.is_empty(),
+        "daemon-side file gate broken:\n{}",
+        found.join("\n")
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+    let entries = fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    for entry in entries.flatten() {
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if src.is_dir() {
+            copy_dir(&src, &dst);
+        } else {
+            fs::copy(&src, &dst).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        }
+    }
+}
+
+/// Prepends `code` to `file` (so it lands before any `#[cfg(test)]`).
+fn plant(file: &Path, code: &str) {
+    let source = fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    fs::write(file, format!("{code}\n{source}"))
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+}
+
+/// The gate run on a copy of real crates: clean, it passes; with a plain `std::fs` read of a
+/// workspace path planted — in a daemon module, in a module allowed plain `std::fs` for its
+/// own files, and in a crate added later — it fails, naming the planted line.
+#[test]
+fn the_daemon_side_file_gate_fails_on_a_planted_std_fs_call_perm6() {
+    const PLANTED: &str = "fn planted(workspace: &std::path::Path) -> String { \
+        std::fs::read_to_string(workspace.join(\"x\")).unwrap_or_default() }";
+    let real = workspace_root();
+    let copies = [
+        ("warren-memory", "markdown.rs"),
+        ("warren-memory", "sqlite.rs"),
+        ("warren-runtime", "prompt.rs"),
+    ];
+    for (krate, module) in copies {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let src = Path::new("crates").join(krate).join("src");
+        copy_dir(&real.join(&src), &tmp.path().join(&src));
+        assert_eq!(
+            daemon_fs_violations(tmp.path()),
+            Vec::<String>::new(),
+            "the clean copy of {krate} passes"
+        );
+        plant(&tmp.path().join(&src).join(module), PLANTED);
+        let found = daemon_fs_violations(tmp.path());
+        let want = format!("crates/{krate}/src/{module}:1: `fs::`");
+        assert!(
+            found.len() == 1 && found[0].starts_with(&want),
+            "planted call in {krate}/{module} not caught: {found:?}"
+        );
+    }
+    // A crate added later is daemon-side unless listed otherwise.
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let lib = tmp.path().join("crates/warren-skills/src/lib.rs");
+    fs::create_dir_all(lib.parent().unwrap_or(tmp.path())).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(&lib, "//! Skills.\n").unwrap_or_else(|e| panic!("{e}"));
+    assert!(daemon_fs_violations(tmp.path()).is_empty());
+    plant(
+        &lib,
+        "fn f(ws: &std::path::Path) -> bool { ws.join(\"SKILL.md\").exists() }",
+    );
+    assert_eq!(daemon_fs_violations(tmp.path()).len(), 1);
+    // Rustix calls, comments and test modules are not plain file-system use.
+    assert!(
+        daemon_fs_violations_in(
+            "crates/warren-tools/src/x.rs",
+            "// std::fs::read(workspace)\nfn f() { rustix::fs::fsync(fd); }\n#[cfg(test)]\nmod t { fn g() { std::fs::read(\"workspace\"); } }"
+        )
+        .is_empty()
     );
 }

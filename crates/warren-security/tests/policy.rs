@@ -379,3 +379,56 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn roots_named_through_a_symlinked_install_root_decide_alike_perm3() {
+    // The install root is reached through a symlink: the model may name a root by its
+    // configured (symlinked) form, its canonical form, or relative to the workspace. The first
+    // decision is lexical, so each form must be recognised without resolving the path.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let real = dir.path().join("real");
+    std::fs::create_dir_all(&real).expect("real");
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).expect("symlink");
+    let root = InstallRoot::at(dir.path().join("link/w"));
+    root.ensure_layout().expect("layout");
+    std::fs::write(root.config_file(), CONFIG).expect("config");
+    let config = ConfigStore::load(root.clone())
+        .expect("valid")
+        .snapshot()
+        .config()
+        .clone();
+    let p = SecurityPolicy::for_agent(&config, &root, &alias("main")).expect("policy");
+    p.ensure_workspace().expect("workspace");
+    for sibling in ["docs", "inbox"] {
+        let ws = root.agent_workspace(&alias(sibling));
+        std::fs::create_dir_all(&ws).expect("sibling");
+        std::fs::write(ws.join("f"), "x").expect("file");
+    }
+    let canonical = real.join("w/agents/docs/workspace/f");
+    for path in [
+        root.agent_workspace(&alias("docs")).join("f"),
+        canonical.clone(),
+        PathBuf::from("../../docs/workspace/f"),
+    ] {
+        assert_eq!(
+            p.can_read(&path).map(|r| (r.tier, r.path)),
+            Ok((Tier::ReadOnly, canonical.clone())),
+            "{}",
+            path.display()
+        );
+    }
+    let refusals: Vec<_> = [
+        root.agent_workspace(&alias("inbox")).join("f"),
+        real.join("w/agents/inbox/workspace/f"),
+        real.join("w/agents/inbox/workspace/missing/../f"),
+    ]
+    .iter()
+    .map(|path| p.can_read(path).map_err(|d| d.reason).map(|r| r.tier))
+    .collect();
+    let refused = Err(
+        "agent 'main' has only a Write grant on 'inbox'; reading it is not allowed \
+         (change it to [agents.main.workspace.access] inbox = \"ReadWrite\")"
+            .to_string(),
+    );
+    assert_eq!(refusals, vec![refused.clone(), refused.clone(), refused]);
+}

@@ -23,6 +23,7 @@
 mod landlock_rules;
 mod owner;
 mod seccomp;
+pub mod selftest;
 pub mod stage;
 mod wrappers;
 
@@ -334,7 +335,22 @@ impl Sandbox {
         io: ChildIo,
         extra_env: &[(OsString, OsString)],
     ) -> Result<Child, SandboxError> {
-        self.spawn_inner(program.as_ref(), args, io, extra_env)
+        self.spawn_inner(program.as_ref(), args, io, extra_env, None)
+    }
+
+    /// Runs a selftest probe inside this sandbox and returns what it printed.
+    pub(crate) fn spawn_probe(&self, probe: &selftest::ProbeSpec) -> Result<Vec<u8>, SandboxError> {
+        if matches!(self.backend, Backend::Noop | Backend::Docker) {
+            return Err(self.prepare_err("probes run only under the full and landlock levels".into()));
+        }
+        let mut spec: serde_json::Value = serde_json::from_str(&self.spec()?)
+            .map_err(|e| self.prepare_err(e.to_string()))?;
+        spec["probe"] = serde_json::to_value(probe).map_err(|e| self.prepare_err(e.to_string()))?;
+        let out = self
+            .spawn_inner(OsStr::new("probe"), &[], ChildIo::Piped, &[], Some(spec.to_string()))?
+            .wait_with_output()
+            .map_err(|e| self.prepare_err(format!("waiting for the probe failed: {e}")))?;
+        Ok(out.stdout)
     }
 
     fn prepare_err(&self, reason: String) -> SandboxError {
@@ -350,6 +366,7 @@ impl Sandbox {
         args: &[OsString],
         io: ChildIo,
         extra_env: &[(OsString, OsString)],
+        spec_override: Option<String>,
     ) -> Result<Child, SandboxError> {
         self.policy
             .ensure_workspace()
@@ -390,7 +407,11 @@ impl Sandbox {
             cmd.env(key, value);
         }
         if matches!(self.backend, Backend::Landlock | Backend::Full) {
-            cmd.env(stage::STAGE_ENV, self.spec()?);
+            let spec = match spec_override {
+                Some(s) => s,
+                None => self.spec()?,
+            };
+            cmd.env(stage::STAGE_ENV, spec);
         }
         cmd.current_dir(self.policy.workspace())
             .stdin(Stdio::null())
@@ -450,6 +471,7 @@ impl Sandbox {
             seccomp: self.on(Layer::Seccomp),
             rlimits: self.rlimits(),
             run_as: self.run_as(),
+            probe: None,
         };
         serde_json::to_string(&spec).map_err(|e| e.to_string())
     }

@@ -47,6 +47,9 @@ pub(crate) struct StageSpec {
     /// The uid and gid to become before Landlock (the daemon runs as root: `bwrap` ran
     /// privileged and kept the capabilities the switch needs; the switch drops them all).
     pub run_as: Option<u32>,
+    /// A selftest probe to perform instead of running a program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<super::selftest::ProbeSpec>,
 }
 
 /// Resource limits of one child (from the risk profile).
@@ -118,6 +121,10 @@ fn run(spec: &StageSpec, program: OsString, args: &[OsString]) -> String {
         && let Err(e) = super::seccomp::install(spec.network)
     {
         return format!("cannot install the seccomp filter: {e}");
+    }
+    if let Some(probe) = &spec.probe {
+        println!("{}", super::selftest::in_stage(probe));
+        std::process::exit(0);
     }
     use std::os::unix::process::CommandExt;
     let err = std::process::Command::new(&program)

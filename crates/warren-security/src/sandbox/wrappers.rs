@@ -43,6 +43,8 @@ pub(crate) fn bubblewrap(sandbox: &Sandbox, stage_exe: &Path, privileged: bool) 
             Err(_) => {}
         }
     }
+    // bwrap makes mount-point parents 0700: `/etc` must be walkable by the sandbox user.
+    cmd.args(["--perms", "0755", "--dir", "/etc"]);
     for file in super::SYSTEM_CONFIG_FILES {
         cmd.args(["--ro-bind-try", file, file]);
     }

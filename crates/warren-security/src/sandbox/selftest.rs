@@ -1,0 +1,484 @@
+//! The escape matrix of `warren security selftest` (issue 13): each probe performs one attack
+//! from inside the agent's real sandbox, on this kernel, and the daemon side judges whether it
+//! got out. Network probes aim at listeners the selftest opens on the host's loopback, so an
+//! escape is a datagram or connection that actually arrived, not a guess from an error code.
+//!
+//! Most probes run in the stage itself after confinement (no program needed, exact syscalls);
+//! `survivors` runs `/bin/sh`. Tests run the same probes with one layer switched off to show
+//! each probe is live.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{ChildIo, Layer, Sandbox};
+
+/// One probe of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Probe {
+    Udp,
+    Tcp,
+    Mptcp,
+    TcpFastOpen,
+    KernelSockets,
+    HostUnixSocket,
+    ProcEnviron,
+    Survivors,
+    OutsideRead,
+    OutsideStat,
+    SymlinkOut,
+    HardlinkOut,
+    ReadOnlyTierWrite,
+    WriteOnlyTierRead,
+    RootPrivileges,
+    ExecUnlisted,
+}
+
+impl Probe {
+    pub const ALL: [Probe; 16] = [
+        Probe::Udp,
+        Probe::Tcp,
+        Probe::Mptcp,
+        Probe::TcpFastOpen,
+        Probe::KernelSockets,
+        Probe::HostUnixSocket,
+        Probe::ProcEnviron,
+        Probe::Survivors,
+        Probe::OutsideRead,
+        Probe::OutsideStat,
+        Probe::SymlinkOut,
+        Probe::HardlinkOut,
+        Probe::ReadOnlyTierWrite,
+        Probe::WriteOnlyTierRead,
+        Probe::RootPrivileges,
+        Probe::ExecUnlisted,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::Udp => "network: UDP datagram to the host",
+            Probe::Tcp => "network: TCP connect to the host",
+            Probe::Mptcp => "network: MPTCP connect to the host",
+            Probe::TcpFastOpen => "network: TCP Fast Open sendto the host",
+            Probe::KernelSockets => "sockets: netlink, packet, vsock, raw",
+            Probe::HostUnixSocket => "host Unix socket (in host /tmp)",
+            Probe::ProcEnviron => "/proc/<daemon>/environ and cmdline",
+            Probe::Survivors => "survivor after the call (job-control fork)",
+            Probe::OutsideRead => "read the install root's secret key",
+            Probe::OutsideStat => "stat the install root's config",
+            Probe::SymlinkOut => "read through a symlink to the secret key",
+            Probe::HardlinkOut => "hard-link the secret key into the workspace",
+            Probe::ReadOnlyTierWrite => "write into a Read-granted sibling",
+            Probe::WriteOnlyTierRead => "list a Write-granted sibling",
+            Probe::RootPrivileges => "uid 0 or capabilities",
+            Probe::ExecUnlisted => "run a program outside allowed_commands",
+        }
+    }
+
+    /// The layers of the full sandbox that stop this probe.
+    pub fn layers(self) -> &'static [Layer] {
+        match self {
+            Probe::Udp | Probe::Mptcp | Probe::TcpFastOpen => {
+                &[Layer::Seccomp, Layer::NetNamespace]
+            }
+            Probe::Tcp => &[Layer::Seccomp, Layer::NetNamespace, Layer::Landlock],
+            Probe::KernelSockets => &[Layer::Seccomp],
+            Probe::HostUnixSocket => &[Layer::HostIpcHidden],
+            Probe::ProcEnviron => &[Layer::PidNamespace, Layer::SandboxUser],
+            Probe::Survivors => &[Layer::PidNamespace],
+            Probe::OutsideRead | Probe::SymlinkOut | Probe::HardlinkOut => &[Layer::Landlock],
+            Probe::OutsideStat => &[],
+            Probe::ReadOnlyTierWrite | Probe::WriteOnlyTierRead => &[Layer::Landlock],
+            Probe::RootPrivileges => &[Layer::SandboxUser],
+            Probe::ExecUnlisted => &[Layer::ExecAllowlist],
+        }
+    }
+}
+
+/// What the stage does for a probe (sent in the stage spec).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ProbeSpec {
+    pub probe: Probe,
+    /// Address, path or pid the probe aims at.
+    pub target: String,
+}
+
+/// The verdict of one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Held,
+    Escape,
+    Skipped,
+}
+
+/// One row of the matrix.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub probe: Probe,
+    pub name: &'static str,
+    pub outcome: Outcome,
+    /// The layers that stop it (when held).
+    pub layers: Vec<&'static str>,
+    pub detail: String,
+}
+
+/// Host-side things the probes aim at: the install root's secret files.
+#[derive(Debug, Clone)]
+pub struct Targets {
+    /// A file the agent must never read (the install root's `.secret_key`).
+    pub secret_file: PathBuf,
+    /// A file the agent must not even see (`config.toml`).
+    pub hidden_file: PathBuf,
+}
+
+/// Runs every probe against `sandbox`.
+pub fn run(sandbox: &Sandbox, targets: &Targets) -> Vec<Row> {
+    Probe::ALL
+        .iter()
+        .map(|p| run_probe(sandbox, *p, targets))
+        .collect()
+}
+
+/// Runs one probe against `sandbox` and judges it.
+pub fn run_probe(sandbox: &Sandbox, probe: Probe, targets: &Targets) -> Row {
+    let judged = if sandbox.backend() == super::Backend::Noop {
+        Ok((Outcome::Escape, "sandbox noop: nothing contains the agent's commands".into()))
+    } else {
+        judge(sandbox, probe, targets)
+    };
+    let (outcome, detail) = match judged {
+        Ok(v) => v,
+        Err(e) => (Outcome::Skipped, e),
+    };
+    Row {
+        probe,
+        name: probe.name(),
+        outcome,
+        layers: probe.layers().iter().map(|l| l.name()).collect(),
+        detail,
+    }
+}
+
+fn inside(sandbox: &Sandbox, probe: Probe, target: String) -> Result<String, String> {
+    let out = sandbox
+        .spawn_probe(&ProbeSpec { probe, target })
+        .map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// `ok: ...` from the stage means the operation inside succeeded.
+fn succeeded(line: &str) -> bool {
+    line.starts_with("ok")
+}
+
+fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, String), String> {
+    let policy = sandbox.policy();
+    let network_probe = matches!(
+        probe,
+        Probe::Udp | Probe::Tcp | Probe::Mptcp | Probe::TcpFastOpen
+    );
+    if network_probe && policy.allow_network() {
+        return Ok((Outcome::Skipped, "allow_network = true".into()));
+    }
+    let verdict = |escaped: bool, detail: String| {
+        Ok((
+            if escaped {
+                Outcome::Escape
+            } else {
+                Outcome::Held
+            },
+            detail,
+        ))
+    };
+    match probe {
+        Probe::Udp => {
+            let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            sock.set_read_timeout(Some(Duration::from_millis(300)))
+                .map_err(|e| e.to_string())?;
+            let addr = sock.local_addr().map_err(|e| e.to_string())?;
+            let line = inside(sandbox, probe, addr.to_string())?;
+            let mut buf = [0u8; 64];
+            let got = sock.recv(&mut buf).is_ok();
+            verdict(got, line)
+        }
+        Probe::Tcp | Probe::Mptcp | Probe::TcpFastOpen => {
+            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let line = inside(sandbox, probe, addr.to_string())?;
+            verdict(accepted(&listener), line)
+        }
+        Probe::HostUnixSocket => {
+            let dir = std::env::temp_dir().join(format!("warren-selftest-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let path = dir.join("s.sock");
+            let _ = std::fs::remove_file(&path);
+            let listener = UnixListener::bind(&path).map_err(|e| e.to_string())?;
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+            let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+            let line = inside(sandbox, probe, path.display().to_string())?;
+            let got = listener.accept().is_ok();
+            let _ = std::fs::remove_dir_all(&dir);
+            verdict(got || succeeded(&line), line)
+        }
+        Probe::ProcEnviron => {
+            let line = inside(sandbox, probe, std::process::id().to_string())?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::Survivors => survivors(sandbox),
+        Probe::OutsideRead | Probe::SymlinkOut | Probe::HardlinkOut => {
+            let line = inside(sandbox, probe, t.secret_file.display().to_string())?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::OutsideStat => {
+            let line = inside(sandbox, probe, t.hidden_file.display().to_string())?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::ReadOnlyTierWrite => match policy.read_only_roots().first() {
+            None => Ok((Outcome::Skipped, "the agent has no Read grant".into())),
+            Some(g) => {
+                let line = inside(sandbox, probe, g.root.display().to_string())?;
+                let _ = std::fs::remove_file(g.root.join(".warren-selftest"));
+                verdict(succeeded(&line), line)
+            }
+        },
+        Probe::WriteOnlyTierRead => match policy.write_only_roots().first() {
+            None => Ok((Outcome::Skipped, "the agent has no Write grant".into())),
+            Some(g) => {
+                let line = inside(sandbox, probe, g.root.display().to_string())?;
+                verdict(succeeded(&line), line)
+            }
+        },
+        Probe::KernelSockets | Probe::RootPrivileges => {
+            let line = inside(sandbox, probe, String::new())?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::ExecUnlisted => {
+            if sandbox.exec_allowlist().is_none() {
+                return Ok((Outcome::Skipped, "allowed_commands = [\"*\"]".into()));
+            }
+            let allowed = sandbox.exec_allowlist().unwrap_or_default();
+            let Some(victim) = ["/usr/bin/id", "/usr/bin/whoami", "/usr/bin/uname"]
+                .into_iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists() && !allowed.contains(&std::fs::canonicalize(p).unwrap_or(p.clone())))
+            else {
+                return Ok((Outcome::Skipped, "no unlisted program found".into()));
+            };
+            let line = inside(sandbox, probe, victim.display().to_string())?;
+            verdict(succeeded(&line), line)
+        }
+    }
+}
+
+fn accepted(listener: &TcpListener) -> bool {
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        if listener.accept().is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
+    let ws = sandbox.policy().workspace().to_path_buf();
+    let (mark, stop) = (ws.join(".warren-selftest-survivor"), ws.join(".warren-selftest-stop"));
+    let _ = std::fs::remove_file(&mark);
+    let _ = std::fs::remove_file(&stop);
+    let script = "set -m; ( while [ ! -e .warren-selftest-stop ]; do echo x >> .warren-selftest-survivor; done ) & exit 0";
+    let mut child = sandbox
+        .spawn("/bin/sh", &[OsString::from("-c"), script.into()], ChildIo::Null)
+        .map_err(|e| e.to_string())?;
+    child.wait().map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let before = size(&mark);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = size(&mark);
+    let _ = std::fs::write(&stop, b"");
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = std::fs::remove_file(&mark);
+    let _ = std::fs::remove_file(&stop);
+    let escaped = after > before;
+    Ok((
+        if escaped { Outcome::Escape } else { Outcome::Held },
+        if escaped {
+            "a background job kept writing after the call ended".into()
+        } else {
+            "nothing ran after the call ended".into()
+        },
+    ))
+}
+
+/// Runs inside the stage after confinement: performs the probe and prints `ok: ...` or
+/// `refused: ...`.
+pub(crate) fn in_stage(spec: &ProbeSpec) -> String {
+    match attempt(spec) {
+        Ok(detail) => format!("ok: {detail}"),
+        Err(e) => format!("refused: {e}"),
+    }
+}
+
+fn attempt(spec: &ProbeSpec) -> Result<String, String> {
+    use rustix::net::{AddressFamily, Protocol, SendFlags, SocketType, ipproto, socket_with};
+    let e = |e: rustix::io::Errno| e.to_string();
+    let addr = || {
+        spec.target
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| e.to_string())
+    };
+    match spec.probe {
+        Probe::Udp => {
+            let fd = rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, None).map_err(e)?;
+            rustix::net::sendto(&fd, b"warren-selftest", SendFlags::empty(), &addr()?).map_err(e)?;
+            Ok("datagram sent".into())
+        }
+        Probe::Tcp => {
+            std::net::TcpStream::connect_timeout(&addr()?, Duration::from_millis(200))
+                .map_err(|e| e.to_string())?;
+            Ok("connected".into())
+        }
+        Probe::Mptcp => {
+            let fd = socket_with(
+                AddressFamily::INET,
+                SocketType::STREAM,
+                rustix::net::SocketFlags::empty(),
+                Some(ipproto::MPTCP),
+            )
+            .map_err(e)?;
+            rustix::net::connect(&fd, &addr()?).map_err(e)?;
+            Ok("connected over MPTCP".into())
+        }
+        Probe::TcpFastOpen => {
+            let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).map_err(e)?;
+            // MSG_FASTOPEN: connect and send in one call.
+            let flags = SendFlags::from_bits_retain(0x2000_0000);
+            rustix::net::sendto(&fd, b"warren-selftest", flags, &addr()?).map_err(e)?;
+            Ok("sent with TCP Fast Open".into())
+        }
+        Probe::KernelSockets => {
+            let tries = [
+                ("netlink", AddressFamily::NETLINK, SocketType::RAW, None),
+                ("packet", AddressFamily::PACKET, SocketType::RAW, None),
+                ("vsock", AddressFamily::VSOCK, SocketType::STREAM, None),
+                ("raw inet", AddressFamily::INET, SocketType::RAW, Some(Protocol::from_raw(
+                    std::num::NonZeroU32::new(1).unwrap_or(std::num::NonZeroU32::MIN),
+                ))),
+            ];
+            let opened: Vec<&str> = tries
+                .into_iter()
+                .filter(|(_, fam, ty, proto)| rustix::net::socket(*fam, *ty, *proto).is_ok())
+                .map(|(name, ..)| name)
+                .collect();
+            if opened.is_empty() {
+                Err("no kernel socket could be opened".into())
+            } else {
+                Ok(format!("opened {}", opened.join(", ")))
+            }
+        }
+        Probe::HostUnixSocket => {
+            let mut found = Vec::new();
+            for p in [
+                spec.target.as_str(),
+                "/var/run/postgresql/.s.PGSQL.5432",
+                "/run/mysqld/mysqld.sock",
+                "/run/dbus/system_bus_socket",
+            ] {
+                if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                    found.push(p.to_string());
+                }
+            }
+            if found.is_empty() {
+                Err("no host socket reachable".into())
+            } else {
+                Ok(format!("connected to {}", found.join(", ")))
+            }
+        }
+        Probe::ProcEnviron => {
+            let mut read = Vec::new();
+            for pid in [spec.target.as_str(), "1"] {
+                for file in ["environ", "cmdline"] {
+                    let mut text = String::new();
+                    if std::fs::File::open(format!("/proc/{pid}/{file}"))
+                        .and_then(|mut f| f.read_to_string(&mut text))
+                        .is_ok()
+                        && text.contains("warren")
+                    {
+                        read.push(format!("/proc/{pid}/{file}"));
+                    }
+                }
+            }
+            // Only a process outside the sandbox counts: the daemon's pid by number.
+            let daemon = format!("/proc/{}/", spec.target);
+            let outside: Vec<String> = read.into_iter().filter(|p| p.starts_with(&daemon)).collect();
+            if outside.is_empty() {
+                Err("the daemon's /proc entries are not readable".into())
+            } else {
+                Ok(format!("read {}", outside.join(", ")))
+            }
+        }
+        Probe::OutsideRead => std::fs::read(&spec.target)
+            .map(|b| format!("read {} bytes", b.len()))
+            .map_err(|e| e.to_string()),
+        Probe::OutsideStat => std::fs::symlink_metadata(&spec.target)
+            .map(|m| format!("size {}", m.len()))
+            .map_err(|e| e.to_string()),
+        Probe::SymlinkOut => {
+            let link = Path::new(".warren-selftest-link");
+            let _ = std::fs::remove_file(link);
+            std::os::unix::fs::symlink(&spec.target, link).map_err(|e| e.to_string())?;
+            let r = std::fs::read(link);
+            let _ = std::fs::remove_file(link);
+            r.map(|b| format!("read {} bytes through the link", b.len()))
+                .map_err(|e| e.to_string())
+        }
+        Probe::HardlinkOut => {
+            let link = Path::new(".warren-selftest-hardlink");
+            let _ = std::fs::remove_file(link);
+            std::fs::hard_link(&spec.target, link).map_err(|e| e.to_string())?;
+            let r = std::fs::read(link);
+            let _ = std::fs::remove_file(link);
+            r.map(|b| format!("linked and read {} bytes", b.len()))
+                .map_err(|e| e.to_string())
+        }
+        Probe::ReadOnlyTierWrite => {
+            let path = Path::new(&spec.target).join(".warren-selftest");
+            std::fs::File::create(&path)
+                .and_then(|mut f| f.write_all(b"x"))
+                .map(|()| "wrote into the Read grant".into())
+                .map_err(|e| e.to_string())
+        }
+        Probe::WriteOnlyTierRead => std::fs::read_dir(&spec.target)
+            .map(|d| format!("listed {} entries", d.count()))
+            .map_err(|e| e.to_string()),
+        Probe::RootPrivileges => {
+            let uid = rustix::process::getuid();
+            let caps = rustix::thread::capabilities(None).map_err(e)?;
+            if uid.is_root() || !caps.effective.is_empty() || !caps.permitted.is_empty() {
+                Ok(format!(
+                    "uid {} with capabilities {:?}",
+                    uid.as_raw(),
+                    caps.effective
+                ))
+            } else {
+                Err(format!("uid {}, no capabilities", uid.as_raw()))
+            }
+        }
+        Probe::Survivors => Err("runs as a shell command, not in the stage".into()),
+        Probe::ExecUnlisted => std::process::Command::new(&spec.target)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map(|s| format!("{} ran ({s})", spec.target))
+            .map_err(|e| e.to_string()),
+    }
+}
