@@ -158,6 +158,10 @@ pub enum AgentsCommand {
 pub enum SecurityCommand {
     /// Print the effective policy and the active sandbox backend of an agent
     Posture { alias: String },
+    /// Try to escape the sandbox of ALIAS (every agent when omitted) on this kernel: network of
+    /// each protocol, host sockets, /proc, survivors, outside and sibling files, root, exec.
+    /// Prints held/ESCAPE per row with the layer that stopped it; exits 1 on any escape
+    Selftest { alias: Option<String> },
 }
 
 #[derive(Debug, Subcommand)]

@@ -41,7 +41,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sessions(cmd) => sessions::run(&root, cmd, cli.json),
         Command::Memory(cmd) => memory::run(&root, cmd, cli.json),
         Command::Status => status::run(&root, cli.json),
-        Command::Security(cmd) => security::posture(&root, cmd, cli.json),
+        Command::Security(cmd) => security::run(&root, cmd, cli.json),
         Command::Tools(cmd) => security::tools(&root, cmd),
         Command::Agent {
             alias,

@@ -38,8 +38,77 @@ fn kit_with_memory(
     ))?)
 }
 
-pub fn posture(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::Result<ExitCode> {
-    let SecurityCommand::Posture { alias } = cmd;
+pub fn run(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SecurityCommand::Posture { alias } => posture(root, &alias, json),
+        SecurityCommand::Selftest { alias } => selftest(root, alias.as_deref(), json),
+    }
+}
+
+/// `warren security selftest [ALIAS]`: the escape matrix against each agent's real sandbox.
+fn selftest(root: &InstallRoot, alias: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    use warren_security::sandbox::selftest::{self, Outcome, Targets};
+    let store = ConfigStore::load(root.clone())?;
+    let config = store.snapshot().config().clone();
+    let aliases: Vec<String> = match alias {
+        Some(a) => vec![a.to_string()],
+        None => config.agents().map(|(a, _)| a.to_string()).collect(),
+    };
+    let targets = Targets {
+        secret_file: root.secret_key(),
+        hidden_file: root.config_file(),
+    };
+    let mut escapes = 0usize;
+    let mut report = Vec::new();
+    for alias in aliases {
+        let kit = kit(root, &alias)?;
+        let sandbox = kit.sandbox();
+        if !json {
+            let p = sandbox.posture();
+            println!(
+                "agent {alias}: sandbox {} ({} probes)",
+                p["level"].as_str().unwrap_or("?"),
+                selftest::Probe::ALL.len()
+            );
+        }
+        let mut rows = Vec::new();
+        for probe in selftest::Probe::ALL {
+            let row = selftest::run_probe(sandbox, probe, &targets);
+            if row.outcome == Outcome::Escape {
+                escapes += 1;
+            }
+            if !json {
+                let (word, why) = match row.outcome {
+                    Outcome::Held => ("held", format!("stopped by {}", layers_text(&row.layers))),
+                    Outcome::Escape => ("ESCAPE", row.detail.clone()),
+                    Outcome::Skipped => ("skipped", row.detail.clone()),
+                };
+                println!("  {word:<8} {:<44} {why}", row.name);
+            }
+            rows.push(row);
+        }
+        report.push(serde_json::json!({"agent": alias, "posture": sandbox.posture(), "rows": rows}));
+    }
+    if json {
+        super::print_json(&serde_json::json!({"escapes": escapes, "agents": report}))?;
+    } else if escapes == 0 {
+        println!("0 escapes");
+    } else {
+        println!("{escapes} ESCAPE(S): see the rows above");
+    }
+    Ok(if escapes == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn layers_text(layers: &[&str]) -> String {
+    layers.join(", ")
+}
+
+fn posture(root: &InstallRoot, alias: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let alias = alias.to_string();
     let kit = kit(root, &alias)?;
     let value = serde_json::json!({ "policy": kit.policy().describe(), "sandbox": kit.sandbox().posture() });
     if json {
@@ -60,6 +129,13 @@ pub fn posture(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::
             }
         }
         println!("commands:         {}", p.allowed_commands().join(" "));
+        let exec_capable = p.exec_capable_allowed();
+        if !exec_capable.is_empty() {
+            println!(
+                "exec-capable:     {} (can run other programs or code; approval under supervised)",
+                exec_capable.join(" ")
+            );
+        }
         println!(
             "network:          {}",
             if p.allow_network() {
@@ -71,11 +147,18 @@ pub fn posture(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::
         let s = kit.sandbox().posture();
         println!(
             "sandbox:          {} (requested {})",
-            s["active"].as_str().unwrap_or("?"),
+            s["level"].as_str().unwrap_or("?"),
             s["requested"].as_str().unwrap_or("?")
         );
         if let Some(abi) = s["landlock_abi"].as_i64() {
             println!("landlock abi:     {abi}");
+        }
+        println!(
+            "network (kernel): {}",
+            s["network"].as_str().unwrap_or("?")
+        );
+        for gap in s["not_contained"].as_array().into_iter().flatten() {
+            println!("not contained:    {}", gap.as_str().unwrap_or("?"));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -101,6 +101,17 @@ impl Probe {
     }
 }
 
+/// What stops a probe under the full sandbox, as the selftest prints it.
+fn stopped_by(probe: Probe) -> Vec<&'static str> {
+    match probe {
+        Probe::OutsideRead | Probe::SymlinkOut | Probe::HardlinkOut => {
+            vec!["mount namespace (not bound)", "landlock"]
+        }
+        Probe::OutsideStat => vec!["mount namespace (not bound)"],
+        other => other.layers().iter().map(|l| l.name()).collect(),
+    }
+}
+
 /// What the stage does for a probe (sent in the stage spec).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ProbeSpec {
@@ -161,7 +172,7 @@ pub fn run_probe(sandbox: &Sandbox, probe: Probe, targets: &Targets) -> Row {
         probe,
         name: probe.name(),
         outcome,
-        layers: probe.layers().iter().map(|l| l.name()).collect(),
+        layers: stopped_by(probe),
         detail,
     }
 }

@@ -1,0 +1,56 @@
+//! `warren security selftest` (issue 13): the escape matrix on this kernel through the real
+//! binary. The full sandbox reports 0 escapes and exits 0; an unrestricted noop agent reports
+//! escapes and exits 1.
+
+use std::path::Path;
+
+use warren_testkit::{TempRoot, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+const CONFIG: &str = r#"
+[agents.main]
+[agents.main.workspace.access]
+docs = "Read"
+inbox = "Write"
+[agents.docs]
+[agents.inbox]
+[agents.wild]
+risk_profile = "open"
+
+[risk_profiles.open]
+sandbox = "noop"
+unrestricted = true
+"#;
+
+#[test]
+fn the_full_sandbox_reports_no_escape_and_every_row_held_issue13() -> R {
+    let root = TempRoot::new()?;
+    root.write_config(CONFIG)?;
+    let out = root.run(bin(), &["security", "selftest", "main"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("agent main: sandbox full"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("0 escapes"), "{stdout}");
+    let held = stdout.lines().filter(|l| l.trim_start().starts_with("held")).count();
+    assert_eq!(held, 16, "every probe runs and is held:\n{stdout}");
+    assert!(!stdout.contains("ESCAPE"), "{stdout}");
+    Ok(())
+}
+
+#[test]
+fn an_unconfined_agent_escapes_and_the_command_exits_1_issue13() -> R {
+    let root = TempRoot::new()?;
+    root.write_config(CONFIG)?;
+    let out = root.run(bin(), &["--json", "security", "selftest", "wild"])?;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert!(report["escapes"].as_u64().is_some_and(|n| n > 0), "{report}");
+    assert_eq!(report["agents"][0]["posture"]["active"], "noop");
+    Ok(())
+}
