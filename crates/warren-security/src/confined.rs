@@ -128,10 +128,12 @@ pub fn read(resolved: &Resolved, limit: u64) -> Result<Vec<u8>, ConfinedError> {
         });
     }
     // PERM-6: the link count of the opened file, not of a path stat'ed beside it.
-    if kind == FileType::RegularFile && stat.st_nlink > 1 {
+    #[allow(clippy::useless_conversion)] // `nlink_t` is u64 on x86_64, u32 on other targets
+    let links = u64::from(stat.st_nlink);
+    if kind == FileType::RegularFile && links > 1 {
         return Err(ConfinedError::HardLinked {
             path: resolved.path.display().to_string(),
-            links: u64::from(stat.st_nlink),
+            links,
         });
     }
     let size = u64::try_from(stat.st_size).unwrap_or(0);

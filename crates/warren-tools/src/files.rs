@@ -1,6 +1,15 @@
 //! `file_read`, `file_write`, `file_edit` (PERM-3, PERM-4, PERM-6): each decides with the agent's
 //! policy, then reaches the disk only through `warren_security::confined` handles on the allowed
 //! root. `file_edit` needs read AND write, so a write-only grant cannot be used to probe content.
+//!
+//! Reads refuse every regular file with more than one hard link, wherever it is (the own
+//! workspace included), checked on the opened descriptor (PERM-6): a hard link gives no hint of
+//! where its other names are, so "every other link is inside a readable root" cannot be proven,
+//! and a link planted in a readable directory would otherwise hand out a sibling's or a host
+//! file. `file_edit` reads first, so it refuses them too; `file_write` replaces the directory
+//! entry (never the shared inode) in the own workspace and refuses hard links elsewhere.
+//! A path outside the agent's roots gets one refusal computed before it is touched
+//! ([`warren_security::paths`]).
 
 use std::path::PathBuf;
 
@@ -22,7 +31,9 @@ fn denied(e: warren_security::Denied) -> ToolError {
 
 fn io_failed(e: ConfinedError) -> ToolError {
     match e {
-        ConfinedError::SymlinkSwapped { .. } => ToolError::Denied(e.to_string()),
+        ConfinedError::SymlinkSwapped { .. } | ConfinedError::HardLinked { .. } => {
+            ToolError::Denied(e.to_string())
+        }
         other => ToolError::Failed(other.to_string()),
     }
 }

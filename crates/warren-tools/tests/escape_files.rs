@@ -499,3 +499,193 @@ fn binary_and_oversized_files_are_reported_not_returned() {
         "{err:?}"
     );
 }
+
+// ---- hard links (PERM-6) ------------------------------------------------------------------------
+
+#[test]
+fn file_read_refuses_a_hard_link_to_a_sibling_file_even_in_the_own_workspace_perm6() {
+    let f = Fixture::new();
+    // Someone with access to both directories (the operator, a sibling with a Write grant, a
+    // host process) leaves a second name of stranger's secret in main's workspace.
+    let link = f.ws("main").join("notes.txt");
+    fs::hard_link(f.secret("stranger"), &link).expect("hard link");
+    assert_eq!(
+        fs::read_to_string(&link).ok().as_deref(),
+        Some("SECRET-stranger\n"),
+        "baseline: the link reads the sibling's file"
+    );
+    let msg = assert_denied(f.read("main", "notes.txt"));
+    assert_eq!(
+        msg,
+        format!(
+            "{}: has 2 hard links; Warren refuses to read hard-linked files anywhere, even in the \
+             agent's own workspace, because another name of the same file may lie outside the \
+             agent's readable roots (PERM-6)",
+            link.display()
+        )
+    );
+    // file_edit reads first: it cannot be used to probe the content either.
+    let msg = assert_denied(f.edit("main", "notes.txt", "SECRET", "x"));
+    assert!(msg.contains("has 2 hard links"), "{msg}");
+    assert_eq!(
+        fs::read_to_string(f.secret("stranger")).ok().as_deref(),
+        Some("SECRET-stranger\n")
+    );
+}
+
+#[test]
+fn file_read_refuses_a_hard_link_in_a_read_grant_perm6() {
+    let f = Fixture::new();
+    let link = f.ws("reader").join("shared.txt");
+    fs::hard_link(f.secret("stranger"), &link).expect("hard link");
+    assert!(fs::read_to_string(&link).is_ok_and(|s| s.contains("SECRET-stranger")));
+    let msg = assert_denied(f.read("main", &link));
+    assert!(msg.contains("has 2 hard links"), "{msg}");
+    // Once the other name is gone, the same file reads normally.
+    fs::remove_file(f.secret("stranger")).expect("unlink the other name");
+    let out = f.read("main", &link).expect("a single link reads");
+    assert_eq!(out.content["content"], "SECRET-stranger\n");
+}
+
+// ---- one refusal outside the roots: no existence, type or target oracle (PERM-6) ---------------
+
+/// The refusal with the requested path (as given, the prefix of every message) cut off.
+#[track_caller]
+fn reason(path: &str, msg: &str) -> String {
+    msg.strip_prefix(&format!("{path}: "))
+        .unwrap_or_else(|| panic!("{msg:?} does not start with the requested path {path:?}"))
+        .to_string()
+}
+
+/// A sibling workspace holding one of everything an attacker may want to tell apart.
+fn plant_everything(f: &Fixture) {
+    let s = f.ws("stranger");
+    fs::create_dir_all(s.join("dir/sub")).expect("dir");
+    symlink(s.join("secret.txt"), s.join("link")).expect("symlink");
+    symlink("/etc/passwd", s.join("host-link")).expect("symlink");
+    symlink("nowhere", s.join("dangling")).expect("symlink");
+    symlink("loop", s.join("loop")).expect("symlink");
+}
+
+#[test]
+fn refusals_in_a_sibling_workspace_are_identical_whatever_is_there_perm6() {
+    let f = Fixture::new();
+    plant_everything(&f);
+    let s = f.ws("stranger").display().to_string();
+    let probes: Vec<String> = [
+        "secret.txt",               // an existing file
+        "missing.txt",              // a missing file
+        "secret.txt/x",             // a file used as a directory
+        "dir",                      // a directory
+        "dir/sub/../../secret.txt", // '..' inside
+        "missing/../secret.txt",    // '..' after a missing component
+        "secret.txt/../secret.txt", // '..' after a file
+        "link",                     // a symlink to a file
+        "host-link",                // a symlink out of the install root
+        "dangling",                 // a dangling symlink
+        "loop",                     // a symlink loop
+    ]
+    .iter()
+    .map(|p| format!("{s}/{p}"))
+    .chain([
+        "../../stranger/workspace/secret.txt".to_string(),
+        "../../stranger/workspace/missing/../secret.txt".to_string(),
+        format!("{}/../../stranger/workspace/loop", f.ws("main").display()),
+    ])
+    .collect();
+    // Without Warren's guard the probes are an oracle: they answer in at least five ways.
+    let mut plain: Vec<String> = probes
+        .iter()
+        .map(|p| match fs::metadata(f.ws("main").join(p)) {
+            Ok(m) if m.is_dir() => "directory".into(),
+            Ok(_) => "file".into(),
+            Err(e) => e.kind().to_string(),
+        })
+        .collect();
+    plain.sort();
+    plain.dedup();
+    assert!(
+        plain.len() >= 5,
+        "baseline: the probes are told apart {plain:?}"
+    );
+    let expected_read = "it is in agent 'stranger''s workspace and agent 'main' has no Read grant on \
+                         'stranger' (add [agents.main.workspace.access] stranger = \"Read\")";
+    let expected_write = expected_read.replace("Read", "Write");
+    for p in &probes {
+        let read = reason(p, &assert_denied(f.read("main", p)));
+        assert_eq!(read, expected_read, "file_read {p}");
+        let write = reason(p, &assert_denied(f.write("main", p, "x")));
+        assert_eq!(write, expected_write, "file_write {p}");
+        let edit = reason(p, &assert_denied(f.edit("main", p, "SECRET", "x")));
+        assert_eq!(edit, expected_read, "file_edit {p}");
+    }
+    assert!(!f.ws("stranger").join("missing.txt").exists());
+}
+
+#[test]
+fn symlinks_leading_out_of_the_roots_get_one_refusal_that_hides_the_target_perm6() {
+    let f = Fixture::new();
+    plant_everything(&f);
+    let (me, s) = (f.ws("main"), f.ws("stranger"));
+    for (name, target) in [
+        ("to-secret", s.join("secret.txt")),
+        ("to-missing", s.join("missing.txt")),
+        ("to-file-as-dir", s.join("secret.txt/x")),
+        ("to-dir", s.join("dir")),
+        ("to-dotdot", s.join("missing/../secret.txt")),
+        ("to-loop", s.join("loop")),
+        ("to-host", "/etc/passwd".into()),
+        ("to-nowhere", "/nonexistent/nowhere".into()),
+        ("door", s.clone()),
+    ] {
+        symlink(&target, me.join(name)).expect("symlink");
+    }
+    let probes = [
+        "to-secret",
+        "to-missing",
+        "to-file-as-dir",
+        "to-dir",
+        "to-dotdot",
+        "to-loop",
+        "to-host",
+        "to-nowhere",
+        "door/secret.txt",
+        "door/missing.txt",
+        "door/secret.txt/x",
+        "door/dir/../secret.txt",
+        "door/missing/../secret.txt",
+    ];
+    // Without Warren's guard the links answer in many ways (content, not found, not a
+    // directory, a loop).
+    let mut plain: Vec<String> = probes
+        .iter()
+        .map(|p| match fs::read_to_string(me.join(p)) {
+            Ok(text) => text,
+            Err(e) => e.kind().to_string(),
+        })
+        .collect();
+    assert!(plain.iter().any(|t| t.contains("SECRET-stranger")));
+    plain.sort();
+    plain.dedup();
+    assert!(
+        plain.len() >= 4,
+        "baseline: the links are told apart {plain:?}"
+    );
+    let expected = |verb: &str, grants: &str| {
+        format!(
+            "a symbolic link or '..' on this path leads outside what agent 'main' may {verb} \
+             (its workspace and its {grants} and ReadWrite grants); Warren does not follow it \
+             there or say where it leads (PERM-6)"
+        )
+    };
+    for p in probes {
+        let read = reason(p, &assert_denied(f.read("main", p)));
+        assert_eq!(read, expected("read", "Read"), "file_read {p}");
+        let write = reason(p, &assert_denied(f.write("main", p, "x")));
+        assert_eq!(write, expected("write", "Write"), "file_write {p}");
+    }
+    assert!(
+        !s.join("missing.txt").exists(),
+        "nothing was written outside"
+    );
+}

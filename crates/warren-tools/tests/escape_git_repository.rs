@@ -124,6 +124,230 @@ fn alternates_outside_the_grant_are_refused_git4() {
     assert!(msg.contains("alternate"), "{msg}");
 }
 
+/// `main`'s git tool under `sandbox = "noop"`: nothing but Warren's own checks stands between
+/// git and the siblings.
+fn noop_tool(f: &Fixture) -> warren_tools::GitOperations {
+    tool_with(f, |config| {
+        let profile = config.risk_profiles.entry("default".into()).or_default();
+        profile.sandbox = warren_config::schema::SandboxKind::Noop;
+        profile.unrestricted = true;
+    })
+}
+
+/// A stranger's repository holding a secret file, and its HEAD commit.
+fn stranger_repo(f: &Fixture) -> (std::path::PathBuf, String) {
+    let theirs = init_repo(&f.ws("stranger").join("repo"));
+    fs::write(theirs.join("plan.txt"), "TOP-SECRET-PLAN\n").expect("their file");
+    git_ok(&theirs, &["add", "plan.txt"]);
+    git_ok(&theirs, &["commit", "-q", "-m", "SECRET-stranger-commit"]);
+    let head = git_ok(&theirs, &["rev-parse", "HEAD"]).trim().to_string();
+    (theirs, head)
+}
+
+#[test]
+fn alternates_chain_into_a_sibling_is_refused_at_the_second_level_under_noop_git4() {
+    let f = Fixture::new();
+    let (theirs, their_head) = stranger_repo(&f);
+    let repo = main_repo(&f);
+    // Level 1: an object directory inside main's own workspace (allowed on its own)...
+    let hop = f.ws("main").join("hop/objects");
+    fs::create_dir_all(hop.join("info")).expect("hop");
+    fs::write(
+        repo.join(".git/objects/info/alternates"),
+        format!("{}\n", hop.display()),
+    )
+    .expect("alternates");
+    // ... level 2: its own alternates file points into the stranger's repository.
+    fs::write(
+        hop.join("info/alternates"),
+        format!("{}\n", theirs.join(".git/objects").display()),
+    )
+    .expect("second-level alternates");
+    fs::write(repo.join(".git/refs/heads/main"), format!("{their_head}\n")).expect("ref");
+    // Plain git follows both levels: the stranger's history and file content come out.
+    assert!(git_ok(&repo, &["log", "--format=%s"]).contains("SECRET-stranger-commit"));
+    assert!(git_ok(&repo, &["diff", "--cached"]).contains("TOP-SECRET-PLAN"));
+    let tool = noop_tool(&f);
+    for args in [
+        json!({"operation": "diff", "path": "repo", "cached": true}),
+        json!({"operation": "log", "path": "repo"}),
+        json!({"operation": "status", "path": "repo"}),
+    ] {
+        let msg = denied(run(&tool, args.clone()));
+        assert_eq!(
+            msg,
+            format!(
+                "alternate object directory in {}/info/alternates points outside the grant (GIT-4): \
+                 {}/.git/objects: it is in agent 'stranger''s workspace and agent 'main' has no Read \
+                 grant on 'stranger' (add [agents.main.workspace.access] stranger = \"Read\") \
+                 (git must read repository metadata, GIT-2)",
+                hop.display(),
+                theirs.display()
+            ),
+            "{args}"
+        );
+    }
+}
+
+/// A gitlink `sub` in `repo`'s index whose `.git` file points into the stranger's repository.
+fn plant_submodule(f: &Fixture, repo: &std::path::Path, theirs: &std::path::Path) {
+    let mine = git_ok(repo, &["rev-parse", "HEAD"]);
+    git_ok(
+        repo,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{},sub", mine.trim()),
+        ],
+    );
+    fs::create_dir_all(repo.join("sub")).expect("sub");
+    fs::write(
+        repo.join("sub/.git"),
+        format!("gitdir: {}\n", theirs.join(".git").display()),
+    )
+    .expect("sub/.git");
+    assert!(f.ws("main").join("repo/sub/.git").is_file());
+}
+
+#[test]
+fn submodule_dot_git_file_pointing_into_a_sibling_is_refused_under_noop_git4() {
+    // The index as git writes it by default, as version 4 (prefix-compressed names) and split
+    // (the gitlink then lives in the shared index): each is read for gitlinks.
+    for layout in ["default", "version-4", "split"] {
+        let f = Fixture::new();
+        let (theirs, their_head) = stranger_repo(&f);
+        let repo = main_repo(&f);
+        plant_submodule(&f, &repo, &theirs);
+        match layout {
+            "version-4" => {
+                git_ok(&repo, &["update-index", "--index-version", "4"]);
+            }
+            "split" => {
+                git_ok(&repo, &["update-index", "--split-index"]);
+                assert!(
+                    fs::read_dir(repo.join(".git"))
+                        .expect("git dir")
+                        .flatten()
+                        .any(|e| e.file_name().to_string_lossy().starts_with("sharedindex.")),
+                    "the index is split"
+                );
+            }
+            _ => {}
+        }
+        // Plain git, with the tool's own flags, reports the stranger's HEAD as the submodule's
+        // commit: it opened the stranger's repository through the submodule's .git file.
+        let plain = git_ok(
+            &repo,
+            &["diff", "--submodule=short", "--ignore-submodules=dirty"],
+        );
+        assert!(plain.contains(&their_head), "{layout}: {plain}");
+        let tool = noop_tool(&f);
+        for operation in ["diff", "status"] {
+            let msg = denied(run(&tool, json!({"operation": operation, "path": "repo"})));
+            assert_eq!(
+                msg,
+                format!(
+                    "submodule 'sub': gitdir in {}/sub/.git points outside the grant (GIT-4): \
+                     {}/.git: it is in agent 'stranger''s workspace and agent 'main' has no Read \
+                     grant on 'stranger' (add [agents.main.workspace.access] stranger = \"Read\") \
+                     (git must read repository metadata, GIT-2)",
+                    repo.display(),
+                    theirs.display()
+                ),
+                "{layout} {operation}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pointers_outside_the_grant_are_refused_alike_whatever_is_there_git4() {
+    // A `.git` file is a probe the agent can aim anywhere: the refusal must not tell a
+    // repository from a file, a missing path or a symlink.
+    let f = Fixture::new();
+    let (theirs, _) = stranger_repo(&f);
+    let s = f.ws("stranger");
+    symlink(theirs.join(".git"), s.join("git-link")).expect("symlink");
+    let targets = [
+        theirs.join(".git"),
+        s.join("missing/.git"),
+        s.join("secret.txt"),
+        s.join("secret.txt/x"),
+        s.join("git-link"),
+        s.join("missing/../repo/.git"),
+    ];
+    let mine = f.ws("main").join("probe");
+    fs::create_dir_all(&mine).expect("probe dir");
+    let plain: Vec<bool> = targets
+        .iter()
+        .map(|t| {
+            fs::write(mine.join(".git"), format!("gitdir: {}\n", t.display())).expect(".git");
+            git(&mine, &["status"]).status.success()
+        })
+        .collect();
+    assert!(
+        plain.contains(&true) && plain.contains(&false),
+        "baseline: plain git tells the targets apart {plain:?}"
+    );
+    for t in &targets {
+        fs::write(mine.join(".git"), format!("gitdir: {}\n", t.display())).expect(".git");
+        let msg = denied(read(&f, "main", "status", &mine));
+        assert_eq!(
+            msg,
+            format!(
+                "gitdir in {}/.git points outside the grant (GIT-4): {}: it is in agent \
+                 'stranger''s workspace and agent 'main' has no Read grant on 'stranger' (add \
+                 [agents.main.workspace.access] stranger = \"Read\") (git must read repository \
+                 metadata, GIT-2)",
+                mine.display(),
+                t.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn submodule_inside_the_workspace_still_works_git4() {
+    let f = Fixture::new();
+    let lib = init_repo(&f.ws("main").join("lib"));
+    let repo = main_repo(&f);
+    git_ok(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().expect("utf-8"),
+            "lib",
+        ],
+    );
+    assert!(
+        repo.join("lib/.git").is_file(),
+        "a .git file into .git/modules"
+    );
+    let st = op_ok(&f, "main", json!({"operation": "status", "path": "repo"}));
+    let staged: Vec<_> = st["staged"]
+        .as_array()
+        .expect("staged")
+        .iter()
+        .map(|e| e["path"].clone())
+        .collect();
+    assert_eq!(staged, vec![json!(".gitmodules"), json!("lib")], "{st}");
+    let st = run(
+        &noop_tool(&f),
+        json!({"operation": "diff", "path": "repo", "cached": true}),
+    )
+    .expect("diff under noop");
+    assert!(
+        st.content["files"].as_array().is_some_and(|f| f.len() == 2),
+        "{}",
+        st.content
+    );
+}
+
 #[test]
 fn worktree_registered_outside_the_grant_is_omitted_git3() {
     let f = Fixture::new();

@@ -7,7 +7,8 @@
 //! 2. writes: the agent may act (autonomy) and the runtime is not Docker (GIT-9);
 //! 3. the repository is discovered within the grant and its metadata validated ([`repo`],
 //!    GIT-2..4): reads need Read, writes Read AND Write, on every repository path and argument
-//!    path;
+//!    path, including every level of alternates and every submodule's `.git` found in the
+//!    index ([`index`]), whatever the sandbox (`noop` included);
 //! 4. git runs through the agent's sandbox ([`exec`]): reads hardened (GIT-5..7), writes with
 //!    the repository's hooks and filters (GIT-8);
 //! 5. the output is parsed into JSON ([`parse`]); `worktree-list` omits every entry that does
@@ -15,6 +16,7 @@
 
 mod args;
 mod exec;
+mod index;
 mod parse;
 pub mod refname;
 mod repo;
