@@ -1,9 +1,12 @@
 //! Warren's configuration: the install layout ([`InstallRoot`], LAYOUT-1/2), the schema of
 //! `config.toml` ([`Config`]), its validation (CFG-7), the one in-process owner
-//! ([`ConfigStore`], CFG-1..5) and encrypted secrets ([`Secret`], CFG-6).
+//! ([`ConfigStore`], CFG-1..5) and encrypted secrets ([`Secret`], CFG-6). [`confined`] holds the
+//! confined directory handles every daemon-side access to an agent-writable place goes through
+//! (PERM-6), here so the memory backends below `warren-security` can use them too.
 
 pub mod atomic;
 mod checks;
+pub mod confined;
 mod edit;
 mod error;
 pub mod failpoint;

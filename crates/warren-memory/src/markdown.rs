@@ -10,16 +10,24 @@
 //! across processes (`flock` on `.memory.lock` in the workspace). Recall is keyword matching
 //! over the same words as the other backends. Category-limited grants are refused by the
 //! validator and the factory; the scope is still applied here, defensively.
+//!
+//! The workspace is the agent's to write, so every file of it is reached through a
+//! [`ConfinedDir`] handle on the workspace (PERM-6, issue 13): a symbolic link anywhere below it
+//! (`MEMORY.md`, `memory/`, a daily file, the lock file) is refused by the kernel, never
+//! followed out of the workspace; a memory file with more than one hard link is refused; temp
+//! names are random and created `O_EXCL | O_NOFOLLOW`. A refused file is an error naming it,
+//! except in the MEM-9 row count, which skips it (it is not memory this backend wrote) so a
+//! planted link cannot stop the daemon from starting.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use warren_config::InstallRoot;
+use warren_config::confined::{ConfinedDir, DirError, DirErrorKind, FileKind};
 use warren_config::schema::MemoryBackendKind;
 use warren_core::AgentAlias;
 
@@ -33,6 +41,12 @@ use crate::store::{MemFuture, MemoryStore};
 
 const META_OPEN: &str = " <!-- warren ";
 const META_CLOSE: &str = " -->";
+/// The core file, the daily directory and the lock file, in the workspace.
+const CORE_FILE: &str = "MEMORY.md";
+const DAILY_DIR: &str = "memory";
+const LOCK_FILE: &str = ".memory.lock";
+/// Largest memory file read; a bigger one is refused, not loaded.
+const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Serialize, Deserialize)]
 struct Meta {
@@ -51,10 +65,51 @@ pub struct MarkdownStore {
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
+/// One memory file of a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MemFile {
+    /// `MEMORY.md`.
+    Core,
+    /// `memory/<name>`.
+    Daily(OsString),
+}
+
+impl MemFile {
+    /// The file's path relative to the workspace.
+    fn rel(&self) -> PathBuf {
+        match self {
+            Self::Core => PathBuf::from(CORE_FILE),
+            Self::Daily(name) => Path::new(DAILY_DIR).join(name),
+        }
+    }
+
+    fn stem(&self) -> String {
+        self.rel()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// One parsed line, with where it lives.
 struct Line {
-    file: PathBuf,
+    file: MemFile,
     entry: MemoryEntry,
+}
+
+/// What a read does with a file the confined handle refuses (a link, a hard-linked or
+/// oversized file, something that is not a regular file).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    Fail,
+    Skip,
+}
+
+fn dir_err(e: DirError) -> MemoryError {
+    MemoryError::Io {
+        path: e.path,
+        source: e.kind.into_io(),
+    }
 }
 
 impl MarkdownStore {
@@ -81,12 +136,14 @@ impl MarkdownStore {
         Arc::clone(map.entry(agent.0.clone()).or_default())
     }
 
-    /// Runs `f(workspace)` on the blocking pool under the agent's in-process and file locks.
+    /// Runs `f(workspace)` on the blocking pool under the agent's in-process lock and the
+    /// `flock` on `<workspace>/.memory.lock` (exclusive for writers, shared for readers).
+    /// Readers get `None` when the workspace does not exist; writers create it.
     fn with_agent<T: Send + 'static>(
         &self,
         agent: &AgentId,
         write: bool,
-        f: impl FnOnce(&Path, &str) -> Result<T, MemoryError> + Send + 'static,
+        f: impl FnOnce(Option<&ConfinedDir>, &str) -> Result<T, MemoryError> + Send + 'static,
     ) -> MemFuture<'_, T> {
         let ws = self.workspace(agent);
         let lock = self.agent_lock(agent);
@@ -98,50 +155,34 @@ impl MarkdownStore {
                     Ok(g) => g,
                     Err(p) => p.into_inner(),
                 };
-                let _file_lock = if write || ws.exists() {
-                    Some(FileLock::take(&ws, write)?)
+                let dir = if write {
+                    Some(ConfinedDir::create_root(&ws).map_err(dir_err)?)
                 } else {
-                    None
+                    ConfinedDir::open_root(&ws).map_err(dir_err)?
                 };
-                f(&ws, &alias)
+                let _file_lock = match &dir {
+                    Some(dir) => Some(dir.lock(LOCK_FILE, write).map_err(dir_err)?),
+                    None => None,
+                };
+                f(dir.as_ref(), &alias)
             })
             .await
             .map_err(|e| MemoryError::Worker(e.to_string()))?
         })
     }
-}
 
-/// `flock` on `<workspace>/.memory.lock`: exclusive for writers, shared for readers.
-struct FileLock(File);
-
-impl FileLock {
-    fn take(ws: &Path, exclusive: bool) -> Result<Self, MemoryError> {
-        let path = ws.join(".memory.lock");
-        let io_err = |source| MemoryError::Io {
-            path: path.clone(),
-            source,
-        };
-        if exclusive {
-            fs::create_dir_all(ws).map_err(io_err)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io_err)?;
-        if exclusive {
-            file.lock().map_err(io_err)?;
-        } else {
-            file.lock_shared().map_err(io_err)?;
-        }
-        Ok(Self(file))
-    }
-}
-
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
+    /// [`Self::with_agent`] for writers: the workspace exists (it was just created if needed).
+    fn with_writer<T: Send + 'static>(
+        &self,
+        agent: &AgentId,
+        f: impl FnOnce(&ConfinedDir, &str) -> Result<T, MemoryError> + Send + 'static,
+    ) -> MemFuture<'_, T> {
+        self.with_agent(agent, true, move |dir, alias| match dir {
+            Some(dir) => f(dir, alias),
+            None => Err(MemoryError::Worker(format!(
+                "the workspace of agent '{alias}' was not opened for writing"
+            ))),
+        })
     }
 }
 
@@ -193,21 +234,13 @@ fn render(e: &MemoryEntry) -> String {
 }
 
 /// Parses one line of `file`; `None` for blank lines and headings.
-fn parse_line(
-    line: &str,
-    index: usize,
-    file: &Path,
-    alias: &str,
-    core: bool,
-) -> Option<MemoryEntry> {
+fn parse_line(line: &str, index: usize, file: &MemFile, alias: &str) -> Option<MemoryEntry> {
     let trimmed = line.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return None;
     }
-    let stem = file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let core = *file == MemFile::Core;
+    let stem = file.stem();
     let file_date = time::Date::parse(
         &stem,
         time::macros::format_description!("[year]-[month]-[day]"),
@@ -257,55 +290,100 @@ fn parse_line(
     })
 }
 
-/// How many entries the Markdown files of `alias` hold (MEM-9 probe; synchronous).
+/// How many entries the Markdown files of `alias` hold (MEM-9 probe; synchronous). Files
+/// the confined handle refuses are skipped with a warning: they are not memory this backend
+/// wrote, and an agent must not be able to stop the daemon's start by planting one.
 pub(crate) fn rows_of(root: &InstallRoot, alias: &AgentAlias) -> Result<u64, MemoryError> {
-    Ok(read_all(&root.agent_workspace(alias), alias.as_str())?.len() as u64)
+    let ws = ConfinedDir::open_root(&root.agent_workspace(alias)).map_err(dir_err)?;
+    Ok(read_all_with(ws.as_ref(), alias.as_str(), Refused::Skip)?.len() as u64)
 }
 
-fn core_file(ws: &Path) -> PathBuf {
-    ws.join("MEMORY.md")
-}
-
-fn daily_file(ws: &Path, at: OffsetDateTime) -> PathBuf {
+fn daily_file(at: OffsetDateTime) -> MemFile {
     let d = at.date();
-    ws.join("memory").join(format!(
-        "{:04}-{:02}-{:02}.md",
-        d.year(),
-        u8::from(d.month()),
-        d.day()
-    ))
+    MemFile::Daily(
+        format!(
+            "{:04}-{:02}-{:02}.md",
+            d.year(),
+            u8::from(d.month()),
+            d.day()
+        )
+        .into(),
+    )
 }
 
-/// Every memory file of a workspace: `MEMORY.md` first, then `memory/*.md` by name.
-fn files(ws: &Path) -> Result<Vec<(PathBuf, bool)>, MemoryError> {
-    let mut out = vec![(core_file(ws), true)];
-    let dir = ws.join("memory");
-    match fs::read_dir(&dir) {
-        Ok(rd) => {
-            let mut daily: Vec<PathBuf> = rd
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "md") && p.is_file())
-                .collect();
-            daily.sort();
-            out.extend(daily.into_iter().map(|p| (p, false)));
+/// The `*.md` names in `memory/` (anything but a directory: a link or another kind of file is
+/// listed, and refused when read), sorted.
+fn daily_names(daily: &ConfinedDir) -> Result<Vec<OsString>, MemoryError> {
+    let mut names: Vec<OsString> = daily
+        .entries()
+        .map_err(dir_err)?
+        .into_iter()
+        .filter(|(name, kind)| {
+            *kind != FileKind::Dir && Path::new(name).extension().is_some_and(|x| x == "md")
+        })
+        .map(|(name, _)| name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Whether `e` is the handle refusing a file (as opposed to an I/O failure).
+fn is_refusal(e: &DirError) -> bool {
+    !matches!(e.kind, DirErrorKind::Io(_))
+}
+
+/// Every memory file of a workspace with its text: `MEMORY.md` first, then `memory/*.md` by
+/// name. Absent files are left out.
+fn read_files(
+    ws: &ConfinedDir,
+    on_refused: Refused,
+) -> Result<Vec<(MemFile, String)>, MemoryError> {
+    let read = |dir: &ConfinedDir, name: &std::ffi::OsStr| match dir.read(name, MAX_FILE_BYTES) {
+        Ok(bytes) => Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned())),
+        Err(e) if on_refused == Refused::Skip && is_refusal(&e) => {
+            tracing::warn!("markdown memory: skipped {e}");
+            Ok(None)
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => return Err(MemoryError::Io { path: dir, source }),
+        Err(e) => Err(dir_err(e)),
+    };
+    let mut out = Vec::new();
+    if let Some(text) = read(ws, CORE_FILE.as_ref())? {
+        out.push((MemFile::Core, text));
+    }
+    let daily = match ws.open_dir(DAILY_DIR, false) {
+        Ok(daily) => daily,
+        Err(e) if on_refused == Refused::Skip && is_refusal(&e) => {
+            tracing::warn!("markdown memory: skipped {e}");
+            None
+        }
+        Err(e) => return Err(dir_err(e)),
+    };
+    if let Some(daily) = daily {
+        for name in daily_names(&daily)? {
+            if let Some(text) = read(&daily, &name)? {
+                out.push((MemFile::Daily(name), text));
+            }
+        }
     }
     Ok(out)
 }
 
-fn read_all(ws: &Path, alias: &str) -> Result<Vec<Line>, MemoryError> {
+fn read_all(ws: Option<&ConfinedDir>, alias: &str) -> Result<Vec<Line>, MemoryError> {
+    read_all_with(ws, alias, Refused::Fail)
+}
+
+fn read_all_with(
+    ws: Option<&ConfinedDir>,
+    alias: &str,
+    on_refused: Refused,
+) -> Result<Vec<Line>, MemoryError> {
+    let Some(ws) = ws else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
-    for (file, core) in files(ws)? {
-        let text = match fs::read(&file) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(MemoryError::Io { path: file, source }),
-        };
+    for (file, text) in read_files(ws, on_refused)? {
         for (i, line) in text.lines().enumerate() {
-            if let Some(entry) = parse_line(line, i + 1, &file, alias, core) {
+            if let Some(entry) = parse_line(line, i + 1, &file, alias) {
                 out.push(Line {
                     file: file.clone(),
                     entry,
@@ -316,59 +394,53 @@ fn read_all(ws: &Path, alias: &str) -> Result<Vec<Line>, MemoryError> {
     Ok(out)
 }
 
-/// Rewrites `file` with `lines` of `all` (in order), atomically; removes it when empty.
-fn rewrite(file: &Path, core: bool, entries: &[&MemoryEntry]) -> Result<(), MemoryError> {
-    let io_err = |source| MemoryError::Io {
-        path: file.to_path_buf(),
-        source,
-    };
-    let dir = file.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(io_err)?;
-    let heading = if core {
-        "# Long-term memory".to_string()
-    } else {
-        format!(
-            "# Daily log {}",
-            file.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        )
+/// Rewrites `file` with `entries` (in order), atomically, under the workspace handle.
+fn rewrite(ws: &ConfinedDir, file: &MemFile, entries: &[&MemoryEntry]) -> Result<(), MemoryError> {
+    let heading = match file {
+        MemFile::Core => "# Long-term memory".to_string(),
+        MemFile::Daily(_) => format!("# Daily log {}", file.stem()),
     };
     let mut text = format!("{heading}\n\n");
     for e in entries {
         text.push_str(&render(e));
         text.push('\n');
     }
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = File::create(&temp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&temp, file)?;
-        warren_config::atomic::sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
+    match file {
+        MemFile::Core => ws.write_atomic(CORE_FILE, text.as_bytes()),
+        MemFile::Daily(name) => match ws.open_dir(DAILY_DIR, true) {
+            Ok(Some(daily)) => daily.write_atomic(name, text.as_bytes()),
+            Ok(None) => Err(DirError {
+                path: ws.path().join(DAILY_DIR),
+                kind: DirErrorKind::NotADirectory,
+            }),
+            Err(e) => Err(e),
+        },
     }
-    result.map_err(io_err)
+    .map_err(dir_err)
 }
 
 /// Rewrites every file in `touched` from `lines` (hand-written lines are kept as entries).
-fn write_back(lines: &[Line], touched: &[PathBuf]) -> Result<(), MemoryError> {
+fn write_back(ws: &ConfinedDir, lines: &[Line], touched: &[MemFile]) -> Result<(), MemoryError> {
     for file in touched {
-        let core = file.file_name().is_some_and(|n| n == "MEMORY.md");
         let keep: Vec<&MemoryEntry> = lines
             .iter()
             .filter(|l| &l.file == file)
             .map(|l| &l.entry)
             .collect();
-        rewrite(file, core, &keep)?;
+        rewrite(ws, file, &keep)?;
     }
     Ok(())
+}
+
+/// Whether a workspace holds memory files: `MEMORY.md` (any kind of entry) or a daily file.
+fn has_memory(ws: &ConfinedDir) -> Result<bool, MemoryError> {
+    if ws.stat(CORE_FILE).map_err(dir_err)?.is_some() {
+        return Ok(true);
+    }
+    match ws.open_dir(DAILY_DIR, false).map_err(dir_err)? {
+        Some(daily) => Ok(!daily_names(&daily)?.is_empty()),
+        None => Ok(false),
+    }
 }
 
 fn matches_filters(e: &MemoryEntry, q: &RecallQuery) -> bool {
@@ -422,8 +494,8 @@ impl MemoryStore for MarkdownStore {
     }
 
     fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
-        self.with_agent(&agent, true, move |ws, alias| {
-            let mut lines = read_all(ws, alias)?;
+        self.with_writer(&agent, move |ws, alias| {
+            let mut lines = read_all(Some(ws), alias)?;
             let at = now();
             let mut touched = Vec::new();
             let mut created = at;
@@ -434,14 +506,11 @@ impl MemoryStore for MarkdownStore {
             }
             let core = entry.category == CORE_CATEGORY;
             let file = if core {
-                core_file(ws)
+                MemFile::Core
             } else {
-                daily_file(ws, created)
+                daily_file(created)
             };
-            let stem = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let stem = file.stem();
             let stored = MemoryEntry {
                 id: format!("{stem}:{}", entry.key),
                 agent: alias.to_string(),
@@ -459,7 +528,7 @@ impl MemoryStore for MarkdownStore {
             if !touched.contains(&file) {
                 touched.push(file);
             }
-            write_back(&lines, &touched)?;
+            write_back(ws, &lines, &touched)?;
             Ok(stored)
         })
     }
@@ -532,13 +601,13 @@ impl MemoryStore for MarkdownStore {
     }
 
     fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
-        self.with_agent(&agent, true, move |ws, alias| {
-            let mut lines = read_all(ws, alias)?;
+        self.with_writer(&agent, move |ws, alias| {
+            let mut lines = read_all(Some(ws), alias)?;
             let Some(pos) = lines.iter().position(|l| l.entry.key == key) else {
                 return Ok(false);
             };
             let old = lines.remove(pos);
-            write_back(&lines, &[old.file])?;
+            write_back(ws, &lines, &[old.file])?;
             Ok(true)
         })
     }
@@ -559,13 +628,13 @@ impl MemoryStore for MarkdownStore {
     }
 
     fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
-        self.with_agent(&agent, true, |ws, alias| {
-            let n = read_all(ws, alias)?.len() as u64;
-            for (file, _) in files(ws)? {
-                match fs::remove_file(&file) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(source) => return Err(MemoryError::Io { path: file, source }),
+        self.with_writer(&agent, |ws, alias| {
+            // Refuses (before removing anything) a workspace whose memory files are links.
+            let n = read_all(Some(ws), alias)?.len() as u64;
+            ws.remove(CORE_FILE).map_err(dir_err)?;
+            if let Some(daily) = ws.open_dir(DAILY_DIR, false).map_err(dir_err)? {
+                for name in daily_names(&daily)? {
+                    daily.remove(&name).map_err(dir_err)?;
                 }
             }
             Ok(n)
@@ -583,13 +652,14 @@ impl MemoryStore for MarkdownStore {
         );
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let present = |ws: &Path| -> Result<bool, MemoryError> {
-                    Ok(files(ws)?.iter().any(|(p, _)| p.exists()))
+                let Some(old) = ConfinedDir::open_root(&old_ws).map_err(dir_err)? else {
+                    return Ok(false);
                 };
-                if !present(&old_ws)? {
+                if !has_memory(&old)? {
                     return Ok(false);
                 }
-                if present(&new_ws)? {
+                let new = ConfinedDir::open_root(&new_ws).map_err(dir_err)?;
+                if new.as_ref().map(has_memory).transpose()? == Some(true) {
                     return Err(MemoryError::Lifecycle {
                         agent: from.to_string(),
                         message: format!(
@@ -598,19 +668,13 @@ impl MemoryStore for MarkdownStore {
                         ),
                     });
                 }
-                let io = |path: &Path| {
-                    let path = path.to_path_buf();
-                    move |source| MemoryError::Io { path, source }
+                let new = match new {
+                    Some(new) => new,
+                    None => ConfinedDir::create_root(&new_ws).map_err(dir_err)?,
                 };
-                fs::create_dir_all(&new_ws).map_err(io(&new_ws))?;
-                let core = core_file(&old_ws);
-                if core.exists() {
-                    fs::rename(&core, core_file(&new_ws)).map_err(io(&core))?;
-                }
-                let daily = old_ws.join("memory");
-                if daily.exists() {
-                    fs::rename(&daily, new_ws.join("memory")).map_err(io(&daily))?;
-                }
+                // The entries themselves move (a link would move as a link, never its target).
+                old.rename(CORE_FILE, &new, CORE_FILE).map_err(dir_err)?;
+                old.rename(DAILY_DIR, &new, DAILY_DIR).map_err(dir_err)?;
                 Ok(true)
             })
             .await

@@ -3,6 +3,10 @@
 //!
 //! Identity files, read from the agent's workspace root in this order when present:
 //! `IDENTITY.md`, `SOUL.md`, `USER.md`, `AGENTS.md` (each capped at [`MAX_IDENTITY_CHARS`]).
+//! The workspace is the agent's to write, so they are read only through a confined handle on it
+//! (PERM-6, issue 13): an identity file that is a symbolic link or has more than one hard link
+//! is not read — the prompt and the log name the file instead — so a link the agent planted
+//! cannot put a host file's text into its prompt.
 //! Recalled memories go inside `<recalled_memories>`, each entry tagged with its key and the
 //! agent that wrote it; the prompt states they are data, not instructions. Memories are never
 //! written back from the assistant's answer by the loop itself (only the model's explicit
@@ -13,17 +17,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use warren_memory::{Memory, RecallQuery};
+use warren_security::confined_dir::{ConfinedDir, FileMeta};
 
 /// Identity files, in prompt order.
 pub const IDENTITY_FILES: [&str; 4] = ["IDENTITY.md", "SOUL.md", "USER.md", "AGENTS.md"];
 /// Largest part of one identity file put in the prompt.
 pub const MAX_IDENTITY_CHARS: usize = 20_000;
+/// Bytes read of one identity file: enough for [`MAX_IDENTITY_CHARS`] of any UTF-8 text.
+const MAX_IDENTITY_BYTES: u64 = 4 * MAX_IDENTITY_CHARS as u64;
 /// Memories recalled per turn.
 pub const RECALL_LIMIT: usize = 5;
 
 /// The fixed head of an agent's system prompt: the introduction and its identity files, read
-/// once and kept while the files are unchanged. Each turn checks the files with one `stat`
-/// each (size, inode, modification and change times) instead of reading them again; a changed,
+/// once and kept while the files are unchanged. Each turn checks the files with one `lstat`
+/// each under the workspace handle (kind, size, inode, links, modification and change times)
+/// instead of reading them again; a changed,
 /// added or removed file is picked up at the next turn. File times tick coarsely (a few
 /// milliseconds), so a file changed in the last [`RACY_SECS`] is not trusted to its stamp: it
 /// is read again every turn until it has aged (the "racy git" rule).
@@ -37,8 +45,8 @@ pub struct Identity {
 /// How recent a change must be for the stamp not to be trusted.
 pub const RACY_SECS: i64 = 2;
 
-/// What `stat` says of each identity file (`None`: absent or unreadable).
-type Stamps = [Option<(u64, u64, i64, i64, i64, i64)>; IDENTITY_FILES.len()];
+/// What `lstat` says of each identity file (`None`: absent or unreadable).
+type Stamps = [Option<FileMeta>; IDENTITY_FILES.len()];
 
 impl Identity {
     pub fn new(alias: &str, workspace: &Path) -> Self {
@@ -50,19 +58,8 @@ impl Identity {
     }
 
     fn stamps(&self) -> Stamps {
-        use std::os::unix::fs::MetadataExt;
-        IDENTITY_FILES.map(|name| {
-            std::fs::metadata(self.workspace.join(name)).ok().map(|m| {
-                (
-                    m.len(),
-                    m.ino(),
-                    m.mtime(),
-                    m.mtime_nsec(),
-                    m.ctime(),
-                    m.ctime_nsec(),
-                )
-            })
-        })
+        let dir = ConfinedDir::open_root(&self.workspace).ok().flatten();
+        IDENTITY_FILES.map(|name| dir.as_ref().and_then(|d| d.stat(name).ok().flatten()))
     }
 
     /// The introduction and the identity files, as of now.
@@ -84,7 +81,7 @@ impl Identity {
         let racy = stamps
             .iter()
             .flatten()
-            .any(|&(_, _, mtime, _, ctime, _)| mtime.max(ctime) >= now - RACY_SECS);
+            .any(|m| m.mtime.0.max(m.ctime.0) >= now - RACY_SECS);
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) =
             (!racy).then(|| (stamps, Arc::clone(&text)));
         text
@@ -96,13 +93,46 @@ fn read_identity(alias: &str, dir: &Path) -> String {
         "You are the Warren agent '{alias}'. Your workspace is {}. Use the tools to act; paths are relative to the workspace.\n",
         dir.display()
     );
+    let ws = match ConfinedDir::open_root(dir) {
+        Ok(Some(ws)) => ws,
+        Ok(None) => return out,
+        Err(e) => {
+            tracing::warn!(agent = alias, "identity files not read: {e}");
+            return out;
+        }
+    };
     for name in IDENTITY_FILES {
-        if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
-            let text: String = text.chars().take(MAX_IDENTITY_CHARS).collect();
-            out.push_str(&format!("\n## {name}\n{}\n", text.trim()));
+        match ws.read_prefix(name, MAX_IDENTITY_BYTES) {
+            Ok(None) => {}
+            Ok(Some(bytes)) => match utf8_prefix(bytes) {
+                Some(text) => {
+                    let text: String = text.chars().take(MAX_IDENTITY_CHARS).collect();
+                    out.push_str(&format!("\n## {name}\n{}\n", text.trim()));
+                }
+                None => tracing::warn!(agent = alias, "identity file {name} is not UTF-8 text"),
+            },
+            Err(e) => {
+                tracing::warn!(agent = alias, "identity file not read: {e}");
+                out.push_str(&format!("\n## {name}\n(not read: {e})\n"));
+            }
         }
     }
     out
+}
+
+/// `bytes` as text, dropping a character cut in half at the end of a capped read; `None` when
+/// the bytes are not UTF-8.
+fn utf8_prefix(bytes: Vec<u8>) -> Option<String> {
+    match String::from_utf8(bytes) {
+        Ok(text) => Some(text),
+        Err(e) if e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).ok()
+        }
+        Err(_) => None,
+    }
 }
 
 /// Builds the system prompt of `identity`'s agent answering `user_message`: the identity
@@ -192,6 +222,90 @@ mod tests {
         assert!(identity.text().await.contains("Grace"));
         std::fs::remove_file(dir.path().join("SOUL.md")).unwrap_or_else(|e| panic!("{e}"));
         assert!(!identity.text().await.contains("wild"));
+    }
+
+    /// A host file outside the workspace, and what a plain open of `link` reads (the attack).
+    fn host_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let host = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = host.path().join("secret.txt");
+        std::fs::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
+        (host, file)
+    }
+
+    fn plain_read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// An identity file the agent turned into a link to a host file is not read into the
+    /// prompt; the prompt names the file instead.
+    #[tokio::test]
+    async fn identity_link_to_a_host_file_is_not_read_perm6() {
+        let (_host, secret) = host_file("host secret text");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("IDENTITY.md"), "I am Ada")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&secret, dir.path().join("SOUL.md"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plain_read(&dir.path().join("SOUL.md")), "host secret text");
+        let p = system_prompt(&Identity::new("ada", dir.path()), None, "hi").await;
+        assert!(p.contains("I am Ada"), "{p}");
+        assert!(!p.contains("host secret"), "{p}");
+        assert!(p.contains("SOUL.md: is a symbolic link"), "{p}");
+    }
+
+    #[tokio::test]
+    async fn identity_hard_link_to_a_host_file_is_not_read_perm6() {
+        let (_host, secret) = host_file("host secret text");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::hard_link(&secret, dir.path().join("AGENTS.md")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            plain_read(&dir.path().join("AGENTS.md")),
+            "host secret text"
+        );
+        let p = system_prompt(&Identity::new("ada", dir.path()), None, "hi").await;
+        assert!(!p.contains("host secret"), "{p}");
+        assert!(p.contains("AGENTS.md: has 2 hard links"), "{p}");
+    }
+
+    /// A file swapped for a link after it was read and kept: the `lstat` stamp changes, the
+    /// kept text is dropped and the link is refused (a stamp taken through the link would show
+    /// the host file and read it).
+    #[tokio::test]
+    async fn identity_swapped_for_a_link_after_caching_is_not_read_perm6() {
+        let (_host, secret) = host_file("host secret text");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let soul = dir.path().join("SOUL.md");
+        std::fs::write(&soul, "calm").unwrap_or_else(|e| panic!("{e}"));
+        let identity = Identity::new("ada", dir.path());
+        assert!(identity.text().await.contains("calm"));
+        std::fs::remove_file(&soul).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&secret, &soul).unwrap_or_else(|e| panic!("{e}"));
+        let text = identity.text().await;
+        assert!(
+            !text.contains("host secret") && !text.contains("calm"),
+            "{text}"
+        );
+    }
+
+    /// The workspace directory itself may be a link the operator made (its entry is in the
+    /// daemon-owned agent directory): its files are read as usual.
+    #[tokio::test]
+    async fn a_workspace_that_is_an_operator_link_is_read() {
+        let real = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(real.path().join("USER.md"), "Grace").unwrap_or_else(|e| panic!("{e}"));
+        let agent = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws = agent.path().join("workspace");
+        std::os::unix::fs::symlink(real.path(), &ws).unwrap_or_else(|e| panic!("{e}"));
+        assert!(Identity::new("ada", &ws).text().await.contains("Grace"));
+    }
+
+    #[test]
+    fn a_capped_read_keeps_whole_characters() {
+        assert_eq!(
+            utf8_prefix("é".as_bytes()[..1].to_vec()),
+            Some(String::new())
+        );
+        assert_eq!(utf8_prefix(b"ok\xff!".to_vec()), None);
     }
 
     #[test]
