@@ -1,8 +1,9 @@
-//! Agents, chat, sessions, memory recall and costs over HTTP (issue 8 §2, STATE-18): the turn
-//! loop of the generation's [`warren_runtime::AgentHost`]. A chat takes its session's slot in
-//! the `SessionActorQueue` first: "queue full" is 429, "timed out" 408 (SESS-2). With
+//! Agents, chat, sessions, memory recall and costs over HTTP (issue 8 §2, STATE-18). A chat is
+//! submitted at the runtime's door ([`warren_runtime::AgentHost::submit`]), which takes the
+//! session's slot in the `SessionActorQueue` ("queue full" is 429, "timed out" 408, SESS-2)
+//! and refuses another agent's session (409 `session_owned_by_other_agent`, SESS-1). With
 //! `Accept: text/event-stream` the turn streams as SSE events (`delta`, `notice`, `tool_call`,
-//! `tool_result`, then `done` or `error`).
+//! `approval`, `tool_result`, then `done` or `error`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -20,9 +21,8 @@ use tokio::sync::mpsc;
 use warren_core::{AgentAlias, SessionKey};
 use warren_memory::RecallQuery;
 use warren_runtime::cost::{CostError, read_ledger};
-use warren_runtime::turn::GATEWAY_CHANNEL;
-use warren_runtime::{AgentRunner, CancelToken, TurnError, TurnEvent, TurnEvents, TurnOutcome};
-use warren_store::sessions::{Page, QueueError, SessionHandle};
+use warren_runtime::{CancelToken, Channel, TurnError, TurnEvent, TurnEvents, TurnRequest};
+use warren_store::sessions::{Page, QueueError};
 
 use crate::error::{ApiError, parse_json};
 use crate::state::AppState;
@@ -210,8 +210,10 @@ struct ChatRequest {
 /// The longest chat message accepted, in bytes (the body limit bounds it too).
 const MAX_MESSAGE: usize = 32 * 1024;
 
-fn turn_error(route: &str, e: &TurnError) -> ApiError {
+fn turn_error(route: &'static str, e: &TurnError) -> ApiError {
     let (status, code) = match e {
+        TurnError::Queue(q) => return queue_error(route, q),
+        TurnError::SessionsUnavailable(m) => return sessions_unavailable(route)(m.clone()),
         TurnError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
         TurnError::Unconfigured { .. } => (StatusCode::CONFLICT, "agent_unconfigured"),
         TurnError::SessionOwned(_) => (StatusCode::CONFLICT, "session_owned_by_other_agent"),
@@ -223,9 +225,10 @@ fn turn_error(route: &str, e: &TurnError) -> ApiError {
         }
         TurnError::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled"),
         TurnError::Agent(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
-        TurnError::Cost(_) | TurnError::Session(_) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
-        }
+        TurnError::Cost(_)
+        | TurnError::Session(_)
+        | TurnError::SessionKey(_)
+        | TurnError::Task(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     };
     ApiError::new(status, code, format!("{route}: {e}"))
 }
@@ -286,30 +289,6 @@ fn event_json(event: &TurnEvent) -> (&'static str, Value) {
     }
 }
 
-/// One chat turn through the gateway: its sessions are labelled [`GATEWAY_CHANNEL`].
-struct GatewayTurn {
-    runner: Arc<AgentRunner>,
-    sessions: SessionHandle,
-    key: SessionKey,
-    message: String,
-    cancel: CancelToken,
-}
-
-impl GatewayTurn {
-    async fn run(&self, events: TurnEvents) -> Result<TurnOutcome, TurnError> {
-        self.runner
-            .chat(
-                &self.sessions,
-                &self.key,
-                GATEWAY_CHANNEL,
-                &self.message,
-                &self.cancel,
-                events,
-            )
-            .await
-    }
-}
-
 pub(crate) async fn chat(
     State(state): State<AppState>,
     Path(alias): Path<String>,
@@ -326,49 +305,29 @@ pub(crate) async fn chat(
             format!("a non-empty message of at most {MAX_MESSAGE} bytes"),
         ));
     }
-    let key = match &request.session {
-        Some(k) => SessionKey::new(k.as_str())
-            .map_err(|e| ApiError::bad_field(ROUTE, "session", e.to_string()))?,
-        None => SessionKey::sanitize(&format!("http-{alias}"))
-            .map_err(|e| ApiError::internal(ROUTE, e))?,
-    };
+    let session = request
+        .session
+        .map(SessionKey::new)
+        .transpose()
+        .map_err(|e| ApiError::bad_field(ROUTE, "session", e.to_string()))?;
     let host = Arc::clone(state.host());
-    let runner = host
-        .runner(&alias)
-        .await
-        .map_err(|e| turn_error(ROUTE, &e))?;
-    let sessions = host
-        .chat_sessions()
-        .await
-        .map_err(sessions_unavailable(ROUTE))?;
-    // SESS-2: the session's slot first; full = 429, timed out = 408.
-    let slot = host
-        .queue()
-        .acquire(&key)
-        .await
-        .map_err(|e| queue_error(ROUTE, &e))?;
-    // SESS-1: another agent's session is refused before the response starts (409, SSE too).
-    warren_runtime::sessions::claim(&sessions, &key, &alias, GATEWAY_CHANNEL)
-        .await
-        .map_err(TurnError::from)
-        .and_then(|owned| owned.map_err(TurnError::from))
-        .map_err(|e| turn_error(ROUTE, &e))?;
-    let cancel = host.cancel_token().clone();
-
-    let turn = GatewayTurn {
-        runner,
-        sessions,
-        key,
-        message: request.message,
-        cancel,
+    let submit = |events: TurnEvents| TurnRequest {
+        agent: alias.clone(),
+        session: session.clone(),
+        channel: Channel::Gateway,
+        input: request.message.clone(),
+        approver: host.approvals().clone(),
+        cancel: CancelToken::new(),
+        events,
     };
     if !wants_sse(&headers) {
-        let outcome = turn
-            .run(Arc::new(|_| {}))
+        let turn = host
+            .submit(submit(Arc::new(|_| {})))
             .await
             .map_err(|e| turn_error(ROUTE, &e))?;
-        drop(slot);
-        return Ok(Json(outcome.to_json(&turn.key)).into_response());
+        let key = turn.session().clone();
+        let outcome = turn.finish().await.map_err(|e| turn_error(ROUTE, &e))?;
+        return Ok(Json(outcome.to_json(&key)).into_response());
     }
 
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
@@ -377,15 +336,19 @@ pub(crate) async fn chat(
         let (name, data) = event_json(&event);
         let _ = sink.send(Event::default().event(name).data(data.to_string()));
     });
-    // The turn runs to its end even if the client goes away (the session keeps it).
+    // Refusals before the turn starts (409, 429, 408, ...) are the response's status.
+    let turn = host
+        .submit(submit(events))
+        .await
+        .map_err(|e| turn_error(ROUTE, &e))?;
+    // The turn runs to its end even if the client goes away (the door runs it on its own
+    // task; the session keeps it).
     tokio::spawn(async move {
-        let _host = host; // keeps the generation's stores alive until the turn ends
-        let result = turn.run(events).await;
-        drop(slot);
-        let last = match result {
+        let key = turn.session().clone();
+        let last = match turn.finish().await {
             Ok(outcome) => Event::default()
                 .event("done")
-                .data(outcome.to_json(&turn.key).to_string()),
+                .data(outcome.to_json(&key).to_string()),
             Err(e) => {
                 let err = turn_error(ROUTE, &e);
                 Event::default()

@@ -28,7 +28,7 @@ use warren_core::{AgentAlias, ChatMessage, ToolDefinition};
 use warren_memory::MemoryStores;
 use warren_providers::{ChatRequest, Provider, Route, ScriptProvider, no_events};
 use warren_runtime::approval::DenyAll;
-use warren_runtime::{AgentRunner, CancelToken, Services};
+use warren_runtime::{AgentRunner, CancelToken, ProcessServices, Services, TurnIo};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 
 const ROUNDS: usize = 8;
@@ -98,9 +98,8 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
         .enable_all()
         .build()?;
     let alias = AgentAlias::new("bench")?;
-    let services = Arc::new(
-        Services::for_install(&root, &config, Arc::new(DenyAll)).map_err(|e| e.to_string())?,
-    );
+    let process = ProcessServices::new(&root, &config).map_err(|e| e.to_string())?;
+    let services = Arc::new(Services::for_generation(&process, &root, &config));
     let runner = rt.block_on(AgentRunner::build(
         &config,
         &root,
@@ -177,9 +176,12 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
         let t = Instant::now();
         rt.block_on(async {
             for _ in 0..n {
-                let (outcome, _) = runner
-                    .run_detached(Vec::new(), "go", &CancelToken::new(), Arc::new(|_| {}))
-                    .await?;
+                let io = TurnIo {
+                    approver: Arc::new(DenyAll),
+                    cancel: CancelToken::new(),
+                    events: Arc::new(|_| {}),
+                };
+                let (outcome, _) = runner.run_detached(Vec::new(), "go", &io).await?;
                 assert_eq!(outcome.tool_calls as usize, ROUNDS);
             }
             Ok::<_, Box<dyn std::error::Error>>(())

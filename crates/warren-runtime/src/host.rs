@@ -1,9 +1,16 @@
-//! The agents of one daemon generation (STATE-18, STATE-19): [`AgentHost`] holds what the turn
-//! loop needs to serve chats over the gateway — the generation's config, its session stores
-//! (opened lazily, after the gateway listens), the `SessionActorQueue`, the runtime trace and
-//! each agent's runner (built on first use) — plus the process-wide [`ProcessServices`]: the
-//! HTTP approvals, the receipt key and the cost tracker, whose rates and limits are swapped on every
-//! reload while the ledger keeps each old record's own rate.
+//! The agents of one generation (STATE-18, STATE-19) and the runtime's ONE turn door
+//! (LOOP-1, SESS-1, SESS-2). [`AgentHost`] holds what turns need — the generation's config, its
+//! session stores (opened lazily, after the gateway listens), the `SessionActorQueue`, the
+//! runtime trace and each agent's runner (resolved once, on first use) — plus the process-wide
+//! [`ProcessServices`]: the HTTP approvals, the receipt key and the cost tracker, whose rates
+//! and limits are swapped on every reload while the ledger keeps each old record's own rate.
+//!
+//! Every entry point (`warren agent`, the gateway's chat; later cron, ACP, channels) runs a turn
+//! through [`AgentHost::submit`]: it resolves the agent, derives the default session key per
+//! channel and agent, takes the session's queue slot, refuses a session another agent owns
+//! (before anything of it is loaded), and runs the turn, reporting its events. The daemon's
+//! generations and a one-process CLI run build their host the same way ([`AgentHost::new`],
+//! [`AgentHost::for_process`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 use warren_config::{InstallRoot, Snapshot};
-use warren_core::AgentAlias;
+use warren_core::{AgentAlias, SessionKey};
 use warren_memory::MemoryStores;
 use warren_store::sessions::{SessionActorQueue, SessionHandle};
 
@@ -22,7 +29,7 @@ use crate::pending::PendingApprovals;
 use crate::receipts::ReceiptKey;
 use crate::sessions::SessionStores;
 use crate::trace::Trace;
-use crate::turn::{AgentRunner, Services, TurnError};
+use crate::turn::{AgentRunner, Channel, Services, TurnError, TurnEvents, TurnIo, TurnOutcome};
 
 /// Services that live for the whole process (not rebuilt on reload).
 #[derive(Debug)]
@@ -81,6 +88,77 @@ pub struct AgentHost {
     runners: Mutex<HashMap<AgentAlias, RunnerCell>>,
     /// Cancels every turn of this generation (after the reload grace).
     cancel: CancelToken,
+    /// Whether the ACP session store opens with the chat sessions (the daemon's hosts).
+    with_acp: bool,
+}
+
+/// One turn submitted at the door.
+pub struct TurnRequest {
+    pub agent: AgentAlias,
+    /// `None` = the channel's default session of `agent` ([`Channel::default_session`]).
+    pub session: Option<SessionKey>,
+    pub channel: Channel,
+    /// The user's message.
+    pub input: String,
+    /// Who decides the turn's approvals (the terminal, the HTTP approvals, `DenyAll`).
+    pub approver: Arc<dyn Approver>,
+    /// Cancels this turn; the generation's own cancel (after a reload's grace) stops it too.
+    pub cancel: CancelToken,
+    /// Where the turn's events go as they happen, in order (see [`event_channel`] for a
+    /// stream).
+    pub events: TurnEvents,
+}
+
+impl std::fmt::Debug for TurnRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnRequest")
+            .field("agent", &self.agent)
+            .field("session", &self.session)
+            .field("channel", &self.channel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A turn admitted at the door and running (on its own task: it finishes, and the session
+/// keeps it, even if the caller goes away).
+#[derive(Debug)]
+pub struct Turn {
+    agent: AgentAlias,
+    session: SessionKey,
+    done: tokio::task::JoinHandle<Result<TurnOutcome, TurnError>>,
+}
+
+impl Turn {
+    pub fn agent(&self) -> &AgentAlias {
+        &self.agent
+    }
+
+    /// The session the turn runs in (the derived default when none was asked for).
+    pub fn session(&self) -> &SessionKey {
+        &self.session
+    }
+
+    /// Waits for the turn's end.
+    pub async fn finish(self) -> Result<TurnOutcome, TurnError> {
+        self.done
+            .await
+            .map_err(|e| TurnError::Task(e.to_string()))?
+    }
+}
+
+/// Turn events as a stream: the sink for [`TurnRequest::events`] and its receiving end, which
+/// ends once the turn is over and every copy of the sink is gone.
+pub fn event_channel() -> (
+    TurnEvents,
+    tokio::sync::mpsc::UnboundedReceiver<crate::TurnEvent>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (
+        Arc::new(move |event| {
+            let _ = tx.send(event);
+        }),
+        rx,
+    )
 }
 
 impl std::fmt::Debug for AgentHost {
@@ -92,19 +170,33 @@ impl std::fmt::Debug for AgentHost {
 }
 
 impl AgentHost {
-    /// The host of the generation `snapshot`; swaps the cost rates to this generation's.
+    /// The host of the daemon's generation `snapshot`; swaps the cost rates to this
+    /// generation's.
     pub fn new(root: &InstallRoot, snapshot: Arc<Snapshot>, process: Arc<ProcessServices>) -> Self {
+        Self::build(root, snapshot, process, true)
+    }
+
+    /// The host of a one-process run (`warren agent`): fresh process services (STATE-20: a new
+    /// receipt key per process) and no ACP store.
+    pub fn for_process(
+        root: &InstallRoot,
+        snapshot: Arc<Snapshot>,
+    ) -> Result<Self, getrandom::Error> {
+        let process = Arc::new(ProcessServices::new(root, snapshot.config())?);
+        Ok(Self::build(root, snapshot, process, false))
+    }
+
+    fn build(
+        root: &InstallRoot,
+        snapshot: Arc<Snapshot>,
+        process: Arc<ProcessServices>,
+        with_acp: bool,
+    ) -> Self {
         // STATE-14: new requests are priced at the new rates and checked against the new
         // limits; old records keep their rates.
         process.costs.apply(&snapshot.cost);
         let queue = session_queue(&snapshot.channels);
-        let approver: Arc<dyn Approver> = process.approvals.clone();
-        let services = Arc::new(Services {
-            approver,
-            receipts: Arc::clone(&process.receipts),
-            costs: Arc::clone(&process.costs),
-            trace: Arc::new(Trace::new(root, snapshot.config())),
-        });
+        let services = Arc::new(Services::for_generation(&process, root, snapshot.config()));
         Self {
             root: root.clone(),
             snapshot,
@@ -115,6 +207,7 @@ impl AgentHost {
             queue,
             runners: Mutex::new(HashMap::new()),
             cancel: CancelToken::new(),
+            with_acp,
         }
     }
 
@@ -152,36 +245,104 @@ impl AgentHost {
     /// listens; a chat waits for it).
     pub async fn open_sessions(&self) -> &SessionStores {
         self.sessions
-            .get_or_init(|| crate::sessions::open(&self.root, &self.snapshot.channels))
+            .get_or_init(|| {
+                crate::sessions::open(&self.root, &self.snapshot.channels, self.with_acp)
+            })
             .await
     }
 
     /// The chat sessions, or why they are unavailable this generation.
     pub async fn chat_sessions(&self) -> Result<SessionHandle, String> {
         match &self.open_sessions().await.chat {
-            Some(chat) => Ok(SessionHandle::new(Arc::clone(chat.backend()))),
-            None => Err(
-                "chat sessions could not be opened this generation (see the daemon log; fix and reload)"
-                    .to_string(),
-            ),
+            Ok(chat) => Ok(SessionHandle::new(Arc::clone(chat.backend()))),
+            Err(e) => Err(format!("chat sessions could not be opened: {e}")),
         }
     }
 
     pub fn sessions_health(&self) -> SessionsHealth {
         match self.sessions.get() {
             None => SessionsHealth::Starting,
-            Some(SessionStores { chat: Some(c), .. }) => SessionsHealth::Ok {
+            Some(SessionStores { chat: Ok(c), .. }) => SessionsHealth::Ok {
                 backend: c.backend().kind(),
                 durable: c.is_durable(),
             },
-            Some(_) => SessionsHealth::Error(
-                "chat sessions could not be opened (see the daemon log)".to_string(),
-            ),
+            Some(SessionStores { chat: Err(e), .. }) => {
+                SessionsHealth::Error(format!("chat sessions could not be opened: {e}"))
+            }
         }
     }
 
-    /// The runner of `alias`, built on first use (a failed build is retried next time).
+    /// Whether the chat sessions of this host survive the process (`None` until opened).
+    pub fn sessions_durable(&self) -> Option<bool> {
+        match self.sessions.get()?.chat.as_ref() {
+            Ok(chat) => Some(chat.is_durable()),
+            Err(_) => None,
+        }
+    }
+
+    /// THE turn door (LOOP-1, SESS-1, SESS-2): resolves `request.agent` (once per generation),
+    /// derives the default session key of its channel, takes the session's queue slot, claims
+    /// the session for the agent (refusing one another agent owns, before anything of it is
+    /// loaded) and starts the turn. Errors before the turn starts are returned here (unknown
+    /// agent, sessions unavailable, queue full or timed out, session owned by another agent);
+    /// the turn's own end comes from [`Turn::finish`].
+    pub async fn submit(self: &Arc<Self>, request: TurnRequest) -> Result<Turn, TurnError> {
+        let TurnRequest {
+            agent,
+            session,
+            channel,
+            input,
+            approver,
+            cancel,
+            events,
+        } = request;
+        let runner = self.runner(&agent).await?;
+        let key = match session {
+            Some(key) => key,
+            None => channel.default_session(&agent)?,
+        };
+        let sessions = self
+            .chat_sessions()
+            .await
+            .map_err(TurnError::SessionsUnavailable)?;
+        // SESS-2: the session's slot first, then the claim (decided under the slot).
+        let slot = self.queue.acquire(&key).await?;
+        let claimed =
+            crate::sessions::claim(&sessions, &key, runner.alias(), channel.label()).await?;
+        let host = Arc::clone(self);
+        let done = tokio::spawn(async move {
+            // The generation's cancel (a reload's grace passed) stops the turn too.
+            let generation = host.cancel.clone();
+            let turn_cancel = cancel.clone();
+            let watch = tokio::spawn(async move {
+                generation.cancelled().await;
+                turn_cancel.cancel();
+            });
+            let io = TurnIo {
+                approver,
+                cancel,
+                events,
+            };
+            let result = runner.chat(&sessions, &claimed, &input, &io).await;
+            watch.abort();
+            drop(slot);
+            drop(host); // the generation's stores live until the turn ends
+            result
+        });
+        Ok(Turn {
+            agent,
+            session: key,
+            done,
+        })
+    }
+
+    /// The runner of `alias`, resolved on first use (a failed build is retried next time).
     pub async fn runner(&self, alias: &AgentAlias) -> Result<Arc<AgentRunner>, TurnError> {
+        if self.snapshot.agent(alias).is_none() {
+            return Err(TurnError::UnknownAgent {
+                alias: alias.to_string(),
+            });
+        }
         let cell = {
             let mut runners = self.runners.lock().unwrap_or_else(|p| p.into_inner());
             Arc::clone(runners.entry(alias.clone()).or_default())

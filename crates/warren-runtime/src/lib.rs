@@ -27,5 +27,7 @@ pub use daemon::{
     DaemonError, DaemonLock, DaemonState, DaemonStatus, Generation, GenerationHook, ReloadTrigger,
     RunningSubsystem, StartFuture, probe, run, run_blocking, run_blocking_with,
 };
-pub use host::{AgentHost, ProcessServices};
-pub use turn::{AgentRunner, Services, TurnError, TurnEvent, TurnEvents, TurnOutcome};
+pub use host::{AgentHost, ProcessServices, Turn, TurnRequest, event_channel};
+pub use turn::{
+    AgentRunner, Channel, Services, TurnError, TurnEvent, TurnEvents, TurnIo, TurnOutcome,
+};

@@ -14,9 +14,9 @@ use warren_config::InstallRoot;
 use warren_config::schema::ChannelsConfig;
 use warren_core::{AgentAlias, SessionKey};
 use warren_store::acp::AcpSessionStore;
-use warren_store::sessions::{
-    ChatSessions, SessionError, SessionHandle, SessionInit, open_chat_sessions,
-};
+use warren_store::sessions::{ChatSessions, SessionHandle, SessionInit, open_chat_sessions};
+
+use crate::turn::TurnError;
 
 /// Why a turn may not use a session.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,17 +29,46 @@ pub struct SessionOwned {
     pub agent: AgentAlias,
 }
 
+/// A session claimed for one agent's turns: only [`claim`] makes one, so a turn cannot run
+/// on a session it was not checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedSession {
+    key: SessionKey,
+    agent: AgentAlias,
+}
+
+impl ClaimedSession {
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
+    pub fn agent(&self) -> &AgentAlias {
+        &self.agent
+    }
+
+    /// Refuses a turn of any agent but the claimant.
+    pub fn check(&self, agent: &AgentAlias) -> Result<(), SessionOwned> {
+        if &self.agent == agent {
+            return Ok(());
+        }
+        Err(SessionOwned {
+            session: self.key.clone(),
+            owner: self.agent.clone(),
+            agent: agent.clone(),
+        })
+    }
+}
+
 /// Makes `key` a session of `agent` (created with `channel` when new; an unowned one is
-/// taken), or says which agent owns it. Reads only the session's row, never its messages'
-/// content into a turn. Run inside the session's queue slot: the owner a concurrent first turn
-/// wrote is the one `ensure` keeps and reports, so two agents racing for a new key cannot
-/// both win.
+/// taken), or refuses it with the agent that owns it. Reads only the session's row, never its
+/// messages into a turn. Run inside the session's queue slot: `ensure` never replaces an
+/// owner, so when two agents race for a new key, what it returns is who won.
 pub async fn claim(
     sessions: &SessionHandle,
     key: &SessionKey,
     agent: &AgentAlias,
     channel: &str,
-) -> Result<Result<(), SessionOwned>, SessionError> {
+) -> Result<ClaimedSession, TurnError> {
     let (k, me) = (key.clone(), agent.clone());
     let init = SessionInit {
         agent: Some(agent.clone()),
@@ -51,32 +80,36 @@ pub async fn claim(
             let existing = b.meta(&k)?;
             let owner = match existing.as_ref().and_then(|m| m.agent.as_ref()) {
                 Some(owner) => Some(owner.clone()),
-                // New or unowned: created (or taken) for this agent; `ensure` never replaces
-                // an owner, so what it returns is who won.
                 None => b.ensure(&k, &init)?.agent,
             };
             Ok(owner.filter(|o| *o != me))
         })
         .await?;
-    Ok(match owner {
-        None => Ok(()),
+    match owner {
+        None => Ok(ClaimedSession {
+            key: key.clone(),
+            agent: agent.clone(),
+        }),
         Some(owner) => Err(SessionOwned {
             session: key.clone(),
             owner,
             agent: agent.clone(),
-        }),
-    })
+        }
+        .into()),
+    }
 }
 
-/// Chat and ACP session stores; `None` where construction failed (already logged).
-#[derive(Debug, Default)]
+/// Chat and ACP session stores; where construction failed, why (already logged).
+#[derive(Debug)]
 pub struct SessionStores {
-    pub chat: Option<ChatSessions>,
+    pub chat: Result<ChatSessions, String>,
+    /// `None` when not opened (a CLI process needs no ACP store) or when it failed.
     pub acp: Option<AcpSessionStore>,
 }
 
-/// Opens both stores off the async workers (the import may read and fsync many files).
-pub async fn open(root: &InstallRoot, channels: &ChannelsConfig) -> SessionStores {
+/// Opens the chat store (and the ACP store with `with_acp`) off the async workers (the import
+/// may read and fsync many files).
+pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool) -> SessionStores {
     let (root, channels) = (root.clone(), channels.clone());
     let opened = tokio::task::spawn_blocking(move || {
         let chat = match open_chat_sessions(&root, &channels) {
@@ -86,25 +119,32 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig) -> SessionStore
                     durable = chat.is_durable(),
                     "chat sessions ready"
                 );
-                Some(chat)
+                Ok(chat)
             }
             Err(e) => {
                 tracing::error!("chat sessions stopped for this generation: {e}");
-                None
+                Err(e.to_string())
             }
         };
-        let acp = match AcpSessionStore::open(&root) {
-            Ok(store) => Some(store),
-            Err(e) => {
-                tracing::error!("ACP sessions stopped for this generation: {e}");
-                None
+        let acp = if with_acp {
+            match AcpSessionStore::open(&root) {
+                Ok(store) => Some(store),
+                Err(e) => {
+                    tracing::error!("ACP sessions stopped for this generation: {e}");
+                    None
+                }
             }
+        } else {
+            None
         };
         SessionStores { chat, acp }
     })
     .await;
     opened.unwrap_or_else(|e| {
         tracing::error!("session stores could not be opened: {e}");
-        SessionStores::default()
+        SessionStores {
+            chat: Err(format!("opening the session stores failed: {e}")),
+            acp: None,
+        }
     })
 }

@@ -17,17 +17,19 @@ fn broken() -> (tempfile::TempDir, InstallRoot) {
 #[tokio::test]
 async fn the_daemon_stops_chat_sessions_under_stop_and_runs_them_in_memory_under_ephemeral() {
     let (_d, root) = broken();
-    let stop = warren_runtime::sessions::open(&root, &ChannelsConfig::default()).await;
-    assert!(
-        stop.chat.is_none(),
-        "stop: the chat-session subsystem is off"
-    );
+    let stop = warren_runtime::sessions::open(&root, &ChannelsConfig::default(), true).await;
+    let why = stop
+        .chat
+        .expect_err("stop: the chat-session subsystem is off");
+    assert!(!why.is_empty(), "the cause is kept for the health report");
     let ephemeral = ChannelsConfig {
         session_store_on_error: SessionStoreOnError::Ephemeral,
         ..ChannelsConfig::default()
     };
-    let opened = warren_runtime::sessions::open(&root, &ephemeral).await;
-    let chat = opened.chat.expect("ephemeral: sessions run in memory");
+    let opened = warren_runtime::sessions::open(&root, &ephemeral, true).await;
+    let chat = opened
+        .chat
+        .unwrap_or_else(|e| panic!("ephemeral: sessions run in memory: {e}"));
     assert!(!chat.is_durable());
     assert_eq!(chat.backend().kind(), "memory");
 }

@@ -16,7 +16,9 @@ use warren_runtime::cost::{CostTracker, read_ledger};
 use warren_runtime::receipts::ReceiptKey;
 use warren_runtime::trace::{Trace, read_trace};
 use warren_runtime::turn::CLI_CHANNEL;
-use warren_runtime::{AgentRunner, CancelToken, Services, TurnError, TurnEvent, TurnEvents};
+use warren_runtime::{
+    AgentRunner, CancelToken, Services, TurnError, TurnEvent, TurnEvents, TurnIo, TurnOutcome,
+};
 use warren_store::sessions::{MemoryBackend, Page, SessionHandle};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_tools::BoxFuture;
@@ -72,19 +74,70 @@ impl Fixture {
         self.root.agent_workspace(&alias())
     }
 
-    async fn runner(&self, approver: Arc<dyn Approver>) -> AgentRunner {
+    async fn runner(&self, approver: Arc<dyn Approver>) -> Runner {
         let store = ConfigStore::load(self.root.clone()).expect("config loads");
         let config = store.snapshot().config().clone();
         let services = Arc::new(Services {
-            approver,
             receipts: Arc::clone(&self.receipts),
             costs: Arc::new(CostTracker::open(self.root.costs_ledger(), &config.cost)),
             trace: Arc::new(Trace::new(&self.root, &config)),
         });
         let stores = MemoryStores::new(self.root.clone());
-        AgentRunner::build(&config, &self.root, &alias(), &stores, services)
+        let inner = AgentRunner::build(&config, &self.root, &alias(), &stores, services)
             .await
-            .expect("agent builds")
+            .expect("agent builds");
+        Runner { inner, approver }
+    }
+}
+
+/// A runner with the approver its turns use.
+struct Runner {
+    inner: AgentRunner,
+    approver: Arc<dyn Approver>,
+}
+
+impl std::ops::Deref for Runner {
+    type Target = AgentRunner;
+    fn deref(&self) -> &AgentRunner {
+        &self.inner
+    }
+}
+
+impl Runner {
+    fn io(&self, cancel: &CancelToken, events: TurnEvents) -> TurnIo {
+        TurnIo {
+            approver: Arc::clone(&self.approver),
+            cancel: cancel.clone(),
+            events,
+        }
+    }
+
+    /// A session turn as the door runs it: claimed for the agent, then run.
+    async fn chat(
+        &self,
+        sessions: &SessionHandle,
+        key: &SessionKey,
+        channel: &str,
+        message: &str,
+        cancel: &CancelToken,
+        events: TurnEvents,
+    ) -> Result<TurnOutcome, TurnError> {
+        let claimed = warren_runtime::sessions::claim(sessions, key, self.alias(), channel).await?;
+        self.inner
+            .chat(sessions, &claimed, message, &self.io(cancel, events))
+            .await
+    }
+
+    async fn run_detached(
+        &self,
+        history: Vec<ChatMessage>,
+        message: &str,
+        cancel: &CancelToken,
+        events: TurnEvents,
+    ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
+        self.inner
+            .run_detached(history, message, &self.io(cancel, events))
+            .await
     }
 }
 
@@ -819,4 +872,82 @@ async fn a_turn_over_anthropic_sends_tool_results_as_tool_result_blocks() {
             .expect("system")
             .contains("Warren agent 'ada'")
     );
+}
+
+/// The door (issue 14): `AgentHost::submit` derives the default session per channel and agent,
+/// refuses a session another agent owns before its provider is called (SESS-1), and a
+/// generation's cancel stops the turns it admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_door_derives_keys_refuses_foreign_sessions_and_cancels_with_the_generation_sess1() {
+    use warren_runtime::{AgentHost, Channel, TurnRequest};
+    let f = Fixture::new(
+        1,
+        "[agents.bee]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n",
+    );
+    let snapshot = ConfigStore::load(f.root.clone())
+        .expect("config loads")
+        .snapshot();
+    let host = Arc::new(AgentHost::for_process(&f.root, snapshot).expect("host"));
+    let request =
+        |agent: &str, session: Option<&str>, channel: Channel, events: TurnEvents| TurnRequest {
+            agent: AgentAlias::new(agent).expect("alias"),
+            session: session.map(|s| SessionKey::new(s).expect("key")),
+            channel,
+            input: "hello".into(),
+            approver: Arc::new(DenyAll),
+            cancel: CancelToken::new(),
+            events,
+        };
+    let quiet = || -> TurnEvents { Arc::new(|_| {}) };
+
+    f.fake().push(FakeReply::text("one"));
+    f.fake().push(FakeReply::text("two"));
+    for (channel, expected) in [(Channel::Cli, "cli-ada"), (Channel::Gateway, "http-ada")] {
+        let turn = host
+            .submit(request("ada", None, channel, quiet()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(turn.session().as_str(), expected);
+        turn.finish().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let calls = f.fake().requests().len();
+    let refused = host
+        .submit(request("bee", Some("cli-ada"), Channel::Cli, quiet()))
+        .await
+        .expect_err("another agent's session");
+    assert!(
+        matches!(&refused, TurnError::SessionOwned(o) if o.owner.as_str() == "ada"),
+        "{refused}"
+    );
+    assert_eq!(f.fake().requests().len(), calls, "no provider call");
+    let unknown = host
+        .submit(request("nobody", None, Channel::Cli, quiet()))
+        .await
+        .expect_err("unknown agent");
+    assert!(
+        matches!(unknown, TurnError::UnknownAgent { .. }),
+        "{unknown}"
+    );
+
+    // A slow answer; the generation's cancel stops it.
+    f.fake().push(FakeReply::Chat {
+        text: (0..100).map(|i| format!("word{i} ")).collect(),
+        calls: Vec::new(),
+        usage: (1, 1),
+        chunk_delay: Duration::from_millis(20),
+    });
+    let (events, seen) = collect();
+    let turn = host
+        .submit(request("bee", None, Channel::Cli, events))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..200 {
+        if !seen.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    host.cancel_turns();
+    let err = turn.finish().await.expect_err("cancelled");
+    assert!(matches!(err, TurnError::Cancelled), "{err}");
 }

@@ -2,25 +2,26 @@
 //! terminal with line editing and history (`data/state/repl-history`, 0600; Ctrl-C clears the
 //! line, Ctrl-D exits), over a pipe one message per line until end of input. Streams the answer to stdout, shows tool calls and results compactly on
 //! stderr, asks approval prompts on the terminal (no terminal = denied), and Ctrl-C cancels
-//! the running turn. The session persists through the configured session backend and takes
-//! its slot in the `SessionActorQueue`.
+//! the running turn. Every turn goes through the runtime's door (`AgentHost::submit`), which
+//! derives the default session `cli-<alias>`, takes the session's slot in the
+//! `SessionActorQueue` and refuses a session that belongs to another agent.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use rustyline::Editor;
 use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, SessionKey};
-use warren_memory::MemoryStores;
 use warren_runtime::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture, DenyAll};
 use warren_runtime::cancel::cancel_on_ctrl_c;
-use warren_runtime::{AgentRunner, CancelToken, Services, TurnEvent, TurnEvents, TurnOutcome};
-use warren_store::sessions::{SessionActorQueue, SessionHandle, open_chat_sessions};
+use warren_runtime::{
+    AgentHost, CancelToken, Channel, TurnEvent, TurnEvents, TurnOutcome, TurnRequest,
+};
 
 pub struct AgentArgs {
     pub alias: Option<String>,
@@ -38,13 +39,7 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
             .default_agent()
             .context("no default agent; pass -a ALIAS")?,
     };
-    if config.agent(&alias).is_none() {
-        bail!("agent '{alias}' is not configured (see `warren agents list`)");
-    }
-    let key = match &args.session {
-        Some(k) => SessionKey::new(k.as_str())?,
-        None => SessionKey::sanitize(&format!("cli-{alias}"))?,
-    };
+    let session = args.session.map(SessionKey::new).transpose()?;
     let interactive = std::io::stdin().is_terminal();
     let approver: Arc<dyn Approver> = if interactive || std::fs::File::open("/dev/tty").is_ok() {
         Arc::new(TerminalApprover)
@@ -57,34 +52,30 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
         .build()
         .context("starting the async runtime")?;
     let agent = runtime.block_on(async {
-        let services = Arc::new(
-            Services::for_install(root, config, approver)
+        let host = Arc::new(
+            AgentHost::for_process(root, Arc::clone(&snapshot))
                 .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
         );
-        let stores = MemoryStores::new(root.clone());
-        let runner = AgentRunner::build(config, root, &alias, &stores, services).await?;
-        let chat = {
-            let (root, channels) = (root.clone(), config.channels.clone());
-            tokio::task::spawn_blocking(move || open_chat_sessions(&root, &channels))
-                .await
-                .context("opening sessions")??
-        };
-        if !chat.is_durable() {
+        // The agent and the sessions are made ready before the first turn, so a broken agent
+        // or session store fails the command at once (the REPL does not start).
+        host.runner(&alias).await?;
+        host.chat_sessions().await.map_err(anyhow::Error::msg)?;
+        if host.sessions_durable() == Some(false) {
             eprintln!("warning: sessions are not persisted in this run");
         }
         anyhow::Ok(Agent {
-            runner,
-            sessions: SessionHandle::new(Arc::clone(chat.backend())),
-            queue: warren_runtime::host::session_queue(&config.channels),
-            key,
+            host,
+            alias,
+            session,
+            approver,
             json,
         })
     })?;
     match args.message {
         Some(message) => {
-            let outcome = runtime.block_on(agent.turn(&message))?;
+            let (key, outcome) = runtime.block_on(agent.turn(&message))?;
             if json {
-                print_outcome(&outcome, &agent.key)?;
+                print_outcome(&outcome, &key)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -95,46 +86,49 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
 
 /// What a turn of this command needs.
 struct Agent {
-    runner: AgentRunner,
-    sessions: SessionHandle,
-    queue: SessionActorQueue,
-    key: SessionKey,
+    host: Arc<AgentHost>,
+    alias: AgentAlias,
+    /// `None` = the door's default for the CLI (`cli-<alias>`).
+    session: Option<SessionKey>,
+    approver: Arc<dyn Approver>,
     json: bool,
 }
 
 impl Agent {
-    /// One turn in the session's slot; Ctrl-C (SIGINT) cancels it (LOOP-7).
-    async fn turn(&self, message: &str) -> anyhow::Result<TurnOutcome> {
-        let _slot = self.queue.acquire(&self.key).await?;
+    /// One turn through the runtime's door; Ctrl-C (SIGINT) cancels it (LOOP-7).
+    async fn turn(&self, message: &str) -> anyhow::Result<(SessionKey, TurnOutcome)> {
         let cancel = CancelToken::new();
         let ctrl_c = cancel_on_ctrl_c(cancel.clone());
-        let events = printer(self.json);
-        let result = self
-            .runner
-            .chat(
-                &self.sessions,
-                &self.key,
-                warren_runtime::turn::CLI_CHANNEL,
-                message,
-                &cancel,
-                events,
-            )
-            .await;
+        let request = TurnRequest {
+            agent: self.alias.clone(),
+            session: self.session.clone(),
+            channel: Channel::Cli,
+            input: message.to_string(),
+            approver: Arc::clone(&self.approver),
+            cancel,
+            events: printer(self.json),
+        };
+        let result = async {
+            let turn = self.host.submit(request).await?;
+            let key = turn.session().clone();
+            Ok::<_, warren_runtime::TurnError>((key, turn.finish().await?))
+        }
+        .await;
         ctrl_c.abort();
-        let outcome = result?;
+        let (key, outcome) = result?;
         if !self.json {
             if !outcome.reply.ends_with('\n') {
                 println!();
             }
             std::io::stdout().flush()?;
         }
-        Ok(outcome)
+        Ok((key, outcome))
     }
 
     /// A REPL turn: errors (a cancelled turn included) are reported and the REPL goes on.
     async fn repl_turn(&self, message: &str) -> anyhow::Result<()> {
         match self.turn(message).await {
-            Ok(outcome) if self.json => print_outcome(&outcome, &self.key)?,
+            Ok((key, outcome)) if self.json => print_outcome(&outcome, &key)?,
             Ok(_) => {}
             Err(e) => eprintln!("error: {e:#}"),
         }
@@ -142,10 +136,16 @@ impl Agent {
     }
 
     fn banner(&self) {
+        let session = match &self.session {
+            Some(key) => key.to_string(),
+            None => Channel::Cli
+                .default_session(&self.alias)
+                .map(|k| k.to_string())
+                .unwrap_or_default(),
+        };
         eprintln!(
-            "agent '{}', session '{}'. Ctrl-C cancels a turn, Ctrl-D exits.",
-            self.runner.alias(),
-            self.key
+            "agent '{}', session '{session}'. Ctrl-C cancels a turn, Ctrl-D exits.",
+            self.alias
         );
     }
 }

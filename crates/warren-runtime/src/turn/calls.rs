@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use warren_core::{ChatMessage, ToolCall};
 use warren_tools::{RiskClass, ToolError, ToolOutput};
 
-use super::{AgentRunner, MAX_RESULT_CHARS, TurnEvent, TurnEvents, TurnOutcome};
+use super::{AgentRunner, MAX_RESULT_CHARS, TurnEvent, TurnIo, TurnOutcome};
 use crate::approval::{
     ApprovalDecision, ApprovalRequest, Requirement, ask_announced_with_timeout, requirement,
 };
@@ -43,10 +43,10 @@ impl AgentRunner {
         &self,
         calls: Vec<ToolCall>,
         session: Option<&str>,
-        cancel: &CancelToken,
-        events: &TurnEvents,
+        io: &TurnIo,
         outcome: &mut TurnOutcome,
     ) -> (Vec<ToolCall>, Vec<ChatMessage>) {
+        let (cancel, events) = (&io.cancel, &io.events);
         let calls: Vec<Arc<ToolCall>> = calls.into_iter().map(Arc::new).collect();
         for c in &calls {
             events(TurnEvent::ToolCall(Arc::clone(c)));
@@ -80,7 +80,7 @@ impl AgentRunner {
                 if cancel.is_cancelled() {
                     break;
                 }
-                results[i] = self.run_one(call, session, cancel, events).await;
+                results[i] = self.run_one(call, session, io).await;
             }
         }
         let mut out = Vec::with_capacity(calls.len());
@@ -142,11 +142,11 @@ impl AgentRunner {
         &self,
         call: &Arc<ToolCall>,
         session: Option<&str>,
-        cancel: &CancelToken,
-        events: &TurnEvents,
+        io: &TurnIo,
     ) -> Option<CallResult> {
+        let cancel = &io.cancel;
         if call.name == DELEGATE_TOOL && self.can_delegate() {
-            return self.delegate(call, cancel).await;
+            return self.delegate(call, io).await;
         }
         let tool = match self.kit.tool(&call.name) {
             Ok(t) => Arc::clone(t),
@@ -162,7 +162,7 @@ impl AgentRunner {
                 });
             }
             Requirement::Ask(reason) => {
-                if let Some(denied) = self.approve(call, reason, session, cancel, events).await? {
+                if let Some(denied) = self.approve(call, reason, session, io).await? {
                     return Some(denied);
                 }
                 approved = true;
@@ -182,10 +182,7 @@ impl AgentRunner {
         };
         let mut result = race(run(approved), cancel).await?;
         if let Err(ToolError::ApprovalRequired(reason)) = &result {
-            if let Some(denied) = self
-                .approve(call, reason.clone(), session, cancel, events)
-                .await?
-            {
+            if let Some(denied) = self.approve(call, reason.clone(), session, io).await? {
                 return Some(denied);
             }
             result = race(run(true), cancel).await?;
@@ -200,9 +197,9 @@ impl AgentRunner {
         call: &Arc<ToolCall>,
         reason: String,
         session: Option<&str>,
-        cancel: &CancelToken,
-        events: &TurnEvents,
+        io: &TurnIo,
     ) -> Option<Option<CallResult>> {
+        let (cancel, events) = (&io.cancel, &io.events);
         let request = ApprovalRequest {
             agent: self.alias.to_string(),
             tool: call.name.clone(),
@@ -219,7 +216,7 @@ impl AgentRunner {
             });
         };
         let ask = ask_announced_with_timeout(
-            self.services.approver.as_ref(),
+            io.approver.as_ref(),
             request,
             Duration::from_secs(timeout_secs),
             &announce,

@@ -21,7 +21,9 @@ use std::sync::Arc;
 use serde_json::json;
 use warren_config::schema::{RiskProfile, RuntimeProfile};
 use warren_config::{Config, InstallRoot};
-use warren_core::{AgentAlias, ChatMessage, SessionKey, ToolCall, ToolDefinition, Usage};
+use warren_core::{
+    AgentAlias, ChatMessage, SessionKey, SessionKeyError, ToolCall, ToolDefinition, Usage,
+};
 use warren_memory::MemoryStores;
 use warren_providers::{ChatRequest, EventSink, ProviderError, Route, StreamEvent};
 use warren_store::sessions::{NewMessage, Page, SessionError, SessionHandle};
@@ -34,6 +36,7 @@ use crate::delegate::{self, DELEGATE_TOOL};
 use crate::history;
 use crate::prompt::{Identity, system_prompt};
 use crate::receipts::ReceiptKey;
+use crate::sessions::ClaimedSession;
 use crate::toolparse::{protocol_instructions, recover_tool_calls};
 use crate::trace::Trace;
 
@@ -45,6 +48,52 @@ pub const HISTORY_LIMIT: usize = 200;
 pub const CLI_CHANNEL: &str = "cli";
 /// The channel of sessions started through the gateway's chat route.
 pub const GATEWAY_CHANNEL: &str = "gateway";
+
+/// Where a turn comes from: it labels the sessions the turn starts and derives the default
+/// session key, one per channel and agent, so defaults never collide (SESS-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// `warren agent` (one-shot and REPL): sessions labelled `cli`, default key `cli-<alias>`.
+    Cli,
+    /// The gateway's chat route: sessions labelled `gateway`, default key `http-<alias>`.
+    Gateway,
+}
+
+impl Channel {
+    /// The label new sessions of this channel carry.
+    pub fn label(self) -> &'static str {
+        match self {
+            Channel::Cli => CLI_CHANNEL,
+            Channel::Gateway => GATEWAY_CHANNEL,
+        }
+    }
+
+    /// `agent`'s default session on this channel (`cli-<alias>`, `http-<alias>`; session keys
+    /// allow no `:`).
+    pub fn default_session(self, agent: &AgentAlias) -> Result<SessionKey, SessionKeyError> {
+        let prefix = match self {
+            Channel::Cli => "cli",
+            Channel::Gateway => "http",
+        };
+        SessionKey::new(format!("{prefix}-{agent}"))
+    }
+}
+
+/// What one turn talks through: who approves its calls, what cancels it, where its events go.
+#[derive(Clone)]
+pub struct TurnIo {
+    pub approver: Arc<dyn Approver>,
+    pub cancel: CancelToken,
+    pub events: TurnEvents,
+}
+
+impl std::fmt::Debug for TurnIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnIo")
+            .field("cancelled", &self.cancel.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
 /// The default of `max_tool_iterations` when the profile says 0.
 pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 
@@ -97,6 +146,14 @@ pub enum TurnError {
     #[error(transparent)]
     SessionOwned(#[from] crate::sessions::SessionOwned),
     #[error(transparent)]
+    SessionKey(#[from] SessionKeyError),
+    #[error("{0}")]
+    SessionsUnavailable(String),
+    #[error(transparent)]
+    Queue(#[from] warren_store::sessions::QueueError),
+    #[error("the turn stopped unexpectedly: {0}")]
+    Task(String),
+    #[error(transparent)]
     Agent(#[from] AgentError),
     #[error("agent '{alias}' has no {what}: set agents.{alias}.{what} in config.toml")]
     Unconfigured { alias: String, what: &'static str },
@@ -140,28 +197,27 @@ impl TurnOutcome {
     }
 }
 
-/// Shared per-process services of the loop.
+/// The services every turn of a generation shares: the process's receipt key and cost
+/// tracker, and the generation's runtime trace. Assembled in one place,
+/// [`Services::for_generation`] (the host calls it; benchmarks too).
 pub struct Services {
-    pub approver: Arc<dyn Approver>,
     pub receipts: Arc<ReceiptKey>,
     pub costs: Arc<CostTracker>,
     pub trace: Arc<Trace>,
 }
 
 impl Services {
-    /// The services of a process for `root`: a fresh receipt key (STATE-20: a restart rotates
-    /// it), the cost ledger and the runtime trace as `config` sets them up.
-    pub fn for_install(
+    /// `process`'s receipt key and cost tracker with the trace `config` sets up for `root`.
+    pub fn for_generation(
+        process: &crate::host::ProcessServices,
         root: &InstallRoot,
         config: &Config,
-        approver: Arc<dyn Approver>,
-    ) -> Result<Self, getrandom::Error> {
-        Ok(Self {
-            approver,
-            receipts: Arc::new(ReceiptKey::generate()?),
-            costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
-            trace: Arc::new(crate::trace::Trace::new(root, config)),
-        })
+    ) -> Self {
+        Self {
+            receipts: Arc::clone(&process.receipts),
+            costs: Arc::clone(&process.costs),
+            trace: Arc::new(Trace::new(root, config)),
+        }
     }
 }
 
@@ -311,22 +367,19 @@ impl AgentRunner {
         }
     }
 
-    /// Runs one user turn of session `key`: takes history from and appends the turn to
-    /// `sessions` (assistant tool-call messages and their results are appended per round).
-    /// A new session is labelled with `channel`, where it talks ([`CLI_CHANNEL`],
-    /// [`GATEWAY_CHANNEL`]).
-    #[allow(clippy::too_many_arguments)]
+    /// Runs one user turn of the claimed session `session`: takes history from and appends
+    /// the turn to `sessions` (assistant tool-call messages and their results are appended per
+    /// round). Entry points reach this through [`crate::AgentHost::submit`].
     pub async fn chat(
         &self,
         sessions: &SessionHandle,
-        key: &SessionKey,
-        channel: &str,
+        session: &ClaimedSession,
         user_message: &str,
-        cancel: &CancelToken,
-        events: TurnEvents,
+        io: &TurnIo,
     ) -> Result<TurnOutcome, TurnError> {
-        // SESS-1: another agent's session is refused before its history is loaded.
-        crate::sessions::claim(sessions, key, &self.alias, channel).await??;
+        // SESS-1: only a session claimed for this agent (the claim refused another owner's).
+        session.check(&self.alias)?;
+        let key = session.key();
         // The prompt (identity files off the async workers, memory recall) is built while
         // the session's history loads.
         let (loaded, system) = tokio::join!(
@@ -340,15 +393,7 @@ impl AgentRunner {
             agent: &self.alias,
         };
         let (outcome, _) = self
-            .run_turn(
-                system,
-                history,
-                user_message,
-                Some(key),
-                cancel,
-                events,
-                &mut sink,
-            )
+            .run_turn(system, history, user_message, Some(key), io, &mut sink)
             .await?;
         Ok(outcome)
     }
@@ -358,20 +403,11 @@ impl AgentRunner {
         &self,
         history: Vec<ChatMessage>,
         user_message: &str,
-        cancel: &CancelToken,
-        events: TurnEvents,
+        io: &TurnIo,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
         let system = self.system_prompt(user_message).await;
-        self.run_turn(
-            system,
-            history,
-            user_message,
-            None,
-            cancel,
-            events,
-            &mut Sink::Detached,
-        )
-        .await
+        self.run_turn(system, history, user_message, None, io, &mut Sink::Detached)
+            .await
     }
 
     /// The system prompt of a turn answering `user_message` (LOOP-1), with the `<tool_call>`
@@ -385,15 +421,13 @@ impl AgentRunner {
         system
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_turn(
         &self,
         system: String,
         history: Vec<ChatMessage>,
         user_message: &str,
         session: Option<&SessionKey>,
-        cancel: &CancelToken,
-        events: TurnEvents,
+        io: &TurnIo,
         sink: &mut Sink<'_>,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
         let agent = self.alias.as_str();
@@ -406,15 +440,7 @@ impl AgentRunner {
             || json!({"chars": user_message.len()}),
         );
         let result = self
-            .turn_inner(
-                system,
-                history,
-                user_message,
-                session_str,
-                cancel,
-                &events,
-                sink,
-            )
+            .turn_inner(system, history, user_message, session_str, io, sink)
             .await;
         // The turn's cost records, written as each request returned, made durable at once
         // (STATE-14). A failure here does not undo the turn: it is reported.
@@ -439,17 +465,16 @@ impl AgentRunner {
     /// it in place (the provider has dropped its handle by the time the call returns, so
     /// `Arc::make_mut` does not copy), instead of copying the history into a new request per
     /// round.
-    #[allow(clippy::too_many_arguments)]
     async fn turn_inner(
         &self,
         system: String,
         history: Vec<ChatMessage>,
         user_message: &str,
         session: Option<&str>,
-        cancel: &CancelToken,
-        events: &TurnEvents,
+        io: &TurnIo,
         sink: &mut Sink<'_>,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
+        let (cancel, events) = (&io.cancel, &io.events);
         let agent = self.alias.as_str();
         let mut outcome = TurnOutcome::default();
         let caps = self.route.capabilities();
@@ -535,9 +560,7 @@ impl AgentRunner {
                     count: calls.len(),
                 });
             }
-            let (calls, results) = self
-                .run_calls(calls, session, cancel, events, &mut outcome)
-                .await;
+            let (calls, results) = self.run_calls(calls, session, io, &mut outcome).await;
             let round_call = ChatMessage::assistant_calls(text, calls);
             sink.push(&round_call).await?;
             let messages = &mut Arc::make_mut(&mut request).messages;

@@ -9,8 +9,7 @@ use warren_security::NarrowRequest;
 use warren_tools::ToolOutput;
 
 use super::calls::CallResult;
-use super::{AgentRunner, TurnError, TurnEvents, TurnOutcome};
-use crate::cancel::CancelToken;
+use super::{AgentRunner, TurnError, TurnIo, TurnOutcome};
 use crate::delegate::DelegateArgs;
 
 impl AgentRunner {
@@ -19,7 +18,7 @@ impl AgentRunner {
     pub(super) fn delegate<'a>(
         &'a self,
         call: &'a ToolCall,
-        cancel: &'a CancelToken,
+        io: &'a TurnIo,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send + 'a>> {
         Box::pin(async move {
             let fail = |m: String| CallResult {
@@ -59,9 +58,16 @@ impl AgentRunner {
                 risk,
                 Arc::clone(&self.services),
             );
-            let quiet: TurnEvents = Arc::new(|_| {});
+            // The child asks the same operator and stops with the parent; its events stay quiet.
+            let child_io = TurnIo {
+                approver: Arc::clone(&io.approver),
+                cancel: io.cancel.clone(),
+                events: Arc::new(|_| {}),
+            };
             let turn: ChildTurn<'_> =
-                Box::pin(child.run_detached(Vec::new(), &args.task, cancel, quiet));
+                Box::pin(
+                    async move { child.run_detached(Vec::new(), &args.task, &child_io).await },
+                );
             match turn.await {
                 Ok((o, _)) => Some(self.finish_call(
                     call,
