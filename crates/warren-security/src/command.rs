@@ -274,7 +274,7 @@ impl SecurityPolicy {
             program.clone()
         };
         let is_builtin_cd = name == "cd";
-        if !is_builtin_cd && !any && !allowed.iter().any(|a| *a == name) {
+        if !is_builtin_cd && !any && !allowed.contains(&name) {
             return Err(deny(format!(
                 "'{name}' is not in the allowed commands of agent '{}' ({})",
                 self.alias(),
@@ -288,10 +288,8 @@ impl SecurityPolicy {
                 return Err(deny("'cd' takes one directory and no options"));
             }
             // `cd` alone goes to HOME, which is the workspace in the sandbox.
-            let target = match args.first() {
-                Some(t) => t.as_str(),
-                None => &self.workspace().to_string_lossy().into_owned(),
-            };
+            let home = self.workspace().to_string_lossy();
+            let target = args.first().map_or(&*home, String::as_str);
             self.check_path_token(cwd, target, PathUse::Read)?;
             *cwd = self
                 .resolve(&cwd.join(target))
@@ -331,7 +329,8 @@ impl SecurityPolicy {
         }
         let risk = if HIGH_RISK.contains(&name.as_str()) {
             Risk::High
-        } else if MEDIUM_RISK.contains(&name.as_str()) || (name == "sed" && exec::sed(args).in_place)
+        } else if MEDIUM_RISK.contains(&name.as_str())
+            || (name == "sed" && exec::sed(args).in_place)
         {
             Risk::Medium
         } else {
@@ -377,4 +376,3 @@ enum PathUse {
     Write,
     Any,
 }
-

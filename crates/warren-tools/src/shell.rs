@@ -2,7 +2,8 @@
 //! agent's sandbox (the one spawn module), with cwd = workspace, a cleared environment, stdin
 //! closed, its own process group (killed whole on timeout or cancel), and stdout/stderr each
 //! capped with a truncation marker. Approval comes from the runtime (`execute_approved`), never
-//! from an argument the model controls.
+//! from an argument the model controls; under `supervised` it is needed for medium-risk and
+//! exec-capable commands (programs that can run other programs or code, PERM-4).
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;
@@ -51,11 +52,18 @@ impl Shell {
             .check_command(&a.command)
             .map_err(|e| ToolError::Denied(e.to_string()))?;
         if check.needs_approval && !approved {
-            return Err(ToolError::ApprovalRequired(format!(
-                "{:?}-risk command ({}) needs the operator's approval",
-                check.risk,
-                check.programs.join(", ")
-            )));
+            return Err(ToolError::ApprovalRequired(if check.exec_capable {
+                format!(
+                    "exec-capable command ({}) needs the operator's approval: it can run programs or code the command policy does not see",
+                    check.exec_capable_programs.join("; ")
+                )
+            } else {
+                format!(
+                    "{:?}-risk command ({}) needs the operator's approval",
+                    check.risk,
+                    check.programs.join(", ")
+                )
+            }));
         }
         let limit = policy.shell_timeout();
         let timeout = a
@@ -126,6 +134,7 @@ impl Shell {
                     "stdout_truncated": out_cut,
                     "stderr_truncated": err_cut,
                     "risk": check.risk,
+                    "exec_capable": check.exec_capable,
                     "sandbox": self.sandbox.backend(),
                 })))
             }
@@ -173,7 +182,7 @@ impl Tool for Shell {
         "shell"
     }
     fn description(&self) -> &'static str {
-        "Run a shell command in the agent's workspace, inside its sandbox. Only allowlisted commands; no variable or command substitution."
+        "Run a shell command in the agent's workspace, inside its sandbox. Only allowlisted commands, written literally: no variable or command substitution, globs, braces or '~' (quote such characters to mean them). git is not available here: use git_operations."
     }
     fn parameters(&self) -> serde_json::Value {
         json!({"type": "object", "additionalProperties": false, "required": ["command"], "properties": {

@@ -10,7 +10,7 @@ mod common;
 
 use std::fs;
 
-use common::{Fixture, assert_kernel_blocks};
+use common::{Fixture, ShellResult, assert_kernel_blocks};
 use serde_json::json;
 use warren_tools::ToolError;
 
@@ -31,6 +31,33 @@ fn policy_blocks(f: &Fixture, command: &str, marker: &str) -> String {
         "baseline must work unguarded: {baseline:?}"
     );
     assert_refused(f, "main", command)
+}
+
+/// The command run the way the shell tool runs it, with no guard: `bash -c` in the agent's
+/// workspace (bash, not `sh`: brace expansion and `>&word` are bash's).
+fn unguarded_bash(f: &Fixture, agent: &str, command: &str) -> ShellResult {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(command)
+        .current_dir(f.ws(agent))
+        .output()
+        .expect("bash");
+    ShellResult {
+        exit_code: out.status.code().map(i64::from),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Unguarded, bash shows `marker` (on stdout or stderr); through Warren the command is refused.
+#[track_caller]
+fn bash_attack_refused(f: &Fixture, agent: &str, command: &str, marker: &str) -> String {
+    let baseline = unguarded_bash(f, agent, command);
+    assert!(
+        baseline.stdout.contains(marker) || baseline.stderr.contains(marker),
+        "baseline must work unguarded: {baseline:?}"
+    );
+    assert_refused(f, agent, command)
 }
 
 fn python(f: &Fixture, name: &str, code: &str) -> String {
@@ -191,7 +218,7 @@ fn command_substitution_builds_the_path_perm4() {
         "cat $(echo ../..)/stranger/workspace/secret.txt",
         "SECRET-stranger",
     );
-    assert!(msg.contains("expansion"), "{msg}");
+    assert!(msg.contains("command substitution"), "{msg}");
 }
 
 #[test]
@@ -272,6 +299,283 @@ fn bash_dash_c_is_refused_and_landlock_stops_it_anyway_sbx3() {
         &f.unguarded_shell("wild", "bash s.sh"),
         "SECRET-stranger",
     );
+}
+
+// ---- expansions the lexer does not evaluate are refused, named (PERM-4) -----------------------
+
+#[test]
+fn brace_expansion_after_an_empty_quote_reaches_an_absolute_path_perm4() {
+    let f = Fixture::new();
+    let cmd = format!("cat ''{{{},x}}", f.secret("stranger").display());
+    let msg = bash_attack_refused(&f, "main", &cmd, "SECRET-stranger");
+    assert!(msg.contains("brace expansion"), "{msg}");
+}
+
+#[test]
+fn glob_through_a_planted_symlink_perm4() {
+    let f = Fixture::new();
+    std::os::unix::fs::symlink(f.ws("stranger"), f.ws("main").join("innocent")).expect("symlink");
+    let msg = bash_attack_refused(&f, "main", "cat innoc*/secret.txt", "SECRET-stranger");
+    assert!(msg.contains("glob"), "{msg}");
+    for pattern in ["cat innocen?/secret.txt", "cat innocen[t]/secret.txt"] {
+        let msg = bash_attack_refused(&f, "main", pattern, "SECRET-stranger");
+        assert!(msg.contains("glob"), "{msg}");
+    }
+}
+
+#[test]
+fn tilde_forms_expand_to_a_home_directory_perm4() {
+    let f = Fixture::new();
+    let home = std::env::var("HOME").expect("HOME");
+    for cmd in ["echo x=~", "echo ~", "echo ~root", "echo PATH=/x:~"] {
+        let baseline = unguarded_bash(&f, "main", cmd);
+        assert!(
+            !baseline.stdout.contains('~') && baseline.stdout.contains('/'),
+            "bash expands {cmd}: {baseline:?} (HOME {home})"
+        );
+        let msg = assert_refused(&f, "main", cmd);
+        assert!(msg.contains("tilde"), "{msg}");
+    }
+    // Where bash keeps it, the lexer still refuses rather than guess.
+    assert_refused(&f, "main", "echo a:~");
+    // Quoted, it is a character.
+    let out = f.shell("main", "echo '~'").expect("runs");
+    assert_eq!(out.stdout, "~\n");
+}
+
+#[test]
+fn ansi_c_and_locale_quoting_build_a_path_perm4() {
+    let f = Fixture::new();
+    let cmd = "cat $'\\x2e\\x2e/\\x2e\\x2e/stranger/workspace/secret.txt'";
+    let msg = bash_attack_refused(&f, "main", cmd, "SECRET-stranger");
+    assert!(msg.contains("ANSI-C quoting"), "{msg}");
+    let cmd = "cat $\"../../stranger/workspace/secret.txt\"";
+    let msg = bash_attack_refused(&f, "main", cmd, "SECRET-stranger");
+    assert!(msg.contains("locale quoting"), "{msg}");
+}
+
+#[test]
+fn process_substitution_and_arithmetic_perm4() {
+    let f = Fixture::new();
+    let msg = bash_attack_refused(
+        &f,
+        "main",
+        "cat <(cat ../../stranger/workspace/secret.txt)",
+        "SECRET-stranger",
+    );
+    assert!(msg.contains("process substitution"), "{msg}");
+    let msg = bash_attack_refused(&f, "main", "echo $((6*7))", "42");
+    assert!(msg.contains("arithmetic"), "{msg}");
+}
+
+/// Bash reads `#'...` as a comment, so the quote never opens and the next line runs: a program
+/// outside the allowlist. The lexer used to read it as one quoted word.
+#[test]
+fn a_comment_hides_an_unlisted_program_from_the_allowlist_perm4() {
+    let f = Fixture::new();
+    let cmd = "echo #'\npython3 -V\n'";
+    let msg = bash_attack_refused(&f, "main", cmd, "Python 3");
+    assert!(msg.contains("comments"), "{msg}");
+}
+
+/// `>&word` with a word that is not a descriptor writes to the FILE `word` in bash; the lexer
+/// used to read a descriptor and check the rest as an argument.
+#[test]
+fn descriptor_redirect_to_a_file_through_a_symlink_perm4() {
+    let f = Fixture::new();
+    std::os::unix::fs::symlink(f.ws("stranger"), f.ws("main").join("1l")).expect("symlink");
+    let landed = f.ws("stranger").join("..").join("pwn");
+    let baseline = unguarded_bash(&f, "main", "echo x >&1l/../pwn");
+    assert!(baseline.ok() && landed.exists(), "baseline: {baseline:?}");
+    fs::remove_file(&landed).expect("cleanup");
+    let msg = assert_refused(&f, "main", "echo x >&1l/../pwn");
+    assert!(msg.contains("descriptor"), "{msg}");
+    assert!(!landed.exists());
+}
+
+/// `'>'&` used to become part of a word: bash runs the command as a background job.
+#[test]
+fn a_quoted_redirect_char_before_ampersand_is_a_background_job_perm4() {
+    let f = Fixture::new();
+    let marker = f.ws("wild").join("late");
+    fs::write(
+        f.ws("wild").join("bg.py"),
+        format!(
+            "import os,time\nos.close(1)\nos.close(2)\ntime.sleep(1)\nopen('{}','w').write('x')\n",
+            marker.display()
+        ),
+    )
+    .expect("script");
+    let baseline = unguarded_bash(&f, "wild", "python3 bg.py '>'&");
+    assert!(
+        baseline.ok() && !marker.exists(),
+        "returned at once: {baseline:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(marker.exists(), "the baseline ran in the background");
+    fs::remove_file(&marker).expect("cleanup");
+    let msg = assert_refused(&f, "wild", "python3 bg.py '>'&");
+    assert!(msg.contains("background"), "{msg}");
+}
+
+/// A `cd` that may not run (after `&&` that fails, before `;`) used to move the policy's idea
+/// of the directory anyway: the next path was checked against the wrong place.
+#[test]
+fn cd_that_may_not_run_cannot_move_the_checked_directory_perm4() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.ws("main").join("sub/d")).expect("dirs");
+    let cmd = "test -e nothing && cd sub/d; cat ../../stranger/workspace/secret.txt";
+    let msg = bash_attack_refused(&f, "main", cmd, "SECRET-stranger");
+    assert!(msg.contains("'cd'"), "{msg}");
+    for uncertain in [
+        "test -e nothing || cd sub/d && cat ../../x",
+        "cd sub/d | cat",
+        "cd sub/d; cat x",
+        "cd - && cat x",
+    ] {
+        assert_refused(&f, "main", uncertain);
+    }
+    let out = f.shell("main", "cd sub && cd d && pwd").expect("runs");
+    assert!(
+        out.stdout.trim_end().ends_with("workspace/sub/d"),
+        "{out:?}"
+    );
+}
+
+// ---- exec-capable commands (PERM-4) -------------------------------------------------------
+
+#[test]
+fn git_in_the_shell_runs_the_repository_fsmonitor_and_is_refused_git6() {
+    let f = Fixture::new();
+    let repo = f.ws("main");
+    for args in [
+        &["init", "-q", "."][..],
+        &["config", "core.fsmonitor", "echo FSMONITOR-RAN >&2; false"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .status()
+            .expect("git");
+        assert!(ok.success());
+    }
+    let msg = bash_attack_refused(&f, "main", "git status", "FSMONITOR-RAN");
+    assert!(msg.contains("git_operations"), "{msg}");
+    assert_refused(&f, "main", "/usr/bin/git status");
+}
+
+#[test]
+fn awk_piping_to_a_command_is_refused_or_needs_approval_perm4() {
+    let f = Fixture::new();
+    // A literal command after the pipe: refused outright.
+    let msg = bash_attack_refused(&f, "main", "awk 'BEGIN{print \"x\" | \"id\"}'", "uid=");
+    assert!(msg.contains("awk"), "{msg}");
+    // A command in a variable passes the heuristics; awk is exec-capable, so `supervised`
+    // asks the operator first.
+    let cmd = "awk 'BEGIN{c=\"id\"; print \"x\" | c}'";
+    let baseline = unguarded_bash(&f, "main", cmd);
+    assert!(baseline.stdout.contains("uid="), "{baseline:?}");
+    let err = f.call("main", "shell", json!({ "command": cmd })).err();
+    assert!(
+        matches!(&err, Some(ToolError::ApprovalRequired(m)) if m.contains("exec-capable") && m.contains("awk")),
+        "{err:?}"
+    );
+    let check = f
+        .policy("main")
+        .check_command(cmd)
+        .expect("allowed with approval");
+    assert!(check.exec_capable && check.needs_approval, "{check:?}");
+}
+
+#[test]
+fn sort_compress_program_runs_the_input_as_a_script_perm4() {
+    let f = Fixture::new();
+    fs::write(
+        f.ws("main").join("data"),
+        "echo SORT-RAN-CODE >&2\n".repeat(20_000),
+    )
+    .expect("data");
+    let cmd = "sort -S 16k --compress-program=sh data";
+    let msg = bash_attack_refused(&f, "main", cmd, "SORT-RAN-CODE");
+    assert!(
+        msg.contains("'sh'") && msg.contains("not in the allowed commands"),
+        "{msg}"
+    );
+    // Abbreviated, the option still names the program.
+    assert_refused(&f, "main", "sort -S 16k --compress=sh data");
+    // With a program the allowlist has, it is exec-capable: approval under supervised.
+    let check = f
+        .policy("main")
+        .check_command("sort -S 16k --compress-program=cat data")
+        .expect("cat is allowed");
+    assert!(check.exec_capable && check.needs_approval, "{check:?}");
+    let plain = f
+        .policy("main")
+        .check_command("sort data")
+        .expect("plain sort");
+    assert!(!plain.exec_capable && !plain.needs_approval, "{plain:?}");
+}
+
+#[test]
+fn sed_execute_command_is_refused_perm4() {
+    let f = Fixture::new();
+    fs::write(f.ws("main").join("in.txt"), "line\n").expect("input");
+    for cmd in [
+        "sed '1e id' in.txt",
+        "sed -n 's/line/id/e;p' in.txt",
+        "sed -e p -e '1e id' in.txt",
+    ] {
+        let msg = bash_attack_refused(&f, "main", cmd, "uid=");
+        assert!(msg.contains("sed"), "{msg}");
+    }
+    // `w` writes a file the path rules never see: exec-capable.
+    let check = f
+        .policy("main")
+        .check_command("sed -n 'w out.txt' in.txt")
+        .expect("allowed with approval");
+    assert!(check.exec_capable && check.needs_approval, "{check:?}");
+    let plain = f
+        .policy("main")
+        .check_command("sed -n 's/a/b/p' e.txt")
+        .expect("plain");
+    assert!(!plain.exec_capable && !plain.needs_approval, "{plain:?}");
+}
+
+#[test]
+fn wrappers_that_hide_the_command_are_refused_perm4() {
+    let f = Fixture::new();
+    for cmd in [
+        "stdbuf -o0 cat x",
+        "timeout 5 cat x",
+        "setsid cat x",
+        "nohup cat x",
+        "busybox cat x",
+        "env cat x",
+        "xargs cat",
+        "for x in a; do cat x; done",
+        "trap 'cat x' EXIT",
+    ] {
+        let msg = assert_refused(&f, "wild", cmd);
+        assert!(
+            msg.contains("runs another command") || msg.contains("compound command"),
+            "{cmd}: {msg}"
+        );
+    }
+}
+
+#[test]
+fn posture_lists_the_exec_capable_allowed_commands_perm4() {
+    let f = Fixture::new();
+    let main = f.policy("main");
+    assert_eq!(main.exec_capable_allowed(), vec!["awk", "sed", "sort"]);
+    assert_eq!(
+        main.describe()["exec_capable"],
+        json!(["awk", "sed", "sort"])
+    );
+    let wild = f.policy("wild").exec_capable_allowed();
+    for name in ["awk", "bash", "python", "make", "ssh", "tar"] {
+        assert!(wild.iter().any(|w| w == name), "{name} in {wild:?}");
+    }
 }
 
 #[test]
@@ -677,7 +981,10 @@ fn an_unavailable_sandbox_stops_the_agent_unless_noop_fallback_sbx3() {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(err.contains("unrestricted = true"), "a noop fallback needs unrestricted: {err}");
+    assert!(
+        err.contains("unrestricted = true"),
+        "a noop fallback needs unrestricted: {err}"
+    );
     if let Some(p) = with_fallback.risk_profiles.get_mut("default") {
         p.unrestricted = true;
     }

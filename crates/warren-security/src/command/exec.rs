@@ -20,8 +20,8 @@ const ALWAYS: &[&str] = &[
     "mksh", "more", "most", "mvn", "mysql", "nawk", "ninja", "node", "nodejs", "npm", "npx",
     "nvim", "ocaml", "patch", "perl", "php", "pip", "pipx", "pnpm", "podman", "psql", "pwsh",
     "pypy", "python", "racket", "rake", "rbash", "rsync", "ruby", "runghc", "rustc", "sbcl",
-    "scala", "scp", "screen", "sftp", "sh", "sqlite", "ssh", "su", "sudo", "tclsh", "tcsh",
-    "tmux", "valgrind", "vi", "view", "vim", "wish", "yarn", "zsh",
+    "scala", "scp", "screen", "sftp", "sh", "sqlite", "ssh", "su", "sudo", "tclsh", "tcsh", "tmux",
+    "valgrind", "vi", "view", "vim", "wish", "yarn", "zsh",
 ];
 
 /// Programs that are exec-capable only with certain options or scripts.
@@ -32,12 +32,55 @@ const WITH_OPTIONS: &[&str] = &[
 /// Programs that only run another command (or change how the shell runs one): the allowlist
 /// would see the wrapper, never the command, so they are refused outright.
 const WRAPPERS: &[&str] = &[
-    ".", "alias", "builtin", "busybox", "chroot", "chrt", "command", "coproc", "declare",
-    "enable", "env", "eval", "exec", "export", "fc", "flock", "hash", "ionice", "let", "local",
-    "ltrace", "newgrp", "nice", "nohup", "nsenter", "parallel", "popd", "prlimit", "pushd",
-    "readonly", "runuser", "script", "setpriv", "setsid", "sg", "shopt", "source", "stdbuf",
-    "strace", "systemd-run", "taskset", "time", "timeout", "toybox", "trap", "typeset",
-    "unshare", "watch", "xargs",
+    ".",
+    "alias",
+    "builtin",
+    "busybox",
+    "chroot",
+    "chrt",
+    "command",
+    "coproc",
+    "declare",
+    "enable",
+    "env",
+    "eval",
+    "exec",
+    "export",
+    "fc",
+    "flock",
+    "hash",
+    "ionice",
+    "let",
+    "local",
+    "ltrace",
+    "newgrp",
+    "nice",
+    "nohup",
+    "nsenter",
+    "parallel",
+    "popd",
+    "prlimit",
+    "pushd",
+    "readonly",
+    "runuser",
+    "script",
+    "setpriv",
+    "setsid",
+    "sg",
+    "shopt",
+    "source",
+    "stdbuf",
+    "strace",
+    "systemd-run",
+    "taskset",
+    "time",
+    "timeout",
+    "toybox",
+    "trap",
+    "typeset",
+    "unshare",
+    "watch",
+    "xargs",
 ];
 
 /// Shell reserved words: bash would read a compound command the policy does not parse.
@@ -105,13 +148,20 @@ pub(super) fn refuse(name: &str, args: &[String]) -> Result<(), CommandDenied> {
         "find" => has(&|a| {
             matches!(
                 a,
-                "-exec" | "-execdir" | "-ok" | "-okdir" | "-delete" | "-fprint" | "-fprint0"
-                    | "-fprintf" | "-fls"
+                "-exec"
+                    | "-execdir"
+                    | "-ok"
+                    | "-okdir"
+                    | "-delete"
+                    | "-fprint"
+                    | "-fprint0"
+                    | "-fprintf"
+                    | "-fls"
             )
         }),
-        "python" | "pypy" | "perl" | "ruby" | "php" | "lua" => {
-            has(&|a| a.starts_with("-c") || a.starts_with("-m") || a.starts_with("-e") || a.starts_with("-r"))
-        }
+        "python" | "pypy" | "perl" | "ruby" | "php" | "lua" => has(&|a| {
+            a.starts_with("-c") || a.starts_with("-m") || a.starts_with("-e") || a.starts_with("-r")
+        }),
         "node" | "nodejs" | "deno" | "bun" => has(&|a| {
             a.starts_with("-e")
                 || a.starts_with("--eval")
@@ -243,9 +293,24 @@ pub(super) struct Sed {
 }
 
 const SED_LONG: &[&str] = &[
-    "binary", "debug", "expression", "file", "follow-symlinks", "help", "in-place", "line-length",
-    "null-data", "posix", "quiet", "regexp-extended", "sandbox", "separate", "silent",
-    "unbuffered", "version", "zero-terminated",
+    "binary",
+    "debug",
+    "expression",
+    "file",
+    "follow-symlinks",
+    "help",
+    "in-place",
+    "line-length",
+    "null-data",
+    "posix",
+    "quiet",
+    "regexp-extended",
+    "sandbox",
+    "separate",
+    "silent",
+    "unbuffered",
+    "version",
+    "zero-terminated",
 ];
 
 /// Reads `sed`'s options and scripts the way GNU sed does (options may follow files; without
@@ -470,7 +535,9 @@ pub(super) fn sed_script(script: &str) -> SedScript {
                     return SedScript::Unknown;
                 }
                 i += 1;
-                if !sed_delimited(&b, &mut i, delim, c == 's') || !sed_delimited(&b, &mut i, delim, false) {
+                if !sed_delimited(&b, &mut i, delim, c == 's')
+                    || !sed_delimited(&b, &mut i, delim, false)
+                {
                     return SedScript::Unknown;
                 }
                 if c == 's' {
@@ -639,7 +706,10 @@ mod tests {
         assert!(sed(&s(&["-e1e id"])).runs_commands);
         assert!(sed(&s(&["--expr=1e id"])).runs_commands);
         assert!(sed(&s(&["f", "--expression", "s/x/y/e"])).runs_commands);
-        assert!(!sed(&s(&["-n", "p", "e.txt"])).runs_commands, "files are not scripts");
+        assert!(
+            !sed(&s(&["-n", "p", "e.txt"])).runs_commands,
+            "files are not scripts"
+        );
         assert_eq!(sed(&s(&["-n", "p", "e.txt"])).exec_capable, None);
         assert!(sed(&s(&["-f", "x.sed", "in"])).exec_capable.is_some());
         assert!(sed(&s(&["w out", "in"])).exec_capable.is_some());

@@ -199,9 +199,9 @@ pub(super) fn lex(command: &str) -> Result<Vec<Token>, CommandDenied> {
                         fd.push('-');
                     }
                     // Anything else after `>&` is a file name to bash: refused, not guessed.
-                    let ends = chars
-                        .peek()
-                        .is_none_or(|n| matches!(n, ' ' | '\t' | '\n' | ';' | '|' | '&' | '<' | '>'));
+                    let ends = chars.peek().is_none_or(|n| {
+                        matches!(n, ' ' | '\t' | '\n' | ';' | '|' | '&' | '<' | '>')
+                    });
                     if fd.is_empty() || !ends {
                         return Err(deny(
                             "malformed descriptor redirect: '>&' takes a descriptor number or '-'; redirect to a file with '>' FILE",
@@ -286,7 +286,10 @@ mod tests {
             ("echo x '>'&", "background"),
         ] {
             let msg = lex(bad).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(msg.contains(named), "`{bad}` should be refused naming {named}: {msg:?}");
+            assert!(
+                msg.contains(named),
+                "`{bad}` should be refused naming {named}: {msg:?}"
+            );
         }
     }
 
