@@ -84,6 +84,19 @@ impl ConfigError {
     }
 }
 
+/// Redacts every message and hint of `problems` (CFG-6: validation never prints a secret).
+pub(crate) fn redact_problems(problems: &mut [Problem], redactor: &crate::redact::Redactor) {
+    if redactor.is_empty() {
+        return;
+    }
+    for p in problems {
+        redactor.redact_in_place(&mut p.message);
+        if let Some(hint) = p.hint.as_mut() {
+            redactor.redact_in_place(hint);
+        }
+    }
+}
+
 fn render_problems(file: &std::path::Path, problems: &[Problem]) -> String {
     let mut out = String::new();
     for (i, p) in problems.iter().enumerate() {

@@ -8,6 +8,7 @@ use toml_edit::{Document, DocumentMut};
 
 use crate::error::{ConfigError, Problem, did_you_mean, line_col};
 use crate::keypath::{KeyPath, Segment};
+use crate::redact::Redactor;
 use crate::schema::Config;
 use crate::secrets::LazyKey;
 
@@ -60,7 +61,7 @@ pub(crate) fn parse_config(
         )
     })?;
     let mut config: Config = serde_path_to_error::deserialize(de)
-        .map_err(|e| ConfigError::invalid(file, schema_problem(text, e)))?;
+        .map_err(|e| ConfigError::invalid(file, mask_secret_value(schema_problem(text, e))))?;
 
     let mut key = LazyKey::new(key_file);
     let mut problems = Vec::new();
@@ -75,6 +76,8 @@ pub(crate) fn parse_config(
     }
     problems.extend(crate::validate::validate(&config));
     if !problems.is_empty() {
+        // A rule may quote a value; no stored secret is ever printed (CFG-6).
+        crate::error::redact_problems(&mut problems, &Redactor::from_config(&config));
         // Positions are looked up only on this error path.
         let spanned = Document::parse(text.to_owned()).ok();
         for p in &mut problems {
@@ -150,6 +153,29 @@ fn schema_problem(text: &str, err: serde_path_to_error::Error<toml::de::Error>) 
     }
 }
 
+/// A schema problem on a secret field quotes no value: serde writes the offending value
+/// between backticks or double quotes (`invalid type: integer `12345678`, expected a string`,
+/// `invalid type: string "tok...", expected a sequence`).
+fn mask_secret_value(mut problem: Problem) -> Problem {
+    let secret = problem
+        .key
+        .as_deref()
+        .and_then(|k| k.parse::<KeyPath>().ok())
+        .is_some_and(|k| crate::secrets::may_hold_secret(&k) && !k.is_empty());
+    if secret {
+        for quote in ['`', '"'] {
+            problem.message = problem
+                .message
+                .split(quote)
+                .enumerate()
+                .map(|(i, part)| if i % 2 == 1 { "***" } else { part })
+                .collect::<Vec<_>>()
+                .join(&quote.to_string());
+        }
+    }
+    problem
+}
+
 /// The words between backticks in serde's "expected one of `a`, `b`" lists.
 fn backticked(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
@@ -179,4 +205,43 @@ fn span_of(doc: &Document<String>, path: &KeyPath) -> Option<usize> {
         }
     }
     offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A secret field of the wrong type is named, its value never quoted (CFG-6).
+    #[test]
+    fn schema_errors_on_secret_fields_quote_no_value_cfg6() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let key_file = dir.path().join(".secret_key");
+        for (text, secret) in [
+            (
+                "[providers.y]\nkind = \"openai\"\napi_key = 90210123456789\n",
+                "90210123456789",
+            ),
+            (
+                "[gateway]\npaired_tokens = \"tok-Vn28Qx7Lm4Zp\"\n",
+                "tok-Vn28Qx7Lm4Zp",
+            ),
+        ] {
+            let err = parse_config(Path::new("config.toml"), text, &key_file)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains("invalid type"), "{err}");
+            assert!(!err.contains(secret), "{err}");
+        }
+        // Other keys keep their values in the message.
+        let err = parse_config(
+            Path::new("config.toml"),
+            "[gateway]\nport = \"eighty\"\n",
+            &key_file,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(err.contains("eighty"), "{err}");
+    }
 }

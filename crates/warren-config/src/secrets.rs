@@ -16,6 +16,8 @@ use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::keypath::{KeyPath, Segment};
+
 /// Prefix of an encrypted value.
 pub const ENC_PREFIX: &str = "enc2:";
 const NONCE_LEN: usize = 12;
@@ -67,6 +69,49 @@ impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d).map(Secret)
     }
+}
+
+/// The shapes of the secret fields' key paths (`*` = any key, `[]` = any index or none):
+/// the same fields `Config::secrets_mut` lists (a unit test keeps the two equal).
+const SECRET_FIELDS: &[&[&str]] = &[
+    &["providers", "*", "api_key"],
+    &["memory", "embedder", "api_key"],
+    &["memory", "postgres", "url"],
+    &["gateway", "paired_tokens", "[]"],
+];
+
+fn shape_matches(shape: &[&str], path: &[Segment], prefix_only: bool) -> bool {
+    let keys: Vec<&Segment> = path.iter().collect();
+    let mut i = 0;
+    for (n, want) in shape.iter().enumerate() {
+        let Some(seg) = keys.get(i) else {
+            // The path ended first: below it lies this secret (or it is the array itself).
+            return prefix_only || (n + 1 == shape.len() && *want == "[]");
+        };
+        match (*want, seg) {
+            ("[]", Segment::Index(_)) => i += 1,
+            ("[]", Segment::Key(_)) => return false,
+            ("*", Segment::Key(_)) => i += 1,
+            (name, Segment::Key(k)) if k == name => i += 1,
+            _ => return false,
+        }
+    }
+    i == keys.len()
+}
+
+/// Whether `path` names a secret field (`providers.x.api_key`, `memory.postgres.url`, ...).
+pub fn is_secret_key(path: &KeyPath) -> bool {
+    SECRET_FIELDS
+        .iter()
+        .any(|shape| shape_matches(shape, path.segments(), false))
+}
+
+/// Whether a value set at `path` may hold a secret: `path` is a secret field or a table
+/// above one (`providers.x`, `memory`, the whole document).
+pub fn may_hold_secret(path: &KeyPath) -> bool {
+    SECRET_FIELDS
+        .iter()
+        .any(|shape| shape_matches(shape, path.segments(), true))
 }
 
 /// Why a secret or the key file could not be used. Messages never contain secret material.
@@ -363,6 +408,53 @@ mod tests {
         let s = Secret::new("sk-very-secret");
         assert_eq!(format!("{s} {s:?}"), "[redacted] [redacted]");
         assert_eq!(serde_json_like(&s), "\"[redacted]\"");
+    }
+
+    #[test]
+    fn secret_key_shapes_match_the_secret_fields_of_the_schema() -> R {
+        let mut config = crate::Config::default();
+        for name in ["openai", "my.provider"] {
+            config.providers.insert(
+                name.into(),
+                crate::schema::ProviderConfig {
+                    api_key: Some(Secret::new("x")),
+                    ..Default::default()
+                },
+            );
+        }
+        config.memory.embedder.api_key = Some(Secret::new("x"));
+        config.memory.postgres.url = Some(Secret::new("x"));
+        config.gateway.paired_tokens = vec![Secret::new("a"), Secret::new("b")];
+        for (path, _) in config.secrets_mut() {
+            let path: KeyPath = path.parse()?;
+            assert!(is_secret_key(&path), "{path}");
+            assert!(may_hold_secret(&path), "{path}");
+        }
+        for yes in ["gateway.paired_tokens", "providers.x.api_key"] {
+            assert!(is_secret_key(&yes.parse()?), "{yes}");
+        }
+        for no in [
+            "providers.x.api_key_env",
+            "providers.x",
+            "memory.postgres.schema",
+            "gateway.port",
+            "providers.x.api_key.y",
+        ] {
+            assert!(!is_secret_key(&no.parse()?), "{no}");
+        }
+        for holder in [
+            "providers",
+            "providers.x",
+            "memory",
+            "memory.postgres",
+            "gateway",
+        ] {
+            assert!(may_hold_secret(&holder.parse()?), "{holder}");
+        }
+        assert!(may_hold_secret(&KeyPath::default()));
+        assert!(!may_hold_secret(&"gateway.port".parse()?));
+        assert!(!may_hold_secret(&"agents.main".parse()?));
+        Ok(())
     }
 
     fn serde_json_like(s: &Secret) -> String {

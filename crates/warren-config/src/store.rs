@@ -181,13 +181,20 @@ impl ConfigStore {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
         };
-        let problems: Vec<Problem> = checks
+        let mut problems: Vec<Problem> = checks
             .iter()
             .flat_map(|c| c.check(&self.shared.root, previous, config))
             .collect();
         if problems.is_empty() {
             Ok(())
         } else {
+            // A check may quote a secret it used (a connection URL in a server's error):
+            // the secrets of both generations are redacted (CFG-6).
+            let mut redactor = crate::redact::Redactor::from_config(config);
+            if let Some(previous) = previous {
+                redactor.add_config(previous);
+            }
+            crate::error::redact_problems(&mut problems, &redactor);
             Err(ConfigError::Invalid {
                 file: self.shared.root.config_file(),
                 problems,

@@ -84,19 +84,15 @@ impl ProviderError {
     }
 }
 
-/// Replaces every occurrence of `secret` (and its 8+ character prefixes servers like to echo)
-/// in `text`.
+/// `text` without `secret` or any 8+ character run of it (the key without its `sk-` prefix,
+/// its tail, an echoed prefix): the one redactor of `warren_config` (CFG-6).
 pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
-    let mut out = text.to_string();
-    if let Some(secret) = secret.filter(|s| s.len() >= 4) {
-        out = out.replace(secret, "[redacted]");
-        // "Incorrect API key provided: sk-abc...xyz": servers echo a prefix.
-        let prefix: String = secret.chars().take(8).collect();
-        if prefix.len() >= 8 {
-            out = out.replace(&prefix, "[redacted]");
-        }
+    match secret {
+        Some(secret) => warren_config::Redactor::new([secret])
+            .redact(text)
+            .into_owned(),
+        None => text.to_string(),
     }
-    out
 }
 
 #[cfg(test)]
@@ -110,5 +106,8 @@ mod tests {
         let out = redact(&text, Some(key));
         assert!(!out.contains(key));
         assert!(!out.contains("sk-test-0"), "{out}");
+        // Derived forms a server may echo: no prefix, the last 12 characters.
+        let text = format!("got {} / {}", &key[3..], &key[key.len() - 12..]);
+        assert_eq!(redact(&text, Some(key)), "got [redacted] / [redacted]");
     }
 }

@@ -5,9 +5,12 @@
 //! `rolling` (the file is rotated to `runtime-trace.jsonl.1` when it passes `[log] max_bytes`),
 //! `full` (never rotated) or `none`.
 //!
-//! Secrets are redacted before an event leaves this module: every configured secret value
-//! (provider API keys, ...) is replaced by `[redacted]`. Logs are evidence, never a source of
-//! config or session state.
+//! Secrets are redacted before an event leaves this module, by the one
+//! [`warren_config::Redactor`] built from the config: every string of the event (keys and
+//! values) loses each run of 8+ characters of a configured secret (a provider key, an
+//! `api_key_env` key, a database password), so a provider's error body that echoes the key
+//! without its `sk-` prefix or only its tail is caught too. Logs are evidence, never a source
+//! of config or session state.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -17,7 +20,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::sync::broadcast;
 use warren_config::schema::{LogConfig, LogPersistence};
-use warren_config::{Config, InstallRoot};
+use warren_config::{Config, InstallRoot, Redactor};
 
 use crate::appendfile::AppendFile;
 
@@ -40,7 +43,7 @@ pub struct Trace {
     file: Option<Mutex<AppendFile>>,
     persistence: LogPersistence,
     max_bytes: u64,
-    secrets: Vec<String>,
+    redactor: Redactor,
     live: broadcast::Sender<TraceEvent>,
 }
 
@@ -55,25 +58,22 @@ impl std::fmt::Debug for Trace {
 impl Trace {
     /// The trace of `root` as `[log]` configures it; secrets of `config` are redacted.
     pub fn new(root: &InstallRoot, config: &Config) -> Self {
-        let mut config = config.clone();
-        let secrets = config
-            .secrets_mut()
-            .into_iter()
-            .map(|(_, s)| s.expose().to_string())
-            .filter(|s| s.len() >= 4)
-            .collect();
-        Self::with(root.runtime_trace(), &config.log, secrets)
+        Self::with(
+            root.runtime_trace(),
+            &config.log,
+            Redactor::from_config(config),
+        )
     }
 
     /// A trace writing to `path` (tests).
-    pub fn with(path: PathBuf, log: &LogConfig, secrets: Vec<String>) -> Self {
+    pub fn with(path: PathBuf, log: &LogConfig, redactor: Redactor) -> Self {
         let (live, _) = broadcast::channel(1024);
         Self {
             file: (log.persistence != LogPersistence::None)
                 .then(|| Mutex::new(AppendFile::new(path))),
             persistence: log.persistence,
             max_bytes: log.max_bytes,
-            secrets,
+            redactor,
             live,
         }
     }
@@ -85,7 +85,7 @@ impl Trace {
             file: None,
             persistence: LogPersistence::None,
             max_bytes: 0,
-            secrets: Vec::new(),
+            redactor: Redactor::default(),
             live,
         }
     }
@@ -117,21 +117,9 @@ impl Trace {
         }
         let logged = tracing::enabled!(target: "warren::trace", tracing::Level::DEBUG);
         let mut data = data();
-        if !self.secrets.is_empty() || logged {
-            let mut text = data.to_string();
-            let mut redacted = false;
-            for s in &self.secrets {
-                if text.contains(s.as_str()) {
-                    text = text.replace(s.as_str(), "[redacted]");
-                    redacted = true;
-                }
-            }
-            if redacted {
-                data = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-            }
-            if logged {
-                tracing::debug!(target: "warren::trace", kind, agent, session, data = %text, "trace");
-            }
+        redact_value(&self.redactor, &mut data);
+        if logged {
+            tracing::debug!(target: "warren::trace", kind, agent, session, data = %data, "trace");
         }
         let event = TraceEvent {
             time: OffsetDateTime::now_utc()
@@ -167,6 +155,45 @@ impl Trace {
     }
 }
 
+/// Redacts every string of `value` in place: object keys and values, at any depth. Working on
+/// the strings (not on the JSON text) keeps escapes and structure intact.
+pub fn redact_value(redactor: &Redactor, value: &mut serde_json::Value) {
+    if redactor.is_empty() {
+        return;
+    }
+    match value {
+        serde_json::Value::String(s) => {
+            redactor.redact_in_place(s);
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                redact_value(redactor, item);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            if map.keys().any(|k| redactor.leaks(k)) {
+                let old = std::mem::take(map);
+                for (k, v) in old {
+                    map.insert(redactor.redact(&k).into_owned(), v);
+                }
+            }
+            for v in map.values_mut() {
+                redact_value(redactor, v);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Redacts an event read back from disk (`warren logs`, `GET /api/logs`): a trace written
+/// before a key was configured, or by an older version, is shown without it.
+pub fn redact_event(redactor: &Redactor, event: &mut TraceEvent) {
+    redact_value(redactor, &mut event.data);
+    if let Some(session) = event.session.as_mut() {
+        redactor.redact_in_place(session);
+    }
+}
+
 /// Reads the events of a trace file (and its rotated predecessor first); bad lines skipped.
 pub fn read_trace(path: &std::path::Path) -> Vec<TraceEvent> {
     let mut rotated = path.to_path_buf().into_os_string();
@@ -195,7 +222,7 @@ mod tests {
             max_bytes: 300,
             level: "info".into(),
         };
-        let trace = Trace::with(path.clone(), &log, vec!["sk-very-secret".into()]);
+        let trace = Trace::with(path.clone(), &log, Redactor::new(["sk-very-secret"]));
         let mut live = trace.subscribe();
         for i in 0..10 {
             trace.emit(
@@ -220,6 +247,76 @@ mod tests {
         assert!(live.try_recv().is_ok(), "live subscribers get events");
     }
 
+    /// A provider's 401 body that echoes derived forms of the key (without its `sk-` prefix,
+    /// its last 12 characters, the key minus one character) reaches neither the trace file nor
+    /// the live stream (CFG-6, STATE-13).
+    #[test]
+    fn derived_key_forms_in_a_provider_401_body_are_redacted_state13() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("runtime-trace.jsonl");
+        let log = LogConfig {
+            persistence: LogPersistence::Full,
+            ..LogConfig::default()
+        };
+        let key = "sk-live-7Hq2Lp9XcV4mNb8RtZ1w";
+        let mut config = Config::default();
+        config.providers.insert(
+            "openai".into(),
+            warren_config::schema::ProviderConfig {
+                api_key: Some(warren_config::Secret::new(key)),
+                ..Default::default()
+            },
+        );
+        let trace = Trace::with(path.clone(), &log, Redactor::from_config(&config));
+        let mut live = trace.subscribe();
+        let forms = [
+            key.trim_start_matches("sk-"),
+            &key[key.len() - 12..],
+            &key[..key.len() - 1],
+        ];
+        let body = format!(
+            "HTTP 401: {{\"error\":{{\"message\":\"Incorrect API key provided: {}; tail {}; {}\"}}}}",
+            forms[0], forms[1], forms[2]
+        );
+        trace.emit(
+            "error",
+            "main",
+            None,
+            serde_json::json!({"provider": "openai", "message": body, forms[1]: "as a key"}),
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let streamed = live
+            .try_recv()
+            .map(|e| e.data.to_string())
+            .unwrap_or_default();
+        for form in forms {
+            assert!(!text.contains(form), "{form} in the trace file: {text}");
+            assert!(!streamed.contains(form), "{form} streamed: {streamed}");
+        }
+        assert!(
+            text.contains("Incorrect API key provided: [redacted]"),
+            "{text}"
+        );
+        let events = read_trace(&path);
+        assert_eq!(events.len(), 1, "still valid JSON lines");
+    }
+
+    #[test]
+    fn events_read_back_are_redacted_again() {
+        let mut event = TraceEvent {
+            time: String::new(),
+            kind: "error".into(),
+            agent: "a".into(),
+            session: None,
+            data: serde_json::json!({"m": ["x", {"n": "key 7Hq2Lp9XcV4m"}]}),
+        };
+        redact_event(&Redactor::new(["sk-live-7Hq2Lp9XcV4mNb8RtZ1w"]), &mut event);
+        assert_eq!(
+            event.data,
+            serde_json::json!({"m": ["x", {"n": "key [redacted]"}]})
+        );
+    }
+
     #[test]
     fn persistence_none_writes_nothing_but_still_broadcasts() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -228,7 +325,7 @@ mod tests {
             persistence: LogPersistence::None,
             ..LogConfig::default()
         };
-        let trace = Trace::with(path.clone(), &log, Vec::new());
+        let trace = Trace::with(path.clone(), &log, Redactor::default());
         let mut live = trace.subscribe();
         trace.emit("turn_start", "a", None, serde_json::json!({}));
         assert!(!path.exists());

@@ -86,9 +86,17 @@ fn set(
         (None, true) => read_secret_from_stdin(key)?,
         (None, false) => bail!("missing VALUE: warren config set {key} VALUE"),
     };
+    // A secret field is stored encrypted and never echoed, `--secret` or not (CFG-6).
+    let secret_field = warren_config::is_secret_key(&path);
+    if secret_field && !secret {
+        eprintln!(
+            "warning: {path} is a secret; a value on the command line can stay in your shell \
+             history (`warren config set {path} --secret` reads it from stdin)"
+        );
+    }
     let store = super::load_checked(root)?;
     let mut txn = store.write_blocking()?;
-    if secret {
+    if secret || secret_field {
         txn.set_secret(&path, &value)?;
     } else {
         txn.set_from_str(&path, &value)?;
@@ -97,15 +105,20 @@ fn set(
     for warning in &outcome.warnings {
         eprintln!("warning: {warning}");
     }
-    let shown = if secret {
-        "[redacted], stored encrypted".to_string()
+    let generation = outcome.generation;
+    if secret || secret_field {
+        println!("set {path} (secret, stored encrypted; config generation {generation})");
+        return Ok(ExitCode::SUCCESS);
+    }
+    // A table above a secret field (`providers.x = {{ api_key = ... }}`) echoes with the new
+    // config's secrets redacted; those secrets were encrypted by the commit.
+    let shown = if warren_config::may_hold_secret(&path) {
+        let redactor = warren_config::Redactor::from_config(store.snapshot().config());
+        redactor.redact(&value).into_owned()
     } else {
         value
     };
-    println!(
-        "set {path} = {shown} (config generation {})",
-        outcome.generation
-    );
+    println!("set {path} = {shown} (config generation {generation})");
     Ok(ExitCode::SUCCESS)
 }
 

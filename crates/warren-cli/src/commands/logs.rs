@@ -1,12 +1,14 @@
 //! `warren logs [-f] [--agent A] [--json]`: the runtime trace (STATE-13), oldest first;
-//! `-f` keeps following the file as the daemon or other runs append to it.
+//! `-f` keeps following the file as the daemon or other runs append to it. Every event is
+//! redacted again with the current config's secrets (CFG-6): a trace written before a key was
+//! configured, or by an older version, never shows it.
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use warren_config::InstallRoot;
-use warren_runtime::trace::{TraceEvent, read_trace};
+use warren_config::{ConfigStore, InstallRoot, Redactor};
+use warren_runtime::trace::{TraceEvent, read_trace, redact_event};
 
 pub fn run(
     root: &InstallRoot,
@@ -15,7 +17,14 @@ pub fn run(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let path = root.runtime_trace();
+    // An unloadable config still lets the operator read the trace (redacted when written).
+    let redactor = ConfigStore::load(root.clone())
+        .map(|store| Redactor::from_config(store.snapshot().config()))
+        .unwrap_or_default();
     let show = |e: &TraceEvent| {
+        let mut e = e.clone();
+        redact_event(&redactor, &mut e);
+        let e = &e;
         if agent.as_deref().is_some_and(|a| e.agent != a) {
             return;
         }
