@@ -444,14 +444,37 @@ pub fn open_subdir(dir: impl AsFd, name: &OsStr, create: bool) -> rustix::io::Re
     };
     match open(dir.as_fd()) {
         Err(Errno::NOENT) if create => {
-            match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(DIR_MODE)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+            let made = match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(DIR_MODE)) {
+                Ok(()) => true,
+                Err(Errno::EXIST) => false,
                 Err(e) => return Err(e),
+            };
+            let fd = open(dir.as_fd())?;
+            if made {
+                take_dir_owner(dir.as_fd(), &fd)?;
             }
-            open(dir.as_fd())
+            Ok(fd)
         }
         other => other,
     }
+}
+
+/// A file or directory the daemon creates takes the owner of the directory it is created in.
+/// Only matters when the daemon runs as root: workspaces then belong to the sandbox user
+/// (`nobody`), and what the file tools or memory write there must stay the agent's to change.
+fn take_dir_owner(dir: BorrowedFd<'_>, new: &impl AsFd) -> rustix::io::Result<()> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(());
+    }
+    let st = rustix::fs::fstat(dir)?;
+    if st.st_uid == 0 && st.st_gid == 0 {
+        return Ok(());
+    }
+    rustix::fs::fchown(
+        new,
+        Some(rustix::fs::Uid::from_raw(st.st_uid)),
+        Some(rustix::fs::Gid::from_raw(st.st_gid)),
+    )
 }
 
 /// Atomically replaces (or creates) the file `name` (one plain component) in `dir` with
@@ -480,6 +503,7 @@ pub fn write_replacing(dir: impl AsFd, name: &OsStr, bytes: &[u8]) -> rustix::io
     )?;
     let errno = |e: io::Error| Errno::from_io_error(&e).unwrap_or(Errno::IO);
     let result = (|| {
+        take_dir_owner(dir, &fd)?;
         let mut file = File::from(fd);
         file.write_all(bytes).map_err(errno)?;
         file.sync_all().map_err(errno)?;
