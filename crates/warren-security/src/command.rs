@@ -274,6 +274,10 @@ impl SecurityPolicy {
             program.clone()
         };
         let is_builtin_cd = name == "cd";
+        let args = &words[1..];
+        // Refusals that hold whatever the allowlist says come first: their message names the
+        // right tool (git → git_operations) instead of "not in the allowed commands".
+        exec::refuse(&name, args)?;
         if !is_builtin_cd && !any && !allowed.contains(&name) {
             return Err(deny(format!(
                 "'{name}' is not in the allowed commands of agent '{}' ({})",
@@ -281,8 +285,6 @@ impl SecurityPolicy {
                 allowed.join(", ")
             )));
         }
-        let args = &words[1..];
-        exec::refuse(&name, args)?;
         if is_builtin_cd {
             if args.len() > 1 || args.first().is_some_and(|a| a.starts_with('-')) {
                 return Err(deny("'cd' takes one directory and no options"));

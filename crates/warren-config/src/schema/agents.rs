@@ -165,7 +165,7 @@ impl Default for RiskProfile {
         Self {
             autonomy: Autonomy::Supervised,
             allowed_commands: [
-                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "git", "sort",
+                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "sort",
                 "uniq", "diff", "date", "mkdir", "touch", "cp", "mv", "sed", "awk", "true", "test",
             ]
             .map(String::from)
