@@ -385,6 +385,8 @@ impl Sandbox {
             }
             Backend::Landlock | Backend::Full => {
                 let exe = stage_exe().map_err(|e| self.prepare_err(e))?;
+                // Builds the spec (and creates missing granted roots) before they are handed over.
+                self.spec()?;
                 let mut c = if self.backend == Backend::Full {
                     if self.run_as().is_some() {
                         self.hand_over_roots()?;
