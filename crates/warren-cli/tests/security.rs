@@ -42,12 +42,14 @@ fn posture_shows_grants_and_the_active_backend() -> R {
     assert_eq!(code, Some(0));
     assert_eq!(v["policy"]["read_only"][0]["alias"], "docs");
     assert_eq!(v["policy"]["workspace_only"], true);
-    assert_eq!(v["sandbox"]["active"], "landlock");
+    assert_eq!(v["sandbox"]["active"], "full");
+    assert_eq!(v["sandbox"]["layers"]["seccomp"], true);
     let out = root.run(bin(), &["security", "posture", "main"])?;
+    let shown = text(&out).0;
+    assert!(shown.contains("sandbox:          full (requested auto)"), "{shown}");
     assert!(
-        text(&out).0.contains("sandbox:          landlock"),
-        "{}",
-        text(&out).0
+        shown.contains("network (kernel): denied (empty network namespace"),
+        "{shown}"
     );
     Ok(())
 }
