@@ -46,7 +46,10 @@ fn posture_shows_grants_and_the_active_backend() -> R {
     assert_eq!(v["sandbox"]["layers"]["seccomp"], true);
     let out = root.run(bin(), &["security", "posture", "main"])?;
     let shown = text(&out).0;
-    assert!(shown.contains("sandbox:          full (requested auto)"), "{shown}");
+    assert!(
+        shown.contains("sandbox:          full (requested auto)"),
+        "{shown}"
+    );
     assert!(
         shown.contains("network (kernel): denied (empty network namespace"),
         "{shown}"

@@ -36,7 +36,10 @@ fn the_full_sandbox_reports_no_escape_and_every_row_held_issue13() -> R {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("agent main: sandbox full"), "{stdout}");
     assert!(stdout.trim_end().ends_with("0 escapes"), "{stdout}");
-    let held = stdout.lines().filter(|l| l.trim_start().starts_with("held")).count();
+    let held = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("held"))
+        .count();
     assert_eq!(held, 16, "every probe runs and is held:\n{stdout}");
     assert!(!stdout.contains("ESCAPE"), "{stdout}");
     Ok(())
@@ -50,7 +53,10 @@ fn an_unconfined_agent_escapes_and_the_command_exits_1_issue13() -> R {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout)?;
-    assert!(report["escapes"].as_u64().is_some_and(|n| n > 0), "{report}");
+    assert!(
+        report["escapes"].as_u64().is_some_and(|n| n > 0),
+        "{report}"
+    );
     assert_eq!(report["agents"][0]["posture"]["active"], "noop");
     Ok(())
 }

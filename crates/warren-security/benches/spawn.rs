@@ -50,7 +50,11 @@ fn time(runs: usize, mut f: impl FnMut()) -> Duration {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_d1, full) = sandbox("auto")?;
-    assert_eq!(full.backend(), Backend::Full, "this benchmark needs bwrap and Landlock");
+    assert_eq!(
+        full.backend(),
+        Backend::Full,
+        "this benchmark needs bwrap and Landlock"
+    );
     let (_d2, landlock) = sandbox("landlock")?;
     let ws = full.policy().workspace().to_path_buf();
     let run_boxed = |s: &Sandbox| {
@@ -74,7 +78,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let bwrap = || {
         let status = Command::new("bwrap")
-            .args(["--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "/bin/true"])
+            .args([
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-all",
+                "--die-with-parent",
+                "/bin/true",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -101,11 +112,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("spawn /bin/true, median of {RUNS} (build + spawn + wait)");
     println!("  full sandbox:        {f:?}");
     println!("  landlock level:      {l:?}");
-    println!("  unsandboxed:         {b:?}   (full / unsandboxed = {:.1}x)", f.as_secs_f64() / b.as_secs_f64());
+    println!(
+        "  unsandboxed:         {b:?}   (full / unsandboxed = {:.1}x)",
+        f.as_secs_f64() / b.as_secs_f64()
+    );
     println!("  plain bwrap:         {w:?}");
     println!("  full / plain bwrap:  {ratio:.2}x (target <= {TARGET}x)");
     if ratio > TARGET {
-        return Err(format!("full sandbox spawn is {ratio:.2}x plain bwrap (target {TARGET}x)").into());
+        return Err(
+            format!("full sandbox spawn is {ratio:.2}x plain bwrap (target {TARGET}x)").into(),
+        );
     }
     Ok(())
 }

@@ -94,7 +94,13 @@ fn the_full_sandbox_holds_every_probe_issue13() {
     assert!(f.root.config_file().exists());
     for row in selftest::run(&s, &f.targets) {
         assert_ne!(row.outcome, Outcome::Escape, "{}: {}", row.name, row.detail);
-        assert_ne!(row.outcome, Outcome::Skipped, "{}: {}", row.name, row.detail);
+        assert_ne!(
+            row.outcome,
+            Outcome::Skipped,
+            "{}: {}",
+            row.name,
+            row.detail
+        );
     }
 }
 
@@ -105,7 +111,11 @@ fn escapes_without(probe: Probe, kind: SandboxKind, layers: &[Layer]) {
     assert_eq!(held, Outcome::Held, "{probe:?} with every layer: {detail}");
     let s = layers.iter().fold(s, |s, l| s.without(*l));
     let (got, detail) = outcome(&s, &f, probe);
-    assert_eq!(got, Outcome::Escape, "{probe:?} without {layers:?}: {detail}");
+    assert_eq!(
+        got,
+        Outcome::Escape,
+        "{probe:?} without {layers:?}: {detail}"
+    );
 }
 
 const NET: [Layer; 3] = [Layer::Seccomp, Layer::NetNamespace, Layer::Landlock];
@@ -137,7 +147,11 @@ fn netlink_packet_vsock_and_raw_sockets_are_refused_by_seccomp_issue13() {
 
 #[test]
 fn host_unix_sockets_are_not_visible_issue13() {
-    escapes_without(Probe::HostUnixSocket, SandboxKind::Auto, &[Layer::HostIpcHidden]);
+    escapes_without(
+        Probe::HostUnixSocket,
+        SandboxKind::Auto,
+        &[Layer::HostIpcHidden],
+    );
 }
 
 #[test]
@@ -160,7 +174,11 @@ fn the_install_roots_secret_is_unreadable_directly_by_symlink_and_by_hard_link_i
     for probe in [Probe::OutsideRead, Probe::SymlinkOut, Probe::HardlinkOut] {
         escapes_without(probe, SandboxKind::Landlock, &[Layer::Landlock]);
         let (f, s) = sandbox(SandboxKind::Auto, &["ls"]);
-        assert_eq!(outcome(&s, &f, probe).0, Outcome::Held, "{probe:?} under full");
+        assert_eq!(
+            outcome(&s, &f, probe).0,
+            Outcome::Held,
+            "{probe:?} under full"
+        );
     }
 }
 
@@ -170,7 +188,11 @@ fn paths_outside_the_roots_cannot_even_be_stated_under_full_but_can_under_landlo
     assert_eq!(outcome(&s, &f, Probe::OutsideStat).0, Outcome::Held);
     let (f, s) = sandbox(SandboxKind::Landlock, &["ls"]);
     let (got, detail) = outcome(&s, &f, Probe::OutsideStat);
-    assert_eq!(got, Outcome::Escape, "the landlock level is weaker: {detail}");
+    assert_eq!(
+        got,
+        Outcome::Escape,
+        "the landlock level is weaker: {detail}"
+    );
     assert!(
         s.posture()["not_contained"].to_string().contains("/proc"),
         "posture names what the landlock level leaves open"
@@ -182,7 +204,11 @@ fn sibling_tiers_are_exact_read_only_and_write_only_issue13() {
     for probe in [Probe::ReadOnlyTierWrite, Probe::WriteOnlyTierRead] {
         escapes_without(probe, SandboxKind::Landlock, &[Layer::Landlock]);
         let (f, s) = sandbox(SandboxKind::Auto, &["ls"]);
-        assert_eq!(outcome(&s, &f, probe).0, Outcome::Held, "{probe:?} under full");
+        assert_eq!(
+            outcome(&s, &f, probe).0,
+            Outcome::Held,
+            "{probe:?} under full"
+        );
     }
 }
 
@@ -194,12 +220,20 @@ fn children_never_hold_root_or_capabilities_issue13() {
         assert_eq!(outcome(&s, &f, Probe::RootPrivileges).0, Outcome::Held);
         return;
     }
-    escapes_without(Probe::RootPrivileges, SandboxKind::Auto, &[Layer::SandboxUser]);
+    escapes_without(
+        Probe::RootPrivileges,
+        SandboxKind::Auto,
+        &[Layer::SandboxUser],
+    );
 }
 
 #[test]
 fn an_allowed_command_cannot_start_an_unlisted_program_issue13() {
-    escapes_without(Probe::ExecUnlisted, SandboxKind::Auto, &[Layer::ExecAllowlist]);
+    escapes_without(
+        Probe::ExecUnlisted,
+        SandboxKind::Auto,
+        &[Layer::ExecAllowlist],
+    );
 }
 
 #[test]
@@ -213,7 +247,10 @@ fn awk_cannot_start_an_unlisted_program_through_its_pipe_issue13() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let held = run(&s);
-    assert!(held.contains("Permission denied") && !held.contains("\n0\n"), "{held}");
+    assert!(
+        held.contains("Permission denied") && !held.contains("\n0\n"),
+        "{held}"
+    );
     let open = run(&s.without(Layer::ExecAllowlist));
     assert!(
         open.lines().any(|l| l.trim().parse::<u32>().is_ok()),
@@ -226,13 +263,7 @@ fn rlimits_cap_the_file_size_a_child_may_write_issue13() {
     let (_f, p) = policy(SandboxKind::Auto, &["cat"]);
     let s = Sandbox::for_policy(&p).expect("sandbox");
     let out = s
-        .output(
-            "/bin/sh",
-            &[
-                "-c".into(),
-                "cat /proc/self/limits".into(),
-            ],
-        )
+        .output("/bin/sh", &["-c".into(), "cat /proc/self/limits".into()])
         .expect("spawn");
     let text = String::from_utf8_lossy(&out.stdout);
     let limit = |name: &str| {
@@ -243,7 +274,10 @@ fn rlimits_cap_the_file_size_a_child_may_write_issue13() {
     };
     // The profile's defaults: 600 CPU seconds, 1024 MiB files, 512 processes.
     assert_eq!(limit("Max cpu time"), "600", "{text}");
-    assert_eq!(limit("Max file size"), (1024u64 << 20).to_string(), "{text}");
+    assert_eq!(
+        limit("Max file size"),
+        (1024u64 << 20).to_string(),
+        "{text}"
+    );
     assert_eq!(limit("Max processes"), "512", "{text}");
 }
-

@@ -165,7 +165,6 @@ fn docker_commands_carry_the_roots_and_deny_network_sbx1() {
         !dk.iter().any(|a| a.contains(&inbox)),
         "a mount cannot be write-only: the write-only root is omitted"
     );
-
 }
 
 #[test]
@@ -211,4 +210,3 @@ fn extra_env_is_added_to_the_cleared_environment_and_replaces_base_values_git5()
         );
     }
 }
-

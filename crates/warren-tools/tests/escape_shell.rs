@@ -1009,7 +1009,9 @@ fn a_noop_sandbox_or_fallback_needs_unrestricted_sbx3() {
     let sandbox = warren_security::sandbox::Sandbox::for_policy(&policy).expect("noop");
     assert_eq!(sandbox.backend(), warren_security::sandbox::Backend::Noop);
     assert!(
-        sandbox.posture()["not_contained"].to_string().contains("unconfined"),
+        sandbox.posture()["not_contained"]
+            .to_string()
+            .contains("unconfined"),
         "{}",
         sandbox.posture()
     );

@@ -2,6 +2,9 @@
 //! the daemon writes there (file tools, new directories) takes the workspace's owner, so the
 //! agent's own commands can keep working on it (issue 13, deliverable 1).
 
+// Test helpers outside #[test] fns: a failed setup step should panic with its name.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::Fixture;

@@ -87,7 +87,8 @@ fn selftest(root: &InstallRoot, alias: Option<&str>, json: bool) -> anyhow::Resu
             }
             rows.push(row);
         }
-        report.push(serde_json::json!({"agent": alias, "posture": sandbox.posture(), "rows": rows}));
+        report
+            .push(serde_json::json!({"agent": alias, "posture": sandbox.posture(), "rows": rows}));
     }
     if json {
         super::print_json(&serde_json::json!({"escapes": escapes, "agents": report}))?;
@@ -153,10 +154,7 @@ fn posture(root: &InstallRoot, alias: &str, json: bool) -> anyhow::Result<ExitCo
         if let Some(abi) = s["landlock_abi"].as_i64() {
             println!("landlock abi:     {abi}");
         }
-        println!(
-            "network (kernel): {}",
-            s["network"].as_str().unwrap_or("?")
-        );
+        println!("network (kernel): {}", s["network"].as_str().unwrap_or("?"));
         for gap in s["not_contained"].as_array().into_iter().flatten() {
             println!("not contained:    {}", gap.as_str().unwrap_or("?"));
         }

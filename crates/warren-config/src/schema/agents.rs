@@ -165,8 +165,8 @@ impl Default for RiskProfile {
         Self {
             autonomy: Autonomy::Supervised,
             allowed_commands: [
-                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "sort",
-                "uniq", "diff", "date", "mkdir", "touch", "cp", "mv", "sed", "awk", "true", "test",
+                "ls", "cat", "grep", "find", "head", "tail", "wc", "pwd", "echo", "sort", "uniq",
+                "diff", "date", "mkdir", "touch", "cp", "mv", "sed", "awk", "true", "test",
             ]
             .map(String::from)
             .to_vec(),

@@ -183,7 +183,8 @@ impl Sandbox {
     pub fn for_policy(policy: &SecurityPolicy) -> Result<Self, SandboxError> {
         let requested = policy.sandbox_kind();
         let alias = || policy.alias().to_string();
-        let noop_used = requested == SandboxKind::Noop || policy.fallback() == SandboxFallback::Noop;
+        let noop_used =
+            requested == SandboxKind::Noop || policy.fallback() == SandboxFallback::Noop;
         if noop_used && !policy.unrestricted() {
             return Err(SandboxError::NoopNotAllowed { alias: alias() });
         }
@@ -265,7 +266,9 @@ impl Sandbox {
                     "rlimits": self.rlimits(),
                     "runs_as": if is_root() { "nobody (daemon is root)" } else { "the daemon's user, in a user namespace" },
                 }),
-                vec!["the dynamic loader can be named as a program to run any readable binary, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)"],
+                vec![
+                    "the dynamic loader can be named as a program to run any readable binary, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)",
+                ],
             ),
             Backend::Landlock => (
                 serde_json::json!({
@@ -282,7 +285,10 @@ impl Sandbox {
                     "the child runs with the daemon's uid",
                 ],
             ),
-            Backend::Docker => (serde_json::json!({"container": wrappers::DOCKER_IMAGE}), vec![]),
+            Backend::Docker => (
+                serde_json::json!({"container": wrappers::DOCKER_IMAGE}),
+                vec![],
+            ),
             Backend::Noop => (
                 serde_json::json!({}),
                 vec!["everything: commands run unconfined with the daemon's rights"],
@@ -341,13 +347,21 @@ impl Sandbox {
     /// Runs a selftest probe inside this sandbox and returns what it printed.
     pub(crate) fn spawn_probe(&self, probe: &selftest::ProbeSpec) -> Result<Vec<u8>, SandboxError> {
         if matches!(self.backend, Backend::Noop | Backend::Docker) {
-            return Err(self.prepare_err("probes run only under the full and landlock levels".into()));
+            return Err(
+                self.prepare_err("probes run only under the full and landlock levels".into())
+            );
         }
-        let mut spec: serde_json::Value = serde_json::from_str(&self.spec()?)
-            .map_err(|e| self.prepare_err(e.to_string()))?;
+        let mut spec: serde_json::Value =
+            serde_json::from_str(&self.spec()?).map_err(|e| self.prepare_err(e.to_string()))?;
         spec["probe"] = serde_json::to_value(probe).map_err(|e| self.prepare_err(e.to_string()))?;
         let out = self
-            .spawn_inner(OsStr::new("probe"), &[], ChildIo::Piped, &[], Some(spec.to_string()))?
+            .spawn_inner(
+                OsStr::new("probe"),
+                &[],
+                ChildIo::Piped,
+                &[],
+                Some(spec.to_string()),
+            )?
             .wait_with_output()
             .map_err(|e| self.prepare_err(format!("waiting for the probe failed: {e}")))?;
         Ok(out.stdout)
@@ -420,8 +434,9 @@ impl Sandbox {
             .stdout(io.stdio())
             .stderr(io.stdio());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let spawn_err =
-            |e: std::io::Error| self.prepare_err(format!("cannot start {}: {e}", program.to_string_lossy()));
+        let spawn_err = |e: std::io::Error| {
+            self.prepare_err(format!("cannot start {}: {e}", program.to_string_lossy()))
+        };
         match self.backend {
             Backend::Noop | Backend::Docker => cmd.spawn().map_err(spawn_err),
             // From one long-lived thread: bwrap's --die-with-parent follows the spawning thread.
@@ -453,7 +468,10 @@ impl Sandbox {
             if !root.root.exists()
                 && let Err(e) = std::fs::create_dir_all(&root.root)
             {
-                return Err(format!("cannot create granted root {}: {e}", root.root.display()));
+                return Err(format!(
+                    "cannot create granted root {}: {e}",
+                    root.root.display()
+                ));
             }
         }
         let mut full = vec![p.workspace().to_path_buf()];
@@ -461,7 +479,11 @@ impl Sandbox {
         let spec = stage::StageSpec {
             full,
             read: p.read_only_roots().iter().map(|g| g.root.clone()).collect(),
-            write_only: p.write_only_roots().iter().map(|g| g.root.clone()).collect(),
+            write_only: p
+                .write_only_roots()
+                .iter()
+                .map(|g| g.root.clone())
+                .collect(),
             extra_read: landlock_rules::global_git_config(),
             exec: if self.on(Layer::ExecAllowlist) {
                 self.exec_allowlist()

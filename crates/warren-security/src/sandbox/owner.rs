@@ -15,7 +15,8 @@ const DIR: OFlags = OFlags::RDONLY
 
 /// Changes `root` and every root-owned entry below it with one link to the sandbox user.
 pub(super) fn hand_over(root: &Path) -> Result<(), String> {
-    let err = |e: rustix::io::Errno| format!("cannot hand {} to the sandbox user: {e}", root.display());
+    let err =
+        |e: rustix::io::Errno| format!("cannot hand {} to the sandbox user: {e}", root.display());
     let fd = open(root, DIR, Mode::empty()).map_err(err)?;
     give(&fd, OsStr::new("."), true).map_err(err)?;
     walk(&fd, 0).map_err(err)

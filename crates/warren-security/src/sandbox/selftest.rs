@@ -160,7 +160,10 @@ pub fn run(sandbox: &Sandbox, targets: &Targets) -> Vec<Row> {
 /// Runs one probe against `sandbox` and judges it.
 pub fn run_probe(sandbox: &Sandbox, probe: Probe, targets: &Targets) -> Row {
     let judged = if sandbox.backend() == super::Backend::Noop {
-        Ok((Outcome::Escape, "sandbox noop: nothing contains the agent's commands".into()))
+        Ok((
+            Outcome::Escape,
+            "sandbox noop: nothing contains the agent's commands".into(),
+        ))
     } else {
         judge(sandbox, probe, targets)
     };
@@ -233,8 +236,12 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             let _ = std::fs::remove_file(&path);
             let listener = UnixListener::bind(&path).map_err(|e| e.to_string())?;
             listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let _ = std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777));
-            let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+            let _ =
+                std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+            let _ = std::fs::set_permissions(
+                &path,
+                std::os::unix::fs::PermissionsExt::from_mode(0o777),
+            );
             let line = inside(sandbox, probe, path.display().to_string())?;
             let got = listener.accept().is_ok();
             let _ = std::fs::remove_dir_all(&dir);
@@ -280,7 +287,9 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             let Some(victim) = ["/usr/bin/id", "/usr/bin/whoami", "/usr/bin/uname"]
                 .into_iter()
                 .map(PathBuf::from)
-                .find(|p| p.exists() && !allowed.contains(&std::fs::canonicalize(p).unwrap_or(p.clone())))
+                .find(|p| {
+                    p.exists() && !allowed.contains(&std::fs::canonicalize(p).unwrap_or(p.clone()))
+                })
             else {
                 return Ok((Outcome::Skipped, "no unlisted program found".into()));
             };
@@ -303,12 +312,19 @@ fn accepted(listener: &TcpListener) -> bool {
 
 fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
     let ws = sandbox.policy().workspace().to_path_buf();
-    let (mark, stop) = (ws.join(".warren-selftest-survivor"), ws.join(".warren-selftest-stop"));
+    let (mark, stop) = (
+        ws.join(".warren-selftest-survivor"),
+        ws.join(".warren-selftest-stop"),
+    );
     let _ = std::fs::remove_file(&mark);
     let _ = std::fs::remove_file(&stop);
     let script = "set -m; ( while [ ! -e .warren-selftest-stop ]; do echo x >> .warren-selftest-survivor; done ) & exit 0";
     let mut child = sandbox
-        .spawn("/bin/sh", &[OsString::from("-c"), script.into()], ChildIo::Null)
+        .spawn(
+            "/bin/sh",
+            &[OsString::from("-c"), script.into()],
+            ChildIo::Null,
+        )
         .map_err(|e| e.to_string())?;
     child.wait().map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
@@ -322,7 +338,11 @@ fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
     let _ = std::fs::remove_file(&stop);
     let escaped = after > before;
     Ok((
-        if escaped { Outcome::Escape } else { Outcome::Held },
+        if escaped {
+            Outcome::Escape
+        } else {
+            Outcome::Held
+        },
         if escaped {
             "a background job kept writing after the call ended".into()
         } else {
@@ -350,8 +370,10 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
     };
     match spec.probe {
         Probe::Udp => {
-            let fd = rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, None).map_err(e)?;
-            rustix::net::sendto(&fd, b"warren-selftest", SendFlags::empty(), &addr()?).map_err(e)?;
+            let fd =
+                rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, None).map_err(e)?;
+            rustix::net::sendto(&fd, b"warren-selftest", SendFlags::empty(), &addr()?)
+                .map_err(e)?;
             Ok("datagram sent".into())
         }
         Probe::Tcp => {
@@ -371,7 +393,8 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
             Ok("connected over MPTCP".into())
         }
         Probe::TcpFastOpen => {
-            let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).map_err(e)?;
+            let fd =
+                rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).map_err(e)?;
             // MSG_FASTOPEN: connect and send in one call.
             let flags = SendFlags::from_bits_retain(0x2000_0000);
             rustix::net::sendto(&fd, b"warren-selftest", flags, &addr()?).map_err(e)?;
@@ -382,9 +405,14 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
                 ("netlink", AddressFamily::NETLINK, SocketType::RAW, None),
                 ("packet", AddressFamily::PACKET, SocketType::RAW, None),
                 ("vsock", AddressFamily::VSOCK, SocketType::STREAM, None),
-                ("raw inet", AddressFamily::INET, SocketType::RAW, Some(Protocol::from_raw(
-                    std::num::NonZeroU32::new(1).unwrap_or(std::num::NonZeroU32::MIN),
-                ))),
+                (
+                    "raw inet",
+                    AddressFamily::INET,
+                    SocketType::RAW,
+                    Some(Protocol::from_raw(
+                        std::num::NonZeroU32::new(1).unwrap_or(std::num::NonZeroU32::MIN),
+                    )),
+                ),
             ];
             let opened: Vec<&str> = tries
                 .into_iter()
@@ -431,7 +459,10 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
             }
             // Only a process outside the sandbox counts: the daemon's pid by number.
             let daemon = format!("/proc/{}/", spec.target);
-            let outside: Vec<String> = read.into_iter().filter(|p| p.starts_with(&daemon)).collect();
+            let outside: Vec<String> = read
+                .into_iter()
+                .filter(|p| p.starts_with(&daemon))
+                .collect();
             if outside.is_empty() {
                 Err("the daemon's /proc entries are not readable".into())
             } else {

@@ -137,10 +137,10 @@ fn run(spec: &StageSpec, program: OsString, args: &[OsString]) -> String {
 /// Drops every supplementary group, then gid and uid (real, effective, saved): leaving uid 0
 /// clears every capability; checked afterwards.
 fn become_user(id: u32) -> rustix::io::Result<()> {
+    use rustix::process::{Gid, Uid};
     use rustix::thread::{
         CapabilitySet, capabilities, set_thread_groups, set_thread_res_gid, set_thread_res_uid,
     };
-    use rustix::process::{Gid, Uid};
     let (uid, gid) = (Uid::from_raw(id), Gid::from_raw(id));
     set_thread_groups(&[])?;
     set_thread_res_gid(gid, gid, gid)?;

@@ -23,7 +23,12 @@ pub(crate) fn bubblewrap(sandbox: &Sandbox, stage_exe: &Path, privileged: bool) 
     if !privileged {
         cmd.args(["--unshare-user", "--cap-drop", "ALL"]);
     }
-    cmd.args(["--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup"]);
+    cmd.args([
+        "--unshare-ipc",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup",
+    ]);
     if sandbox.on(Layer::PidNamespace) {
         cmd.arg("--unshare-pid");
     }
