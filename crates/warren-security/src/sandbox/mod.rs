@@ -492,7 +492,11 @@ impl Sandbox {
             },
             network: p.allow_network(),
             landlock: self.on(Layer::Landlock),
-            seccomp: self.on(Layer::Seccomp),
+            seccomp: if self.on(Layer::Seccomp) {
+                seccomp::packed(p.allow_network())?
+            } else {
+                Vec::new()
+            },
             rlimits: self.rlimits(),
             run_as: self.run_as(),
             probe: None,
@@ -641,7 +645,7 @@ fn stage_status() -> Result<(), String> {
             if landlock_abi().is_none() {
                 return Err("the kernel has no Landlock support".into());
             }
-            seccomp::program(false).map(|_| ())?;
+            seccomp::packed(false).map(|_| ())?;
             stage_exe().map(|_| ())
         })
         .clone()

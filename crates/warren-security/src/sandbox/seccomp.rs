@@ -139,12 +139,45 @@ fn clone3_program() -> Result<BpfProgram, String> {
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
-/// Installs the filters on the calling thread (sets `no_new_privs` first).
-pub(crate) fn install(network: bool) -> Result<(), String> {
-    let clone3 = clone3_program()?;
-    let main = program(network)?;
-    seccompiler::apply_filter(&clone3).map_err(|e| e.to_string())?;
-    seccompiler::apply_filter(&main).map_err(|e| e.to_string())
+/// Both filters, compiled once per process and network setting, packed one instruction per
+/// `u64` for the stage spec (the stage then only installs them: compiling costs ≈ 0.27 ms).
+pub(crate) fn packed(network: bool) -> Result<Vec<Vec<u64>>, String> {
+    static CACHE: std::sync::OnceLock<[Result<Vec<Vec<u64>>, String>; 2]> =
+        std::sync::OnceLock::new();
+    let build = |network: bool| -> Result<Vec<Vec<u64>>, String> {
+        let pack = |p: BpfProgram| {
+            p.iter()
+                .map(|i| {
+                    u64::from(i.code) << 48
+                        | u64::from(i.jt) << 40
+                        | u64::from(i.jf) << 32
+                        | u64::from(i.k)
+                })
+                .collect::<Vec<u64>>()
+        };
+        Ok(vec![pack(clone3_program()?), pack(program(network)?)])
+    };
+    CACHE.get_or_init(|| [build(false), build(true)])[usize::from(network)].clone()
+}
+
+/// Installs packed filters on the calling thread (sets `no_new_privs` first).
+pub(crate) fn install(filters: &[Vec<u64>]) -> Result<(), String> {
+    if filters.is_empty() {
+        return Err("no filter was given".into());
+    }
+    for packed in filters {
+        let program: BpfProgram = packed
+            .iter()
+            .map(|w| seccompiler::sock_filter {
+                code: (w >> 48) as u16,
+                jt: (w >> 40) as u8,
+                jf: (w >> 32) as u8,
+                k: *w as u32,
+            })
+            .collect();
+        seccompiler::apply_filter(&program).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -42,7 +42,8 @@ pub(crate) struct StageSpec {
     pub exec: Option<Vec<PathBuf>>,
     pub network: bool,
     pub landlock: bool,
-    pub seccomp: bool,
+    /// The seccomp filters, compiled by the daemon (empty = the layer is off).
+    pub seccomp: Vec<Vec<u64>>,
     pub rlimits: Rlimits,
     /// The uid and gid to become before Landlock (the daemon runs as root: `bwrap` ran
     /// privileged and kept the capabilities the switch needs; the switch drops them all).
@@ -117,8 +118,8 @@ fn run(spec: &StageSpec, program: OsString, args: &[OsString]) -> String {
     {
         return e;
     }
-    if spec.seccomp
-        && let Err(e) = super::seccomp::install(spec.network)
+    if !spec.seccomp.is_empty()
+        && let Err(e) = super::seccomp::install(&spec.seccomp)
     {
         return format!("cannot install the seccomp filter: {e}");
     }
