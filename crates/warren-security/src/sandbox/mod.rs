@@ -712,13 +712,25 @@ pub fn wrapper_argv(
         .collect()
 }
 
+/// The `bwrap` to run: `$WARREN_BWRAP` when set (a bwrap outside the usual directories),
+/// otherwise the first in `/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin`.
+pub(crate) fn bwrap_path() -> Result<PathBuf, String> {
+    match std::env::var_os("WARREN_BWRAP") {
+        Some(p) if Path::new(&p).is_file() => Ok(PathBuf::from(p)),
+        Some(p) => Err(format!(
+            "WARREN_BWRAP={} is not a file",
+            Path::new(&p).display()
+        )),
+        None => which("bwrap").ok_or_else(|| "`bwrap` (bubblewrap) is not installed".to_string()),
+    }
+}
+
 /// Whether `bwrap` exists and can build the namespaces here (probed once per process).
 fn bwrap_status() -> Result<(), String> {
     static STATUS: OnceLock<Result<(), String>> = OnceLock::new();
     STATUS
         .get_or_init(|| {
-            let bwrap = which("bwrap")
-                .ok_or_else(|| "`bwrap` (bubblewrap) is not installed".to_string())?;
+            let bwrap = bwrap_path()?;
             let mut cmd = Command::new(bwrap);
             cmd.args([
                 "--ro-bind",

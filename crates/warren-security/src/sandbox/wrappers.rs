@@ -16,7 +16,8 @@ use crate::policy::SecurityPolicy;
 /// write-only). Not `/run`, `/var`, `/home`, `/root`, `/etc/ssl/private` or the rest of `/etc`.
 pub(crate) fn bubblewrap(sandbox: &Sandbox, stage_exe: &Path, privileged: bool) -> Command {
     let policy = sandbox.policy();
-    let mut cmd = Command::new("bwrap");
+    // Checked by `bwrap_status` before this level was chosen.
+    let mut cmd = Command::new(super::bwrap_path().unwrap_or_else(|_| "bwrap".into()));
     cmd.args(["--die-with-parent", "--new-session"]);
     // As root, bwrap runs privileged (no user namespace) and keeps the capabilities the stage
     // needs to become `nobody`, which drops them all; otherwise a user namespace, no capabilities.
