@@ -17,10 +17,28 @@ use std::sync::OnceLock;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, make_bitflags,
 };
 
-use super::stage::StageSpec;
+/// The rules of one child.
+#[derive(Debug, Clone)]
+pub(crate) struct Rules {
+    /// Every file right (workspace, `ReadWrite` roots).
+    pub full: Vec<std::path::PathBuf>,
+    /// Read and list (`Read` roots).
+    pub read: Vec<std::path::PathBuf>,
+    /// Write, create, remove; no read or list (`Write` roots).
+    pub write_only: Vec<std::path::PathBuf>,
+    /// Extra read-only files (the operator's global git config).
+    pub extra_read: Vec<std::path::PathBuf>,
+    /// Files that may be executed; `None` = everything under the system directories and the
+    /// granted roots (`allowed_commands = ["*"]`).
+    pub exec: Option<Vec<std::path::PathBuf>>,
+    /// Files executable whatever the allowlist: the program the daemon starts (bash, git) and a
+    /// selftest probe.
+    pub always_exec: Vec<std::path::PathBuf>,
+    pub network: bool,
+}
 
 const ABIS: [ABI; 7] = [
     ABI::V7,
@@ -74,9 +92,16 @@ pub(crate) fn global_git_config() -> Vec<std::path::PathBuf> {
     .collect()
 }
 
-/// Builds the ruleset of `spec` and enforces it on the calling process (the stage, single
-/// threaded, just before `exec`). A kernel that does not enforce it fully is an error.
-pub(crate) fn enforce(spec: &StageSpec) -> Result<(), String> {
+/// The raw bits of read-file and read-dir (for the rule the launcher adds on the sandbox's own
+/// `/proc`).
+pub(crate) fn read_access_bits() -> u64 {
+    (make_bitflags!(AccessFs::{ReadFile | ReadDir}) & AccessFs::from_all(abi())).bits()
+}
+
+/// Builds the ruleset of `spec` in the daemon (paths are opened here, so the rules hold the
+/// host's inodes, which the binds preserve); the launcher enforces it in the child just before
+/// `exec` with `landlock_restrict_self`.
+pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, String> {
     let abi = abi();
     if abi == ABI::Unsupported {
         return Err("the kernel has no Landlock support".into());
@@ -127,7 +152,7 @@ pub(crate) fn enforce(spec: &StageSpec) -> Result<(), String> {
     for dev in ["/dev/zero", "/dev/random", "/dev/urandom"] {
         rules.push((Path::new(dev), file_read));
     }
-    for p in spec.exec.iter().flatten() {
+    for p in spec.exec.iter().flatten().chain(&spec.always_exec) {
         rules.push((p.as_path(), exec | file_read));
     }
     for p in &spec.full {
@@ -154,11 +179,5 @@ pub(crate) fn enforce(spec: &StageSpec) -> Result<(), String> {
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let status = created
-        .restrict_self()
-        .map_err(|e| format!("cannot enforce the Landlock ruleset: {e}"))?;
-    if status.ruleset == RulesetStatus::NotEnforced {
-        return Err("the kernel did not enforce the Landlock ruleset".into());
-    }
-    Ok(())
+    Ok(created.into())
 }

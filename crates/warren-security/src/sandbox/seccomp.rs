@@ -160,26 +160,6 @@ pub(crate) fn packed(network: bool) -> Result<Vec<Vec<u64>>, String> {
     CACHE.get_or_init(|| [build(false), build(true)])[usize::from(network)].clone()
 }
 
-/// Installs packed filters on the calling thread (sets `no_new_privs` first).
-pub(crate) fn install(filters: &[Vec<u64>]) -> Result<(), String> {
-    if filters.is_empty() {
-        return Err("no filter was given".into());
-    }
-    for packed in filters {
-        let program: BpfProgram = packed
-            .iter()
-            .map(|w| seccompiler::sock_filter {
-                code: (w >> 48) as u16,
-                jt: (w >> 40) as u8,
-                jf: (w >> 32) as u8,
-                k: *w as u32,
-            })
-            .collect();
-        seccompiler::apply_filter(&program).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

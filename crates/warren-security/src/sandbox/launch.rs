@@ -1,0 +1,586 @@
+//! The launcher: what happens between `fork` and `exec` of a confined child.
+//!
+//! Everything is prepared in the daemon ([`Plan`]: paths as C strings, the Landlock ruleset as
+//! an fd, the seccomp filters compiled); the hook that runs in the forked child only makes
+//! system calls, never allocates and never takes a lock, so forking a multi-threaded daemon is
+//! safe. For the full level the hook:
+//!
+//! 1. asks for SIGKILL when the spawning thread dies, and unshares the mount, PID, network (unless
+//!    allowed), IPC, UTS and cgroup namespaces — plus a user namespace with a one-to-one map of
+//!    the daemon's uid when the daemon is not root;
+//! 2. forks once more: the grandchild is PID 1 of the new PID namespace, the child stays outside
+//!    as its reaper, closes every inherited descriptor but stdio and exits with the grandchild's
+//!    status (128 + signal when killed). Killing the child (timeout, cancel) kills the grandchild
+//!    through its parent-death signal; the grandchild's exit ends the namespace, which kills every
+//!    process the call left behind;
+//! 3. in the grandchild: a new session, a private mount tree, a tmpfs root built from binds of
+//!    exactly the allowed paths (reached through the old root), a fresh `/proc`, a minimal `/dev`,
+//!    a private `/tmp`, then `pivot_root` and the old root detached;
+//! 4. rlimits, the switch to `nobody` when the daemon is root (which drops every capability),
+//!    `no_new_privs`, the Landlock ruleset, the seccomp filters; `exec` follows.
+//!
+//! The landlock level runs only step 4 in the child. This is the only module of the crate with
+//! `unsafe` code: the `pre_exec` hook and the raw system calls it makes.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One step of building the new root (paths already prefixed with `/oldroot` or `/newroot`).
+#[derive(Debug)]
+enum Step {
+    Dir(CString),
+    File(CString),
+    Bind {
+        src: CString,
+        dst: CString,
+        read_only: bool,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
+    Tmpfs(CString),
+    Proc(CString),
+}
+
+/// Everything the child needs, prepared by the daemon.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// `None`: the landlock level (no namespaces, no fork).
+    namespaces: Option<Namespaces>,
+    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    run_as: Option<u32>,
+    landlock: Option<OwnedFd>,
+    /// Read rights on the sandbox's own `/proc`, added in the child: the procfs mounted there
+    /// does not exist yet when the daemon builds the ruleset.
+    proc_read: Option<u64>,
+    seccomp: Vec<Vec<libc::sock_filter>>,
+}
+
+/// `struct landlock_path_beneath_attr` (packed).
+#[repr(C, packed)]
+struct PathBeneath {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+#[derive(Debug)]
+struct Namespaces {
+    flags: libc::c_int,
+    /// `(setgroups, uid_map, gid_map)` contents when a user namespace is created.
+    user_map: Option<(CString, CString)>,
+    pid: bool,
+    steps: Vec<Step>,
+    chdir: CString,
+}
+
+fn cstr(p: impl AsRef<Path>) -> CString {
+    // Paths with NUL bytes cannot exist; an empty string makes the step fail cleanly.
+    CString::new(p.as_ref().as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// Builds the new root's steps.
+pub(crate) struct RootBuilder {
+    steps: Vec<Step>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+}
+
+impl RootBuilder {
+    pub(crate) fn new() -> Self {
+        Self {
+            steps: Vec::new(),
+            dirs: std::collections::BTreeSet::new(),
+        }
+    }
+
+    fn new_path(p: &Path) -> PathBuf {
+        Path::new("/newroot").join(p.strip_prefix("/").unwrap_or(p))
+    }
+
+    fn old_path(p: &Path) -> PathBuf {
+        Path::new("/oldroot").join(p.strip_prefix("/").unwrap_or(p))
+    }
+
+    /// Creates `p` (inside the new root) and its missing parents, 0755.
+    pub(crate) fn dir(&mut self, p: &Path) {
+        let mut todo: Vec<&Path> = p
+            .ancestors()
+            .filter(|a| a.parent().is_some() && !self.dirs.contains(*a))
+            .collect();
+        todo.reverse();
+        for a in todo {
+            self.dirs.insert(a.to_path_buf());
+            self.steps.push(Step::Dir(cstr(Self::new_path(a))));
+        }
+    }
+
+    /// Binds host `src` at the same path, when it exists (`symlink_metadata`: a link is bound as
+    /// the file or directory it names, like `mount --bind`).
+    pub(crate) fn bind(&mut self, src: &Path, read_only: bool) {
+        self.bind_at(src, src, read_only);
+    }
+
+    pub(crate) fn bind_at(&mut self, src: &Path, dst: &Path, read_only: bool) {
+        // Resolved here: inside the child an absolute link target would resolve against the
+        // staging root, not the host's (`/etc/localtime` -> `/usr/share/zoneinfo/...`).
+        let Ok(src) = std::fs::canonicalize(src) else {
+            return;
+        };
+        let Ok(meta) = std::fs::metadata(&src) else {
+            return;
+        };
+        let src = src.as_path();
+        if meta.is_dir() {
+            self.dir(dst);
+        } else {
+            if let Some(parent) = dst.parent() {
+                self.dir(parent);
+            }
+            self.steps.push(Step::File(cstr(Self::new_path(dst))));
+        }
+        self.steps.push(Step::Bind {
+            src: cstr(Self::old_path(src)),
+            dst: cstr(Self::new_path(dst)),
+            read_only,
+        });
+    }
+
+    pub(crate) fn symlink(&mut self, target: &Path, link: &Path) {
+        if let Some(parent) = link.parent() {
+            self.dir(parent);
+        }
+        self.steps.push(Step::Symlink {
+            target: cstr(target),
+            link: cstr(Self::new_path(link)),
+        });
+    }
+
+    pub(crate) fn tmpfs(&mut self, p: &Path) {
+        self.dir(p);
+        self.steps.push(Step::Tmpfs(cstr(Self::new_path(p))));
+    }
+
+    pub(crate) fn proc(&mut self, p: &Path) {
+        self.dir(p);
+        self.steps.push(Step::Proc(cstr(Self::new_path(p))));
+    }
+}
+
+impl Plan {
+    pub(crate) fn landlock_level() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn full(root: RootBuilder, net: bool, pid: bool, chdir: &Path) -> Self {
+        let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        flags |= libc::CLONE_NEWCGROUP;
+        if net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        if pid {
+            flags |= libc::CLONE_NEWPID;
+        }
+        let user_map = if rustix::process::geteuid().is_root() {
+            None
+        } else {
+            flags |= libc::CLONE_NEWUSER;
+            let uid = rustix::process::geteuid().as_raw();
+            let gid = rustix::process::getegid().as_raw();
+            Some((
+                CString::new(format!("{uid} {uid} 1")).unwrap_or_default(),
+                CString::new(format!("{gid} {gid} 1")).unwrap_or_default(),
+            ))
+        };
+        Self {
+            namespaces: Some(Namespaces {
+                flags,
+                user_map,
+                pid,
+                steps: root.steps,
+                chdir: cstr(chdir),
+            }),
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn rlimits(mut self, processes: u64, file_size: u64, cpu: u64) -> Self {
+        self.rlimits = vec![
+            (libc::RLIMIT_NPROC, processes),
+            (libc::RLIMIT_FSIZE, file_size),
+            (libc::RLIMIT_CPU, cpu),
+            (libc::RLIMIT_CORE, 0),
+        ];
+        self
+    }
+
+    pub(crate) fn run_as(mut self, id: Option<u32>) -> Self {
+        self.run_as = id;
+        self
+    }
+
+    pub(crate) fn landlock(mut self, fd: Option<OwnedFd>, proc_read: Option<u64>) -> Self {
+        self.landlock = fd;
+        self.proc_read = proc_read;
+        self
+    }
+
+    pub(crate) fn seccomp(mut self, packed: &[Vec<u64>]) -> Self {
+        self.seccomp = packed
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|w| libc::sock_filter {
+                        code: (w >> 48) as u16,
+                        jt: (w >> 40) as u8,
+                        jf: (w >> 32) as u8,
+                        k: *w as u32,
+                    })
+                    .collect()
+            })
+            .collect();
+        self
+    }
+
+    /// Installs the hook on `cmd`.
+    pub(crate) fn install(self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the hook runs in the forked child; it only makes system calls on data prepared
+        // here (no allocation, no locks) and either returns, exits or execs.
+        unsafe {
+            cmd.pre_exec(move || self.run());
+        }
+    }
+
+    fn run(&self) -> std::io::Result<()> {
+        // SAFETY: raw system calls on prepared, NUL-terminated buffers; see the module docs.
+        unsafe {
+            if let Some(ns) = &self.namespaces {
+                check(
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
+                    c"parent-death signal",
+                )?;
+                check(libc::unshare(ns.flags), c"unshare")?;
+                if let Some((uid_map, gid_map)) = &ns.user_map {
+                    write_file(c"/proc/self/setgroups", c"deny")?;
+                    write_file(c"/proc/self/uid_map", uid_map)?;
+                    write_file(c"/proc/self/gid_map", gid_map)?;
+                }
+                if ns.pid {
+                    reap_or_continue()?;
+                    check(
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
+                        c"parent-death signal",
+                    )?;
+                }
+                // A new session (no terminal to push input into). Without the PID namespace
+                // (a test switch) this process leads its group and cannot start one.
+                if ns.pid {
+                    check(libc::setsid(), c"setsid")?;
+                }
+                build_root(ns)?;
+            }
+            for (resource, value) in &self.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: *value,
+                    rlim_max: *value,
+                };
+                check(libc::setrlimit(*resource, &lim), c"setrlimit")?;
+            }
+            if let Some(id) = self.run_as {
+                check(libc::setgroups(0, std::ptr::null()), c"setgroups")?;
+                check(libc::setresgid(id, id, id), c"setresgid")?;
+                check(libc::setresuid(id, id, id), c"setresuid")?;
+                // A credential change clears the parent-death signal: set it again.
+                if self.namespaces.is_some() {
+                    check(
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
+                        c"parent-death signal",
+                    )?;
+                }
+            }
+            check(
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+                c"no_new_privs",
+            )?;
+            if let Some(fd) = &self.landlock {
+                if let Some(access) = self.proc_read {
+                    let proc = libc::open(
+                        c"/proc".as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    );
+                    check(proc, c"open /proc")?;
+                    let attr = PathBeneath {
+                        allowed_access: access,
+                        parent_fd: proc,
+                    };
+                    // LANDLOCK_RULE_PATH_BENEATH = 1
+                    let r = libc::syscall(
+                        libc::SYS_landlock_add_rule,
+                        fd.as_raw_fd(),
+                        1u32,
+                        &attr as *const PathBeneath,
+                        0u32,
+                    );
+                    libc::close(proc);
+                    check(if r < 0 { -1 } else { 0 }, c"landlock rule for /proc")?;
+                }
+                let r = libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32);
+                check(if r < 0 { -1 } else { 0 }, c"landlock")?;
+            }
+            for filter in &self.seccomp {
+                let prog = libc::sock_fprog {
+                    len: filter.len() as u16,
+                    filter: filter.as_ptr().cast_mut(),
+                };
+                check(
+                    libc::prctl(
+                        libc::PR_SET_SECCOMP,
+                        libc::SECCOMP_MODE_FILTER,
+                        &prog as *const libc::sock_fprog,
+                    ),
+                    c"seccomp",
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Forks: the parent waits for the child and exits with its status; the child returns.
+unsafe fn reap_or_continue() -> std::io::Result<()> {
+    // SAFETY: a raw clone(SIGCHLD) is fork without atfork handlers; the parent branch never
+    // returns to Rust code that could touch state shared with the daemon.
+    unsafe {
+        let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0);
+        if pid < 0 {
+            return Err(last_error(c"fork"));
+        }
+        if pid == 0 {
+            return Ok(());
+        }
+        // The reaper: no descriptor but stdio (std's exec-error pipe must close here so the
+        // spawn returns once the grandchild has exec'd).
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        let mut status: libc::c_int = 0;
+        loop {
+            let r = libc::waitpid(pid as libc::pid_t, &mut status, 0);
+            if r == pid as libc::pid_t {
+                break;
+            }
+            if r < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(126);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        libc::_exit(128 + libc::WTERMSIG(status));
+    }
+}
+
+unsafe fn build_root(ns: &Namespaces) -> std::io::Result<()> {
+    // SAFETY: see the module docs; every pointer is a prepared C string.
+    unsafe {
+        let null = std::ptr::null::<libc::c_char>();
+        check(
+            libc::mount(
+                null,
+                c"/".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                null.cast(),
+            ),
+            c"make / private",
+        )?;
+        // A tmpfs on /tmp becomes the root that holds /newroot and /oldroot.
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/tmp".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=0755".as_ptr().cast(),
+            ),
+            c"tmpfs for the new root",
+        )?;
+        for dir in [c"/tmp/newroot", c"/tmp/oldroot"] {
+            check(libc::mkdir(dir.as_ptr(), 0o755), c"mkdir")?;
+        }
+        check(
+            libc::mount(
+                c"/tmp/newroot".as_ptr(),
+                c"/tmp/newroot".as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                null.cast(),
+            ),
+            c"bind the new root",
+        )?;
+        check(
+            libc::syscall(
+                libc::SYS_pivot_root,
+                c"/tmp".as_ptr(),
+                c"/tmp/oldroot".as_ptr(),
+            ) as libc::c_int,
+            c"pivot_root",
+        )?;
+        check(libc::chdir(c"/".as_ptr()), c"chdir /")?;
+        for step in &ns.steps {
+            run_step(step)?;
+        }
+        check(libc::chdir(c"/newroot".as_ptr()), c"chdir /newroot")?;
+        check(
+            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
+            c"pivot_root into the new root",
+        )?;
+        check(
+            libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
+            c"detach the old root",
+        )?;
+        check(libc::chdir(ns.chdir.as_ptr()), c"chdir to the workspace")?;
+    }
+    Ok(())
+}
+
+unsafe fn run_step(step: &Step) -> std::io::Result<()> {
+    // SAFETY: see the module docs.
+    unsafe {
+        let null = std::ptr::null::<libc::c_char>();
+        match step {
+            Step::Dir(p) => {
+                if libc::mkdir(p.as_ptr(), 0o755) < 0 && *libc::__errno_location() != libc::EEXIST {
+                    return Err(last_error(c"mkdir"));
+                }
+                // Mount points must be walkable by the sandbox user whatever the umask.
+                check(libc::chmod(p.as_ptr(), 0o755), c"chmod")?;
+            }
+            Step::File(p) => {
+                let fd = libc::open(
+                    p.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                check(fd, c"create a mount point")?;
+                libc::close(fd);
+            }
+            Step::Bind {
+                src,
+                dst,
+                read_only,
+            } => {
+                if libc::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    null.cast(),
+                ) < 0
+                {
+                    return Err(last_error_at(c"bind", src));
+                }
+                if *read_only {
+                    // Keep the flags the kernel locks on the source (nosuid, nodev, noexec, atime).
+                    let mut vfs: libc::statvfs = std::mem::zeroed();
+                    check(libc::statvfs(dst.as_ptr(), &mut vfs), c"statvfs")?;
+                    let keep = vfs.f_flag
+                        & (libc::ST_NOSUID
+                            | libc::ST_NODEV
+                            | libc::ST_NOEXEC
+                            | libc::ST_NOATIME
+                            | libc::ST_NODIRATIME
+                            | libc::ST_RELATIME);
+                    check(
+                        libc::mount(
+                            null,
+                            dst.as_ptr(),
+                            null,
+                            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | keep,
+                            null.cast(),
+                        ),
+                        c"remount read-only",
+                    )?;
+                }
+            }
+            Step::Symlink { target, link } => {
+                check(libc::symlink(target.as_ptr(), link.as_ptr()), c"symlink")?;
+            }
+            Step::Tmpfs(p) => {
+                check(
+                    libc::mount(
+                        c"tmpfs".as_ptr(),
+                        p.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                        c"mode=0755".as_ptr().cast(),
+                    ),
+                    c"tmpfs",
+                )?;
+            }
+            Step::Proc(p) => {
+                check(
+                    libc::mount(
+                        c"proc".as_ptr(),
+                        p.as_ptr(),
+                        c"proc".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        null.cast(),
+                    ),
+                    c"mount /proc",
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+unsafe fn write_file(path: &CStr, text: &CStr) -> std::io::Result<()> {
+    // SAFETY: see the module docs.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        check(fd, path)?;
+        let bytes = text.to_bytes();
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        libc::close(fd);
+        if n < 0 {
+            return Err(last_error(path));
+        }
+    }
+    Ok(())
+}
+
+/// A failed step writes one line naming it to the child's stderr (std reports the errno).
+fn check(r: libc::c_int, what: &CStr) -> std::io::Result<()> {
+    if r < 0 { Err(last_error(what)) } else { Ok(()) }
+}
+
+fn last_error_at(what: &CStr, path: &CStr) -> std::io::Error {
+    let err = std::io::Error::last_os_error();
+    // SAFETY: write(2) of prepared bytes to fd 2.
+    unsafe {
+        let w = what.to_bytes();
+        let p = path.to_bytes();
+        libc::write(2, b"warren sandbox: ".as_ptr().cast(), 16);
+        libc::write(2, w.as_ptr().cast(), w.len());
+        libc::write(2, b" ".as_ptr().cast(), 1);
+        libc::write(2, p.as_ptr().cast(), p.len());
+        libc::write(2, b" failed\n".as_ptr().cast(), 8);
+    }
+    err
+}
+
+fn last_error(what: &CStr) -> std::io::Error {
+    let err = std::io::Error::last_os_error();
+    // SAFETY: write(2) of static bytes to fd 2.
+    unsafe {
+        let prefix = b"warren sandbox: ";
+        libc::write(2, prefix.as_ptr().cast(), prefix.len());
+        let w = what.to_bytes();
+        libc::write(2, w.as_ptr().cast(), w.len());
+        libc::write(2, b" failed\n".as_ptr().cast(), 8);
+    }
+    err
+}
