@@ -74,7 +74,7 @@ struct Namespaces {
     /// `(setgroups, uid_map, gid_map)` contents when a user namespace is created.
     user_map: Option<(CString, CString)>,
     pid: bool,
-    steps: Vec<Step>,
+    root: std::sync::Arc<RootBuilder>,
     chdir: CString,
 }
 
@@ -84,6 +84,7 @@ fn cstr(p: impl AsRef<Path>) -> CString {
 }
 
 /// Builds the new root's steps.
+#[derive(Debug)]
 pub(crate) struct RootBuilder {
     steps: Vec<Step>,
     dirs: std::collections::BTreeSet<PathBuf>,
@@ -175,7 +176,12 @@ impl Plan {
         Self::default()
     }
 
-    pub(crate) fn full(root: RootBuilder, net: bool, pid: bool, chdir: &Path) -> Self {
+    pub(crate) fn full(
+        root: std::sync::Arc<RootBuilder>,
+        net: bool,
+        pid: bool,
+        chdir: &Path,
+    ) -> Self {
         let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
         flags |= libc::CLONE_NEWCGROUP;
         if net {
@@ -200,7 +206,7 @@ impl Plan {
                 flags,
                 user_map,
                 pid,
-                steps: root.steps,
+                root,
                 chdir: cstr(chdir),
             }),
             ..Self::default()
@@ -429,7 +435,7 @@ unsafe fn build_root(ns: &Namespaces) -> std::io::Result<()> {
             c"pivot_root",
         )?;
         check(libc::chdir(c"/".as_ptr()), c"chdir /")?;
-        for step in &ns.steps {
+        for step in &ns.root.steps {
             run_step(step)?;
         }
         check(libc::chdir(c"/newroot".as_ptr()), c"chdir /newroot")?;

@@ -176,6 +176,8 @@ struct Rlimits {
 struct Base {
     rules: landlock_rules::Rules,
     seccomp: Vec<Vec<u64>>,
+    /// The full level's root (paths resolved once per sandbox).
+    root: OnceLock<Arc<launch::RootBuilder>>,
 }
 
 /// The uid and gid confined children run as when the daemon runs as root (`nobody`).
@@ -498,6 +500,7 @@ impl Sandbox {
             } else {
                 Vec::new()
             },
+            root: OnceLock::new(),
         })
     }
 
@@ -529,7 +532,13 @@ impl Sandbox {
         };
         let plan = match self.backend {
             Backend::Full => {
-                let root = self.new_root(probe_exe);
+                let root = match probe_exe {
+                    Some(exe) => Arc::new(self.new_root(Some(exe))),
+                    None => base
+                        .root
+                        .get_or_init(|| Arc::new(self.new_root(None)))
+                        .clone(),
+                };
                 launch::Plan::full(
                     root,
                     !p.allow_network() && self.on(Layer::NetNamespace),
@@ -791,7 +800,7 @@ fn full_status() -> Result<(), String> {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
-            launch::Plan::full(root, true, true, Path::new("/")).install(&mut cmd);
+            launch::Plan::full(Arc::new(root), true, true, Path::new("/")).install(&mut cmd);
             let out = spawner()
                 .spawn(cmd)?
                 .and_then(Child::wait_with_output)
