@@ -60,3 +60,47 @@ fn an_unconfined_agent_escapes_and_the_command_exits_1_issue13() -> R {
     assert_eq!(report["agents"][0]["posture"]["active"], "noop");
     Ok(())
 }
+
+/// A daemon that is not root builds the sandbox inside a user namespace: the same matrix holds.
+/// CI runs as root, so the test runs `warren` as `nobody` in a world-writable temp dir.
+#[test]
+fn a_daemon_that_is_not_root_gets_the_same_sandbox_through_a_user_namespace_issue13() -> R {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    if std::fs::metadata("/proc/self")?.uid() != 0 {
+        // Already unprivileged: the other tests of this file are this test.
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
+    let home = dir.path().join("w");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin())
+            .arg("--config-dir")
+            .arg(&home)
+            .args(args)
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .uid(65534)
+            .gid(65534)
+            .output()
+    };
+    let init = run(&["init"])?;
+    if init.status.code() == Some(126)
+        || String::from_utf8_lossy(&init.stderr).contains("Permission denied")
+    {
+        eprintln!(
+            "SKIPPED: the warren binary is not executable by nobody here: {}",
+            bin().display()
+        );
+        return Ok(());
+    }
+    assert!(init.status.success(), "{}", text(&init).1);
+    let out = run(&["security", "selftest", "main"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("agent main: sandbox full"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("0 escapes"), "{stdout}");
+    Ok(())
+}
