@@ -160,6 +160,19 @@ impl RootBuilder {
         });
     }
 
+    /// `/usr` read-only and the `/bin`, `/sbin`, `/lib*` links (or directories) beside it.
+    pub(crate) fn system(&mut self) {
+        self.bind(Path::new("/usr"), true);
+        for dir in ["/bin", "/sbin", "/lib", "/lib64", "/lib32"] {
+            let path = Path::new(dir);
+            match std::fs::read_link(path) {
+                Ok(target) => self.symlink(&target, path),
+                Err(_) if path.is_dir() => self.bind(path, true),
+                Err(_) => {}
+            }
+        }
+    }
+
     pub(crate) fn tmpfs(&mut self, p: &Path) {
         self.dir(p);
         self.steps.push(Step::Tmpfs(cstr(Self::new_path(p))));

@@ -598,15 +598,7 @@ impl Sandbox {
         } else {
             r.bind(Path::new("/proc"), false);
         }
-        r.bind(Path::new("/usr"), true);
-        for dir in ["/bin", "/sbin", "/lib", "/lib64", "/lib32"] {
-            let path = Path::new(dir);
-            match std::fs::read_link(path) {
-                Ok(target) => r.symlink(&target, path),
-                Err(_) if path.is_dir() => r.bind(path, true),
-                Err(_) => {}
-            }
-        }
+        r.system();
         r.dir(Path::new("/etc"));
         for file in SYSTEM_CONFIG_FILES {
             r.bind(Path::new(file), true);
@@ -785,15 +777,7 @@ fn full_status() -> Result<(), String> {
     STATUS
         .get_or_init(|| {
             let mut root = launch::RootBuilder::new();
-            root.bind(Path::new("/usr"), true);
-            for dir in ["/bin", "/lib", "/lib64"] {
-                let path = Path::new(dir);
-                match std::fs::read_link(path) {
-                    Ok(target) => root.symlink(&target, path),
-                    Err(_) if path.is_dir() => root.bind(path, true),
-                    Err(_) => {}
-                }
-            }
+            root.system();
             root.proc(Path::new("/proc"));
             let mut cmd = Command::new("/bin/true");
             cmd.env_clear()

@@ -111,10 +111,19 @@ pub(crate) fn program(network: bool) -> Result<BpfProgram, String> {
             rules.insert(nr | X32, r);
         }
     }
+    compile(rules, libc::EPERM, arch)
+}
+
+/// One filter: the listed calls (under their rules) answer `errno`, everything else is allowed.
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    errno: i32,
+    arch: TargetArch,
+) -> Result<BpfProgram, String> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Errno(errno as u32),
         arch,
     )
     .map_err(|e| e.to_string())?;
@@ -129,14 +138,7 @@ fn clone3_program() -> Result<BpfProgram, String> {
     rules.insert(libc::SYS_clone3, Vec::new());
     #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_clone3 | 0x4000_0000, Vec::new());
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )
-    .map_err(|e| e.to_string())?;
-    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+    compile(rules, libc::ENOSYS, arch)
 }
 
 /// Both filters, compiled once per process and network setting, packed one instruction per
