@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use warren_config::schema::{Autonomy, RiskProfile};
+use warren_config::schema::Autonomy;
 pub use warren_tools::BoxFuture;
 use warren_tools::RiskClass;
 
@@ -108,13 +108,16 @@ pub enum Requirement {
     Refuse(String),
 }
 
-/// The requirement for calling `tool` (of risk `risk`) under `risk_profile`.
-pub fn requirement(risk_profile: &RiskProfile, tool: &str, risk: RiskClass) -> Requirement {
-    let listed = risk_profile
-        .always_ask
-        .iter()
-        .any(|t| t == "*" || t == tool);
-    match risk_profile.autonomy {
+/// The requirement for calling `tool` (of risk `risk`) at `autonomy` (the agent's policy's)
+/// with the risk profile's `always_ask`.
+pub fn requirement(
+    autonomy: Autonomy,
+    always_ask: &[String],
+    tool: &str,
+    risk: RiskClass,
+) -> Requirement {
+    let listed = always_ask.iter().any(|t| t == "*" || t == tool);
+    match autonomy {
         Autonomy::ReadOnly if risk != RiskClass::Read => Requirement::Refuse(format!(
             "autonomy is read_only: '{tool}' has side effects and is not run"
         )),
@@ -130,12 +133,12 @@ pub fn requirement(risk_profile: &RiskProfile, tool: &str, risk: RiskClass) -> R
 mod tests {
     use super::*;
 
-    fn profile(autonomy: Autonomy, always_ask: &[&str]) -> RiskProfile {
-        RiskProfile {
-            autonomy,
-            always_ask: always_ask.iter().map(|s| s.to_string()).collect(),
-            ..RiskProfile::default()
-        }
+    fn profile(autonomy: Autonomy, always_ask: &[&str]) -> (Autonomy, Vec<String>) {
+        (autonomy, always_ask.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn requirement(p: &(Autonomy, Vec<String>), tool: &str, risk: RiskClass) -> Requirement {
+        super::requirement(p.0, &p.1, tool, risk)
     }
 
     #[test]

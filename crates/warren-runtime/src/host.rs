@@ -29,6 +29,7 @@ use crate::pending::PendingApprovals;
 use crate::receipts::ReceiptKey;
 use crate::sessions::SessionStores;
 use crate::trace::Trace;
+use crate::turn::limits::ActionWindow;
 use crate::turn::{AgentRunner, Channel, Services, TurnError, TurnEvents, TurnIo, TurnOutcome};
 
 /// Services that live for the whole process (not rebuilt on reload).
@@ -37,6 +38,9 @@ pub struct ProcessServices {
     pub approvals: Arc<PendingApprovals>,
     pub receipts: Arc<ReceiptKey>,
     pub costs: Arc<CostTracker>,
+    /// Each agent's `max_actions_per_hour` window: one per process, so it spans reloads and
+    /// every entry point of the daemon.
+    pub actions: Arc<ActionWindow>,
 }
 
 impl ProcessServices {
@@ -49,6 +53,7 @@ impl ProcessServices {
             approvals: Arc::new(PendingApprovals::new()),
             receipts: Arc::new(ReceiptKey::generate()?),
             costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
+            actions: Arc::new(ActionWindow::new()),
         })
     }
 }

@@ -16,6 +16,7 @@ use warren_runtime::cost::{CostTracker, read_ledger};
 use warren_runtime::receipts::ReceiptKey;
 use warren_runtime::trace::{Trace, read_trace};
 use warren_runtime::turn::CLI_CHANNEL;
+use warren_runtime::turn::limits::ActionWindow;
 use warren_runtime::{
     AgentRunner, CancelToken, Services, TurnError, TurnEvent, TurnEvents, TurnIo, TurnOutcome,
 };
@@ -28,6 +29,7 @@ struct Fixture {
     root: InstallRoot,
     servers: Vec<FakeOpenAi>,
     receipts: Arc<ReceiptKey>,
+    actions: Arc<ActionWindow>,
 }
 
 impl Fixture {
@@ -63,6 +65,7 @@ impl Fixture {
             root,
             servers,
             receipts: Arc::new(ReceiptKey::generate().expect("key")),
+            actions: Arc::new(ActionWindow::new()),
         }
     }
 
@@ -81,6 +84,7 @@ impl Fixture {
             receipts: Arc::clone(&self.receipts),
             costs: Arc::new(CostTracker::open(self.root.costs_ledger(), &config.cost)),
             trace: Arc::new(Trace::new(&self.root, &config)),
+            actions: Arc::clone(&self.actions),
         });
         let stores = MemoryStores::new(self.root.clone());
         let inner = AgentRunner::build(&config, &self.root, &alias(), &stores, services)
@@ -950,4 +954,113 @@ async fn the_door_derives_keys_refuses_foreign_sessions_and_cancels_with_the_gen
     host.cancel_turns();
     let err = turn.finish().await.expect_err("cancelled");
     assert!(matches!(err, TurnError::Cancelled), "{err}");
+}
+
+/// A fixture whose `open` profile allows `n` actions an hour.
+fn with_actions_per_hour(f: &Fixture, n: u32) {
+    let path = f.root.config_file();
+    let text = std::fs::read_to_string(&path).expect("config");
+    let text = text.replacen(
+        "[risk_profiles.open]\n",
+        &format!("[risk_profiles.open]\nmax_actions_per_hour = {n}\n"),
+        1,
+    );
+    std::fs::write(&path, text).expect("config");
+}
+
+fn tool_result<'m>(msgs: &'m [ChatMessage], id: &str) -> &'m str {
+    msgs.iter()
+        .find(|m| m.tool_call_id.as_deref() == Some(id))
+        .map(|m| m.content.as_str())
+        .unwrap_or_else(|| panic!("no result for {id}"))
+}
+
+/// PERM-2 (issue 14): `max_actions_per_hour` from the policy counts tool executions across
+/// turns; the N+1th call is refused without running, and the refusal names the limit and when
+/// a slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_actions_per_hour_refuses_the_next_call_across_turns_perm2() {
+    let f = Fixture::new(1, "");
+    with_actions_per_hour(&f, 2);
+    let write = |id: &str, path: &str| {
+        FakeCall::new(id, "file_write", json!({"path": path, "content": "x"}))
+    };
+    f.fake().push(FakeReply::calls(
+        "",
+        vec![write("c1", "a.md"), write("c2", "b.md")],
+    ));
+    f.fake().push(FakeReply::text("wrote two"));
+    f.fake()
+        .push(FakeReply::calls("", vec![write("c3", "c.md")]));
+    f.fake().push(FakeReply::text("could not"));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let (events, _) = collect();
+    let (_, first) = runner
+        .run_detached(Vec::new(), "two", &CancelToken::new(), Arc::clone(&events))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!tool_result(&first, "c2").starts_with("Error"));
+    let (outcome, second) = runner
+        .run_detached(Vec::new(), "one more", &CancelToken::new(), events)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.reply, "could not");
+    let refused = tool_result(&second, "c3");
+    assert!(
+        refused.contains("max_actions_per_hour = 2") && refused.contains("possible in"),
+        "{refused}"
+    );
+    assert!(f.workspace().join("b.md").exists());
+    assert!(!f.workspace().join("c.md").exists(), "the third call ran");
+    let trace = read_trace(&f.root.runtime_trace());
+    assert!(
+        trace.iter().any(|e| e.kind == "limit"),
+        "the refusal is traced"
+    );
+}
+
+/// PERM-7 with limits read only through the policy: a subagent's tool calls count in its
+/// parent's window under a limit `narrow` left no higher than the parent's, so delegating does
+/// not buy more actions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_cannot_exceed_its_parents_actions_per_hour_perm7() {
+    let f = Fixture::new(1, "[runtime_profiles.rt]\ndelegation_depth = 1\n");
+    with_actions_per_hour(&f, 2);
+    let read = |id: &str| FakeCall::new(id, "file_read", json!({"path": "missing.md"}));
+    f.fake().push(FakeReply::calls("", vec![read("p1")]));
+    f.fake().push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "d1",
+            "delegate",
+            json!({"task": "read twice"}),
+        )],
+    ));
+    // The child: two reads, one round each; only one slot is left.
+    f.fake().push(FakeReply::calls("", vec![read("k1")]));
+    f.fake().push(FakeReply::calls("", vec![read("k2")]));
+    f.fake().push(FakeReply::text("child done"));
+    f.fake().push(FakeReply::text("parent done"));
+    let runner = f.runner(Arc::new(ApproveAll)).await;
+    let (events, _) = collect();
+    let (outcome, _) = runner
+        .run_detached(Vec::new(), "go", &CancelToken::new(), events)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.reply, "parent done");
+    let reqs = f.fake().requests();
+    // p1 took the first slot and the child's k1 the second (it ran: its request after
+    // carries no refusal); k2 was refused by the parent's limit.
+    assert!(
+        !reqs[3].body["messages"]
+            .to_string()
+            .contains("max_actions_per_hour"),
+        "k1 ran"
+    );
+    let child = reqs[4].body["messages"].to_string();
+    assert_eq!(
+        child.matches("max_actions_per_hour = 2").count(),
+        1,
+        "k2 refused: {child}"
+    );
 }

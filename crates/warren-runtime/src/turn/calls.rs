@@ -19,6 +19,39 @@ use crate::delegate::DELEGATE_TOOL;
 use crate::history;
 
 impl AgentRunner {
+    /// What calling `tool` needs: the policy's autonomy with the profile's `always_ask`.
+    fn requirement(&self, tool: &str, risk: RiskClass) -> Requirement {
+        requirement(
+            self.kit.policy().autonomy(),
+            &self.behaviour.always_ask,
+            tool,
+            risk,
+        )
+    }
+
+    /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
+    /// tool execution; a refused call is answered with the limit and when it frees.
+    fn admit_action(&self, call: &ToolCall, session: Option<&str>) -> Result<(), CallResult> {
+        let limit = self.kit.policy().max_actions_per_hour();
+        self.services
+            .actions
+            .admit(&self.alias, limit)
+            .map_err(|refused| {
+                self.services.trace.emit(
+                    "limit",
+                    self.alias.as_str(),
+                    session,
+                    json!({"limit": "max_actions_per_hour", "value": limit, "tool": call.name,
+                           "resets_in_secs": refused.resets_in.as_secs()}),
+                );
+                CallResult {
+                    ok: false,
+                    content: format!("Error: refused by the runtime: {refused}"),
+                    receipt: None,
+                }
+            })
+    }
+
     /// Whether `call` may need the operator (then the batch runs sequentially).
     pub(super) fn may_need_approval(&self, call: &ToolCall) -> bool {
         if call.name == DELEGATE_TOOL {
@@ -28,7 +61,7 @@ impl AgentRunner {
             Ok(tool) => {
                 tool.risk() == RiskClass::Execute
                     || matches!(
-                        requirement(&self.risk, &call.name, tool.risk()),
+                        self.requirement(&call.name, tool.risk()),
                         Requirement::Ask(_)
                     )
             }
@@ -51,7 +84,7 @@ impl AgentRunner {
         for c in &calls {
             events(TurnEvent::ToolCall(Arc::clone(c)));
         }
-        let parallel = self.runtime.parallel_tools
+        let parallel = self.behaviour.parallel_tools
             && calls.len() > 1
             && !calls.iter().any(|c| self.may_need_approval(c));
         let mut results: Vec<Option<CallResult>> = vec![None; calls.len()];
@@ -59,6 +92,10 @@ impl AgentRunner {
             let mut set = tokio::task::JoinSet::new();
             for (i, call) in calls.iter().enumerate() {
                 if let Ok(tool) = self.kit.tool(&call.name) {
+                    if let Err(refused) = self.admit_action(call, session) {
+                        results[i] = Some(refused);
+                        continue;
+                    }
                     let tool = Arc::clone(tool);
                     let args = call.arguments.clone();
                     let cancel = cancel.clone();
@@ -153,7 +190,7 @@ impl AgentRunner {
             Err(_) => return Some(self.unknown_tool(call)),
         };
         let mut approved = false;
-        match requirement(&self.risk, &call.name, tool.risk()) {
+        match self.requirement(&call.name, tool.risk()) {
             Requirement::Refuse(reason) => {
                 return Some(CallResult {
                     ok: false,
@@ -168,6 +205,9 @@ impl AgentRunner {
                 approved = true;
             }
             Requirement::Run => {}
+        }
+        if let Err(refused) = self.admit_action(call, session) {
+            return Some(refused);
         }
         let run = |approved: bool| {
             let tool = Arc::clone(&tool);
@@ -206,7 +246,7 @@ impl AgentRunner {
             arguments: call.arguments.clone(),
             reason: reason.clone(),
         };
-        let timeout_secs = self.risk.approval_timeout_secs.max(1);
+        let timeout_secs = self.behaviour.approval_timeout_secs.max(1);
         let announce = |approval: &str| {
             events(TurnEvent::ApprovalPending {
                 call: Arc::clone(call),

@@ -14,6 +14,7 @@
 //! results keep call order either way.
 
 mod calls;
+pub mod limits;
 mod subagent;
 
 use std::sync::Arc;
@@ -204,6 +205,8 @@ pub struct Services {
     pub receipts: Arc<ReceiptKey>,
     pub costs: Arc<CostTracker>,
     pub trace: Arc<Trace>,
+    /// Each agent's `max_actions_per_hour` window (the process's, across reloads).
+    pub actions: Arc<limits::ActionWindow>,
 }
 
 impl Services {
@@ -217,18 +220,45 @@ impl Services {
             receipts: Arc::clone(&process.receipts),
             costs: Arc::clone(&process.costs),
             trace: Arc::new(Trace::new(root, config)),
+            actions: Arc::clone(&process.actions),
         }
     }
 }
 
-/// An agent ready to run turns: capabilities, provider route, profiles, services.
+/// How the loop behaves for an agent, from its profiles: what is not a limit. Every LIMIT
+/// (autonomy, the cost cap, the iteration cap, `max_actions_per_hour`) is read from the
+/// agent's `SecurityPolicy`, so a subagent runs under exactly what `narrow` left it.
+/// `always_ask` and `approval_timeout_secs` are still read here: `SecurityPolicy` does not
+/// carry them yet.
+#[derive(Debug, Clone)]
+struct Behaviour {
+    always_ask: Vec<String>,
+    approval_timeout_secs: u64,
+    delegation_depth: u32,
+    single_tool_rounds: bool,
+    parallel_tools: bool,
+}
+
+impl Behaviour {
+    fn of(runtime: &RuntimeProfile, risk: &RiskProfile) -> Self {
+        Self {
+            always_ask: risk.always_ask.clone(),
+            approval_timeout_secs: risk.approval_timeout_secs,
+            delegation_depth: runtime.delegation_depth,
+            single_tool_rounds: runtime.single_tool_rounds,
+            parallel_tools: runtime.parallel_tools,
+        }
+    }
+}
+
+/// An agent resolved once for a generation and ready to run turns (the door's resolved
+/// agent): alias, capabilities (policy, sandbox, memory, tools), provider route, services.
 pub struct AgentRunner {
     alias: AgentAlias,
     kit: AgentKit,
     route: Arc<Route>,
     model: String,
-    runtime: RuntimeProfile,
-    risk: RiskProfile,
+    behaviour: Behaviour,
     services: Arc<Services>,
     /// The tool definitions sent with every request (built once: tools do not change).
     definitions: Arc<Vec<ToolDefinition>>,
@@ -294,7 +324,8 @@ impl AgentRunner {
         risk: RiskProfile,
         services: Arc<Services>,
     ) -> Self {
-        Self::assemble(alias, kit, Arc::new(route), model, runtime, risk, services)
+        let behaviour = Behaviour::of(&runtime, &risk);
+        Self::assemble(alias, kit, Arc::new(route), model, behaviour, services)
     }
 
     fn assemble(
@@ -302,8 +333,7 @@ impl AgentRunner {
         kit: AgentKit,
         route: Arc<Route>,
         model: String,
-        runtime: RuntimeProfile,
-        risk: RiskProfile,
+        behaviour: Behaviour,
         services: Arc<Services>,
     ) -> Self {
         let identity = Identity::new(alias.as_str(), kit.policy().workspace());
@@ -313,8 +343,7 @@ impl AgentRunner {
             kit,
             route,
             model,
-            runtime,
-            risk,
+            behaviour,
             services,
             definitions: Arc::new(Vec::new()),
             known: Vec::new(),
@@ -357,11 +386,11 @@ impl AgentRunner {
     /// PERM-7: the `delegate` tool exists only with delegation depth left and when the risk
     /// profile allows the tool.
     fn can_delegate(&self) -> bool {
-        self.runtime.delegation_depth > 0 && self.kit.policy().tool_allowed(DELEGATE_TOOL)
+        self.behaviour.delegation_depth > 0 && self.kit.policy().tool_allowed(DELEGATE_TOOL)
     }
 
     fn max_iterations(&self) -> u32 {
-        match self.runtime.max_tool_iterations {
+        match self.kit.policy().max_tool_iterations() {
             0 => DEFAULT_MAX_ITERATIONS,
             n => n,
         }
@@ -483,8 +512,8 @@ impl AgentRunner {
 
         // LOOP-3/4: single-tool rounds only when every member of the route supports them.
         let single =
-            self.runtime.single_tool_rounds && caps.single_tool_control && caps.native_tools;
-        if self.runtime.single_tool_rounds && !single {
+            self.behaviour.single_tool_rounds && caps.single_tool_control && caps.native_tools;
+        if self.behaviour.single_tool_rounds && !single {
             let lacking = self.route.lacking_single_tool_control();
             let notice = format!(
                 "single-tool rounds are configured but provider(s) {} of the route cannot limit a response to one tool call; this turn uses batch tool rounds (LOOP-4)",
@@ -611,7 +640,7 @@ impl AgentRunner {
         let agent = self.alias.as_str();
         self.services
             .costs
-            .check(agent, Some(self.risk.max_cost_per_day_usd))?;
+            .check(agent, Some(self.kit.policy().max_cost_per_day_usd()))?;
         let call = self.route.chat(Arc::clone(request), Arc::clone(text_sink));
         let routed = tokio::select! {
             biased;

@@ -44,18 +44,16 @@ impl AgentRunner {
                 Ok(k) => k,
                 Err(e) => return Some(fail(e.to_string())),
             };
-            let mut runtime = self.runtime.clone();
-            runtime.max_tool_iterations = max;
-            runtime.delegation_depth = runtime.delegation_depth.saturating_sub(1);
-            let mut risk = self.risk.clone();
-            risk.autonomy = kit.policy().autonomy();
+            // Every limit of the child is its narrowed policy's; only the delegation depth
+            // (not a policy axis) is counted down here.
+            let mut behaviour = self.behaviour.clone();
+            behaviour.delegation_depth = behaviour.delegation_depth.saturating_sub(1);
             let child = AgentRunner::assemble(
                 self.alias.clone(),
                 kit,
                 Arc::clone(&self.route),
                 self.model.clone(),
-                runtime,
-                risk,
+                behaviour,
                 Arc::clone(&self.services),
             );
             // The child asks the same operator and stops with the parent; its events stay quiet.
