@@ -86,6 +86,10 @@ pub struct CostTracker {
     rates: Mutex<BTreeMap<String, ModelRate>>,
     /// `[cost] daily_limit_usd`, `monthly_limit_usd`; swapped with the rates on reload.
     limits: Mutex<(Option<f64>, Option<f64>)>,
+    /// `[cost] warn_at_percent`; swapped with the rates on reload.
+    warn_at_percent: std::sync::atomic::AtomicU8,
+    /// The day each agent was last warned (one warning per agent and day).
+    warned: Mutex<BTreeMap<String, Date>>,
     totals: Mutex<Totals>,
 }
 
@@ -108,6 +112,8 @@ impl CostTracker {
             enabled: std::sync::atomic::AtomicBool::new(config.enabled),
             rates: Mutex::new(config.rates.clone()),
             limits: Mutex::new((config.daily_limit_usd, config.monthly_limit_usd)),
+            warn_at_percent: std::sync::atomic::AtomicU8::new(config.warn_at_percent),
+            warned: Mutex::new(BTreeMap::new()),
             totals: Mutex::new(Totals::default()),
         }
     }
@@ -160,6 +166,56 @@ impl CostTracker {
             (config.daily_limit_usd, config.monthly_limit_usd);
         self.enabled
             .store(config.enabled, std::sync::atomic::Ordering::Relaxed);
+        self.warn_at_percent
+            .store(config.warn_at_percent, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `[cost] warn_at_percent`: once the request that cost `just_spent` took `agent`'s spending
+    /// today across `warn_at_percent` of its daily limit (the lower of `[cost]
+    /// daily_limit_usd` and `agent_daily_limit`), the warning to show — once per agent and
+    /// day (a process that starts above the mark does not warn again).
+    pub fn warning(
+        &self,
+        agent: &str,
+        agent_daily_limit: Option<f64>,
+        just_spent: f64,
+    ) -> Option<String> {
+        let percent = self
+            .warn_at_percent
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if !self.enabled() || percent == 0 || just_spent <= 0.0 {
+            return None;
+        }
+        let (daily_limit, _) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = match (daily_limit, agent_daily_limit) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        self.catch_up();
+        let now = OffsetDateTime::now_utc();
+        let mut spent = self
+            .totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spent
+            .get(agent)
+            .copied()
+            .unwrap_or_default();
+        add(&mut spent, now, 0.0, now);
+        let mark = limit * f64::from(percent) / 100.0;
+        if spent.today < mark || spent.today - just_spent >= mark {
+            return None;
+        }
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.get(agent) == Some(&now.date()) {
+            return None;
+        }
+        warned.insert(agent.to_string(), now.date());
+        Some(format!(
+            "agent '{agent}' has spent ${:.4} today, {:.0}% of its daily limit ${limit:.2} (cost.warn_at_percent = {percent}); turns stop at the limit",
+            spent.today,
+            spent.today / limit * 100.0
+        ))
     }
 
     /// The rate of `model`, if configured.
@@ -391,6 +447,46 @@ mod tests {
             },
         );
         c
+    }
+
+    #[test]
+    fn crossing_warn_at_percent_warns_once_per_agent_and_day() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // 80% of $1.00 a day; each input token costs $0.01 here.
+        let mut c = config(Some(1.0));
+        c.rates.insert(
+            "cent".into(),
+            ModelRate {
+                input_per_mtok: 10_000.0,
+                output_per_mtok: 0.0,
+            },
+        );
+        let t = CostTracker::open(dir.path().join("costs.jsonl"), &c);
+        let spend = |tokens: u64| {
+            let r = t
+                .record(
+                    "a",
+                    None,
+                    "p",
+                    "cent",
+                    Usage {
+                        input_tokens: tokens,
+                        output_tokens: 0,
+                    },
+                    false,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+            t.warning("a", None, r.cost_usd)
+        };
+        assert_eq!(spend(50), None, "50%");
+        let warned = spend(35).expect("85% crosses the 80% mark");
+        assert!(
+            warned.contains("warn_at_percent = 80") && warned.contains("agent 'a'"),
+            "{warned}"
+        );
+        assert_eq!(spend(5), None, "once a day");
+        // The agent's own lower limit counts: $0.90 spent of $0.50 is past the mark already.
+        assert_eq!(t.warning("a", Some(0.5), 0.01), None);
     }
 
     #[test]

@@ -561,7 +561,7 @@ impl AgentRunner {
                 return Err(TurnError::Cancelled);
             }
             let (response, provider) = self
-                .call_provider(&request, session, cancel, &text_sink, &mut outcome)
+                .call_provider(&request, session, io, &text_sink, &mut outcome)
                 .await?;
             let mut calls = response.tool_calls;
             let mut text = response.text;
@@ -614,7 +614,7 @@ impl AgentRunner {
             last.single_tool = false;
         }
         let (response, _) = self
-            .call_provider(&request, session, cancel, &text_sink, &mut outcome)
+            .call_provider(&request, session, io, &text_sink, &mut outcome)
             .await?;
         let (_, text) = recover_tool_calls(&response.text, &self.known);
         let answer = ChatMessage::assistant(text);
@@ -633,10 +633,11 @@ impl AgentRunner {
         &self,
         request: &Arc<ChatRequest>,
         session: Option<&str>,
-        cancel: &CancelToken,
+        io: &TurnIo,
         text_sink: &EventSink,
         outcome: &mut TurnOutcome,
     ) -> Result<(warren_providers::ChatResponse, String), TurnError> {
+        let (cancel, events) = (&io.cancel, &io.events);
         let agent = self.alias.as_str();
         self.services
             .costs
@@ -671,7 +672,7 @@ impl AgentRunner {
                    "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens})
         });
         if self.services.costs.enabled() {
-            self.services.costs.record(
+            let record = self.services.costs.record(
                 agent,
                 session,
                 &routed.provider,
@@ -679,6 +680,12 @@ impl AgentRunner {
                 usage,
                 false,
             )?;
+            let cap = Some(self.kit.policy().max_cost_per_day_usd());
+            if let Some(notice) = self.services.costs.warning(agent, cap, record.cost_usd) {
+                trace.emit("cost_warning", agent, session, json!({"notice": notice}));
+                events(TurnEvent::Notice(notice.clone()));
+                outcome.notices.push(notice);
+            }
         }
         Ok((routed.response, routed.provider))
     }
