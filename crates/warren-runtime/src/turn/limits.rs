@@ -53,7 +53,13 @@ impl ActionWindow {
 
     fn admit_at(&self, agent: &AgentAlias, limit: u32, now: Instant) -> Result<(), ActionLimited> {
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
-        let window = agents.entry(agent.clone()).or_default();
+        // Looked up without cloning the alias: every tool call passes here.
+        if !agents.contains_key(agent) {
+            agents.insert(agent.clone(), VecDeque::new());
+        }
+        let Some(window) = agents.get_mut(agent) else {
+            return Ok(());
+        };
         while window
             .front()
             .is_some_and(|t| now.saturating_duration_since(*t) >= WINDOW)
