@@ -4,13 +4,15 @@
 //! write → keep the previous file as `<name>.bak` (a hard link to the old inode, so no bytes are
 //! copied) → fsync the temp file → fsync the directory → rename over the target → fsync the
 //! directory.
+//! The writer holds an `flock` on its temp file from creation until after the rename, so
+//! [`sweep_stale_temps`] can tell a live writer's temp file from one a crashed writer left.
 //! A failure before the rename removes the temp file and leaves the target untouched. A
 //! directory-sync failure after the rename still returns `Ok`, with a warning: `Ok` means "the
 //! replacement is visible", not "the rename is durable"; `.bak` stays for recovery.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::failpoint::crash_point;
@@ -99,19 +101,8 @@ fn replace(
         .to_string_lossy()
         .into_owned();
 
-    let temp = dir.join(format!(
-        ".{name}{TEMP_MARK}{}-{:016x}",
-        std::process::id(),
-        random_u64()
-    ));
+    let (temp, mut file) = create_locked_temp(dir, &name, mode).map_err(err("create temp file"))?;
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&temp)
-            .map_err(err("create temp file"))?;
         file.write_all(bytes).map_err(err("write temp file"))?;
         crash_point(points.after_temp_write);
         // Link .bak before the fsync: on journaling filesystems the file fsync then commits the
@@ -121,7 +112,6 @@ fn replace(
         }
         file.sync_all().map_err(err("fsync temp file"))?;
         crash_point(points.after_temp_fsync);
-        drop(file);
         sync_dir(dir).map_err(err("sync directory before rename"))?;
         fs::rename(&temp, target).map_err(err("rename temp file over target"))
     })();
@@ -129,6 +119,8 @@ fn replace(
         let _ = fs::remove_file(&temp);
         return Err(e);
     }
+    // Closing the temp file (now the target) releases its lock only after the rename.
+    drop(file);
     crash_point(points.after_rename);
     let mut outcome = WriteOutcome::default();
     let synced = if crate::failpoint::injected_error(points.dir_sync_error) {
@@ -152,6 +144,35 @@ fn replace(
     }
     crash_point(points.after_dir_sync);
     Ok(outcome)
+}
+
+/// Creates `.<name>.tmp-<pid>-<random>` in `dir` (0600 or `mode`, `O_EXCL`, never through a
+/// symlink) and locks it. A sweeper that took the lock between our create and our lock may have
+/// removed the name: then the file we hold is no longer at it, and a new name is tried.
+fn create_locked_temp(dir: &Path, name: &str, mode: u32) -> io::Result<(PathBuf, File)> {
+    loop {
+        let temp = dir.join(format!(
+            ".{name}{TEMP_MARK}{}-{:016x}",
+            std::process::id(),
+            random_u64()
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)?;
+        file.lock()?;
+        let held = file.metadata()?;
+        match fs::symlink_metadata(&temp) {
+            Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
+                return Ok((temp, file));
+            }
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// `<target>.bak`.
@@ -205,24 +226,50 @@ fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// Removes temp files a crashed writer left beside `target`. Call while holding the file's
-/// write lock, so no live writer owns them.
+/// Removes temp files a crashed writer left beside `target`. Never touches a live writer's
+/// temp file: one named after this process or after a running process is left alone, and so is
+/// one whose `flock` is held (a writer holds it from creation until after its rename; the
+/// sweeper removes a file only while holding that lock itself).
 pub fn sweep_stale_temps(target: &Path) {
     let dir = parent_dir(target);
     let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return;
     };
-    let prefixes = [format!(".{name}{TEMP_MARK}")];
+    let prefix = format!(".{name}{TEMP_MARK}");
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
         let file_name = file_name.to_string_lossy();
-        if prefixes.iter().any(|p| file_name.starts_with(p.as_str())) {
-            let _ = fs::remove_file(entry.path());
+        let Some(rest) = file_name.strip_prefix(prefix.as_str()) else {
+            continue;
+        };
+        if writer_may_be_running(rest) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&path)
+        else {
+            continue;
+        };
+        // Held: a live writer (perhaps in another PID namespace) owns it.
+        if file.try_lock().is_ok() {
+            let _ = fs::remove_file(&path);
         }
     }
+}
+
+/// Whether the writer named in a temp file's `<pid>-<random>` tail may still run: this process
+/// (another thread), or a pid that `/proc` lists. Without `/proc` only the file lock decides.
+fn writer_may_be_running(tail: &str) -> bool {
+    let Some(pid) = tail.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists()
 }
 
 fn random_u64() -> u64 {
@@ -278,12 +325,50 @@ mod tests {
     fn sweeps_temp_files_a_crashed_writer_left() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let target = dir.path().join("config.toml");
-        let stale = dir.path().join(".config.toml.tmp-1-00");
+        // No process can have this pid (Linux caps pids at 2^22).
+        let stale = dir
+            .path()
+            .join(format!(".config.toml{TEMP_MARK}{DEAD_PID}-00"));
         fs::write(&stale, "torn")?;
         sweep_stale_temps(&target);
         write_durable(&target, b"fresh", 0o600, NO_POINTS)?;
         assert!(!stale.exists(), "stale temp swept");
         assert_eq!(fs::read_to_string(&target)?, "fresh");
+        Ok(())
+    }
+
+    const DEAD_PID: u32 = 4_294_967_000;
+
+    #[test]
+    fn the_sweep_never_removes_a_live_writers_temp_file_cfg4()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let target = dir.path().join("config.toml");
+        // A writer this process runs (another thread), a writer in a running process (pid 1),
+        // and a writer whose pid we cannot see (another PID namespace) but whose lock is held.
+        let ours = dir
+            .path()
+            .join(format!(".config.toml{TEMP_MARK}{}-01", std::process::id()));
+        let running = dir.path().join(format!(".config.toml{TEMP_MARK}1-02"));
+        let (held, held_file) = create_locked_temp(dir.path(), "config.toml", 0o600)?;
+        let unseen = dir
+            .path()
+            .join(format!(".config.toml{TEMP_MARK}{DEAD_PID}-03"));
+        fs::rename(&held, &unseen)?;
+        for path in [&ours, &running] {
+            fs::write(path, "live")?;
+        }
+        sweep_stale_temps(&target);
+        for path in [&ours, &running, &unseen] {
+            assert!(
+                path.exists(),
+                "{} was swept under its writer",
+                path.display()
+            );
+        }
+        drop(held_file);
+        sweep_stale_temps(&target);
+        assert!(!unseen.exists(), "swept once its writer is gone");
         Ok(())
     }
 }

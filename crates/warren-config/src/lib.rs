@@ -13,6 +13,7 @@ mod error;
 pub mod failpoint;
 mod keypath;
 mod load;
+mod lock;
 mod paths;
 pub mod redact;
 pub mod schema;

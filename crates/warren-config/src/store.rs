@@ -2,16 +2,17 @@
 //!
 //! - Readers take an `Arc<Snapshot>` (a brief read lock, never held across I/O).
 //! - Every writer (CLI, gateway, RPC, lifecycle) goes through ONE [`WriteTxn`]: first the async
-//!   mutex, then the cross-process lock file `data/config.lock` (so two `warren` processes never
-//!   interleave a read-modify-write), then the sync `RwLock` only to publish. A transaction whose
-//!   base no longer matches the file on disk is refused (stale read, CFG-2).
+//!   mutex, then the cross-process lock file `data/config.lock` through a descriptor of its own
+//!   (so two `warren` processes, or two threads, never interleave a read-modify-write; see
+//!   [`crate::lock`]), then the sync `RwLock` only to publish. A transaction whose base no
+//!   longer matches the file on disk is refused (stale read, CFG-2).
 //! - Edits are dirty-path edits on the TOML document; commit validates the exact bytes it will
 //!   write, encrypts new secret values, saves atomically (CFG-4/5) and publishes generation N+1.
 //! - A store that was not loaded from a file refuses to save (see [`ConfigError::Unbound`]).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -24,6 +25,7 @@ use crate::edit;
 use crate::error::{ConfigError, Problem};
 use crate::keypath::KeyPath;
 use crate::load::{self, Parsed};
+use crate::lock::{FileLock, WriteLock};
 use crate::paths::InstallRoot;
 use crate::schema::Config;
 use crate::secrets::{ENC_PREFIX, LazyKey};
@@ -54,25 +56,11 @@ impl std::ops::Deref for Snapshot {
     }
 }
 
-/// The in-process write mutex and, for a bound store, the cross-process lock file.
-type Locks<'a> = (tokio::sync::MutexGuard<'a, ()>, Option<FileLock>);
-
-/// The held cross-process lock; released on drop. The file handle stays open in the store.
-struct FileLock(Arc<File>);
-
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
-
 struct Shared {
     root: InstallRoot,
     bound: bool,
     /// Whether this store already swept temp files a crashed writer left (once per store).
     swept: AtomicBool,
-    /// `data/config.lock`, opened on first write and kept open.
-    lock_file: std::sync::Mutex<Option<Arc<File>>>,
     live: RwLock<Arc<Snapshot>>,
     writer: tokio::sync::Mutex<()>,
     /// Rules over durable state (e.g. the MEM-9 memory backend lock), run on every write and
@@ -148,7 +136,6 @@ impl ConfigStore {
                 root,
                 bound,
                 swept: AtomicBool::new(false),
-                lock_file: std::sync::Mutex::new(None),
                 live: RwLock::new(Arc::new(snapshot)),
                 writer: tokio::sync::Mutex::new(()),
                 checks: RwLock::new(Vec::new()),
@@ -217,46 +204,42 @@ impl ConfigStore {
     /// Starts a write from async code: async mutex, then the cross-process lock (off the
     /// async workers).
     pub async fn write(&self) -> Result<WriteTxn<'_>, ConfigError> {
-        let (guard, file_lock) = self.lock_async().await?;
-        self.begin(guard, file_lock)
+        let lock = self.lock_async().await?;
+        self.begin(lock)
     }
 
     /// Starts a write from synchronous code (the CLI). Must not be called on an async worker.
     pub fn write_blocking(&self) -> Result<WriteTxn<'_>, ConfigError> {
-        let (guard, file_lock) = self.lock_blocking()?;
-        self.begin(guard, file_lock)
+        let lock = self.lock_blocking()?;
+        self.begin(lock)
     }
 
-    async fn lock_async(&self) -> Result<Locks<'_>, ConfigError> {
+    async fn lock_async(&self) -> Result<WriteLock<'_>, ConfigError> {
         let guard = self.shared.writer.lock().await;
         if !self.shared.bound {
-            return Ok((guard, None));
+            return Ok(WriteLock::new(guard, None));
         }
-        let shared = Arc::clone(&self.shared);
-        let file = tokio::task::spawn_blocking(move || shared.lock_config_file())
+        let root = self.shared.root.clone();
+        let file = tokio::task::spawn_blocking(move || FileLock::acquire(&root))
             .await
             .map_err(|e| ConfigError::Lock {
                 path: self.shared.root.config_lock(),
                 source: io::Error::other(e.to_string()),
             })??;
-        Ok((guard, Some(file)))
+        Ok(WriteLock::new(guard, Some(file)))
     }
 
-    fn lock_blocking(&self) -> Result<Locks<'_>, ConfigError> {
+    fn lock_blocking(&self) -> Result<WriteLock<'_>, ConfigError> {
         let guard = self.shared.writer.blocking_lock();
         let file = if self.shared.bound {
-            Some(self.shared.lock_config_file()?)
+            Some(FileLock::acquire(&self.shared.root)?)
         } else {
             None
         };
-        Ok((guard, file))
+        Ok(WriteLock::new(guard, file))
     }
 
-    fn begin<'a>(
-        &'a self,
-        guard: tokio::sync::MutexGuard<'a, ()>,
-        file_lock: Option<FileLock>,
-    ) -> Result<WriteTxn<'a>, ConfigError> {
+    fn begin<'a>(&'a self, lock: WriteLock<'a>) -> Result<WriteTxn<'a>, ConfigError> {
         let base = self.snapshot();
         if let Some(loaded) = &base.disk {
             let now = read_config(&self.shared.root)?;
@@ -269,8 +252,7 @@ impl ConfigStore {
         }
         Ok(WriteTxn {
             store: self,
-            _guard: guard,
-            _file_lock: file_lock,
+            _lock: lock,
             doc: base.doc.clone(),
             base,
             dirty: Vec::new(),
@@ -321,8 +303,7 @@ impl ConfigStore {
 /// An open write: holds the config write lock until committed or dropped.
 pub struct WriteTxn<'a> {
     store: &'a ConfigStore,
-    _guard: tokio::sync::MutexGuard<'a, ()>,
-    _file_lock: Option<FileLock>,
+    _lock: WriteLock<'a>,
     base: Arc<Snapshot>,
     doc: DocumentMut,
     dirty: Vec<KeyPath>,
@@ -610,45 +591,5 @@ fn read_config(root: &InstallRoot) -> Result<String, ConfigError> {
         Ok(_) => Ok(text),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ConfigError::Missing { path }),
         Err(source) => Err(ConfigError::Read { path, source }),
-    }
-}
-
-impl Shared {
-    /// Takes the cross-process config write lock (blocking until other writers finish). Called
-    /// with the in-process mutex held. If the lock file was replaced while we waited (someone
-    /// deleted it), the lock is retaken on the file now at the path.
-    fn lock_config_file(&self) -> Result<FileLock, ConfigError> {
-        let path = self.root.config_lock();
-        let lock_err = |source| ConfigError::Lock {
-            path: path.clone(),
-            source,
-        };
-        let mut cached = match self.lock_file.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        loop {
-            let file = match cached.as_ref() {
-                Some(file) => Arc::clone(file),
-                None => {
-                    fs::create_dir_all(self.root.data_dir()).map_err(lock_err)?;
-                    let file = atomic::open_lock_file(&path).map_err(lock_err)?;
-                    let file = Arc::new(file);
-                    *cached = Some(Arc::clone(&file));
-                    file
-                }
-            };
-            file.lock().map_err(lock_err)?;
-            let held = file.metadata().map_err(lock_err)?;
-            match fs::symlink_metadata(&path) {
-                Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
-                    return Ok(FileLock(file));
-                }
-                _ => {
-                    let _ = file.unlock();
-                    *cached = None;
-                }
-            }
-        }
     }
 }
