@@ -24,8 +24,8 @@ fn status(root: &TempRoot) -> Result<serde_json::Value, Box<dyn std::error::Erro
 #[test]
 fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
     let root = TempRoot::new()?;
-    // A config with only a free gateway port: every other key takes its embedded default.
-    root.write_config_on_free_port("")?;
+    // One agent and a free gateway port: every other key takes its embedded default.
+    root.write_config_on_free_port("[agents.main]\n")?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
     let pid = daemon.pid();
@@ -78,7 +78,7 @@ fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
 #[test]
 fn a_killed_daemon_never_blocks_the_next_one() -> R {
     let root = TempRoot::new()?;
-    root.write_config_on_free_port("")?;
+    root.write_config_on_free_port("[agents.main]\n")?;
     let mut first = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     first.wait_for("warren daemon ready", WAIT)?;
     first.signal("KILL")?;
@@ -113,7 +113,7 @@ fn the_legacy_workspace_moves_into_the_default_agent_once_layout2() -> R {
 #[test]
 fn the_daemon_imports_legacy_jsonl_at_start_and_names_conflicts_mig1_mig7() -> R {
     let root = TempRoot::new()?;
-    root.write_config_on_free_port("")?;
+    root.write_config_on_free_port("[agents.main]\n")?;
     let sessions = root.path().join("data").join("sessions");
     std::fs::create_dir_all(&sessions)?;
     std::fs::write(

@@ -36,6 +36,30 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
         )
     })?;
 
+    // A file with no setting at all (0 bytes, blanks, comments) is what a failed write, a
+    // truncation or a stray `> config.toml` leaves; loading it would run a daemon with no agent
+    // and no paired token, so it is refused and the previous generation keeps serving.
+    if doc.as_table().is_empty() {
+        return Err(ConfigError::invalid(
+            file,
+            Problem {
+                key: None,
+                position: None,
+                message: format!(
+                    "the file is empty ({}); a config needs at least one [agents.<alias>] table",
+                    if text.trim().is_empty() {
+                        format!("{} byte(s), no setting", text.len())
+                    } else {
+                        "only comments".to_string()
+                    }
+                ),
+                hint: Some(format!(
+                    "restore your config from {} if it holds it, or move the file away and run                      `warren init` for a starter config",
+                    crate::atomic::backup_path(file).display()
+                )),
+            },
+        ));
+    }
     let config = parse_config(file, text, key_file)?;
     Ok(Parsed { config, doc })
 }

@@ -21,6 +21,19 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             .map(|h| (format!("unknown {kind} '{name}'"), h))
     };
 
+    if config.agents.is_empty() {
+        out.push(
+            Problem::at(
+                "agents",
+                "no agent is configured; a config needs at least one [agents.<alias>] table",
+            )
+            .with_hint(Some(
+                "add `[agents.main]` (or restore config.toml.bak); delete an agent only while \
+                 another one stays"
+                    .into(),
+            )),
+        );
+    }
     for (name, agent) in &config.agents {
         let at = |rest: &str| format!("agents.{}{rest}", quote(name));
         if let Err(e) = AgentAlias::new(name.as_str()) {

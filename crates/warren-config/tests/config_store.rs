@@ -245,6 +245,7 @@ fn unbound_config_never_overwrites_a_real_file() -> R {
     let (_d, root) = root_with(&big)?;
     let store = ConfigStore::unbound(root.clone(), Config::default());
     let mut txn = store.write_blocking()?;
+    txn.add_agent(&"main".parse()?, &[])?;
     txn.set_from_str(&key("gateway.port"), "9999")?;
     assert!(matches!(txn.commit(), Err(ConfigError::Unbound)));
     assert_eq!(fs::read_to_string(root.config_file())?, big);
@@ -389,7 +390,7 @@ fn secrets_are_encrypted_on_disk_and_untouched_by_unrelated_saves_cfg6() -> R {
 
 #[test]
 fn a_missing_symlinked_or_corrupt_key_is_a_clear_error_cfg6() -> R {
-    let (_d, root) = root_with("[providers.openai]\n")?;
+    let (_d, root) = root_with("[agents.main]\n[providers.openai]\n")?;
     let store = ConfigStore::load(root.clone())?;
     let mut txn = store.write_blocking()?;
     txn.set_secret(&key("providers.openai.api_key"), "sk-1")?;
@@ -473,7 +474,10 @@ fn reload_with_an_invalid_file_keeps_the_running_generation_state19() -> R {
     assert!(err.contains("gateway.port"), "{err}");
     assert_eq!(store.generation(), 1);
     assert_eq!(store.snapshot().gateway.port, 1111);
-    fs::write(root.config_file(), "[gateway]\nport = 7777\n")?;
+    fs::write(
+        root.config_file(),
+        "[agents.main]\n[gateway]\nport = 7777\n",
+    )?;
     assert_eq!(store.reload_blocking()?, 2);
     assert_eq!(store.snapshot().gateway.port, 7777);
     Ok(())
@@ -502,6 +506,79 @@ fn add_agent_refuses_duplicates_and_invalid_grants_stay_out() -> R {
     assert!(
         text.ends_with("# trailing note\n\n[agents.ops]\nmodel = \"m1\"\n"),
         "new table appended:\n{text}"
+    );
+    Ok(())
+}
+
+/// Issue 15 item 6: an empty (0-byte, whitespace- or comment-only) or agent-less config.toml is
+/// an error that names the file, at load and at reload; a refused reload keeps the running
+/// generation (its agents, its paired tokens) serving.
+#[test]
+fn an_empty_or_agentless_config_is_refused_at_load_and_reload_cfg7_state19() -> R {
+    let cases = [
+        ("0-byte", "", "is empty"),
+        ("whitespace", " \n\t\n\n", "is empty"),
+        (
+            "comments",
+            "# nothing here yet\n\n# [agents.main]\n",
+            "is empty",
+        ),
+        ("agent-less", "[gateway]\nport = 4242\n", "no agent"),
+    ];
+    for (what, text, expected) in cases {
+        let (_d, root) = root_with(text)?;
+        let file = root.config_file().display().to_string();
+        let err = ConfigStore::load(root.clone())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with(&file) && err.contains(expected),
+            "{what}: load must fail naming {file}: {err:?}"
+        );
+
+        fs::write(root.config_file(), USER_CONFIG)?;
+        let store = ConfigStore::load(root.clone())?;
+        fs::write(root.config_file(), text)?;
+        let err = store
+            .reload_blocking()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with(&file) && err.contains(expected),
+            "{what}: reload must fail naming {file}: {err:?}"
+        );
+        assert_eq!(
+            store.generation(),
+            1,
+            "{what}: the running generation stays"
+        );
+        assert_eq!(
+            store.snapshot().agents.keys().collect::<Vec<_>>(),
+            vec!["main", "research"],
+            "{what}"
+        );
+    }
+    Ok(())
+}
+
+/// An edit may not leave the file without agents either (the next load would refuse it).
+#[test]
+fn an_edit_that_removes_the_last_agent_is_refused_and_changes_nothing_cfg7() -> R {
+    let (_d, root) = root_with("[agents.main]\n\n[gateway]\nport = 1111\n")?;
+    let store = ConfigStore::load(root.clone())?;
+    let mut txn = store.write_blocking()?;
+    txn.remove(&key("agents.main"))?;
+    let err = txn
+        .commit()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("no agent"), "{err}");
+    assert_eq!(
+        fs::read_to_string(root.config_file())?,
+        "[agents.main]\n\n[gateway]\nport = 1111\n"
     );
     Ok(())
 }

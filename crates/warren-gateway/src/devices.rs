@@ -1,7 +1,9 @@
 //! The paired-device registry, `data/devices.db` (STATE-16): name, created and last seen, keyed
 //! by token hash. It is metadata only: the canonical token set is `gateway.paired_tokens`
 //! (STATE-15), the registry is reconciled with it on start and reload, and a row never makes a
-//! token valid.
+//! token valid. Reconciliation only ever sees a config that loaded (a file that fails to load
+//! never becomes a generation), and one that would drop every row keeps them all and warns: a
+//! token set emptied by a bad edit must not erase names and creation dates for good (issue 15).
 //!
 //! SQLite calls run off the async workers (`spawn_blocking`) on one connection.
 
@@ -143,7 +145,10 @@ impl Devices {
     }
 
     /// Makes the rows match the canonical token set: rows of unknown hashes are deleted, hashes
-    /// without a row get an unnamed one. Returns (added, removed).
+    /// without a row get an unnamed one. Returns (added, removed). When no row's hash is in the
+    /// set (an emptied or replaced token list), the rows are kept with a warning instead: they
+    /// are metadata only and are not listed, and they come back named if their tokens do.
+    /// `warren tokens revoke` deletes a revoked device's row itself.
     pub fn reconcile(&self, hashes: &[String]) -> Result<(usize, usize), DeviceError> {
         self.with(|c| {
             let tx = c.transaction()?;
@@ -152,9 +157,22 @@ impl Devices {
                 stmt.query_map([], |r| r.get(0))?
                     .collect::<rusqlite::Result<_>>()?
             };
+            let stale: Vec<&String> = existing.iter().filter(|h| !hashes.contains(h)).collect();
             let mut removed = 0;
-            for hash in existing.iter().filter(|h| !hashes.contains(h)) {
-                removed += tx.execute("DELETE FROM devices WHERE token_hash = ?1", params![hash])?;
+            if !stale.is_empty() && stale.len() == existing.len() {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    rows = stale.len(),
+                    "gateway.paired_tokens matches none of the paired devices; their names and \
+                     creation dates are kept (not listed, no token is valid because of them). \
+                     If the token list was lost, restore config.toml.bak; `warren tokens revoke` \
+                     removes a device for good"
+                );
+            } else {
+                for hash in stale {
+                    removed +=
+                        tx.execute("DELETE FROM devices WHERE token_hash = ?1", params![hash])?;
+                }
             }
             let mut added = 0;
             for hash in hashes.iter().filter(|h| !existing.contains(h)) {
@@ -215,5 +233,33 @@ mod tests {
         );
         devices.touch(&a).unwrap();
         assert!(devices.list(&[a]).unwrap()[0].last_seen_unix.is_some());
+    }
+
+    /// Issue 15 item 6: a token set that matches no row (emptied by a bad edit) drops nothing;
+    /// when the tokens come back, so do the names and creation dates.
+    #[test]
+    fn a_reconcile_that_would_remove_every_device_keeps_the_rows_state16() {
+        let dir = tempfile::tempdir().unwrap();
+        let devices = Devices::open(&dir.path().join("devices.db")).unwrap();
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        devices.insert(&a, "laptop").unwrap();
+        devices.insert(&b, "phone").unwrap();
+        let before = devices.list(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(devices.reconcile(&[]).unwrap(), (0, 0), "nothing dropped");
+        assert!(
+            devices.list(&[]).unwrap().is_empty(),
+            "kept rows are not listed"
+        );
+        let other = "c".repeat(64);
+        assert_eq!(
+            devices.reconcile(std::slice::from_ref(&other)).unwrap(),
+            (1, 0)
+        );
+        assert_eq!(devices.reconcile(&[a.clone(), b.clone()]).unwrap(), (0, 1));
+        assert_eq!(
+            devices.list(&[a, b]).unwrap(),
+            before,
+            "names and dates survive"
+        );
     }
 }

@@ -1,7 +1,11 @@
-//! Concurrent config writers (CFG-1..5, STATE-19, issue 15 item 1): `warren config set` child
-//! processes on different keys race in-process `ConfigStore` writers and reloads that share one
-//! store (as the daemon's PATCH and SIGHUP paths do). Every write that was acknowledged must be
-//! on disk at the end, and no writer may fail with anything but a stale-read refusal.
+//! Config under concurrency and bad input (issue 15 items 1 and 6):
+//! - concurrent writers (CFG-1..5, STATE-19): `warren config set` child processes on different
+//!   keys race in-process `ConfigStore` writers and reloads that share one store (as the
+//!   daemon's PATCH and SIGHUP paths do). Every acknowledged write must be on disk at the end,
+//!   and no writer may fail with anything but a stale-read refusal;
+//! - an empty or agent-less config.toml (CFG-7, STATE-16, STATE-19) is refused by
+//!   `config validate`, by a starting daemon and by a reload, and the device registry keeps its
+//!   names and creation dates.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -10,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use warren_config::{ConfigError, ConfigStore, InstallRoot, KeyPath};
-use warren_testkit::{TempRoot, text};
+use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -191,5 +195,115 @@ fn concurrent_cli_sets_store_writes_and_reloads_keep_every_acknowledged_value_cf
         .filter(|n| n.contains(".tmp-"))
         .collect();
     assert_eq!(leftovers, Vec::<String>::new(), "no temp file left behind");
+    Ok(())
+}
+
+/// A paired device as `warren tokens list --json` shows it: (id, name, created).
+type Listed = (String, String, u64);
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The texts a truncation, a stray `> config.toml` or a bad hand edit leaves.
+const EMPTY_CONFIGS: [(&str, &str, &str); 4] = [
+    ("0-byte", "", "the file is empty"),
+    ("whitespace-only", "\n  \n\t\n", "the file is empty"),
+    ("comment-only", "# agents come later\n", "the file is empty"),
+    (
+        "agent-less",
+        "[gateway]\nbind = \"127.0.0.1\"\n",
+        "no agent is configured",
+    ),
+];
+
+#[test]
+fn config_validate_and_daemon_start_refuse_an_empty_or_agentless_config_cfg7() -> R {
+    for (what, config, expected) in EMPTY_CONFIGS {
+        let root = TempRoot::new()?;
+        root.write_config(config)?;
+        let file = root.config_path().display().to_string();
+        for args in [&["config", "validate"][..], &["daemon"][..]] {
+            let out = root.run(bin(), args)?;
+            let (_, stderr) = text(&out);
+            assert_eq!(out.status.code(), Some(1), "{what}: {args:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("error: {file}")) && stderr.contains(expected),
+                "{what}: {args:?} must name {file} and say why: {stderr}"
+            );
+        }
+        assert_eq!(
+            root.read_config()?,
+            config,
+            "{what}: the file is left as it was"
+        );
+    }
+    // An empty install root still gets a starter config (and a valid one).
+    let root = TempRoot::new()?;
+    let out = root.run(bin(), &["init"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = root.run(bin(), &["config", "validate"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out).0.contains("is valid (1 agent)"),
+        "{:?}",
+        text(&out)
+    );
+    Ok(())
+}
+
+/// The daemon reloads (SIGHUP) into each empty or agent-less text: the reload is refused, the
+/// running generation keeps serving the paired device, and the device keeps its name and
+/// creation date once the config is back.
+#[test]
+fn a_reload_into_an_empty_config_keeps_serving_and_keeps_every_device_state16_state19() -> R {
+    let root = TempRoot::new()?;
+    let port = free_port()?;
+    let good = format!("[agents.main]\n\n[gateway]\nport = {port}\n");
+    root.write_config(&good)?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "laptop")?;
+    // (id, name, created): what a reconciliation that drops rows loses for good.
+    let listed = |root: &TempRoot| -> Result<Vec<Listed>, Box<dyn std::error::Error>> {
+        let out = root.run(bin(), &["tokens", "list", "--json"])?;
+        assert!(out.status.success(), "{:?}", text(&out));
+        let devices: serde_json::Value = serde_json::from_str(&text(&out).0)?;
+        Ok(devices
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                (
+                    d["id"].as_str().unwrap_or_default().to_string(),
+                    d["name"].as_str().unwrap_or_default().to_string(),
+                    d["created_unix"].as_u64().unwrap_or_default(),
+                )
+            })
+            .collect())
+    };
+    let before = listed(&root)?;
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0].1, "laptop", "{before:?}");
+    // The pairing rewrote config.toml (the token hash); keep that text to restore.
+    let good = root.read_config()?;
+
+    for (what, config, expected) in EMPTY_CONFIGS {
+        root.write_config(config)?;
+        daemon.signal("HUP")?;
+        let refused = daemon.wait_for("reload refused", WAIT)?;
+        assert!(refused.contains(expected), "{what}: {refused}");
+        daemon.wait_for("warren daemon ready", WAIT)?;
+        let (status, _) = http(port, "GET", "/api/status", Some(&token), "")?;
+        assert_eq!(
+            status, 200,
+            "{what}: the old generation keeps serving the device"
+        );
+    }
+    root.write_config(&good)?;
+    daemon.signal("HUP")?;
+    daemon.wait_for("config reloaded", WAIT)?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    assert_eq!(listed(&root)?, before, "name and creation date kept");
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
     Ok(())
 }
