@@ -13,7 +13,7 @@ use warren_core::{Role, SessionKey};
 use warren_store::sessions::migrate::{self, MigrateError, Step};
 use warren_store::sessions::{
     JsonlBackend, NewMessage, OpenError, Page, SessionBackend, SessionError, SqliteBackend,
-    open_chat_sessions,
+    open_chat_sessions, open_chat_sessions_reporting,
 };
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -408,5 +408,94 @@ fn a_corrupt_sidecar_fails_the_import_safely_with_the_source_back_in_place() -> 
     assert!(e.contains("k.meta.json"), "{e}");
     assert_eq!(f.names(), ["k.jsonl"]);
     assert!(b.meta(&key("k"))?.is_none());
+    Ok(())
+}
+
+/// Issue 15 item 7: one non-empty legacy file with no valid message is left in place (MIG-5)
+/// and reported, but it no longer blocks the store: the other files are imported and the
+/// backend opens.
+#[test]
+fn one_bad_legacy_file_is_reported_and_the_rest_of_the_store_keeps_working_mig5() -> R {
+    let f = Fixture::new();
+    f.write("good.jsonl", &line("user", "hello", None));
+    let junk = "not json\n{\"role\":\"robot\"}\n";
+    f.write("junk.jsonl", junk);
+    let channels = ChannelsConfig::default();
+    let (sessions, skipped) = open_chat_sessions_reporting(&f.root, &channels)?;
+    assert!(sessions.is_durable());
+    assert_eq!(contents(sessions.backend().as_ref(), "good"), ["hello"]);
+    let skipped: Vec<String> = skipped.iter().map(ToString::to_string).collect();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(
+        skipped[0].contains(&f.path("junk.jsonl").display().to_string())
+            && skipped[0].contains("left in place")
+            && skipped[0].contains("warren sessions migrate"),
+        "the report names the file and what to do: {skipped:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(f.path("junk.jsonl"))?,
+        junk,
+        "kept as it was"
+    );
+    drop(sessions);
+    // The plain factory opens too (and logs the same warning); a new session can be written.
+    let sessions = open_chat_sessions(&f.root, &channels)?;
+    sessions
+        .backend()
+        .append(&key("fresh"), &NewMessage::new(Role::User, "still works"))?;
+    assert_eq!(
+        contents(sessions.backend().as_ref(), "fresh"),
+        ["still works"]
+    );
+    assert_eq!(f.names(), ["good.jsonl.migrated", "junk.jsonl"]);
+    Ok(())
+}
+
+/// Issue 15 item 7: a `.jsonl` symlink (here pointing outside `data/sessions/`) is never
+/// followed: its target is not read into the database, nothing is moved, the error names the
+/// link; and the progress never passes 100 %.
+#[test]
+fn a_symlinked_jsonl_is_not_followed_and_progress_stays_within_its_total_mig1() -> R {
+    let f = Fixture::new();
+    let outside = f.root.root().join("outside-secret.txt");
+    let secret = line("user", "a secret outside the sessions directory", None).repeat(200);
+    fs::write(&outside, &secret)?;
+    std::os::unix::fs::symlink(&outside, f.path("evil.jsonl"))?;
+    f.write("good.jsonl", &line("user", "hello", None));
+    let b = f.backend();
+    let mut seen = Vec::new();
+    let report = migrate::import(&b, &mut |p| seen.push(*p))?;
+    let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("evil.jsonl") && errors[0].contains("symlink"),
+        "{errors:?}"
+    );
+    assert!(
+        b.meta(&key("evil"))?.is_none(),
+        "the target was not imported"
+    );
+    assert_eq!(contents(&b, "good"), ["hello"]);
+    assert_eq!(fs::read_to_string(&outside)?, secret, "target untouched");
+    assert!(
+        fs::symlink_metadata(f.path("evil.jsonl"))?
+            .file_type()
+            .is_symlink()
+    );
+    let last = seen.last().copied().unwrap_or_default();
+    for p in &seen {
+        assert!(
+            p.bytes_done <= p.bytes_total && p.files_done <= p.files_total,
+            "progress past 100 %: {p:?}"
+        );
+    }
+    assert_eq!((last.files_done, last.files_total), (1, 1), "{seen:?}");
+    // The dry run says the same and reads nothing through the link either.
+    let dry = migrate::dry_run(&f.root, &mut |_| {})?;
+    assert!(
+        dry.errors.iter().any(|e| e.to_string().contains("symlink")),
+        "{:?}",
+        dry.errors
+    );
     Ok(())
 }

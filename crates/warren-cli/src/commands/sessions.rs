@@ -10,7 +10,7 @@ use warren_config::{ConfigError, ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_store::sessions::migrate::{self, MigrationReport, Progress};
 use warren_store::sessions::{
-    NewMessage, Page, SessionBackend, SessionError, SqliteBackend, open_chat_sessions,
+    NewMessage, Page, SessionBackend, SessionError, SqliteBackend, open_chat_sessions_reporting,
 };
 use warren_store::timefmt;
 
@@ -145,12 +145,17 @@ fn channels(root: &InstallRoot) -> anyhow::Result<ChannelsConfig> {
     }
 }
 
-/// The configured backend through the one factory (and its construction policy).
+/// The configured backend through the one factory (and its construction policy). A legacy file
+/// the import left out is one warning line; the command goes on with the rest of the store.
 fn open(
     root: &InstallRoot,
     channels: &ChannelsConfig,
 ) -> anyhow::Result<std::sync::Arc<dyn SessionBackend>> {
-    let sessions = open_chat_sessions(root, channels).context("opening the session store")?;
+    let (sessions, skipped) =
+        open_chat_sessions_reporting(root, channels).context("opening the session store")?;
+    for e in &skipped {
+        eprintln!("warning: {e}");
+    }
     if !sessions.is_durable() {
         eprintln!("warning: session persistence is off for this command");
     }
@@ -259,7 +264,7 @@ impl ProgressLine {
 
     fn text(p: &Progress) -> String {
         let mb = |b: u64| b as f64 / 1_000_000.0;
-        let pct = (p.bytes_done * 100)
+        let pct = (p.bytes_done.min(p.bytes_total) * 100)
             .checked_div(p.bytes_total)
             .unwrap_or(100);
         let width = 24usize;

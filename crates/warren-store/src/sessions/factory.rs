@@ -7,6 +7,11 @@
 //! stops its session subsystem; `ephemeral` logs a loud error and hands out an in-memory
 //! backend flagged as disabled. (The reference implementation let each subsystem choose, and
 //! some ignored the error silently.)
+//!
+//! A legacy file the import refused on its own account (no valid message, a symlink, a name
+//! that maps to no session key; [`MigrateError::leaves_store_usable`]) stays where it is and is
+//! reported — logged as a warning naming the file and what to do, and returned by
+//! [`open_chat_sessions_reporting`] — while the rest of the store opens (issue 15).
 
 use std::sync::Arc;
 
@@ -59,13 +64,27 @@ impl ChatSessions {
 }
 
 /// Opens the backend `[channels]` selects; for SQLite, imports legacy JSONL first (MIG-1).
-/// Construction errors go through `[channels] session_store_on_error`.
+/// Construction errors go through `[channels] session_store_on_error`. Legacy files left out
+/// of the import are logged as warnings.
 pub fn open_chat_sessions(
     root: &InstallRoot,
     channels: &ChannelsConfig,
 ) -> Result<ChatSessions, OpenError> {
+    let (sessions, skipped) = open_chat_sessions_reporting(root, channels)?;
+    for e in &skipped {
+        tracing::warn!("{e}");
+    }
+    Ok(sessions)
+}
+
+/// [`open_chat_sessions`] that returns the legacy files left out of the import instead of
+/// logging them, for a caller that shows them itself (the CLI prints them on stderr).
+pub fn open_chat_sessions_reporting(
+    root: &InstallRoot,
+    channels: &ChannelsConfig,
+) -> Result<(ChatSessions, Vec<MigrateError>), OpenError> {
     match open_durable(root, channels) {
-        Ok(backend) => Ok(ChatSessions::Durable(backend)),
+        Ok((backend, skipped)) => Ok((ChatSessions::Durable(backend), skipped)),
         Err(e) => match channels.session_store_on_error {
             SessionStoreOnError::Stop => Err(e),
             SessionStoreOnError::Ephemeral => {
@@ -74,34 +93,39 @@ pub fn open_chat_sessions(
                      {e}. Conversations will be lost when this process stops; fix the problem and \
                      restart"
                 );
-                Ok(ChatSessions::Disabled {
-                    backend: Arc::new(MemoryBackend::new()),
-                    reason: e.to_string(),
-                })
+                Ok((
+                    ChatSessions::Disabled {
+                        backend: Arc::new(MemoryBackend::new()),
+                        reason: e.to_string(),
+                    },
+                    Vec::new(),
+                ))
             }
         },
     }
 }
 
-fn open_durable(
-    root: &InstallRoot,
-    channels: &ChannelsConfig,
-) -> Result<Arc<dyn SessionBackend>, OpenError> {
+/// The backend and the legacy files left out of its import.
+type Opened = (Arc<dyn SessionBackend>, Vec<MigrateError>);
+
+fn open_durable(root: &InstallRoot, channels: &ChannelsConfig) -> Result<Opened, OpenError> {
     match channels.session_backend {
-        SessionBackendKind::Jsonl => Ok(Arc::new(JsonlBackend::open(
-            root,
-            channels.session_durability,
-        )?)),
+        SessionBackendKind::Jsonl => Ok((
+            Arc::new(JsonlBackend::open(root, channels.session_durability)?),
+            Vec::new(),
+        )),
         SessionBackendKind::Sqlite => {
             let backend = SqliteBackend::open(root, channels.session_durability)?;
             let report = migrate::import(&backend, &mut |_| {})?;
             log_report(&report);
-            if !report.errors.is_empty() {
-                return Err(OpenError::Import {
-                    errors: report.errors,
-                });
+            let (skipped, errors): (Vec<_>, Vec<_>) = report
+                .errors
+                .into_iter()
+                .partition(MigrateError::leaves_store_usable);
+            if !errors.is_empty() {
+                return Err(OpenError::Import { errors });
             }
-            Ok(Arc::new(backend))
+            Ok((Arc::new(backend), skipped))
         }
     }
 }

@@ -1,9 +1,9 @@
 //! The durable steps of one source's import and handoff (MIG-1..5, MIG-7), each followed by
 //! its named crash point (`crate::failpoints`).
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, TransactionBehavior, params};
@@ -39,12 +39,27 @@ struct Source {
     meta: fs::Metadata,
 }
 
-/// Reads `path` whole and fingerprints it.
+/// Reads `path` whole and fingerprints it. Never through a symlink (the plan refused those; a
+/// name swapped for one since is refused here), and only a regular file.
 fn read_source(path: &Path) -> Result<Source, MigrateError> {
-    let mut file = File::open(path).map_err(MigrateError::io(path, "open the source"))?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => MigrateError::Symlink {
+                path: path.to_path_buf(),
+            },
+            _ => MigrateError::io(path, "open the source")(e),
+        })?;
     let meta = file
         .metadata()
         .map_err(MigrateError::io(path, "stat the source"))?;
+    if !meta.is_file() {
+        return Err(MigrateError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.read_to_end(&mut bytes)
         .map_err(MigrateError::io(path, "read the source"))?;
@@ -272,7 +287,8 @@ impl Ctx<'_> {
 
         // Phase 3: one receipt transaction per file (MIG-1..3, MIG-5, MIG-7).
         for s in synced {
-            let bytes = fs::metadata(&s.staged).map(|m| m.len()).unwrap_or(0);
+            // The size the plan counted into the total, so the progress never passes 100 %.
+            let bytes = s.c.files.bytes;
             match self.import(&s) {
                 Ok(h) => {
                     self.progress.messages += h.outcome.messages;

@@ -87,9 +87,18 @@ pub enum MigrateError {
     },
     #[error(
         "{file} is not empty but holds no valid message ({lines} unreadable line(s)); it was left \
-         in place (MIG-5)"
+         in place and not imported (MIG-5). Fix or delete its bad lines, or move it out of the \
+         sessions directory; then `warren sessions migrate` imports it"
     )]
     NoValidMessages { file: PathBuf, lines: usize },
+    #[error(
+        "{path} is a symlink; sessions are imported only from regular files in the sessions \
+         directory, so its target was not read. Replace it with a copy of the file you mean, or \
+         move it away"
+    )]
+    Symlink { path: PathBuf },
+    #[error("{path} is not a regular file; move it out of the sessions directory")]
+    NotAFile { path: PathBuf },
     #[error(
         "{file} was not imported: session '{key}' already exists in {db} and an import never \
          merges into an existing session (MIG-7); rename the file to import it under another key"
@@ -104,6 +113,21 @@ pub enum MigrateError {
 }
 
 impl MigrateError {
+    /// Whether the error is about one source file only, which was left where it is with the
+    /// database untouched: the rest of the store stays usable and the file is reported
+    /// instead of stopping every session (issue 15). Incompatible receipts, staged sources,
+    /// archives and conflicts still stop construction (MIG-7).
+    pub fn leaves_store_usable(&self) -> bool {
+        matches!(
+            self,
+            MigrateError::NoValidMessages { .. }
+                | MigrateError::Symlink { .. }
+                | MigrateError::NotAFile { .. }
+                | MigrateError::NonUtf8Name { .. }
+                | MigrateError::BadKey { .. }
+        )
+    }
+
     pub(crate) fn io(path: &std::path::Path, op: &'static str) -> impl FnOnce(io::Error) -> Self {
         let path = path.to_path_buf();
         move |source| MigrateError::Io { path, op, source }

@@ -271,6 +271,25 @@ fn plan(
                 let Some((stem, kind)) = classify(&name) else {
                     continue;
                 };
+                // A source is read only as the regular file at its name: a symlink (which may
+                // point anywhere, outside the sessions directory too) is never followed.
+                if !matches!(kind, Kind::Archive) {
+                    match entry.file_type() {
+                        Ok(t) if t.is_symlink() => {
+                            errors.push(MigrateError::Symlink { path });
+                            continue;
+                        }
+                        Ok(t) if !t.is_file() => {
+                            errors.push(MigrateError::NotAFile { path });
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            errors.push(MigrateError::io(&path, "stat the source")(e));
+                            continue;
+                        }
+                    }
+                }
                 let Some(stem) = stem.to_str() else {
                     errors.push(MigrateError::NonUtf8Name { path });
                     continue;

@@ -1,0 +1,119 @@
+//! Sessions under bad input and a full disk, as a user sees them (issue 15 items 7 and 8):
+//! - one bad legacy JSONL file (MIG-5) is a warning naming it and what to do, and every other
+//!   session command (and `warren agent`) keeps working; a symlinked `.jsonl` is never
+//!   followed and the migration's progress line never passes 100 %;
+//! - a full disk during a JSONL append reads once (not doubled) and leaves no partial line.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use warren_testkit::{TempRoot, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+fn sessions_dir(root: &TempRoot) -> PathBuf {
+    root.path().join("data").join("sessions")
+}
+
+const JUNK: &str = "this is not json\n{\"role\":\"robot\",\"content\":\"x\"}\n";
+
+#[test]
+fn one_bad_legacy_file_is_a_warning_and_every_other_session_command_works_mig5() -> R {
+    let root = TempRoot::new()?;
+    let out = root.run(bin(), &["init"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let dir = sessions_dir(&root);
+    fs::create_dir_all(&dir)?;
+    fs::write(
+        dir.join("old.jsonl"),
+        "{\"role\":\"user\",\"content\":\"from the old days\"}\n",
+    )?;
+    let junk = dir.join("junk.jsonl");
+    fs::write(&junk, JUNK)?;
+    let warning = format!(
+        "warning: {} is not empty but holds no valid message",
+        junk.display()
+    );
+
+    let out = root.run(bin(), &["sessions", "list"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "sessions list must work: {stderr}");
+    assert!(stdout.contains("old"), "{stdout}");
+    assert!(
+        stderr.contains(&warning) && stderr.contains("warren sessions migrate"),
+        "the bad file is named with what to do: {stderr}"
+    );
+
+    let out = root.run(bin(), &["sessions", "show", "old"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "sessions show must work: {stderr}");
+    assert!(stdout.contains("from the old days"), "{stdout}");
+    assert!(stderr.contains(&warning), "{stderr}");
+
+    let out = root.run(bin(), &["agent", "-m", "hello"])?;
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "warren agent must work: {stderr}");
+    assert!(
+        stderr.contains(&junk.display().to_string()),
+        "warren agent reports the bad file too: {stderr}"
+    );
+    assert_eq!(
+        fs::read_to_string(&junk)?,
+        JUNK,
+        "the bad file is left as it was"
+    );
+    Ok(())
+}
+
+#[test]
+fn migrate_never_follows_a_symlinked_jsonl_and_its_progress_stays_at_most_100_percent_mig1() -> R {
+    let root = TempRoot::new()?;
+    let dir = sessions_dir(&root);
+    fs::create_dir_all(&dir)?;
+    let outside = root.path().join("not-a-session.txt");
+    let secret = "{\"role\":\"user\",\"content\":\"outside the sessions directory\"}\n".repeat(500);
+    fs::write(&outside, &secret)?;
+    std::os::unix::fs::symlink(&outside, dir.join("evil.jsonl"))?;
+    fs::write(
+        dir.join("good.jsonl"),
+        "{\"role\":\"user\",\"content\":\"hi\"}\n",
+    )?;
+
+    let out = root.run(bin(), &["sessions", "migrate"])?;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the symlink is an error: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("evil.jsonl") && stderr.contains("symlink"),
+        "{stderr}"
+    );
+    let percents: Vec<u64> = stderr
+        .split('%')
+        .filter_map(|before| before.rsplit(['[', ']', ' ']).next()?.parse().ok())
+        .collect();
+    assert!(!percents.is_empty(), "a progress line is printed: {stderr}");
+    assert!(
+        percents.iter().all(|p| *p <= 100),
+        "progress past 100 %: {percents:?} in {stderr}"
+    );
+    assert!(stdout.contains("imported good.jsonl"), "{stdout}");
+
+    let out = root.run(bin(), &["--json", "sessions", "list"])?;
+    let listed: serde_json::Value = serde_json::from_str(&text(&out).0)?;
+    let keys: Vec<&str> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["good"], "the link's target was not imported");
+    assert_eq!(fs::read_to_string(&outside)?, secret);
+    Ok(())
+}
