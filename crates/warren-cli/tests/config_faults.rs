@@ -307,3 +307,29 @@ fn a_reload_into_an_empty_config_keeps_serving_and_keeps_every_device_state16_st
     daemon.wait(WAIT)?;
     Ok(())
 }
+
+/// Issue 15 item 8: an io error under a config save prints its cause once, not
+/// "Is a directory (os error 21): Is a directory (os error 21)".
+#[test]
+fn a_failed_config_save_names_its_cause_once() -> R {
+    let root = TempRoot::new()?;
+    root.write_config("[agents.main]\n")?;
+    // A directory where config.toml.bak goes: the save fails before its rename.
+    std::fs::create_dir_all(root.path().join("config.toml.bak/x"))?;
+    let out = root.run(bin(), &["config", "set", "gateway.port", "4242"])?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("error"))
+            .collect::<Vec<_>>(),
+        [format!(
+            "error: cannot save {}: keep .bak: Is a directory (os error 21)",
+            root.config_path().display()
+        )],
+        "one line, the cause once"
+    );
+    assert_eq!(root.read_config()?, "[agents.main]\n", "nothing changed");
+    Ok(())
+}

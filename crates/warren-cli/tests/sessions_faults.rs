@@ -117,3 +117,66 @@ fn migrate_never_follows_a_symlinked_jsonl_and_its_progress_stays_at_most_100_pe
     assert_eq!(fs::read_to_string(&outside)?, secret);
     Ok(())
 }
+
+/// Failpoint (warren_store::failpoints) that makes a JSONL append write half its line and then
+/// fail with ENOSPC, as a full disk does.
+const JSONL_APPEND_DISK_FULL: &str = "sessions-jsonl-append-enospc";
+
+fn append(
+    root: &TempRoot,
+    text_: &str,
+    failpoint: Option<&str>,
+) -> std::io::Result<std::process::Output> {
+    let mut cmd = root.warren(
+        bin(),
+        &["sessions", "append", "notes", "--agent", "main", text_],
+    );
+    if let Some(fp) = failpoint {
+        cmd.env("FAILPOINTS", format!("{fp}=return"));
+    }
+    cmd.stdin(std::process::Stdio::null()).output()
+}
+
+#[test]
+fn a_full_disk_during_a_jsonl_append_reads_once_and_leaves_no_partial_line() -> R {
+    let root = TempRoot::new()?;
+    root.write_config("[agents.main]\n\n[channels]\nsession_backend = \"jsonl\"\n")?;
+    let out = append(&root, "first", None)?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let file = sessions_dir(&root).join("notes.jsonl");
+    let before = fs::read(&file)?;
+
+    let out = append(
+        &root,
+        "second, on a full disk",
+        Some(JSONL_APPEND_DISK_FULL),
+    )?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("No space left on device").count(),
+        1,
+        "the cause reads once: {stderr}"
+    );
+    assert!(
+        stderr.contains(&file.display().to_string()),
+        "names the file: {stderr}"
+    );
+    assert_eq!(fs::read(&file)?, before, "no partial line stays behind");
+
+    let out = append(&root, "third", None)?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = root.run(bin(), &["sessions", "show", "notes"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("skipped"),
+        "no torn line to skip: {stderr}"
+    );
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split("user (main): ").nth(1))
+        .collect();
+    assert_eq!(said, ["first", "third"], "{stdout}");
+    Ok(())
+}

@@ -20,14 +20,14 @@ use crate::failpoint::crash_point;
 /// Prefix of temp files, so a later save can sweep the ones a crash left behind.
 const TEMP_MARK: &str = ".tmp-";
 
-/// A failed durable write; the target file is unchanged.
+/// A failed durable write; the target file is unchanged. The io error is part of the message
+/// and not also its `source()`, so a printed chain names it once.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot save {path}: {step}: {source}")]
+#[error("cannot save {path}: {step}: {cause}")]
 pub struct AtomicWriteError {
     pub path: PathBuf,
     pub step: &'static str,
-    #[source]
-    pub source: io::Error,
+    pub cause: io::Error,
 }
 
 /// What a successful write wants the caller to know.
@@ -88,10 +88,10 @@ fn replace(
     backup: bool,
 ) -> Result<WriteOutcome, AtomicWriteError> {
     let err = |step: &'static str| {
-        move |source: io::Error| AtomicWriteError {
+        move |cause: io::Error| AtomicWriteError {
             path: target.to_path_buf(),
             step,
-            source,
+            cause,
         }
     };
     let dir = parent_dir(target);

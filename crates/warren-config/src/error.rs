@@ -37,6 +37,9 @@ impl Problem {
 }
 
 /// Everything that can go wrong loading, editing or saving config.
+///
+/// An io error's text is part of its variant's message (`cannot read <path>: <cause>`) and is
+/// not also returned by `source()`: a printed chain (`{:#}`) then names it once, not twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file (or an edit) does not pass parsing, schema or validation; nothing was changed.
@@ -47,10 +50,10 @@ pub enum ConfigError {
     },
     #[error("no config at {path}; run `warren init` (or pass --config-dir DIR)")]
     Missing { path: PathBuf },
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
-    #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: io::Error },
+    #[error("cannot read {path}: {cause}")]
+    Read { path: PathBuf, cause: io::Error },
+    #[error("cannot write {path}: {cause}")]
+    Write { path: PathBuf, cause: io::Error },
     #[error(
         "refusing to save: this config was not loaded from a file on disk, so saving it could \
          replace a real config with defaults"
@@ -61,8 +64,8 @@ pub enum ConfigError {
          Reload the config and retry"
     )]
     Stale { path: PathBuf, generation: u64 },
-    #[error("cannot take the config write lock {path}: {source}")]
-    Lock { path: PathBuf, source: io::Error },
+    #[error("cannot take the config write lock {path}: {cause}")]
+    Lock { path: PathBuf, cause: io::Error },
     #[error("{key}: {message}")]
     Edit { key: String, message: String },
     #[error(transparent)]

@@ -45,9 +45,9 @@ impl FileLock {
     /// file now at the path.
     pub(crate) fn acquire(root: &InstallRoot) -> Result<Self, ConfigError> {
         let path = root.config_lock();
-        let lock_err = |source: io::Error| ConfigError::Lock {
+        let lock_err = |cause: io::Error| ConfigError::Lock {
             path: path.clone(),
-            source,
+            cause,
         };
         loop {
             fs::create_dir_all(root.data_dir()).map_err(lock_err)?;

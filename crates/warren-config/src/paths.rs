@@ -25,10 +25,10 @@ pub enum PathError {
         "cannot find a home directory for the default install root ~/.warren; pass --config-dir DIR or set {HOME_ENV}"
     )]
     NoHome,
-    #[error("cannot determine the current directory to resolve '{path}': {source}")]
-    CurrentDir { path: PathBuf, source: io::Error },
-    #[error("install root {path} is not usable: {source}")]
-    Prepare { path: PathBuf, source: io::Error },
+    #[error("cannot determine the current directory to resolve '{path}': {cause}")]
+    CurrentDir { path: PathBuf, cause: io::Error },
+    #[error("install root {path} is not usable: {cause}")]
+    Prepare { path: PathBuf, cause: io::Error },
     #[error("install root {path} exists but is not a directory")]
     NotADirectory { path: PathBuf },
 }
@@ -62,9 +62,9 @@ impl InstallRoot {
             chosen
         } else {
             std::env::current_dir()
-                .map_err(|source| PathError::CurrentDir {
+                .map_err(|cause| PathError::CurrentDir {
                     path: chosen.clone(),
-                    source,
+                    cause,
                 })?
                 .join(chosen)
         };
@@ -219,7 +219,7 @@ impl InstallRoot {
                 .recursive(true)
                 .mode(0o700)
                 .create(&path)
-                .map_err(|source| PathError::Prepare { path, source })
+                .map_err(|cause| PathError::Prepare { path, cause })
         };
         prepare(self.root.clone())?;
         prepare(self.data_dir())?;
@@ -231,9 +231,9 @@ impl InstallRoot {
             .join(format!(".write-probe-{}", std::process::id()));
         fs::write(&probe, b"")
             .and_then(|()| fs::remove_file(&probe))
-            .map_err(|source| PathError::Prepare {
+            .map_err(|cause| PathError::Prepare {
                 path: self.root.clone(),
-                source,
+                cause,
             })?;
         Ok(())
     }
@@ -252,10 +252,10 @@ impl InstallRoot {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(LegacyMigration::NothingToDo);
             }
-            Err(source) => {
+            Err(cause) => {
                 return Err(PathError::Prepare {
                     path: legacy,
-                    source,
+                    cause,
                 });
             }
             Ok(meta) if !meta.is_dir() => {
@@ -277,7 +277,7 @@ impl InstallRoot {
         let dest_has_content = match fs::read_dir(&dest) {
             Ok(mut entries) => entries.next().is_some(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(source) => return Err(PathError::Prepare { path: dest, source }),
+            Err(cause) => return Err(PathError::Prepare { path: dest, cause }),
         };
         if dest_has_content {
             return Ok(LegacyMigration::Skipped {
@@ -294,20 +294,20 @@ impl InstallRoot {
             .recursive(true)
             .mode(0o700)
             .create(&parent)
-            .map_err(|source| PathError::Prepare {
+            .map_err(|cause| PathError::Prepare {
                 path: parent.clone(),
-                source,
+                cause,
             })?;
         if dest.exists() {
             // An empty directory: replace it by the legacy tree.
-            fs::remove_dir(&dest).map_err(|source| PathError::Prepare {
+            fs::remove_dir(&dest).map_err(|cause| PathError::Prepare {
                 path: dest.clone(),
-                source,
+                cause,
             })?;
         }
-        fs::rename(&legacy, &dest).map_err(|source| PathError::Prepare {
+        fs::rename(&legacy, &dest).map_err(|cause| PathError::Prepare {
             path: legacy.clone(),
-            source,
+            cause,
         })?;
         crate::atomic::sync_dir(self.root()).ok();
         crate::atomic::sync_dir(&parent).ok();

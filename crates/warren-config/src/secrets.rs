@@ -134,8 +134,8 @@ pub enum SecretError {
     KeyCorrupt { path: PathBuf, found: String },
     #[error("key file {path} is not a regular file")]
     KeyNotAFile { path: PathBuf },
-    #[error("cannot use key file {path}: {source}")]
-    KeyIo { path: PathBuf, source: io::Error },
+    #[error("cannot use key file {path}: {cause}")]
+    KeyIo { path: PathBuf, cause: io::Error },
     #[error(
         "cannot decrypt with {path}: wrong key or altered value; encrypted values cannot be \
          recovered without the original key"
@@ -165,9 +165,9 @@ impl fmt::Debug for SecretKey {
 impl SecretKey {
     /// Reads the key at `path`; `Ok(None)` when no key file exists.
     pub fn load(path: &Path) -> Result<Option<Self>, SecretError> {
-        let io_err = |source| SecretError::KeyIo {
+        let io_err = |cause| SecretError::KeyIo {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
         let file = match OpenOptions::new()
             .read(true)
@@ -212,9 +212,9 @@ impl SecretKey {
         if let Some(key) = Self::load(path)? {
             return Ok(key);
         }
-        let io_err = |source| SecretError::KeyIo {
+        let io_err = |cause| SecretError::KeyIo {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
         let mut raw = [0u8; KEY_LEN];
         getrandom::fill(&mut raw).map_err(|e| SecretError::Random(e.to_string()))?;

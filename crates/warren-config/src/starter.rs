@@ -115,22 +115,22 @@ pub fn init_with(
     match std::fs::symlink_metadata(&path) {
         Ok(_) => return Ok(InitOutcome::AlreadyExists),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => return Err(ConfigError::Read { path, source }),
+        Err(cause) => return Err(ConfigError::Read { path, cause }),
     }
     if *provider == StarterProvider::Demo {
         let script = root.demo_script();
         if !script.exists() {
             if let Some(dir) = script.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
+                std::fs::create_dir_all(dir).map_err(|cause| ConfigError::Write {
                     path: dir.to_path_buf(),
-                    source,
+                    cause,
                 })?;
             }
             // A bundled, re-creatable file: a plain write (the config's crash points stay the
             // config's own).
-            std::fs::write(&script, DEMO_SCRIPT).map_err(|source| ConfigError::Write {
+            std::fs::write(&script, DEMO_SCRIPT).map_err(|cause| ConfigError::Write {
                 path: script.clone(),
-                source,
+                cause,
             })?;
         }
     }

@@ -224,7 +224,7 @@ impl ConfigStore {
             .await
             .map_err(|e| ConfigError::Lock {
                 path: self.shared.root.config_lock(),
-                source: io::Error::other(e.to_string()),
+                cause: io::Error::other(e.to_string()),
             })??;
         Ok(WriteLock::new(guard, Some(file)))
     }
@@ -590,6 +590,6 @@ fn read_config(root: &InstallRoot) -> Result<String, ConfigError> {
     match file.and_then(|mut f| f.read_to_string(&mut text)) {
         Ok(_) => Ok(text),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ConfigError::Missing { path }),
-        Err(source) => Err(ConfigError::Read { path, source }),
+        Err(cause) => Err(ConfigError::Read { path, cause }),
     }
 }

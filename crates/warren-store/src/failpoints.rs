@@ -34,3 +34,5 @@ pub const APPEND_AFTER_COMMIT: &str = "sessions-append-after-commit";
 pub const MIGRATE_READ_ONLY_ERROR: &str = "sessions-migrate-erofs-on-rename";
 /// Error injection: the receipt transaction fails with "database or disk is full" before commit.
 pub const MIGRATE_DISK_FULL_ERROR: &str = "sessions-migrate-enospc-before-commit";
+/// Error injection: a JSONL append writes half its line, then fails with `ENOSPC` (a full disk).
+pub const JSONL_APPEND_DISK_FULL_ERROR: &str = "sessions-jsonl-append-enospc";

@@ -6,21 +6,22 @@ use std::path::PathBuf;
 
 use warren_core::{AgentAlias, SessionKey, SessionKeyError};
 
+/// An io or SQLite error's text is part of its variant's message and is not also returned by
+/// `source()`: a printed chain (`{:#}`) then names it once, not "X (os error 28): X (os error
+/// 28)".
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("session database {path}: {op}: {source}")]
+    #[error("session database {path}: {op}: {cause}")]
     Sqlite {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
-    #[error("{path}: {op}: {source}")]
+    #[error("{path}: {op}: {cause}")]
     Io {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     #[error("session '{key}' does not exist")]
     NotFound { key: SessionKey },
@@ -43,14 +44,13 @@ pub enum SessionError {
     )]
     JsonlFenced { dir: PathBuf, marker: PathBuf },
     #[error(
-        "cannot tell whether the JSONL sessions in {dir} were migrated ({db}: {source}); JSONL \
+        "cannot tell whether the JSONL sessions in {dir} were migrated ({db}: {cause}); JSONL \
          writes stay off until it can be read (MIG-4)"
     )]
     FenceUncertain {
         dir: PathBuf,
         db: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("{path} holds an unreadable row: {detail}")]
     Corrupt { path: PathBuf, detail: String },
@@ -68,11 +68,11 @@ impl SessionError {
         op: &'static str,
     ) -> impl FnOnce(rusqlite::Error) -> Self {
         let path = path.to_path_buf();
-        move |source| SessionError::Sqlite { path, op, source }
+        move |cause| SessionError::Sqlite { path, op, cause }
     }
 
     pub(crate) fn io(path: &std::path::Path, op: &'static str) -> impl FnOnce(io::Error) -> Self {
         let path = path.to_path_buf();
-        move |source| SessionError::Io { path, op, source }
+        move |cause| SessionError::Io { path, op, cause }
     }
 }

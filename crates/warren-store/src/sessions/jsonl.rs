@@ -7,7 +7,9 @@
 //!
 //! A torn last line (a writer killed mid-append) is skipped and reported in
 //! [`History::issues`]; the next append starts on a fresh line so it never glues onto the torn
-//! one. With `session_durability = "turn"` each append is fsynced before it returns.
+//! one. With `session_durability = "turn"` each append is fsynced before it returns. An append
+//! that fails (a full disk writes part of the line, then `ENOSPC`) is cut back to the file's
+//! previous length, so it leaves no partial line.
 //! A message's `seq` is its line's byte offset + 1. Name, state, channel and agent attribution
 //! live in the sidecar `<key>.meta.json`, replaced atomically under the same lock (see
 //! `jsonl_meta`).
@@ -20,6 +22,7 @@ use std::path::{Path, PathBuf};
 use time::OffsetDateTime;
 use warren_config::InstallRoot;
 use warren_config::atomic::sync_dir;
+use warren_config::failpoint::injected_error;
 use warren_config::schema::SessionDurability;
 use warren_core::{AgentAlias, SessionKey};
 
@@ -31,6 +34,15 @@ use super::{
     SessionState, StoredMessage,
 };
 use crate::timefmt;
+
+/// Appends `buf` (a failpoint can make it a full disk: half the line, then `ENOSPC`).
+fn write_line(file: &mut File, buf: &[u8]) -> io::Result<()> {
+    if injected_error(crate::failpoints::JSONL_APPEND_DISK_FULL_ERROR) {
+        file.write_all(&buf[..buf.len() / 2])?;
+        return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+    }
+    file.write_all(buf)
+}
 
 /// File suffix of a live JSONL session.
 pub const LIVE_SUFFIX: &str = ".jsonl";
@@ -255,12 +267,28 @@ impl SessionBackend for JsonlBackend {
             }
         }
         buf.extend_from_slice(line.as_bytes());
-        file.write_all(&buf).map_err(io_err("append"))?;
-        if self.fsync {
-            file.sync_data().map_err(io_err("fsync"))?;
-            if len == 0 {
-                sync_dir(&self.dir).map_err(io_err("sync the sessions directory"))?;
+        let written = write_line(&mut file, &buf)
+            .map_err(io_err("append"))
+            .and_then(|()| {
+                if self.fsync {
+                    file.sync_data().map_err(io_err("fsync"))?;
+                    if len == 0 {
+                        sync_dir(&self.dir).map_err(io_err("sync the sessions directory"))?;
+                    }
+                }
+                Ok(())
+            });
+        if let Err(e) = written {
+            // A failed append (a full disk writes part of the line, then fails) leaves nothing:
+            // the file goes back to its previous length, so no partial line stays behind.
+            if let Err(t) = file.set_len(len).and_then(|()| file.sync_data()) {
+                tracing::error!(
+                    "{}: could not cut a failed append back to {len} bytes ({t}); the next read \
+                     skips the partial line",
+                    path.display()
+                );
             }
+            return Err(e);
         }
         Ok(StoredMessage {
             seq: offset + 1,

@@ -121,10 +121,10 @@ pub(crate) fn restore_fence_from_receipts(root: &InstallRoot) -> Result<bool, Se
     if !db.exists() {
         return Ok(false);
     }
-    let uncertain = |source| SessionError::FenceUncertain {
+    let uncertain = |cause| SessionError::FenceUncertain {
         dir: root.sessions_dir(),
         db: db.clone(),
-        source,
+        cause,
     };
     let conn = sqlite_util::open_read_only(&db).map_err(uncertain)?;
     let has_table: bool = conn

@@ -338,7 +338,7 @@ fn commit_batch(conn: &mut Connection, path: &Path, batch: &mut [Request]) -> Ve
     let err = |op: &'static str, e: rusqlite::Error| SessionError::Sqlite {
         path: path.to_path_buf(),
         op,
-        source: e,
+        cause: e,
     };
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,

@@ -8,31 +8,29 @@ use warren_core::{SessionKey, SessionKeyError};
 
 use crate::sessions::SessionError;
 
+/// As with [`SessionError`], a wrapped error's text is in the message and not also `source()`.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
     #[error(transparent)]
     Session(#[from] SessionError),
-    #[error("{path}: {op}: {source}")]
+    #[error("{path}: {op}: {cause}")]
     Io {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
-    #[error("{db}: {op}: {source}")]
+    #[error("{db}: {op}: {cause}")]
     Db {
         db: PathBuf,
         op: &'static str,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("{path}: the file name is not UTF-8; rename it to import it")]
     NonUtf8Name { path: PathBuf },
-    #[error("{path}: cannot derive a session key from the file name: {source}")]
+    #[error("{path}: cannot derive a session key from the file name: {cause}")]
     BadKey {
         path: PathBuf,
-        #[source]
-        source: SessionKeyError,
+        cause: SessionKeyError,
     },
     #[error("{first} and {second} would both become session '{key}'; rename one of them (MIG-7)")]
     DuplicateKey {
@@ -130,7 +128,7 @@ impl MigrateError {
 
     pub(crate) fn io(path: &std::path::Path, op: &'static str) -> impl FnOnce(io::Error) -> Self {
         let path = path.to_path_buf();
-        move |source| MigrateError::Io { path, op, source }
+        move |cause| MigrateError::Io { path, op, cause }
     }
 
     pub(crate) fn db(
@@ -138,6 +136,6 @@ impl MigrateError {
         op: &'static str,
     ) -> impl FnOnce(rusqlite::Error) -> Self {
         let db = db.to_path_buf();
-        move |source| MigrateError::Db { db, op, source }
+        move |cause| MigrateError::Db { db, op, cause }
     }
 }

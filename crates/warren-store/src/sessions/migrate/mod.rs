@@ -326,8 +326,8 @@ fn plan(
             .unwrap_or(&source_name);
         let key = match SessionKey::sanitize(stem) {
             Ok(k) => k,
-            Err(source) => {
-                errors.push(MigrateError::BadKey { path: any, source });
+            Err(cause) => {
+                errors.push(MigrateError::BadKey { path: any, cause });
                 continue;
             }
         };
