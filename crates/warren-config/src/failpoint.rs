@@ -1,4 +1,4 @@
-//! Named crash points (ARCHITECTURE "Crash safety").
+//! Named crash points (docs/architecture.md, "Crash tests").
 //!
 //! With the `failpoints` feature, `FAILPOINTS=<name>=return` makes the process abort at a crash point (SIGABRT, no
 //! destructors, no flushing) when it reaches `<name>`: the same as being killed there. Without the

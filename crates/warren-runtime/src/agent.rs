@@ -1,6 +1,6 @@
-//! The one constructor of an agent's capabilities (STYLE "one seam per decision"): its
-//! `SecurityPolicy` (PERM-2), its sandbox (SBX-3), its scoped memory handle (MEM-1) and the
-//! tools bound to them. `AgentKit` has a
+//! The one constructor of an agent's capabilities (docs/architecture.md, "one seam per
+//! decision"): its `SecurityPolicy` (PERM-2), its sandbox (SBX-3), its scoped memory handle
+//! (MEM-1) and the tools bound to them. `AgentKit` has a
 //! private field, so no other code can assemble an agent's tools around a different policy.
 
 use std::sync::Arc;

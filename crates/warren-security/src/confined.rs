@@ -1,4 +1,5 @@
-//! File access confined to the root a path decision returned (PERM-6, STYLE "directory handles").
+//! File access confined to the root a path decision returned (PERM-6; docs/architecture.md,
+//! "directory handles").
 //!
 //! Every open goes through `openat2(root_fd, relative, .., RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_MAGICLINKS)`. The path was resolved to a symlink-free canonical form before the

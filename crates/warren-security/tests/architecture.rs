@@ -1,8 +1,8 @@
-//! Architecture gates (STYLE "one seam per decision"): child processes are started only by the
-//! sandbox module, file tools reach the disk only through `confined`, daemon-side access to
-//! agent-writable places goes only through confined handles (`confined_dir`), and install-root
-//! paths are joined only in `InstallRoot`. Each gate is first shown to fire on a planted
-//! violation.
+//! Architecture gates (docs/architecture.md, "one seam per decision"): child processes are
+//! started only by the sandbox module, file tools reach the disk only through `confined`,
+//! daemon-side access to agent-writable places goes only through confined handles
+//! (`confined_dir`), and install-root paths are joined only in `InstallRoot`. Each gate is first
+//! shown to fire on a planted violation.
 
 use std::fs;
 use std::path::{Path, PathBuf};

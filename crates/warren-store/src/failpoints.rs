@@ -1,5 +1,5 @@
-//! Names of the crash points and injected errors of this crate's durable steps (ARCHITECTURE
-//! "Crash safety"). They fire through `warren_config::failpoint`, armed with
+//! Names of the crash points and injected errors of this crate's durable steps
+//! (docs/architecture.md, "Crash tests"). They fire through `warren_config::failpoint`, armed with
 //! `FAILPOINTS=<name>=return` in a build with the `failpoints` feature; crash tests iterate
 //! these constants.
 

@@ -1,5 +1,5 @@
-//! Warren's durable stores (ARCHITECTURE "warren-store"): one module per row of the runtime
-//! state map (SPEC §9).
+//! Warren's durable stores (docs/architecture.md, crate map): one module per row of the runtime
+//! state map (docs/requirements.md §9).
 //!
 //! - [`sessions`]: chat/channel sessions (STATE-6; SESS-1, SESS-2, MIG-1..7), their backends,
 //!   the JSONL→SQLite migration and the per-session turn queue.

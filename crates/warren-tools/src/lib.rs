@@ -1,6 +1,7 @@
 //! Tools an agent acts through. Every tool implements [`Tool`]; each is constructed with the
 //! agent's own capabilities (its `SecurityPolicy`, its sandbox, its scoped memory handle), so a
-//! tool can never reach more than the agent it was built for (STYLE "one seam per decision").
+//! tool can never reach more than the agent it was built for (docs/architecture.md, "one seam
+//! per decision").
 
 mod files;
 mod git;

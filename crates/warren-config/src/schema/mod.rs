@@ -1,5 +1,5 @@
-//! The config schema: every section SPEC.md names, with defaults that run with nothing but one
-//! `[agents.<alias>]` table (STATE-1, CFG-1).
+//! The config schema: every section docs/requirements.md names, with defaults that run with
+//! nothing but one `[agents.<alias>]` table (STATE-1, CFG-1).
 //!
 //! Every struct denies unknown keys, so a typo is an error with a "did you mean" hint rather
 //! than a silently ignored setting (CFG-7). Secret fields use [`Secret`]; [`Config::secrets_mut`]

@@ -1,5 +1,6 @@
-//! The async face of a session backend (ARCHITECTURE "Async"): every call runs on tokio's
-//! blocking pool, so SQLite and file I/O never run on an async worker.
+//! The async face of a session backend (docs/architecture.md, "blocking work stays off the
+//! async workers"): every call runs on tokio's blocking pool, so SQLite and file I/O never run
+//! on an async worker.
 
 use std::sync::Arc;
 
