@@ -70,8 +70,8 @@ pub enum Backend {
     Noop,
 }
 
-/// One layer of the full sandbox. Tests and `warren security selftest --without LAYER` switch a
-/// layer off to show that a probe is live (it escapes without the layer).
+/// One layer of the full sandbox. Tests switch a layer off (`Sandbox::without`) to show that a
+/// probe is live (it escapes without the layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Layer {
@@ -301,7 +301,7 @@ impl Sandbox {
                     "host Unix sockets are reachable by path (no mount namespace)",
                     "processes that leave the process group survive the call (no PID namespace)",
                     "/proc shows the host's processes (their cmdline is readable)",
-                    "the child runs with the daemon's uid",
+                    "the child runs with the daemon's uid (root, with its capabilities, when the daemon is root)",
                 ],
             ),
             Backend::Docker => (
