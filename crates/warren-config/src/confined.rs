@@ -283,15 +283,7 @@ impl ConfinedDir {
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(err(DirErrorKind::from_errno(e))),
         };
-        let meta = rustix::fs::fstat(&fd)
-            .map(|st| FileMeta::of(&st))
-            .map_err(|e| err(DirErrorKind::from_errno(e)))?;
-        if meta.kind != FileKind::File {
-            return Err(err(DirErrorKind::NotAFile));
-        }
-        if meta.links > 1 {
-            return Err(err(DirErrorKind::HardLinked { links: meta.links }));
-        }
+        let meta = single_file(&fd).map_err(err)?;
         if meta.len > limit && !truncate {
             return Err(err(DirErrorKind::TooLarge { limit }));
         }
@@ -333,15 +325,7 @@ impl ConfinedDir {
             RESOLVE,
         )
         .map_err(|e| err(DirErrorKind::from_errno(e)))?;
-        let meta = rustix::fs::fstat(&fd)
-            .map(|st| FileMeta::of(&st))
-            .map_err(|e| err(DirErrorKind::from_errno(e)))?;
-        if meta.kind != FileKind::File {
-            return Err(err(DirErrorKind::NotAFile));
-        }
-        if meta.links > 1 {
-            return Err(err(DirErrorKind::HardLinked { links: meta.links }));
-        }
+        single_file(&fd).map_err(err)?;
         let op = if exclusive {
             FlockOperation::LockExclusive
         } else {
@@ -421,6 +405,21 @@ impl ConfinedDir {
 }
 
 /// `name` when it is one plain component (no `/`, not `.` or `..`, not empty).
+/// The metadata of an opened file that is a regular file with exactly one link (another name of
+/// a hard-linked file may lie outside the directory), or why it is not.
+fn single_file(fd: &OwnedFd) -> Result<FileMeta, DirErrorKind> {
+    let meta = rustix::fs::fstat(fd)
+        .map(|st| FileMeta::of(&st))
+        .map_err(DirErrorKind::from_errno)?;
+    if meta.kind != FileKind::File {
+        return Err(DirErrorKind::NotAFile);
+    }
+    if meta.links > 1 {
+        return Err(DirErrorKind::HardLinked { links: meta.links });
+    }
+    Ok(meta)
+}
+
 fn leaf(name: &OsStr) -> Option<&OsStr> {
     let bytes = name.as_bytes();
     let plain = !bytes.is_empty() && !bytes.contains(&b'/') && name != "." && name != "..";

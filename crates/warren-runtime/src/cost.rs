@@ -187,21 +187,8 @@ impl CostTracker {
             return None;
         }
         let (daily_limit, _) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
-        let limit = match (daily_limit, agent_daily_limit) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b)?,
-        };
-        self.catch_up();
-        let now = OffsetDateTime::now_utc();
-        let mut spent = self
-            .totals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .spent
-            .get(agent)
-            .copied()
-            .unwrap_or_default();
-        add(&mut spent, now, 0.0, now);
+        let limit = daily(daily_limit, agent_daily_limit)?;
+        let (spent, now) = self.spent_now(agent);
         let mark = limit * f64::from(percent) / 100.0;
         if spent.today < mark || spent.today - just_spent >= mark {
             return None;
@@ -216,6 +203,22 @@ impl CostTracker {
             spent.today,
             spent.today / limit * 100.0
         ))
+    }
+
+    /// What `agent` has spent, rolled over to now (today and this month), and now.
+    fn spent_now(&self, agent: &str) -> (Spent, OffsetDateTime) {
+        self.catch_up();
+        let now = OffsetDateTime::now_utc();
+        let mut spent = self
+            .totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spent
+            .get(agent)
+            .copied()
+            .unwrap_or_default();
+        add(&mut spent, now, 0.0, now);
+        (spent, now)
     }
 
     /// The rate of `model`, if configured.
@@ -234,22 +237,8 @@ impl CostTracker {
             return Ok(());
         }
         let (daily_limit, monthly_limit) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up();
-        let now = OffsetDateTime::now_utc();
-        let mut s = self
-            .totals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .spent
-            .get(agent)
-            .copied()
-            .unwrap_or_default();
-        add(&mut s, now, 0.0, now);
-        let daily = match (daily_limit, agent_daily_limit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(limit) = daily
+        let (s, _) = self.spent_now(agent);
+        if let Some(limit) = daily(daily_limit, agent_daily_limit)
             && s.today >= limit
         {
             return Err(CostError::LimitReached {
@@ -363,6 +352,15 @@ impl CostTracker {
             .0
             .sync()
             .map_err(|e| self.io_error(e))
+    }
+}
+
+/// The daily limit that applies to an agent: the lower of `[cost] daily_limit_usd` and its risk
+/// profile's `max_cost_per_day_usd`, whichever are set.
+fn daily(global: Option<f64>, agent: Option<f64>) -> Option<f64> {
+    match (global, agent) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

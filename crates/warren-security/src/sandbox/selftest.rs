@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{ChildIo, Layer, Sandbox};
+use crate::confined_dir::ConfinedDir;
 
 /// One probe of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -264,7 +265,10 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             None => Ok((Outcome::Skipped, "the agent has no Read grant".into())),
             Some(g) => {
                 let line = inside(sandbox, probe, g.root.display().to_string())?;
-                let _ = std::fs::remove_file(g.root.join(".warren-selftest"));
+                // The grant is agent-writable: cleaned up through a confined handle.
+                if let Ok(Some(dir)) = ConfinedDir::open_root(&g.root) {
+                    let _ = dir.remove(".warren-selftest");
+                }
                 verdict(succeeded(&line), line)
             }
         },
@@ -311,13 +315,18 @@ fn accepted(listener: &TcpListener) -> bool {
 }
 
 fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
-    let ws = sandbox.policy().workspace().to_path_buf();
-    let (mark, stop) = (
-        ws.join(".warren-selftest-survivor"),
-        ws.join(".warren-selftest-stop"),
-    );
-    let _ = std::fs::remove_file(&mark);
-    let _ = std::fs::remove_file(&stop);
+    const MARK: &str = ".warren-selftest-survivor";
+    const STOP: &str = ".warren-selftest-stop";
+    sandbox
+        .policy()
+        .ensure_workspace()
+        .map_err(|e| e.to_string())?;
+    // The workspace is agent-writable: the markers are read and removed through a handle.
+    let ws = ConfinedDir::open_root(sandbox.policy().workspace())
+        .map_err(|e| e.to_string())?
+        .ok_or("the workspace is missing")?;
+    let _ = ws.remove(MARK);
+    let _ = ws.remove(STOP);
     let script = "set -m; ( while [ ! -e .warren-selftest-stop ]; do echo x >> .warren-selftest-survivor; done ) & exit 0";
     let mut child = sandbox
         .spawn(
@@ -328,14 +337,14 @@ fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
         .map_err(|e| e.to_string())?;
     child.wait().map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let before = size(&mark);
+    let size = || ws.stat(MARK).ok().flatten().map_or(0, |m| m.len);
+    let before = size();
     std::thread::sleep(Duration::from_millis(300));
-    let after = size(&mark);
-    let _ = std::fs::write(&stop, b"");
+    let after = size();
+    let _ = ws.write_atomic(STOP, b"");
     std::thread::sleep(Duration::from_millis(100));
-    let _ = std::fs::remove_file(&mark);
-    let _ = std::fs::remove_file(&stop);
+    let _ = ws.remove(MARK);
+    let _ = ws.remove(STOP);
     let escaped = after > before;
     Ok((
         if escaped {
