@@ -1,7 +1,7 @@
 //! Isolation and grants through the factory's handles, on every shared backend (SQLite always,
 //! PostgreSQL when WARREN_TEST_POSTGRES_URL is set): MEM-1/2/3/6/8.
 
-mod common;
+use crate::common;
 
 use common::{Fixture, R, cats, entry, grant, pairs, seen, shared_kinds};
 use pretty_assertions::assert_eq;

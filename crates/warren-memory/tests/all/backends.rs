@@ -2,7 +2,7 @@
 //! (MEM-6), each agent's own backend honoured by the factory (MEM-1) and its grant refusals
 //! (MEM-7/8).
 
-mod common;
+use crate::common;
 
 use common::{Fixture, R, cats, entry, grant, pairs, seen};
 use pretty_assertions::assert_eq;

@@ -3,7 +3,7 @@
 //! and, when WARREN_TEST_POSTGRES_URL is set, PostgreSQL; import is idempotent; Markdown
 //! rename moves memory files left under the old workspace.
 
-mod common;
+use crate::common;
 
 use common::{Fixture, R, entry, shared_kinds};
 use warren_config::schema::MemoryBackendKind;

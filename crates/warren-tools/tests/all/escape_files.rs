@@ -4,7 +4,7 @@
 // Test helpers outside #[test] fns: a failed setup step should panic with its name.
 #![allow(clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::symlink;

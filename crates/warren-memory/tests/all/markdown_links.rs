@@ -4,7 +4,7 @@
 //! open follows the planted link to the host file (the attack is live), then that memory does
 //! not: recall returns none of the host text, store writes nothing through it.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -163,7 +163,7 @@ fn run_child(
 ) -> (BTreeMap<usize, u64>, std::process::ExitStatus) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
-        "child_appender",
+        "group_commit::child_appender",
         "--exact",
         "--nocapture",
         "--test-threads=1",

@@ -5,7 +5,7 @@
 // Setup helpers outside #[test] fns panic on a broken fixture, like the tests themselves.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

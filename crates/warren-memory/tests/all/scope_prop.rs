@@ -5,7 +5,7 @@
 //! never crowd allowed ones out before the limit). Run on SQLite and Markdown (plain grants, MEM-4), and on PostgreSQL
 //! when WARREN_TEST_POSTGRES_URL is set — equal to the model, hence to SQLite.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,8 +5,8 @@
 // Test helpers outside #[test] fns: a failed setup step should panic with its name.
 #![allow(clippy::expect_used)]
 
-mod common;
-mod gitkit;
+use crate::common;
+use crate::gitkit;
 
 use std::fs;
 

@@ -3,7 +3,7 @@
 //! gives words and their synonyms the same dimensions, so vector hits are recognisable. Runs on
 //! SQLite, and on PostgreSQL when WARREN_TEST_POSTGRES_URL is set.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

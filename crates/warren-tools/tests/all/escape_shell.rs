@@ -6,7 +6,7 @@
 // Test helpers outside #[test] fns: a failed setup step should panic with its name.
 #![allow(clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -6,8 +6,8 @@
 // Test helpers outside #[test] fns: a failed setup step should panic with its name.
 #![allow(clippy::expect_used)]
 
-mod common;
-mod gitkit;
+use crate::common;
+use crate::gitkit;
 
 use std::fs;
 use std::os::unix::fs::symlink;

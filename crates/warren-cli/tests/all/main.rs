@@ -1,0 +1,20 @@
+//! The crate's integration tests, linked into one binary (one module per suite).
+
+mod agent;
+mod agent_repl;
+mod cli;
+mod config_faults;
+mod crash;
+mod daemon;
+mod daemon_chat;
+mod gateway;
+mod git_cli;
+mod lifecycle;
+mod memory;
+mod secrets_cli;
+mod security;
+mod security_selftest;
+mod sessions_cli;
+mod sessions_crash;
+mod sessions_faults;
+mod sessions_policy;

@@ -1,0 +1,5 @@
+//! The crate's integration tests, linked into one binary (one module per suite).
+
+mod common;
+mod chat;
+mod routes;

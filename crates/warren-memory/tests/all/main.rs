@@ -1,0 +1,12 @@
+//! The crate's integration tests, linked into one binary (one module per suite).
+
+mod common;
+mod backend_lock;
+mod backends;
+mod fts_scope;
+mod hybrid;
+mod isolation;
+mod lifecycle;
+mod markdown_links;
+mod scope_prop;
+mod vector_cache;

@@ -1,0 +1,4 @@
+//! The crate's integration tests, linked into one binary (one module per suite).
+
+mod anthropic_wire;
+mod openai_wire;

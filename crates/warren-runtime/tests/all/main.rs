@@ -1,0 +1,4 @@
+//! The crate's integration tests, linked into one binary (one module per suite).
+
+mod session_policy;
+mod turn;

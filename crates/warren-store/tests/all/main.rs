@@ -1,0 +1,9 @@
+//! The crate's integration tests, linked into one binary (one module per suite).
+
+mod acp;
+mod backends;
+mod group_commit;
+mod migrate;
+mod policy;
+mod queue;
+mod search_index;
