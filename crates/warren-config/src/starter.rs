@@ -44,6 +44,9 @@ risk_profile = "default"       # built in: autonomy "supervised"; or a name from
 # bind = "127.0.0.1"
 # port = 42617
 
+# [gateway.openai]
+# enabled = false              # OpenAI-compatible /v1/models and /v1/chat/completions
+
 [log]
 # persistence = "rolling"      # rolling | full | none
 "#;

@@ -210,7 +210,7 @@ struct ChatRequest {
 /// The longest chat message accepted, in bytes (the body limit bounds it too).
 const MAX_MESSAGE: usize = 32 * 1024;
 
-fn turn_error(route: &'static str, e: &TurnError) -> ApiError {
+pub(crate) fn turn_error(route: &'static str, e: &TurnError) -> ApiError {
     let (status, code) = match e {
         TurnError::Queue(q) => return queue_error(route, q),
         TurnError::SessionsUnavailable(m) => return sessions_unavailable(route)(m.clone()),

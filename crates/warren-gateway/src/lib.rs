@@ -12,6 +12,7 @@ mod config_api;
 pub mod devices;
 pub mod error;
 mod lifecycle_api;
+pub mod openai_api;
 pub mod openapi;
 mod ops_api;
 pub mod pairing;

@@ -315,6 +315,7 @@ pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
         let handler = handler.route_layer(middleware::from_fn_with_state(limit, time_limit));
         router = router.route(route.path, handler);
     }
+    let router = crate::openai_api::register(router, &state, limits);
     router
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -18,7 +18,8 @@ pub use agents::{
     MemoryGrant, RiskProfile, RuntimeProfile, SandboxFallback, SandboxKind,
 };
 pub use sections::{
-    ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig, LogConfig,
+    ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
+    GatewayOpenAiConfig, LogConfig,
     LogPersistence, MemoryConfig, ModelRate, PostgresConfig, ProviderConfig, ProviderKind,
     RuntimeConfig, RuntimeKind, SessionBackendKind, SessionDurability, SessionStoreOnError,
     SopConfig,

@@ -210,6 +210,17 @@ pub struct GatewayConfig {
     /// SHA-256 hashes of paired bearer tokens (never the tokens themselves), stored encrypted.
     pub paired_tokens: Vec<Secret>,
     pub allow_remote_admin: bool,
+    /// `[gateway.openai]`: the OpenAI-compatible `/v1` routes (issue 27).
+    pub openai: GatewayOpenAiConfig,
+}
+
+/// `[gateway.openai]`: OpenAI-compatible `GET /v1/models` and `POST /v1/chat/completions`,
+/// behind the same paired bearer tokens as `/api/*`; every request is an agent turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayOpenAiConfig {
+    /// Serve the `/v1` routes (off by default: they answer 404 naming this key).
+    pub enabled: bool,
 }
 
 /// Default gateway port: unassigned by IANA and unused by common services.
@@ -222,6 +233,7 @@ impl Default for GatewayConfig {
             port: DEFAULT_GATEWAY_PORT,
             paired_tokens: Vec::new(),
             allow_remote_admin: false,
+            openai: GatewayOpenAiConfig::default(),
         }
     }
 }
