@@ -282,5 +282,6 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             )),
         );
     }
+    out.extend(crate::schema::cron::validate(&config.cron.jobs, &agent_names));
     out
 }

@@ -4,10 +4,14 @@
 //! - [`sessions`]: chat/channel sessions (STATE-6; SESS-1, SESS-2, MIG-1..7), their backends,
 //!   the JSONL→SQLite migration and the per-session turn queue.
 //! - [`acp`]: ACP protocol sessions (STATE-7; SESS-3).
+//! - [`cron`]: cron jobs, their locks and run history (STATE-9).
+//! - [`control_plane`]: every background run with its owner (STATE-11).
 //!
 //! Live RPC/TUI sessions (STATE-8, SESS-4) are process-local and persist only through these.
 
 pub mod acp;
+pub mod control_plane;
+pub mod cron;
 pub mod failpoints;
 pub mod sessions;
 mod sqlite_util;

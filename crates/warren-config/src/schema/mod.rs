@@ -6,6 +6,7 @@
 //! is the one list of them (encryption on save, decryption on load, redaction).
 
 mod agents;
+pub mod cron;
 mod sections;
 
 use std::collections::BTreeMap;

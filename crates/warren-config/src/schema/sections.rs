@@ -239,11 +239,22 @@ impl Default for GatewayConfig {
 }
 
 /// `[cron]` (STATE-9).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CronConfig {
     pub enabled: bool,
+    /// Unused: the scheduler sleeps until the next due time (kept so existing configs load).
     pub poll_interval_secs: u64,
+    /// Consecutive failed runs after which a job is paused (with the reason).
+    pub max_failures: u32,
+    /// First retry delay after a failed run; doubles per consecutive failure.
+    pub backoff_secs: u64,
+    /// The longest retry delay.
+    pub backoff_max_secs: u64,
+    /// Runs kept per job in `data/cron/jobs.db`.
+    pub max_run_history: u32,
+    /// Declared jobs, reconciled on daemon start and reload.
+    pub jobs: BTreeMap<String, super::cron::CronJobDecl>,
 }
 
 impl Default for CronConfig {
@@ -251,8 +262,22 @@ impl Default for CronConfig {
         Self {
             enabled: true,
             poll_interval_secs: 15,
+            max_failures: 5,
+            backoff_secs: 30,
+            backoff_max_secs: 3600,
+            max_run_history: 200,
+            jobs: BTreeMap::new(),
         }
     }
+}
+
+/// `[sop]` (STATE-10).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SopConfig {
+    pub enabled: bool,
+    /// Keep SOP runs in `data/sop/runs.db` (else in memory only).
+    pub durable_runs: bool,
 }
 
 /// `[sop]` (STATE-10).

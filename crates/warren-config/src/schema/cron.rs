@@ -1,0 +1,355 @@
+//! `[cron.jobs.<name>]` declarations and the one schedule parser (STATE-9): 5/6-field cron
+//! expressions with an IANA time zone (`croner` over `jiff`, which reads the system tz
+//! database), `every = "30s"` intervals and one-shot `at = RFC 3339` times. The runtime's
+//! scheduler, the CLI (`warren cron add`) and the API parse schedules through [`Schedule`] so
+//! validation and firing cannot disagree.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Problem;
+use crate::keypath::quote;
+
+/// `[cron.jobs.<name>]`: a declared job, reconciled into `data/cron/jobs.db` on daemon start
+/// and reload. Exactly one of `cron`, `every`, `at`; exactly one of `message`, `command`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CronJobDecl {
+    pub agent: String,
+    /// A 5- or 6-field cron expression (`0 3 * * *`, `*/10 * * * * *`).
+    pub cron: Option<String>,
+    /// IANA time zone of `cron` (default UTC).
+    pub tz: Option<String>,
+    /// An interval: `30s`, `15m`, `2h`, `1d`, `1h30m`.
+    pub every: Option<String>,
+    /// A one-shot time (RFC 3339).
+    pub at: Option<String>,
+    /// An agent turn with this message.
+    pub message: Option<String>,
+    /// A shell command run as the agent's shell tool (same policy, sandbox, approvals).
+    pub command: Option<String>,
+    /// A session the agent owns; unset = an isolated session per run.
+    pub session: Option<String>,
+    pub enabled: Option<bool>,
+    /// Per-run budget (USD).
+    pub budget_usd: Option<f64>,
+    /// Per-day budget (USD, UTC day).
+    pub daily_budget_usd: Option<f64>,
+    /// Missed fire times after downtime: `skip` (default) or `once`.
+    pub catch_up: Option<String>,
+    pub delivery: Option<DeliveryDecl>,
+}
+
+/// `delivery = { webhook = "https://..." }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryDecl {
+    pub webhook: Option<String>,
+}
+
+/// When a job fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Schedule {
+    Cron {
+        expr: String,
+        tz: String,
+    },
+    Every(Duration),
+    /// Unix milliseconds.
+    At(i64),
+}
+
+impl Schedule {
+    /// A cron expression (5 or 6 fields) in `tz` (default UTC).
+    pub fn cron(expr: &str, tz: Option<&str>) -> Result<Self, String> {
+        let tz = tz.unwrap_or("UTC").to_string();
+        parse_cron(expr)?;
+        jiff::tz::TimeZone::get(&tz).map_err(|_| {
+            format!("unknown time zone '{tz}' (use an IANA name such as Europe/Berlin or UTC)")
+        })?;
+        Ok(Schedule::Cron {
+            expr: expr.to_string(),
+            tz,
+        })
+    }
+
+    pub fn every(text: &str) -> Result<Self, String> {
+        let d = parse_duration(text)?;
+        if d < Duration::from_secs(1) {
+            return Err(format!("interval '{text}' is shorter than 1s"));
+        }
+        Ok(Schedule::Every(d))
+    }
+
+    pub fn at(text: &str) -> Result<Self, String> {
+        let ts: jiff::Timestamp = text.parse().map_err(|_| {
+            format!("'{text}' is not an RFC 3339 time (e.g. 2026-12-24T18:00:00+01:00)")
+        })?;
+        Ok(Schedule::At(ts.as_millisecond()))
+    }
+
+    /// From the stored `(kind, spec, tz)` triple of [`Schedule::parts`].
+    pub fn from_parts(kind: &str, spec: &str, tz: Option<&str>) -> Result<Self, String> {
+        match kind {
+            "cron" => Self::cron(spec, tz),
+            "every" => Self::every(spec),
+            "at" => Self::at(spec),
+            other => Err(format!("unknown schedule kind '{other}'")),
+        }
+    }
+
+    /// `(kind, spec, tz)` as stored and shown.
+    pub fn parts(&self) -> (&'static str, String, Option<String>) {
+        match self {
+            Schedule::Cron { expr, tz } => ("cron", expr.clone(), Some(tz.clone())),
+            Schedule::Every(d) => ("every", format_duration(*d), None),
+            Schedule::At(ms) => (
+                "at",
+                jiff::Timestamp::from_millisecond(*ms)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default(),
+                None,
+            ),
+        }
+    }
+
+    /// The first fire time strictly after `after_ms` (unix ms); `None` when there is none (a
+    /// one-shot time already passed).
+    pub fn next_after(&self, after_ms: i64) -> Option<i64> {
+        match self {
+            Schedule::Every(d) => Some(after_ms + i64::try_from(d.as_millis()).ok()?),
+            Schedule::At(ms) => (*ms > after_ms).then_some(*ms),
+            Schedule::Cron { expr, tz } => {
+                let cron = parse_cron(expr).ok()?;
+                let tz = jiff::tz::TimeZone::get(tz).ok()?;
+                let start = jiff::Timestamp::from_millisecond(after_ms)
+                    .ok()?
+                    .to_zoned(tz);
+                let next = cron.find_next_occurrence(&start, false).ok()?;
+                Some(next.timestamp().as_millisecond())
+            }
+        }
+    }
+}
+
+fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Optional)
+        .build()
+        .parse(expr)
+        .map_err(|e| format!("bad cron expression '{expr}': {e}"))
+}
+
+/// `30s`, `15m`, `2h`, `1d`, `1h30m`, `500ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("bad duration '{text}': use a number with s, m, h or d (e.g. 30s, 1h30m)");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.chars().take_while(char::is_ascii_alphabetic).count();
+        let step = match &rest[..unit] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86_400)),
+            _ => return Err(bad()),
+        };
+        total = total.saturating_add(step);
+        rest = &rest[unit..];
+    }
+    Ok(total)
+}
+
+/// The shortest text [`parse_duration`] reads back as `d`.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let s = d.as_secs();
+    for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
+        if s >= n && s.is_multiple_of(n) {
+            return format!("{}{unit}", s / n);
+        }
+    }
+    format!("{s}s")
+}
+
+impl CronJobDecl {
+    /// The job's schedule, or why it has none (the message names no key; see [`validate`]).
+    pub fn schedule(&self) -> Result<Schedule, String> {
+        match (&self.cron, &self.every, &self.at) {
+            (Some(expr), None, None) => Schedule::cron(expr, self.tz.as_deref()),
+            (None, Some(every), None) => Schedule::every(every),
+            (None, None, Some(at)) => Schedule::at(at),
+            _ => Err("set exactly one of cron, every, at".to_string()),
+        }
+    }
+}
+
+/// Problems of `[cron.jobs]`: unknown agent, bad expression, bad time zone, message xor
+/// command, bad webhook, bad catch_up; each names its key.
+pub(crate) fn validate(
+    jobs: &std::collections::BTreeMap<String, CronJobDecl>,
+    agents: &[&str],
+) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (name, job) in jobs {
+        let at = |rest: &str| format!("cron.jobs.{}{rest}", quote(name));
+        if let Err(e) = validate_name(name) {
+            out.push(Problem::at(at(""), e));
+        }
+        if !agents.contains(&job.agent.as_str()) {
+            out.push(
+                Problem::at(at(".agent"), format!("unknown agent '{}'", job.agent)).with_hint(
+                    crate::error::did_you_mean(&job.agent, agents.iter().copied()),
+                ),
+            );
+        }
+        let key = match (&job.cron, &job.every, &job.at) {
+            (Some(_), None, None) => ".cron",
+            (None, Some(_), None) => ".every",
+            (None, None, Some(_)) => ".at",
+            _ => "",
+        };
+        if job.tz.is_some() && job.cron.is_none() {
+            out.push(Problem::at(
+                at(".tz"),
+                "tz applies only to a cron expression",
+            ));
+        }
+        if let Err(e) = job.schedule() {
+            let key = if e.contains("time zone") { ".tz" } else { key };
+            out.push(Problem::at(at(key), e));
+        }
+        match (&job.message, &job.command) {
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => out.push(Problem::at(
+                at(""),
+                "set exactly one of message (an agent turn) or command (a shell command)",
+            )),
+        }
+        if let Some(c) = &job.catch_up
+            && c != "skip"
+            && c != "once"
+        {
+            out.push(Problem::at(
+                at(".catch_up"),
+                format!("unknown catch_up '{c}'; use skip or once"),
+            ));
+        }
+        for (k, v) in [
+            (".budget_usd", job.budget_usd),
+            (".daily_budget_usd", job.daily_budget_usd),
+        ] {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                out.push(Problem::at(at(k), "a budget is a positive number of USD"));
+            }
+        }
+        if let Some(url) = job.delivery.as_ref().and_then(|d| d.webhook.as_deref())
+            && let Err(e) = validate_webhook(url)
+        {
+            out.push(Problem::at(at(".delivery.webhook"), e));
+        }
+    }
+    out
+}
+
+/// Job names: 1–64 of `[A-Za-z0-9_-]` (they appear in session keys and URLs).
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "job name '{name}' must be 1 to 64 letters, digits, '-' or '_'"
+        ));
+    }
+    Ok(())
+}
+
+/// A webhook target: `https://host[...]`, or `http://` to a loopback host (local receivers
+/// and tests); no credentials in the URL.
+pub fn validate_webhook(url: &str) -> Result<(), String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("webhook '{url}' is not a URL (https://host/path)"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.is_empty() {
+        return Err(format!("webhook '{url}' has no host"));
+    }
+    if authority.contains('@') {
+        return Err("a webhook URL must not carry credentials (user@host)".to_string());
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("webhook '{url}' contains whitespace"));
+    }
+    let host = authority
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(authority, |(h, _)| h);
+    let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]");
+    match scheme {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err(format!(
+            "webhook '{url}' must use https (plain http only to localhost)"
+        )),
+        _ => Err(format!("webhook '{url}' must be an https URL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_parse_and_fire() {
+        let every = Schedule::every("1h30m");
+        assert_eq!(every, Ok(Schedule::Every(Duration::from_secs(5400))));
+        assert_eq!(format_duration(Duration::from_secs(5400)), "90m");
+        assert!(Schedule::every("soon").is_err());
+        // 2026-01-01T00:00:00Z; "0 3 * * *" in Europe/Berlin (UTC+1 in January) = 02:00Z.
+        let start = 1_767_225_600_000;
+        let cron = Schedule::cron("0 3 * * *", Some("Europe/Berlin"));
+        assert_eq!(
+            cron.as_ref().ok().and_then(|c| c.next_after(start)),
+            Some(start + 2 * 3600 * 1000)
+        );
+        assert!(Schedule::cron("0 3 * * *", Some("Mars/Olympus")).is_err());
+        assert!(Schedule::cron("61 * * * *", None).is_err());
+        let six = Schedule::cron("*/10 * * * * *", None);
+        assert_eq!(
+            six.ok().and_then(|c| c.next_after(start)),
+            Some(start + 10_000)
+        );
+        let at = Schedule::at("2026-01-01T00:00:05Z");
+        assert_eq!(at, Ok(Schedule::At(start + 5000)));
+        assert_eq!(Schedule::At(start).next_after(start), None);
+    }
+
+    #[test]
+    fn webhooks_are_validated() {
+        assert!(validate_webhook("https://hooks.example.com/x").is_ok());
+        assert!(validate_webhook("http://127.0.0.1:9000/x").is_ok());
+        assert!(validate_webhook("http://example.com/x").is_err());
+        assert!(validate_webhook("https://user:pw@example.com/").is_err());
+        assert!(validate_webhook("ftp://example.com").is_err());
+        assert!(validate_webhook("example.com").is_err());
+    }
+}

@@ -1,0 +1,1084 @@
+//! The cron store (STATE-9): `data/cron/jobs.db` — jobs (declared in config or added at
+//! runtime), their lock row and their run history (start, end, status, output excerpt, tokens,
+//! cost, receipts, delivery). Read paths ([`CronStore::open_existing`]) never create the file.
+//!
+//! Honest runs: every run path claims the job with [`CronStore::claim`] in one transaction — the
+//! lock columns name the run and its owner (PID + boot ID); a second claim while the holder is
+//! alive is refused naming it, a holder that is provably gone loses its lock and its run becomes
+//! `lost`. [`CronStore::finish`] stores the result and the status in one transaction, so `ok`
+//! is never recorded for a result that was not stored.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use crate::control_plane::Owner;
+use crate::sqlite_util::{self, Sync};
+use crate::timefmt;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    name             TEXT PRIMARY KEY NOT NULL,
+    agent            TEXT NOT NULL,
+    schedule_kind    TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
+    schedule         TEXT NOT NULL,
+    tz               TEXT,
+    message          TEXT,
+    command          TEXT,
+    session          TEXT,
+    enabled          INTEGER NOT NULL DEFAULT 1,
+    paused_reason    TEXT,
+    source           TEXT NOT NULL CHECK (source IN ('declared', 'runtime')),
+    catch_up         TEXT NOT NULL DEFAULT 'skip' CHECK (catch_up IN ('skip', 'once')),
+    budget_usd       REAL,
+    daily_budget_usd REAL,
+    webhook          TEXT,
+    next_fire_ms     INTEGER,
+    failures         INTEGER NOT NULL DEFAULT 0,
+    note             TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL,
+    lock_run         TEXT,
+    lock_pid         INTEGER,
+    lock_boot        TEXT,
+    locked_at        TEXT,
+    CHECK ((message IS NULL) != (command IS NULL))
+);
+CREATE INDEX IF NOT EXISTS jobs_next_fire ON jobs(next_fire_ms) WHERE enabled = 1;
+CREATE TABLE IF NOT EXISTS runs (
+    id             TEXT PRIMARY KEY NOT NULL,
+    job            TEXT NOT NULL,
+    agent          TEXT NOT NULL,
+    trigger        TEXT NOT NULL,
+    started_at     TEXT NOT NULL,
+    finished_at    TEXT,
+    status         TEXT NOT NULL CHECK (status IN
+                   ('running', 'ok', 'failed', 'lost', 'cancelled', 'timed_out')),
+    error          TEXT,
+    output         TEXT,
+    tokens_in      INTEGER NOT NULL DEFAULT 0,
+    tokens_out     INTEGER NOT NULL DEFAULT 0,
+    cost_usd       REAL NOT NULL DEFAULT 0,
+    receipts       TEXT NOT NULL DEFAULT '[]',
+    session        TEXT,
+    delivery       TEXT,
+    delivery_error TEXT,
+    owner_pid      INTEGER NOT NULL,
+    owner_boot     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_job ON runs(job, started_at);
+";
+
+/// Output kept per run (the rest is cut with a marker).
+pub const OUTPUT_EXCERPT: usize = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CronError {
+    #[error("cron store {path}: {cause}")]
+    Db { path: PathBuf, cause: String },
+    #[error("no cron job '{0}' (see `warren cron list`)")]
+    NotFound(String),
+    #[error("cron job '{0}' already exists (remove it first or pick another name)")]
+    Exists(String),
+    #[error("cron job '{job}' is declared in config.toml ([cron.jobs.{job}]); change it there")]
+    Declared { job: String },
+    #[error(
+        "cron job '{job}' is already running (run {run} of pid {pid} since {since}); not started twice"
+    )]
+    Held {
+        job: String,
+        run: String,
+        pid: u32,
+        since: String,
+    },
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub name: String,
+    pub agent: String,
+    pub schedule_kind: String,
+    pub schedule: String,
+    pub tz: Option<String>,
+    pub message: Option<String>,
+    pub command: Option<String>,
+    pub session: Option<String>,
+    pub enabled: bool,
+    pub paused_reason: Option<String>,
+    pub source: String,
+    pub catch_up: String,
+    pub budget_usd: Option<f64>,
+    pub daily_budget_usd: Option<f64>,
+    pub webhook: Option<String>,
+    pub next_fire_ms: Option<i64>,
+    pub failures: u32,
+    pub note: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub lock_run: Option<String>,
+    pub lock_pid: Option<u32>,
+    pub lock_boot: Option<String>,
+    pub locked_at: Option<String>,
+}
+
+impl Job {
+    /// The next fire time as stored text (UTC), if any.
+    pub fn next_fire(&self) -> Option<String> {
+        self.next_fire_ms.map(format_ms)
+    }
+}
+
+/// A stored UTC text of unix milliseconds.
+pub fn format_ms(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map(timefmt::format)
+        .unwrap_or_default()
+}
+
+/// Now in unix milliseconds.
+pub fn now_ms() -> i64 {
+    i64::try_from(timefmt::now().unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// One run of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub job: String,
+    pub agent: String,
+    pub trigger: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub status: String,
+    pub error: Option<String>,
+    pub output: Option<String>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    pub receipts: Vec<String>,
+    pub session: Option<String>,
+    pub delivery: Option<String>,
+    pub delivery_error: Option<String>,
+    pub owner_pid: u32,
+    pub owner_boot: String,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunResult {
+    pub status: RunStatus,
+    pub error: Option<String>,
+    pub output: String,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    pub receipts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RunStatus {
+    Ok,
+    #[default]
+    Failed,
+    Cancelled,
+    TimedOut,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// How finishing a run changes its job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobAfterRun {
+    /// `Some` = set the next fire time (a backoff, or `None` inside to stop firing).
+    pub next_fire_ms: Option<Option<i64>>,
+    /// Pause the job with this reason.
+    pub pause: Option<String>,
+}
+
+/// `data/cron/jobs.db`.
+#[derive(Debug)]
+pub struct CronStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl CronStore {
+    /// Opens (creating `data/cron/` and the file) for writing.
+    pub fn open(path: &Path) -> Result<Self, CronError> {
+        let err = |e: &dyn std::fmt::Display| CronError::Db {
+            path: path.to_path_buf(),
+            cause: e.to_string(),
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+        }
+        let conn = sqlite_util::open_wal(path, Sync::Full).map_err(|e| err(&e))?;
+        conn.execute_batch(SCHEMA).map_err(|e| err(&e))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Opens an existing store read-only; `None` when there is none (= no jobs).
+    pub fn open_existing(path: &Path) -> Result<Option<Self>, CronError> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = sqlite_util::open_read_only(path).map_err(|e| CronError::Db {
+            path: path.to_path_buf(),
+            cause: e.to_string(),
+        })?;
+        Ok(Some(Self {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> CronError {
+        CronError::Db {
+            path: self.path.clone(),
+            cause: e.to_string(),
+        }
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a job; refused if the name exists.
+    pub fn insert(&self, job: &Job) -> Result<(), CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        if get_job(&tx, &job.name).map_err(|e| self.err(e))?.is_some() {
+            return Err(CronError::Exists(job.name.clone()));
+        }
+        insert_job(&tx, job).map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Reconciles declared jobs with config: inserts new ones, updates changed ones (keeping
+    /// runtime state; `next_fire_ms` recomputed by `next` only when the schedule changed or the
+    /// job was re-enabled), deletes declared rows no longer in config. Runtime jobs of the same
+    /// name are left alone (reported). Returns `(added, updated, removed, conflicts)`.
+    pub fn reconcile_declared(
+        &self,
+        declared: &[Job],
+        next: &dyn Fn(&Job) -> Option<i64>,
+    ) -> Result<(usize, usize, usize, Vec<String>), CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let (mut added, mut updated, mut conflicts) = (0, 0, Vec::new());
+        for job in declared {
+            match get_job(&tx, &job.name).map_err(|e| self.err(e))? {
+                None => {
+                    let mut job = job.clone();
+                    job.next_fire_ms = if job.enabled { next(&job) } else { None };
+                    insert_job(&tx, &job).map_err(|e| self.err(e))?;
+                    added += 1;
+                }
+                Some(old) if old.source != "declared" => conflicts.push(job.name.clone()),
+                Some(old) => {
+                    let schedule_changed = (&old.schedule_kind, &old.schedule, &old.tz)
+                        != (&job.schedule_kind, &job.schedule, &job.tz);
+                    let same = !schedule_changed
+                        && (
+                            &old.agent,
+                            &old.message,
+                            &old.command,
+                            &old.session,
+                            old.enabled,
+                            &old.catch_up,
+                            old.budget_usd,
+                            old.daily_budget_usd,
+                            &old.webhook,
+                        ) == (
+                            &job.agent,
+                            &job.message,
+                            &job.command,
+                            &job.session,
+                            job.enabled,
+                            &job.catch_up,
+                            job.budget_usd,
+                            job.daily_budget_usd,
+                            &job.webhook,
+                        );
+                    if same {
+                        continue;
+                    }
+                    let re_enabled = job.enabled && !old.enabled;
+                    let next_fire = if !job.enabled {
+                        None
+                    } else if schedule_changed || re_enabled || old.next_fire_ms.is_none() {
+                        next(job)
+                    } else {
+                        old.next_fire_ms
+                    };
+                    tx.execute(
+                        "UPDATE jobs SET agent = ?2, schedule_kind = ?3, schedule = ?4, tz = ?5,
+                         message = ?6, command = ?7, session = ?8, enabled = ?9, catch_up = ?10,
+                         budget_usd = ?11, daily_budget_usd = ?12, webhook = ?13,
+                         next_fire_ms = ?14, paused_reason = CASE WHEN ?9 THEN NULL ELSE paused_reason END,
+                         failures = CASE WHEN ?15 THEN 0 ELSE failures END, updated_at = ?16
+                         WHERE name = ?1",
+                        params![
+                            job.name,
+                            job.agent,
+                            job.schedule_kind,
+                            job.schedule,
+                            job.tz,
+                            job.message,
+                            job.command,
+                            job.session,
+                            job.enabled,
+                            job.catch_up,
+                            job.budget_usd,
+                            job.daily_budget_usd,
+                            job.webhook,
+                            next_fire,
+                            re_enabled,
+                            timefmt::format(timefmt::now()),
+                        ],
+                    )
+                    .map_err(|e| self.err(e))?;
+                    updated += 1;
+                }
+            }
+        }
+        let names: Vec<&str> = declared.iter().map(|j| j.name.as_str()).collect();
+        let stale: Vec<String> = list_jobs(&tx)
+            .map_err(|e| self.err(e))?
+            .into_iter()
+            .filter(|j| j.source == "declared" && !names.contains(&j.name.as_str()))
+            .map(|j| j.name)
+            .collect();
+        for name in &stale {
+            tx.execute("DELETE FROM jobs WHERE name = ?1", params![name])
+                .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok((added, updated, stale.len(), conflicts))
+    }
+
+    pub fn get(&self, name: &str) -> Result<Option<Job>, CronError> {
+        get_job(&self.conn(), name).map_err(|e| self.err(e))
+    }
+
+    pub fn list(&self) -> Result<Vec<Job>, CronError> {
+        list_jobs(&self.conn()).map_err(|e| self.err(e))
+    }
+
+    /// The earliest fire time of an enabled, unlocked job.
+    pub fn next_due(&self) -> Result<Option<i64>, CronError> {
+        self.conn()
+            .query_row(
+                "SELECT MIN(next_fire_ms) FROM jobs WHERE enabled = 1 AND lock_run IS NULL",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Enabled, unlocked jobs due at `now_ms`, earliest first.
+    pub fn due(&self, now_ms: i64) -> Result<Vec<Job>, CronError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {JOB_COLUMNS} FROM jobs WHERE enabled = 1 AND lock_run IS NULL
+                 AND next_fire_ms IS NOT NULL AND next_fire_ms <= ?1 ORDER BY next_fire_ms"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![now_ms], job_row)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Sets the next fire time (catch-up and one-shot handling).
+    pub fn set_next_fire(&self, name: &str, next: Option<i64>) -> Result<(), CronError> {
+        self.conn()
+            .execute(
+                "UPDATE jobs SET next_fire_ms = ?2 WHERE name = ?1",
+                params![name, next],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Pauses (with `reason`) or resumes a job; resuming clears the failure count and sets
+    /// `next_fire`.
+    pub fn set_enabled(
+        &self,
+        name: &str,
+        enabled: bool,
+        reason: Option<&str>,
+        next_fire: Option<i64>,
+    ) -> Result<Job, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        if get_job(&tx, name).map_err(|e| self.err(e))?.is_none() {
+            return Err(CronError::NotFound(name.into()));
+        }
+        tx.execute(
+            "UPDATE jobs SET enabled = ?2, paused_reason = ?3, next_fire_ms = ?4,
+             failures = CASE WHEN ?2 THEN 0 ELSE failures END,
+             note = CASE WHEN ?2 THEN NULL ELSE note END, updated_at = ?5 WHERE name = ?1",
+            params![
+                name,
+                enabled,
+                reason,
+                next_fire,
+                timefmt::format(timefmt::now())
+            ],
+        )
+        .map_err(|e| self.err(e))?;
+        let job = get_job(&tx, name)
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| CronError::NotFound(name.into()))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(job)
+    }
+
+    /// Removes a runtime job and its history (declared jobs are removed from config).
+    pub fn remove(&self, name: &str) -> Result<(), CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let job = get_job(&tx, name)
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| CronError::NotFound(name.into()))?;
+        if job.source == "declared" {
+            return Err(CronError::Declared { job: job.name });
+        }
+        tx.execute("DELETE FROM runs WHERE job = ?1", params![name])
+            .map_err(|e| self.err(e))?;
+        tx.execute("DELETE FROM jobs WHERE name = ?1", params![name])
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Claims `name` for run `run_id` of `owner` and records the run as `running`. A live
+    /// holder refuses the claim ([`CronError::Held`], naming it); a holder that is provably gone
+    /// loses the lock and its run becomes `lost`. `next_fire` (scheduled runs) advances the
+    /// schedule in the same transaction.
+    pub fn claim(
+        &self,
+        name: &str,
+        run_id: &str,
+        trigger: &str,
+        session: Option<&str>,
+        owner: &Owner,
+        next_fire: Option<Option<i64>>,
+    ) -> Result<Job, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let job = get_job(&tx, name)
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| CronError::NotFound(name.into()))?;
+        if let (Some(run), Some(pid), Some(boot)) = (&job.lock_run, job.lock_pid, &job.lock_boot) {
+            let holder = Owner {
+                pid,
+                boot_id: boot.clone(),
+            };
+            if holder.is_alive() {
+                return Err(CronError::Held {
+                    job: name.into(),
+                    run: run.clone(),
+                    pid,
+                    since: job.locked_at.clone().unwrap_or_default(),
+                });
+            }
+            mark_lost(&tx, run).map_err(|e| self.err(e))?;
+        }
+        let now = timefmt::format(timefmt::now());
+        tx.execute(
+            "INSERT INTO runs (id, job, agent, trigger, started_at, status, session, owner_pid, owner_boot)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8)",
+            params![run_id, name, job.agent, trigger, now, session, owner.pid, owner.boot_id],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.execute(
+            "UPDATE jobs SET lock_run = ?2, lock_pid = ?3, lock_boot = ?4, locked_at = ?5,
+             next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END WHERE name = ?1",
+            params![
+                name,
+                run_id,
+                owner.pid,
+                owner.boot_id,
+                now,
+                next_fire.is_some(),
+                next_fire.flatten()
+            ],
+        )
+        .map_err(|e| self.err(e))?;
+        let job = get_job(&tx, name)
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| CronError::NotFound(name.into()))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(job)
+    }
+
+    /// Stores the result of a running run, releases the job's lock and applies `after` — one
+    /// transaction. A run no longer `running` (reaped as lost meanwhile) is left as it is;
+    /// returns whether this call ended it. Prunes the job's history to `keep` runs.
+    pub fn finish(
+        &self,
+        run_id: &str,
+        result: &RunResult,
+        after: &JobAfterRun,
+        keep: u32,
+    ) -> Result<bool, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let output = excerpt(&result.output);
+        let receipts = serde_json::to_string(&result.receipts).unwrap_or_else(|_| "[]".into());
+        let changed = tx
+            .execute(
+                "UPDATE runs SET status = ?2, error = ?3, output = ?4, tokens_in = ?5,
+                 tokens_out = ?6, cost_usd = ?7, receipts = ?8, finished_at = ?9
+                 WHERE id = ?1 AND status = 'running'",
+                params![
+                    run_id,
+                    result.status.as_str(),
+                    result.error,
+                    output,
+                    result.tokens_in,
+                    result.tokens_out,
+                    result.cost_usd,
+                    receipts,
+                    timefmt::format(timefmt::now()),
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        let job: Option<String> = tx
+            .query_row("SELECT job FROM runs WHERE id = ?1", params![run_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if let Some(job) = job {
+            let ok = result.status == RunStatus::Ok;
+            tx.execute(
+                "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, locked_at = NULL,
+                 failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
+                 next_fire_ms = CASE WHEN ?4 THEN ?5 ELSE next_fire_ms END,
+                 enabled = CASE WHEN ?6 IS NULL THEN enabled ELSE 0 END,
+                 paused_reason = COALESCE(?6, paused_reason), updated_at = ?7
+                 WHERE name = ?1 AND lock_run = ?2",
+                params![
+                    job,
+                    run_id,
+                    ok,
+                    after.next_fire_ms.is_some(),
+                    after.next_fire_ms.flatten(),
+                    after.pause,
+                    timefmt::format(timefmt::now()),
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.execute(
+                "DELETE FROM runs WHERE job = ?1 AND status != 'running' AND id NOT IN
+                 (SELECT id FROM runs WHERE job = ?1 ORDER BY started_at DESC LIMIT ?2)",
+                params![job, keep],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(changed == 1)
+    }
+
+    /// Records the delivery outcome of a finished run.
+    pub fn set_delivery(
+        &self,
+        run_id: &str,
+        delivery: &str,
+        error: Option<&str>,
+    ) -> Result<(), CronError> {
+        self.conn()
+            .execute(
+                "UPDATE runs SET delivery = ?2, delivery_error = ?3 WHERE id = ?1",
+                params![run_id, delivery, error],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The job's failure count (after a finish).
+    pub fn failures(&self, name: &str) -> Result<u32, CronError> {
+        Ok(self.get(name)?.map_or(0, |j| j.failures))
+    }
+
+    /// Marks `lost` every running run whose owner is provably gone and releases its job's
+    /// lock (the reaper at daemon start); returns the lost run ids.
+    pub fn reap(&self) -> Result<Vec<String>, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let running: Vec<(String, u32, String)> = {
+            let mut stmt = tx
+                .prepare("SELECT id, owner_pid, owner_boot FROM runs WHERE status = 'running'")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(|e| self.err(e))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?
+        };
+        let mut lost = Vec::new();
+        for (id, pid, boot_id) in running {
+            if !(Owner { pid, boot_id }).is_alive() {
+                mark_lost(&tx, &id).map_err(|e| self.err(e))?;
+                lost.push(id);
+            }
+        }
+        // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
+        let locked: Vec<(String, u32, String)> = {
+            let mut stmt = tx
+                .prepare("SELECT name, lock_pid, lock_boot FROM jobs WHERE lock_run IS NOT NULL")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(|e| self.err(e))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.err(e))?
+        };
+        for (name, pid, boot_id) in locked {
+            if !(Owner { pid, boot_id }).is_alive() {
+                tx.execute(
+                    "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
+                     locked_at = NULL WHERE name = ?1",
+                    params![name],
+                )
+                .map_err(|e| self.err(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(lost)
+    }
+
+    /// Runs of `job`, newest first.
+    pub fn runs(&self, job: &str, limit: u32) -> Result<Vec<Run>, CronError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE job = ?1
+                 ORDER BY started_at DESC, rowid DESC LIMIT ?2"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![job, limit], run_row)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
+    pub fn run(&self, id: &str) -> Result<Option<Run>, CronError> {
+        self.conn()
+            .query_row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+                params![id],
+                run_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// What `job`'s runs cost since `since` (stored UTC text, e.g. today's midnight).
+    pub fn spent_since(&self, job: &str, since: &str) -> Result<f64, CronError> {
+        self.conn()
+            .query_row(
+                "SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE job = ?1 AND started_at >= ?2",
+                params![job, since],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Repoints the jobs and runs of agent `from` to `to` (LIFE-3); returns the rows changed.
+    pub fn rename_agent(&self, from: &str, to: &str) -> Result<usize, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let jobs = tx
+            .execute(
+                "UPDATE jobs SET agent = ?2 WHERE agent = ?1",
+                params![from, to],
+            )
+            .map_err(|e| self.err(e))?;
+        let runs = tx
+            .execute(
+                "UPDATE runs SET agent = ?2 WHERE agent = ?1",
+                params![from, to],
+            )
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(jobs + runs)
+    }
+
+    /// The jobs and runs of `agent` (the archive of an agent delete, LIFE-4).
+    pub fn export_agent(&self, agent: &str) -> Result<AgentCron, CronError> {
+        let jobs: Vec<Job> = self
+            .list()?
+            .into_iter()
+            .filter(|j| j.agent == agent)
+            .collect();
+        let mut runs = Vec::new();
+        for job in &jobs {
+            runs.extend(self.runs(&job.name, u32::MAX)?);
+        }
+        Ok(AgentCron { jobs, runs })
+    }
+
+    /// Removes the jobs and runs of `agent` (after [`CronStore::export_agent`] archived them).
+    pub fn delete_agent(&self, agent: &str) -> Result<usize, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let runs = tx
+            .execute("DELETE FROM runs WHERE agent = ?1", params![agent])
+            .map_err(|e| self.err(e))?;
+        let jobs = tx
+            .execute("DELETE FROM jobs WHERE agent = ?1", params![agent])
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(jobs + runs)
+    }
+
+    /// Brings archived jobs and runs back under `agent`, every job disabled with `note` until
+    /// the operator resumes it (BEYOND-1). Jobs whose name is taken are skipped (returned).
+    pub fn import_agent(
+        &self,
+        archive: &AgentCron,
+        agent: &str,
+        note: &str,
+    ) -> Result<Vec<String>, CronError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let mut skipped = Vec::new();
+        for job in &archive.jobs {
+            if get_job(&tx, &job.name).map_err(|e| self.err(e))?.is_some() {
+                skipped.push(job.name.clone());
+                continue;
+            }
+            let restored = Job {
+                agent: agent.to_string(),
+                enabled: false,
+                paused_reason: Some(note.to_string()),
+                note: Some(note.to_string()),
+                source: "runtime".into(),
+                next_fire_ms: None,
+                lock_run: None,
+                lock_pid: None,
+                lock_boot: None,
+                locked_at: None,
+                ..job.clone()
+            };
+            insert_job(&tx, &restored).map_err(|e| self.err(e))?;
+        }
+        for run in &archive.runs {
+            if skipped.contains(&run.job) {
+                continue;
+            }
+            let status = if run.status == "running" {
+                "lost"
+            } else {
+                run.status.as_str()
+            };
+            tx.execute(
+                &format!("INSERT OR IGNORE INTO runs ({RUN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
+                params![
+                    run.id, run.job, agent, run.trigger, run.started_at, run.finished_at, status,
+                    run.error, run.output, run.tokens_in, run.tokens_out, run.cost_usd,
+                    serde_json::to_string(&run.receipts).unwrap_or_else(|_| "[]".into()),
+                    run.session, run.delivery, run.delivery_error, run.owner_pid, run.owner_boot
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(skipped)
+    }
+}
+
+/// An agent's cron jobs and runs as archived by an agent delete.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentCron {
+    pub jobs: Vec<Job>,
+    pub runs: Vec<Run>,
+}
+
+fn excerpt(text: &str) -> String {
+    if text.len() <= OUTPUT_EXCERPT {
+        return text.to_string();
+    }
+    let mut end = OUTPUT_EXCERPT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[truncated]", &text[..end])
+}
+
+fn mark_lost(tx: &Transaction<'_>, run: &str) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE runs SET status = 'lost', finished_at = ?2,
+         error = 'the process running it exited before the result was stored'
+         WHERE id = ?1 AND status = 'running'",
+        params![run, timefmt::format(timefmt::now())],
+    )?;
+    tx.execute(
+        "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, locked_at = NULL
+         WHERE lock_run = ?1",
+        params![run],
+    )?;
+    Ok(())
+}
+
+const JOB_COLUMNS: &str = "name, agent, schedule_kind, schedule, tz, message, command, session, \
+    enabled, paused_reason, source, catch_up, budget_usd, daily_budget_usd, webhook, \
+    next_fire_ms, failures, note, created_at, updated_at, lock_run, lock_pid, lock_boot, locked_at";
+
+const RUN_COLUMNS: &str = "id, job, agent, trigger, started_at, finished_at, status, error, \
+    output, tokens_in, tokens_out, cost_usd, receipts, session, delivery, delivery_error, \
+    owner_pid, owner_boot";
+
+fn insert_job(conn: &Connection, job: &Job) -> rusqlite::Result<()> {
+    conn.execute(
+        &format!(
+            "INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
+             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)"
+        ),
+        params![
+            job.name,
+            job.agent,
+            job.schedule_kind,
+            job.schedule,
+            job.tz,
+            job.message,
+            job.command,
+            job.session,
+            job.enabled,
+            job.paused_reason,
+            job.source,
+            job.catch_up,
+            job.budget_usd,
+            job.daily_budget_usd,
+            job.webhook,
+            job.next_fire_ms,
+            job.failures,
+            job.note,
+            job.created_at,
+            job.updated_at,
+            job.lock_run,
+            job.lock_pid,
+            job.lock_boot,
+            job.locked_at,
+        ],
+    )?;
+    Ok(())
+}
+
+fn get_job(conn: &Connection, name: &str) -> rusqlite::Result<Option<Job>> {
+    conn.query_row(
+        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?1"),
+        params![name],
+        job_row,
+    )
+    .optional()
+}
+
+fn list_jobs(conn: &Connection) -> rusqlite::Result<Vec<Job>> {
+    let mut stmt = conn.prepare(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY name"))?;
+    let rows = stmt.query_map([], job_row)?;
+    rows.collect()
+}
+
+fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
+    Ok(Job {
+        name: r.get(0)?,
+        agent: r.get(1)?,
+        schedule_kind: r.get(2)?,
+        schedule: r.get(3)?,
+        tz: r.get(4)?,
+        message: r.get(5)?,
+        command: r.get(6)?,
+        session: r.get(7)?,
+        enabled: r.get(8)?,
+        paused_reason: r.get(9)?,
+        source: r.get(10)?,
+        catch_up: r.get(11)?,
+        budget_usd: r.get(12)?,
+        daily_budget_usd: r.get(13)?,
+        webhook: r.get(14)?,
+        next_fire_ms: r.get(15)?,
+        failures: r.get(16)?,
+        note: r.get(17)?,
+        created_at: r.get(18)?,
+        updated_at: r.get(19)?,
+        lock_run: r.get(20)?,
+        lock_pid: r.get(21)?,
+        lock_boot: r.get(22)?,
+        locked_at: r.get(23)?,
+    })
+}
+
+fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
+    let receipts: String = r.get(12)?;
+    Ok(Run {
+        id: r.get(0)?,
+        job: r.get(1)?,
+        agent: r.get(2)?,
+        trigger: r.get(3)?,
+        started_at: r.get(4)?,
+        finished_at: r.get(5)?,
+        status: r.get(6)?,
+        error: r.get(7)?,
+        output: r.get(8)?,
+        tokens_in: r.get(9)?,
+        tokens_out: r.get(10)?,
+        cost_usd: r.get(11)?,
+        receipts: serde_json::from_str(&receipts).unwrap_or_default(),
+        session: r.get(13)?,
+        delivery: r.get(14)?,
+        delivery_error: r.get(15)?,
+        owner_pid: r.get(16)?,
+        owner_boot: r.get(17)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str) -> Job {
+        let now = timefmt::format(timefmt::now());
+        Job {
+            name: name.into(),
+            agent: "main".into(),
+            schedule_kind: "every".into(),
+            schedule: "1s".into(),
+            tz: None,
+            message: Some("hi".into()),
+            command: None,
+            session: None,
+            enabled: true,
+            paused_reason: None,
+            source: "runtime".into(),
+            catch_up: "skip".into(),
+            budget_usd: None,
+            daily_budget_usd: None,
+            webhook: None,
+            next_fire_ms: Some(1000),
+            failures: 0,
+            note: None,
+            created_at: now.clone(),
+            updated_at: now,
+            lock_run: None,
+            lock_pid: None,
+            lock_boot: None,
+            locked_at: None,
+        }
+    }
+
+    #[test]
+    fn read_paths_never_create_the_store() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("cron").join("jobs.db");
+        assert!(CronStore::open_existing(&path)?.is_none());
+        assert!(!path.exists() && !path.parent().is_some_and(Path::exists));
+        CronStore::open(&path)?.insert(&job("a"))?;
+        let read = CronStore::open_existing(&path)?.map(|s| s.list());
+        assert_eq!(read.map(|l| l.map(|j| j.len()).ok()), Some(Some(1)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_second_claim_is_refused_naming_the_holder_and_a_gone_holder_is_lost()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = CronStore::open(&dir.path().join("jobs.db"))?;
+        store.insert(&job("a"))?;
+        let me = Owner::current();
+        store.claim("a", "r1", "schedule", None, &me, Some(Some(2000)))?;
+        match store.claim("a", "r2", "manual", None, &me, None) {
+            Err(CronError::Held { run, pid, .. }) => {
+                assert_eq!((run.as_str(), pid), ("r1", me.pid))
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        let ok = RunResult {
+            status: RunStatus::Ok,
+            output: "done".into(),
+            tokens_in: 3,
+            tokens_out: 4,
+            ..RunResult::default()
+        };
+        let after = JobAfterRun {
+            next_fire_ms: None,
+            pause: None,
+        };
+        assert!(store.finish("r1", &ok, &after, 10)?);
+        assert_eq!(store.runs("a", 10)?[0].status, "ok");
+        // A holder of another boot is provably gone: its run is lost, the claim succeeds.
+        let gone = Owner {
+            pid: me.pid,
+            boot_id: "another-boot".into(),
+        };
+        store.claim("a", "r3", "schedule", None, &gone, None)?;
+        store.claim("a", "r4", "manual", None, &me, None)?;
+        assert_eq!(store.run("r3")?.map(|r| r.status).as_deref(), Some("lost"));
+        // Finishing a lost run changes nothing: it stays lost, never ok.
+        assert!(!store.finish("r3", &ok, &after, 10)?);
+        assert_eq!(store.run("r3")?.map(|r| r.status).as_deref(), Some("lost"));
+        Ok(())
+    }
+
+    #[test]
+    fn reap_marks_runs_of_a_gone_owner_lost_and_clears_the_lock()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = CronStore::open(&dir.path().join("jobs.db"))?;
+        store.insert(&job("a"))?;
+        let gone = Owner {
+            pid: u32::MAX - 1,
+            boot_id: crate::control_plane::boot_id(),
+        };
+        store.claim("a", "r1", "schedule", None, &gone, None)?;
+        assert_eq!(store.reap()?, vec!["r1".to_string()]);
+        let job = store.get("a")?;
+        assert_eq!(job.and_then(|j| j.lock_run), None);
+        assert_eq!(store.run("r1")?.map(|r| r.status).as_deref(), Some("lost"));
+        Ok(())
+    }
+
+    #[test]
+    fn agent_jobs_follow_rename_delete_and_restore() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = CronStore::open(&dir.path().join("jobs.db"))?;
+        store.insert(&job("a"))?;
+        store.claim("a", "r1", "manual", None, &Owner::current(), None)?;
+        store.rename_agent("main", "ops")?;
+        let archive = store.export_agent("ops")?;
+        assert_eq!((archive.jobs.len(), archive.runs.len()), (1, 1));
+        store.delete_agent("ops")?;
+        assert!(store.list()?.is_empty());
+        store.import_agent(&archive, "ops", "restored from archive")?;
+        let back = store.get("a")?;
+        assert_eq!(
+            back.map(|j| (j.agent, j.enabled, j.paused_reason)),
+            Some(("ops".into(), false, Some("restored from archive".into())))
+        );
+        assert_eq!(store.run("r1")?.map(|r| r.status).as_deref(), Some("lost"));
+        Ok(())
+    }
+}
