@@ -3,7 +3,8 @@
 //! ([`ConfigStore`], CFG-1..5), encrypted secrets ([`Secret`], CFG-6) and the one redactor
 //! that keeps them out of every message ([`Redactor`]). [`confined`] holds the
 //! confined directory handles every daemon-side access to an agent-writable place goes through
-//! (PERM-6), here so the memory backends below `warren-security` can use them too.
+//! (PERM-6), here so the memory backends below `warren-security` can use them too. [`sqlite`]
+//! (feature `sqlite`) is the one open routine and connection pattern of every SQLite store.
 
 pub mod atomic;
 mod checks;
@@ -18,6 +19,8 @@ mod paths;
 pub mod redact;
 pub mod schema;
 mod secrets;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 mod starter;
 mod store;
 mod validate;

@@ -5,14 +5,16 @@
 //! never becomes a generation), and one that would drop every row keeps them all and warns: a
 //! token set emptied by a bad edit must not erase names and creation dates for good (issue 15).
 //!
-//! SQLite calls run off the async workers (`spawn_blocking`) on one connection.
+//! The file is opened by the one routine of every store (`warren_config::sqlite`: 0600,
+//! verified WAL); SQLite calls run off the async workers (`spawn_blocking`) on its one
+//! `SharedConn`.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
+use warren_config::sqlite::{self, SharedConn};
 
 use crate::pairing::device_id;
 
@@ -47,7 +49,7 @@ pub(crate) fn unix_now() -> u64 {
 #[derive(Clone)]
 pub struct Devices {
     path: PathBuf,
-    conn: Arc<Mutex<Connection>>,
+    conn: SharedConn,
 }
 
 impl std::fmt::Debug for Devices {
@@ -69,10 +71,9 @@ impl Devices {
                 message: e.to_string(),
             })?;
         }
-        let conn = Connection::open(path).map_err(err)?;
+        let conn = sqlite::open_wal(path, sqlite::Sync::Normal).map_err(err)?;
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;
-             CREATE TABLE IF NOT EXISTS devices (
+            "CREATE TABLE IF NOT EXISTS devices (
                  token_hash TEXT PRIMARY KEY,
                  name TEXT NOT NULL,
                  created_at INTEGER NOT NULL,
@@ -82,7 +83,7 @@ impl Devices {
         .map_err(err)?;
         Ok(Self {
             path: path.to_path_buf(),
-            conn: Arc::new(Mutex::new(conn)),
+            conn: SharedConn::new(path, conn),
         })
     }
 
@@ -90,11 +91,7 @@ impl Devices {
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<R>,
     ) -> Result<R, DeviceError> {
-        let mut conn = match self.conn.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        f(&mut conn).map_err(|e| DeviceError {
+        f(&mut self.conn.lock()).map_err(|e| DeviceError {
             path: self.path.clone(),
             message: e.to_string(),
         })

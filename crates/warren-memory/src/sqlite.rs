@@ -8,16 +8,19 @@
 //! it applies before `ORDER BY ... LIMIT`: rows a grant forbids can never crowd out allowed
 //! ones. The same scope, as FTS tokens, is ANDed into the MATCH so FTS5 intersects doclists
 //! before ranking (only a speed-up: it can narrow, never widen, what the `WHERE` allows). Timestamps are INTEGER microseconds since the Unix epoch (UTC), compared as numbers.
-//! All SQLite work runs on the blocking pool, never on an async worker.
+//! The file is opened by the one routine of every store (`warren_config::sqlite`: 0600,
+//! verified WAL); all SQLite work runs on the blocking pool through its `SharedConn`, never on
+//! an async worker.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params};
 use time::OffsetDateTime;
 use warren_config::schema::MemoryBackendKind;
+use warren_config::sqlite::{self, SharedConn};
 use warren_core::AgentAlias;
 
 use crate::entry::{
@@ -223,10 +226,9 @@ impl VectorSync {
 const ENTRY_COLUMNS: &str = "t.id, (SELECT alias FROM agents WHERE id = t.agent_id), t.key, \
      t.content, t.category, t.session, t.created_at, t.updated_at";
 
-/// The install-wide SQLite store. Cheap to share (`Arc`); one connection behind a mutex.
+/// The install-wide SQLite store. Cheap to share (`Arc`); one [`SharedConn`].
 pub struct SqliteStore {
-    path: PathBuf,
-    conn: Arc<Mutex<Connection>>,
+    conn: SharedConn,
     vectors: Arc<VectorIndex>,
     sync: Arc<Mutex<VectorSync>>,
     vector_weight: f64,
@@ -245,20 +247,11 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let mut conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(err)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(err)?;
+        let mut conn = sqlite::open_wal(path, sqlite::Sync::Normal).map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
         migrate(&mut conn).map_err(err)?;
         Ok(Self {
-            path: path.to_path_buf(),
-            conn: Arc::new(Mutex::new(conn)),
+            conn: SharedConn::new(path, conn),
             vectors: Arc::new(VectorIndex::default()),
             sync: Arc::new(Mutex::new(VectorSync::default())),
             vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
@@ -272,7 +265,7 @@ impl SqliteStore {
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.conn.path()
     }
 
     /// Runs `f` on the connection on the blocking pool.
@@ -280,19 +273,10 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&mut Connection, &Path) -> Result<T, MemoryError> + Send + 'static,
     ) -> MemFuture<'_, T> {
-        let conn = Arc::clone(&self.conn);
-        let path = self.path.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let mut guard = match conn.lock() {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
-                f(&mut guard, &path)
-            })
-            .await
-            .map_err(|e| MemoryError::Worker(e.to_string()))?
-        })
+        Box::pin(
+            self.conn
+                .run(f, |_, e| MemoryError::Worker(format!("SQLite worker: {e}"))),
+        )
     }
 
     /// Registered aliases with their backend name and row count (MEM-9 probe, CLI).
@@ -307,10 +291,7 @@ pub fn registered_agents_at(path: &Path) -> Result<Vec<(String, String, u64)>, M
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(sql(path))?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(sql(path))?;
+    let conn = sqlite::open_read_only(path).map_err(sql(path))?;
     let has_agents: bool = conn
         .query_row(
             "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agents')",
@@ -593,7 +574,7 @@ impl MemoryStore for SqliteStore {
     }
 
     fn location(&self) -> String {
-        self.path.display().to_string()
+        self.conn.path().display().to_string()
     }
 
     fn agent_id(&self, alias: &AgentAlias, create: bool) -> MemFuture<'_, Option<AgentId>> {

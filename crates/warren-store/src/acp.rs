@@ -13,7 +13,7 @@
 //! restore them (LIFE-4, BEYOND-1).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 
 use crate::sessions::SessionError;
-use crate::sqlite_util::{self, Sync};
+use crate::sqlite_util::{self, SharedConn, Sync};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -164,7 +164,7 @@ pub enum Restore {
 #[derive(Debug)]
 pub struct AcpSessionStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    conn: SharedConn,
 }
 
 type RawRow = (
@@ -208,8 +208,8 @@ impl AcpSessionStore {
                 .map_err(err(&path, "create the schema"))?;
         }
         Ok(Self {
+            conn: SharedConn::new(&path, conn),
             path,
-            conn: Mutex::new(conn),
         })
     }
 
@@ -218,7 +218,7 @@ impl AcpSessionStore {
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock()
     }
 
     fn decode(&self, r: RawRow) -> Result<AcpSession, AcpError> {

@@ -14,5 +14,5 @@ pub mod control_plane;
 pub mod cron;
 pub mod failpoints;
 pub mod sessions;
-mod sqlite_util;
+pub mod sqlite_util;
 pub mod timefmt;

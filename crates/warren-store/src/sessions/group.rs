@@ -210,9 +210,6 @@ impl Drop for Writer {
     }
 }
 
-/// Shared with the writer thread.
-pub(crate) type SharedConn = Arc<Mutex<rusqlite::Connection>>;
-
 /// Shared by the writer thread and direct commits.
 pub(crate) type SharedCheckpointer = Arc<Mutex<Option<Checkpointer>>>;
 

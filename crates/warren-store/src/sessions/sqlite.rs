@@ -7,8 +7,10 @@
 //! `batched` = WAL `NORMAL` (atomic, the last commits may roll back after power loss).
 //! Search uses FTS5 with every user word quoted, so quotes and operators are plain text.
 //!
-//! The connection sits behind a mutex; async callers reach it through `SessionHandle`
-//! (`spawn_blocking`), never from an async worker.
+//! The file is opened by the one routine of every store (`warren_config::sqlite::open_wal`:
+//! 0600, verified WAL) and its connection is a `SharedConn` (a mutex); async callers reach it
+//! through `SessionHandle` (`spawn_blocking`), never from an async worker. Appends go through
+//! the group-commit writer thread, which takes the same connection per batch.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,16 +22,14 @@ use warren_config::failpoint::crash_point;
 use warren_config::schema::SessionDurability;
 use warren_core::{AgentAlias, Role, SessionKey};
 
-use super::group::{
-    AppendResult, Checkpointer, Reply, Request, SharedCheckpointer, SharedConn, Writer,
-};
+use super::group::{AppendResult, Checkpointer, Reply, Request, SharedCheckpointer, Writer};
 use super::lock::ensure_dir;
 use super::{
     History, NewMessage, Page, SearchHit, SessionBackend, SessionError, SessionInit, SessionMeta,
     SessionState, StoredMessage,
 };
 use crate::failpoints;
-use crate::sqlite_util::{self, Sync};
+use crate::sqlite_util::{self, SharedConn, Sync};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -123,13 +123,13 @@ impl SqliteBackend {
             )
             .map_err(SessionError::sqlite(&path, "configure checkpoints"))?;
         }
-        let conn = Arc::new(Mutex::new(conn));
+        let conn = SharedConn::new(&path, conn);
         let checkpointer: SharedCheckpointer = Arc::new(Mutex::new(checkpointer));
         let writer = {
-            let (conn, db, ckpt) = (Arc::clone(&conn), path.clone(), Arc::clone(&checkpointer));
+            let (conn, db, ckpt) = (conn.clone(), path.clone(), Arc::clone(&checkpointer));
             Writer::start(move |batch| {
                 let results = {
-                    let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut conn = conn.lock();
                     commit_batch(&mut conn, &db, batch)
                 };
                 committed(&ckpt, batch.len());
@@ -171,7 +171,7 @@ impl SqliteBackend {
     }
 
     pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock()
     }
 
     fn err(&self, op: &'static str) -> impl FnOnce(rusqlite::Error) -> SessionError {
@@ -221,7 +221,7 @@ impl SqliteBackend {
         // An idle writer thread and a free connection: commit on this thread (no hand-off to
         // the writer and back, which a lone writer would pay on every append).
         if self.writer.idle()
-            && let Ok(mut conn) = self.conn.try_lock()
+            && let Some(mut conn) = self.conn.try_lock()
         {
             let mut batch: Vec<Request> = items
                 .into_iter()

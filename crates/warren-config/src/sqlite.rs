@@ -1,0 +1,237 @@
+//! The one SQLite open routine and the one connection-access pattern of every store (issue 14
+//! §7; STATE-6/7/16, MEM-2).
+//!
+//! [`open_wal`] creates the file with mode 0600 (it holds conversations, memories or device
+//! names) and re-applies 0600 to an existing one, sets a busy timeout, switches to WAL and
+//! verifies SQLite really is in WAL mode (a file system without shared memory, or a sidecar
+//! that cannot be created, leaves it in another mode: refused with an error naming the file),
+//! then sets `synchronous` from the store's durability ([`Sync`]) and turns foreign keys on.
+//! [`open_read_only`] opens an existing file for reading and never creates it.
+//!
+//! [`SharedConn`] is the access pattern: one connection behind a mutex, reached from async code
+//! only through [`SharedConn::run`] on tokio's blocking pool, never from an async worker.
+//!
+//! It lives here, below `warren-store` and `warren-memory` (both layer 2), so every store can
+//! reach it; `warren_store::sqlite_util` re-exports it.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use rusqlite;
+use rusqlite::Connection;
+
+/// How long a statement waits for another connection's lock before `SQLITE_BUSY`.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// File mode of every database file (and, as SQLite copies it, of its `-wal`/`-shm`).
+pub const DB_MODE: u32 = 0o600;
+
+/// `PRAGMA synchronous` levels, chosen by a store's durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sync {
+    /// fsync at every commit (acknowledged = durable).
+    Full,
+    /// WAL `NORMAL`: commits are atomic; the last ones may roll back after a power loss.
+    Normal,
+}
+
+impl Sync {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Sync::Full => "PRAGMA synchronous = FULL",
+            Sync::Normal => "PRAGMA synchronous = NORMAL",
+        }
+    }
+}
+
+/// An error of this module: SQLite's code and a message. It does not name the file: every
+/// store wraps these errors in its own error, which does (`session database <path>: open: ...`).
+fn failure(code: i32, what: String) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some(what))
+}
+
+/// Opens (creating, mode 0600) `path` in verified WAL mode with `sync`, a busy timeout and
+/// foreign keys on. Errors do not name the file; callers wrap them in an error that does.
+pub fn open_wal(path: &Path, sync: Sync) -> rusqlite::Result<Connection> {
+    // Create the file private before SQLite sees it, so it is never readable by others even
+    // for a moment; an existing file is brought back to 0600 below.
+    let created = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(DB_MODE)
+        .open(path);
+    if let Err(e) = created {
+        return Err(failure(
+            rusqlite::ffi::SQLITE_CANTOPEN,
+            format!("cannot create the database file: {e}"),
+        ));
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(DB_MODE)).map_err(|e| {
+        failure(
+            rusqlite::ffi::SQLITE_PERM,
+            format!("cannot set mode 0600: {e}"),
+        )
+    })?;
+    let conn = Connection::open(path)?;
+    configure(conn, sync)
+}
+
+/// The settings of [`open_wal`] on an open connection.
+fn configure(conn: Connection, sync: Sync) -> rusqlite::Result<Connection> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(|e| {
+            failure(
+                code_of(&e),
+                format!("cannot switch to WAL journal mode ({e}); Warren keeps its stores in WAL mode, so check the file and its directory (a leftover -wal/-shm, a read-only or network file system)"),
+            )
+        })?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(failure(
+            rusqlite::ffi::SQLITE_CANTOPEN,
+            format!(
+                "journal_mode is {mode}, expected wal (the file system may not support WAL's shared memory; keep data/ on a local disk)"
+            ),
+        ));
+    }
+    conn.execute_batch(sync.pragma())?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;")?;
+    Ok(conn)
+}
+
+fn code_of(e: &rusqlite::Error) -> i32 {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => f.extended_code,
+        _ => rusqlite::ffi::SQLITE_ERROR,
+    }
+}
+
+/// Opens an existing database read-only (never creates it), with the busy timeout.
+pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// One store connection behind a mutex: the single access pattern of Warren's SQLite stores.
+/// Synchronous callers [`lock`](Self::lock) it; async callers go through [`run`](Self::run),
+/// which runs the closure on tokio's blocking pool. A poisoned lock is taken over (a panic in
+/// one closure rolls back its open transaction when the statement is dropped).
+#[derive(Debug, Clone)]
+pub struct SharedConn {
+    path: PathBuf,
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl SharedConn {
+    pub fn new(path: &Path, conn: Connection) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            conn: Arc::new(Mutex::new(conn)),
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The connection, for synchronous callers (not from an async worker).
+    pub fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection if no one holds it now (a caller that has another way to do its work).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.conn.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Runs `f` on the connection on the blocking pool. `joined` maps a blocking task that
+    /// panicked or was cancelled into the caller's error type.
+    pub async fn run<T, E>(
+        &self,
+        f: impl FnOnce(&mut Connection, &Path) -> Result<T, E> + Send + 'static,
+        joined: impl FnOnce(&Path, String) -> E,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let this = self.clone();
+        match tokio::task::spawn_blocking(move || f(&mut this.lock(), &this.path)).await {
+            Ok(r) => r,
+            Err(e) => Err(joined(&self.path, e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_private_wal_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let conn = open_wal(&path, Sync::Normal).unwrap();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let sync: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 1, "NORMAL");
+        let perm = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(perm, 0o600);
+    }
+
+    #[test]
+    fn existing_file_is_made_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let conn = open_wal(&path, Sync::Full).unwrap();
+        let sync: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "FULL");
+        let perm = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(perm, 0o600);
+    }
+
+    /// SQLite's `unix-none` VFS has no shared memory, as on some network file systems: the
+    /// pragma answers the old mode instead of failing. The same pragma without the check would
+    /// leave the store silently in rollback mode.
+    #[test]
+    fn refuses_a_journal_mode_that_stays_rollback() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("n.db");
+        let uri = format!("file:{}?vfs=unix-none", file.display());
+        let raw = Connection::open(&uri).unwrap();
+        let probe = Connection::open(&uri).unwrap();
+        let mode: String = probe
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete", "the VFS really refuses WAL");
+        drop(probe);
+        let err = configure(raw, Sync::Normal).unwrap_err().to_string();
+        assert!(
+            err.contains("journal_mode is delete, expected wal"),
+            "{err}"
+        );
+    }
+}
