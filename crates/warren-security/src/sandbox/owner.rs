@@ -22,18 +22,31 @@ pub(super) fn hand_over(root: &Path) -> Result<(), String> {
     walk(&fd, 0).map_err(err)
 }
 
+/// An entry removed while the walk runs (a `git gc` pruning loose objects, an agent's own
+/// process) has nothing left to hand over: `ENOENT` on an entry is not an error.
+fn vanished_is_ok<T: Default>(r: rustix::io::Result<T>) -> rustix::io::Result<T> {
+    match r {
+        Err(rustix::io::Errno::NOENT) => Ok(T::default()),
+        other => other,
+    }
+}
+
 fn give(dir: &impl AsFd, name: &OsStr, is_dir: bool) -> rustix::io::Result<()> {
-    let st = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    let st = match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
     if st.st_uid != 0 || (!is_dir && st.st_nlink > 1) {
         return Ok(());
     }
-    chownat(
+    vanished_is_ok(chownat(
         dir,
         name,
         Some(Uid::from_raw(SANDBOX_UID)),
         Some(Gid::from_raw(SANDBOX_UID)),
         AtFlags::SYMLINK_NOFOLLOW,
-    )
+    ))
 }
 
 fn walk(dir: &OwnedFd, depth: usize) -> rustix::io::Result<()> {
@@ -56,7 +69,11 @@ fn walk(dir: &OwnedFd, depth: usize) -> rustix::io::Result<()> {
         }
     }
     for name in subdirs {
-        let sub = openat(dir, &name, DIR, Mode::empty())?;
+        let sub = match openat(dir, &name, DIR, Mode::empty()) {
+            Ok(sub) => sub,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e),
+        };
         if FileType::from_raw_mode(fstat(&sub)?.st_mode) == FileType::Directory {
             walk(&sub, depth + 1)?;
         }

@@ -12,13 +12,16 @@
 //! starts, e.g. in a submodule) that switch off every executable a repository can configure:
 //! hooks, fsmonitor, pager, external diff, mailmap, signatures, and each clean/smudge/process
 //! filter and diff driver the repository's config names. A pre-pass lists the config with its
-//! origins: a repository config that includes a file the agent may not read is refused.
+//! origins: a repository config that includes a file the agent may not read is refused. Its
+//! outcome is cached while the config files are unchanged ([`super::prepass`]), so a read costs
+//! one sandboxed spawn.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use warren_security::SecurityPolicy;
 use warren_security::sandbox::{ChildIo, Sandbox};
 
 use super::repo::{Need, Repo, check};
@@ -207,11 +210,10 @@ async fn spawn(
     }
 }
 
-/// The read pre-pass: lists the repository's config with origins (hardened, sandboxed), refuses
-/// a repository-scoped config file the agent may not read (an `include.path`/`includeIf` pulling
-/// config from outside the grant), and returns `-c` overrides that blank every filter and diff
-/// driver the config defines (GIT-6).
-pub async fn read_prepass(sandbox: &Sandbox, repo: &Repo) -> Result<Vec<String>, ToolError> {
+/// The read pre-pass, step 1: the repository's config with origins and scopes, listed by git
+/// itself (hardened, sandboxed). A listing that fails (an `include.path`/`includeIf` git may not
+/// read under the sandbox) refuses the read. Cached by [`super::prepass`].
+pub async fn list_config(sandbox: &Sandbox, repo: &Repo) -> Result<Vec<ConfigEntry>, ToolError> {
     let args: Vec<OsString> = ["config", "--list", "--show-origin", "--show-scope", "-z"]
         .into_iter()
         .map(OsString::from)
@@ -225,37 +227,46 @@ pub async fn read_prepass(sandbox: &Sandbox, repo: &Repo) -> Result<Vec<String>,
             out.stderr.trim()
         )));
     }
+    Ok(parse_config_list(&out.stdout))
+}
+
+/// A path the listing implied the agent must be able to read, checked again on every read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recheck {
+    path: PathBuf,
+    key: String,
+    /// `true`: a repository-scoped config file (an origin); `false`: a configured path.
+    origin: bool,
+}
+
+/// The read pre-pass, step 2: refuses a repository-scoped config file or a configured path
+/// ([`PATH_KEYS`]) the agent may not read, and returns the `-c` overrides that blank every
+/// filter and diff driver the config defines (GIT-6), with the checks it made.
+pub fn decide(
+    policy: &SecurityPolicy,
+    repo: &Repo,
+    listing: &[ConfigEntry],
+) -> Result<(Vec<String>, Vec<Recheck>), ToolError> {
     let mut drivers = Vec::new();
-    for entry in parse_config_list(&out.stdout) {
-        if matches!(entry.scope.as_str(), "local" | "worktree")
-            && let Some(file) = entry.origin.strip_prefix("file:")
-        {
-            let path = Path::new(file);
-            let path = if path.is_absolute() {
-                path.to_path_buf()
-            } else {
-                repo.work_tree.join(path)
-            };
-            check(sandbox.policy(), &path, Need::Read).map_err(|e| {
-                ToolError::Denied(format!(
-                    "the repository config includes {} ({}), which the agent may not read: {e}",
-                    path.display(),
-                    entry.key
-                ))
-            })?;
+    let mut checks: Vec<Recheck> = Vec::new();
+    for entry in listing {
+        let repo_scoped = matches!(entry.scope.as_str(), "local" | "worktree");
+        if repo_scoped && let Some(file) = entry.origin.strip_prefix("file:") {
+            checks.push(Recheck {
+                path: origin_path(repo, file),
+                key: entry.key.clone(),
+                origin: true,
+            });
         }
-        if matches!(entry.scope.as_str(), "local" | "worktree")
+        if repo_scoped
             && PATH_KEYS.contains(&entry.key.to_ascii_lowercase().as_str())
             && let Some(value) = entry.value.as_deref().filter(|v| !v.is_empty())
         {
-            let path = repo.work_tree.join(value);
-            check(sandbox.policy(), &path, Need::Read).map_err(|e| {
-                ToolError::Denied(format!(
-                    "the repository config sets {} to {}, which the agent may not read: {e}",
-                    entry.key,
-                    path.display()
-                ))
-            })?;
+            checks.push(Recheck {
+                path: repo.work_tree.join(value),
+                key: entry.key.clone(),
+                origin: false,
+            });
         }
         let blank = neutralise(&entry.key);
         if !blank.is_empty() && entry.key.chars().any(|c| c == '=' || c.is_control()) {
@@ -266,9 +277,44 @@ pub async fn read_prepass(sandbox: &Sandbox, repo: &Repo) -> Result<Vec<String>,
         }
         drivers.extend(blank);
     }
+    checks.dedup_by(|a, b| a.path == b.path && a.origin == b.origin);
+    recheck(policy, &checks)?;
     drivers.sort();
     drivers.dedup();
-    Ok(drivers)
+    Ok((drivers, checks))
+}
+
+/// Runs the grant checks a listing implied (on every read, cached or not).
+pub fn recheck(policy: &SecurityPolicy, checks: &[Recheck]) -> Result<(), ToolError> {
+    for c in checks {
+        check(policy, &c.path, Need::Read).map_err(|e| {
+            ToolError::Denied(if c.origin {
+                format!(
+                    "the repository config includes {} ({}), which the agent may not read: {e}",
+                    c.path.display(),
+                    c.key
+                )
+            } else {
+                format!(
+                    "the repository config sets {} to {}, which the agent may not read: {e}",
+                    c.key,
+                    c.path.display()
+                )
+            })
+        })?;
+    }
+    Ok(())
+}
+
+/// The file an origin `file:<path>` names (git prints it as it opened it: relative paths are
+/// relative to the work tree, where git runs).
+pub fn origin_path(repo: &Repo, file: &str) -> PathBuf {
+    let path = Path::new(file);
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        repo.work_tree.join(path)
+    }
 }
 
 /// `-c` overrides that blank the command of a filter or diff driver config key.
@@ -295,12 +341,13 @@ fn neutralise(key: &str) -> Vec<String> {
     }
 }
 
+/// One line of `git config --list --show-origin --show-scope -z`.
 #[derive(Debug, PartialEq, Eq)]
-struct ConfigEntry {
-    scope: String,
-    origin: String,
-    key: String,
-    value: Option<String>,
+pub struct ConfigEntry {
+    pub scope: String,
+    pub origin: String,
+    pub key: String,
+    pub value: Option<String>,
 }
 
 /// Parses `git config --list --show-origin --show-scope -z`: `scope\0origin\0key\nvalue\0`.

@@ -9,8 +9,9 @@
 //!    GIT-2..4): reads need Read, writes Read AND Write, on every repository path and argument
 //!    path, including every level of alternates and every submodule's `.git` found in the
 //!    index ([`index`]), whatever the sandbox (`noop` included);
-//! 4. git runs through the agent's sandbox ([`exec`]): reads hardened (GIT-5..7), writes with
-//!    the repository's hooks and filters (GIT-8);
+//! 4. git runs through the agent's sandbox ([`exec`]): reads hardened (GIT-5..7; the config
+//!    pre-pass is cached while the config files are unchanged, [`prepass`]), writes with the
+//!    repository's hooks and filters (GIT-8);
 //! 5. the output is parsed into JSON ([`parse`]); `worktree-list` omits every entry that does
 //!    not validate (GIT-3).
 
@@ -18,6 +19,7 @@ mod args;
 mod exec;
 mod index;
 mod parse;
+mod prepass;
 pub mod refname;
 mod repo;
 
@@ -38,11 +40,15 @@ pub use self::exec::{NO_HOOKS, READ_CONFIG};
 /// Runs git for one agent.
 pub struct GitOperations {
     sandbox: Sandbox,
+    prepass: prepass::PrepassCache,
 }
 
 impl GitOperations {
     pub fn new(sandbox: Sandbox) -> Self {
-        Self { sandbox }
+        Self {
+            sandbox,
+            prepass: prepass::PrepassCache::default(),
+        }
     }
 
     fn policy(&self) -> &SecurityPolicy {
@@ -91,7 +97,7 @@ impl GitOperations {
         };
         let read = op.is_read();
         let drivers = if read {
-            exec::read_prepass(&self.sandbox, &repo).await?
+            self.prepass.drivers(&self.sandbox, &repo).await?
         } else {
             Vec::new()
         };
