@@ -338,6 +338,8 @@ pub async fn run(
     {
         tracing::info!(op = %report.op, agent = %report.alias, converged = report.converged, warnings = report.warnings.len(), "lifecycle journal converged at start");
     }
+    // STATE-11: runs of a previous daemon that died mid-run are `lost`, their locks cleared.
+    crate::cron::reap(&root);
     let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
@@ -400,6 +402,20 @@ pub async fn run(
             );
             // The session stores (legacy import included) open now, off the start path.
             generation_host.open_sessions().await;
+            // STATE-9/19: the scheduler of this generation (declared jobs reconciled, missed
+            // fire times caught up); the previous one stopped above, its runs finish.
+            if snapshot.cron.enabled {
+                match crate::cron::Scheduler::open(&root, Arc::clone(&generation_host)) {
+                    Ok(scheduler) => {
+                        if let Err(e) = scheduler.prepare().await {
+                            tracing::error!("cron: {e}");
+                        }
+                        generation_host.set_cron(&scheduler);
+                        running.push(scheduler.start());
+                    }
+                    Err(e) => tracing::error!("cron scheduler not started: {e}"),
+                }
+            }
             // Idle session slots of the queue are dropped while the generation lives.
             let weak = Arc::downgrade(&generation_host);
             tokio::spawn(async move {

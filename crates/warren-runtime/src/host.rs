@@ -95,6 +95,8 @@ pub struct AgentHost {
     cancel: CancelToken,
     /// Whether the ACP session store opens with the chat sessions (the daemon's hosts).
     with_acp: bool,
+    /// The generation's cron scheduler, once the daemon started it (weak: it holds the host).
+    cron: std::sync::OnceLock<std::sync::Weak<crate::cron::Scheduler>>,
 }
 
 /// One turn submitted at the door.
@@ -213,6 +215,7 @@ impl AgentHost {
             runners: Mutex::new(HashMap::new()),
             cancel: CancelToken::new(),
             with_acp,
+            cron: std::sync::OnceLock::new(),
         }
     }
 
@@ -226,6 +229,21 @@ impl AgentHost {
 
     pub fn trace(&self) -> &Arc<Trace> {
         &self.services.trace
+    }
+
+    /// Records the generation's cron scheduler (the daemon, once it started it).
+    pub fn set_cron(&self, scheduler: &Arc<crate::cron::Scheduler>) {
+        let _ = self.cron.set(Arc::downgrade(scheduler));
+    }
+
+    /// The generation's cron scheduler while it runs.
+    pub fn cron(&self) -> Option<Arc<crate::cron::Scheduler>> {
+        self.cron.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    /// The process's cost tracker (rates of this generation).
+    pub fn costs(&self) -> &Arc<CostTracker> {
+        &self.process.costs
     }
 
     pub fn memory_stores(&self) -> &MemoryStores {

@@ -8,6 +8,7 @@ mod appendfile;
 pub mod approval;
 pub mod cancel;
 pub mod cost;
+pub mod cron;
 pub mod daemon;
 pub mod delegate;
 pub mod history;

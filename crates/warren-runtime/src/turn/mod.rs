@@ -49,6 +49,8 @@ pub const HISTORY_LIMIT: usize = 200;
 pub const CLI_CHANNEL: &str = "cli";
 /// The channel of sessions started through the gateway's chat route.
 pub const GATEWAY_CHANNEL: &str = "gateway";
+/// The channel of sessions started by scheduled jobs.
+pub const CRON_CHANNEL: &str = "cron";
 
 /// Where a turn comes from: it labels the sessions the turn starts and derives the default
 /// session key, one per channel and agent, so defaults never collide (SESS-1).
@@ -58,6 +60,9 @@ pub enum Channel {
     Cli,
     /// The gateway's chat route: sessions labelled `gateway`, default key `http-<alias>`.
     Gateway,
+    /// A scheduled job (`warren cron`, STATE-9): sessions labelled `cron`, default key
+    /// `cron-<alias>`; a job without a named session runs in `cron-<job>-<run>`.
+    Cron,
 }
 
 impl Channel {
@@ -66,6 +71,7 @@ impl Channel {
         match self {
             Channel::Cli => CLI_CHANNEL,
             Channel::Gateway => GATEWAY_CHANNEL,
+            Channel::Cron => CRON_CHANNEL,
         }
     }
 
@@ -75,6 +81,7 @@ impl Channel {
         let prefix = match self {
             Channel::Cli => "cli",
             Channel::Gateway => "http",
+            Channel::Cron => "cron",
         };
         SessionKey::new(format!("{prefix}-{agent}"))
     }
