@@ -2,4 +2,5 @@
 
 mod common;
 mod chat;
+mod openai_api;
 mod routes;
