@@ -62,6 +62,12 @@ pub enum Command {
         #[arg(long, value_name = "KEY")]
         session: Option<String>,
     },
+    /// Serve an agent to an editor (Zed, Neovim, Emacs) over the Agent Client Protocol on stdio
+    Acp {
+        /// The agent (default: the default agent)
+        #[arg(short = 'a', long = "agent", value_name = "ALIAS")]
+        alias: Option<String>,
+    },
     /// Show the cost ledger (data/state/costs.jsonl), totalled per agent and model
     Costs {
         #[arg(long, value_name = "ALIAS")]

@@ -6,12 +6,13 @@
 //!
 //! A closed or killed session is a tombstone: it stays listed by id but can never be loaded,
 //! resumed or re-created under the same id, and the first tombstone wins (a later `close`
-//! does not turn "killed" into "closed"). The ACP server itself is a later issue.
+//! does not turn "killed" into "closed"). The server is `warren acp` (crate `warren-acp`).
 //!
 //! `acp_transcript` keeps each ACP session's own protocol transcript (prompt and update
 //! messages in order), so agent deletion can archive ACP sessions WITH their transcripts and
 //! restore them (LIFE-4, BEYOND-1).
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::MutexGuard;
 
@@ -70,6 +71,13 @@ pub enum AcpError {
     NotFound { id: String },
     #[error("ACP session '{id}' was {state}; start a new session")]
     Tombstoned { id: String, state: AcpState },
+    #[error("ACP live marker {path}: {op}: {source}")]
+    Live {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path} holds an unreadable ACP session row: {detail}")]
     Corrupt { path: PathBuf, detail: String },
 }
@@ -606,4 +614,124 @@ fn rewrite_cwd(cwd: &str, rewrite: Option<(&str, &str)>) -> String {
 fn err(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> AcpError {
     let path = path.to_path_buf();
     move |source| AcpError::Sqlite { path, op, source }
+}
+
+/// The live marker of a running ACP server (`warren acp`) of one agent: an exclusive `flock`
+/// on `data/sessions/acp-live/<agent>/<pid>.lock`, held for the server's life (LIFE-4: a live
+/// ACP session is a hard reference for agent delete). The kernel drops the lock when the
+/// process dies, so a server killed with SIGKILL leaves a file that [`AcpLive::servers`]
+/// finds unlocked: not live, and removed.
+#[derive(Debug)]
+pub struct AcpLive {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl AcpLive {
+    fn dir(root: &InstallRoot, agent: &AgentAlias) -> PathBuf {
+        root.sessions_dir().join("acp-live").join(agent.as_str())
+    }
+
+    /// Marks this process as a live ACP server of `agent`. The file is locked under a
+    /// temporary name and renamed into place, so a concurrent [`AcpLive::servers`] never
+    /// sees it unlocked.
+    pub fn hold(root: &InstallRoot, agent: &AgentAlias) -> Result<Self, AcpError> {
+        crate::sessions::ensure_sessions_dir(root)?;
+        let dir = Self::dir(root, agent);
+        let io = |path: &Path, op: &'static str| {
+            let path = path.to_path_buf();
+            move |e: std::io::Error| AcpError::Live {
+                path,
+                op,
+                source: e,
+            }
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(&dir, "create the live-marker directory"))?;
+        let pid = std::process::id();
+        let tmp = dir.join(format!("{pid}.lock.tmp"));
+        let path = dir.join(format!("{pid}.lock"));
+        let file = warren_config::atomic::open_lock_file(&tmp)
+            .map_err(io(&tmp, "create the live marker"))?;
+        file.try_lock().map_err(|e| AcpError::Live {
+            path: tmp.clone(),
+            op: "lock the live marker",
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        std::fs::rename(&tmp, &path).map_err(io(&path, "publish the live marker"))?;
+        Ok(Self { path, _file: file })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The PIDs of the live ACP servers of `agent`, ascending. Markers whose lock is free
+    /// (their process died) are removed on the way.
+    pub fn servers(root: &InstallRoot, agent: &AgentAlias) -> Result<Vec<u32>, AcpError> {
+        let dir = Self::dir(root, agent);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(AcpError::Live {
+                    path: dir,
+                    op: "list the live markers",
+                    source,
+                });
+            }
+        };
+        let mut live = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".lock"))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let path = entry.path();
+            let file = match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(AcpError::Live {
+                        path,
+                        op: "open a live marker",
+                        source,
+                    });
+                }
+            };
+            match file.try_lock() {
+                Ok(()) => {
+                    // Its process is gone: the marker is stale.
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(std::fs::TryLockError::WouldBlock) => live.push(pid),
+                Err(std::fs::TryLockError::Error(source)) => {
+                    return Err(AcpError::Live {
+                        path,
+                        op: "probe a live marker",
+                        source,
+                    });
+                }
+            }
+        }
+        live.sort_unstable();
+        Ok(live)
+    }
+}
+
+impl Drop for AcpLive {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }

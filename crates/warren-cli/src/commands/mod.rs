@@ -56,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
             cli.json,
         ),
+        Command::Acp { alias } => warren_acp::run(&root, alias),
         Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
         Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -1,5 +1,6 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
+mod acp;
 mod agent;
 mod agent_repl;
 mod cli;

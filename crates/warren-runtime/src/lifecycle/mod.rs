@@ -35,7 +35,6 @@ use warren_config::failpoint::crash_point;
 use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, ConfigError, ConfigStore, InstallRoot, WriteTxn};
 use warren_core::{AgentAlias, AliasError};
-use warren_store::acp::AcpSessionStore;
 
 use self::fsops::Moved;
 use self::refs::{RefSite, Strength};
@@ -306,11 +305,7 @@ fn workspace_action(root: &InstallRoot, config: &Config, alias: &AgentAlias) -> 
 }
 
 fn check_live_acp(root: &InstallRoot, alias: &AgentAlias) -> Result<u64, String> {
-    let store = AcpSessionStore::open(root).map_err(|e| e.to_string())?;
-    store
-        .list(Some(alias))
-        .map(|v| v.len() as u64)
-        .map_err(|e| e.to_string())
+    refs::live_acp(root, alias)
 }
 
 impl Lifecycle {

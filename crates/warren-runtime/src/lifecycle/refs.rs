@@ -9,11 +9,17 @@
 //!
 //! After a mutation the walk runs again on the edited (not yet saved) config; any remaining
 //! reference aborts before anything is persisted.
+//!
+//! Outside config, a live ACP session is a hard reference too ([`live_acp`]): an active record
+//! in `acp-sessions.db`, or a `warren acp` server of the agent running now (its live marker is
+//! an OS lock, so a server killed with SIGKILL no longer counts).
 
 use serde::Serialize;
 use toml_edit::{Array, InlineTable, Value};
 use warren_config::schema::MemoryGrant;
-use warren_config::{Config, ConfigError, KeyPath, WriteTxn};
+use warren_config::{Config, ConfigError, InstallRoot, KeyPath, WriteTxn};
+use warren_core::AgentAlias;
+use warren_store::acp::{AcpLive, AcpSessionStore};
 
 /// Hard references block a delete; soft ones are scrubbed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -163,6 +169,16 @@ pub fn apply(
         }
     }
     Ok(())
+}
+
+/// How many live ACP references `alias` has (LIFE-4, hard): its active ACP sessions plus the
+/// `warren acp` servers serving it now. An error means "cannot tell" (callers fail closed).
+pub fn live_acp(root: &InstallRoot, alias: &AgentAlias) -> Result<u64, String> {
+    let sessions = AcpSessionStore::open(root)
+        .and_then(|store| store.list(Some(alias)))
+        .map_err(|e| e.to_string())?;
+    let servers = AcpLive::servers(root, alias).map_err(|e| e.to_string())?;
+    Ok((sessions.len() + servers.len()) as u64)
 }
 
 /// The key path of `[agents.<alias>]`.

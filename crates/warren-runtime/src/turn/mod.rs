@@ -51,6 +51,8 @@ pub const CLI_CHANNEL: &str = "cli";
 pub const GATEWAY_CHANNEL: &str = "gateway";
 /// The channel of sessions started by scheduled jobs.
 pub const CRON_CHANNEL: &str = "cron";
+/// The channel of sessions started by an editor over ACP (`warren acp`).
+pub const ACP_CHANNEL: &str = "acp";
 
 /// Where a turn comes from: it labels the sessions the turn starts and derives the default
 /// session key, one per channel and agent, so defaults never collide (SESS-1).
@@ -63,6 +65,9 @@ pub enum Channel {
     /// A scheduled job (`warren cron`, STATE-9): sessions labelled `cron`, default key
     /// `cron-<alias>`; a job without a named session runs in `cron-<job>-<run>`.
     Cron,
+    /// `warren acp` (editors over the Agent Client Protocol): sessions labelled `acp`, default
+    /// key `acp-<alias>` (ACP prompts name their session, so the default is rarely used).
+    Acp,
 }
 
 impl Channel {
@@ -72,6 +77,7 @@ impl Channel {
             Channel::Cli => CLI_CHANNEL,
             Channel::Gateway => GATEWAY_CHANNEL,
             Channel::Cron => CRON_CHANNEL,
+            Channel::Acp => ACP_CHANNEL,
         }
     }
 
@@ -82,6 +88,7 @@ impl Channel {
             Channel::Cli => "cli",
             Channel::Gateway => "http",
             Channel::Cron => "cron",
+            Channel::Acp => "acp",
         };
         SessionKey::new(format!("{prefix}-{agent}"))
     }

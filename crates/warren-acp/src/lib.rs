@@ -1,0 +1,74 @@
+//! `warren acp [-a ALIAS]`: one agent served to an editor (Zed, Neovim, Emacs) over the Agent
+//! Client Protocol on stdio, with Zed's official `agent-client-protocol` crate (SESS-3, SESS-4,
+//! STATE-7, STATE-8, STATE-20, LIFE-4).
+//!
+//! - Every `session/prompt` is a turn through the runtime's one door, [`AgentHost::submit`]
+//!   (channel `Channel::Acp`); the session's chat key is the ACP session id.
+//! - A call that needs approval becomes `session/request_permission` to the client
+//!   ([`approver::ClientApprover`]); the runtime gives up after the risk profile's
+//!   `approval_timeout_secs` (= denied), and the model never approves itself.
+//! - `session/cancel` cancels the turn's `CancelToken` (the turn stops, its tool processes
+//!   with it).
+//! - Sessions live in `data/sessions/acp-sessions.db` ([`AcpSessionStore`]), owned by one
+//!   agent; `session/load` replays the stored transcript as `session/update` notifications.
+//!   Process-local state (cancel tokens, pending permissions) dies with the process (STATE-20).
+//! - While the server runs, it holds a live marker ([`AcpLive`]) that makes agent delete refuse.
+//!
+//! Without a daemon the server runs in-process. With a daemon running it refuses to start: it
+//! does not attach to the daemon yet, and must not open a second session writer beside it.
+
+mod approver;
+mod server;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use warren_config::{ConfigStore, InstallRoot};
+use warren_core::AgentAlias;
+use warren_runtime::AgentHost;
+use warren_runtime::daemon::{DaemonStatus, probe};
+use warren_store::acp::{AcpLive, AcpSessionStore};
+
+pub use server::cwd_rule;
+
+/// Serves `alias` (or the default agent) over ACP on stdin/stdout until the client closes.
+pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode> {
+    if let DaemonStatus::Running { pid, .. } = probe(root)? {
+        let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+        anyhow::bail!(
+            "a warren daemon (pid {pid}) is running on {}; `warren acp` does not attach to a running daemon yet and will not open a second session writer beside it. Stop the daemon (`kill {pid}`) to use `warren acp` in-process",
+            root.root().display()
+        );
+    }
+    let store = ConfigStore::load(root.clone())?;
+    let snapshot = store.snapshot();
+    let alias = match alias {
+        Some(a) => AgentAlias::new(a.as_str())?,
+        None => snapshot
+            .config()
+            .default_agent()
+            .context("no default agent; pass -a ALIAS")?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let host = Arc::new(
+            AgentHost::for_process(root, Arc::clone(&snapshot))
+                .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
+        );
+        // A broken agent or session store fails the command before the editor sees a server.
+        let runner = host.runner(&alias).await?;
+        host.chat_sessions().await.map_err(anyhow::Error::msg)?;
+        let acp = AcpSessionStore::open(root)?;
+        let live = AcpLive::hold(root, &alias)?;
+        let server = server::Server::new(host, alias, runner.kit().policy().clone(), acp);
+        let served = server::serve(server).await;
+        drop(live);
+        served
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
