@@ -12,6 +12,7 @@ mod gateway;
 mod git_cli;
 mod lifecycle;
 mod memory;
+mod openai_endpoint;
 mod secrets_cli;
 mod security;
 mod security_selftest;
