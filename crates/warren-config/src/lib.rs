@@ -12,6 +12,7 @@ pub mod confined;
 mod edit;
 mod error;
 pub mod failpoint;
+pub mod grants;
 mod keypath;
 mod load;
 mod lock;

@@ -1,16 +1,14 @@
 //! Rules serde cannot express: alias syntax, references between sections, and the memory-grant
-//! rules of MEM-4/MEM-7 (CFG-2, CFG-7). Returns every problem, not just the first.
+//! rules of MEM-4/MEM-7 (CFG-2, CFG-7; the grant rules themselves are [`crate::grants`], shared
+//! with the memory factory). Returns every problem, not just the first.
 
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use warren_core::AgentAlias;
 
 use crate::error::{Problem, did_you_mean};
 use crate::keypath::quote;
-use crate::schema::{
-    Config, DEFAULT_PROFILE, EmbedderKind, MemoryBackendKind, MemoryGrant, ProviderKind,
-};
+use crate::schema::{Config, DEFAULT_PROFILE, EmbedderKind, MemoryBackendKind, ProviderKind};
 
 pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
@@ -101,57 +99,15 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
                 );
             }
         }
-        let own_backend = config.memory_backend_of(agent);
-        let mut seen = BTreeSet::new();
-        for (i, grant) in agent.memory.read_memory_from.iter().enumerate() {
-            let key = at(&format!(".memory.read_memory_from[{i}]"));
-            let sibling = grant.agent();
-            if !seen.insert(sibling) {
-                out.push(Problem::at(
-                    key,
-                    format!("agent '{sibling}' is granted twice"),
-                ));
-                continue;
-            }
-            if sibling == name {
-                out.push(Problem::at(
-                    key,
-                    "an agent always reads its own memory; remove this entry",
-                ));
-                continue;
-            }
-            let Some(other) = config.agents.get(sibling) else {
-                let hint = did_you_mean(sibling, agent_names.iter().copied());
-                out.push(
-                    Problem::at(
-                        key,
-                        format!("grant names agent '{sibling}', which does not exist"),
-                    )
-                    .with_hint(hint),
-                );
-                continue;
-            };
-            let other_backend = config.memory_backend_of(other);
-            if other_backend != own_backend {
-                out.push(Problem::at(
-                    key.clone(),
-                    format!(
-                        "'{name}' uses memory backend {own_backend:?} but '{sibling}' uses {other_backend:?}; \
-                         cross-backend memory grants are not supported (MEM-7)"
-                    ),
-                ));
-            }
-            if let MemoryGrant::Categories { categories, .. } = grant {
-                if categories.is_empty() {
-                    out.push(Problem::at(
-                        key.clone(),
-                        "categories is empty; grant the plain alias to share every category",
-                    ));
-                }
-                if own_backend == MemoryBackendKind::Markdown {
-                    out.push(Problem::at(key, "the markdown memory backend keeps no categories; only plain alias grants are accepted (MEM-4)"));
-                }
-            }
+        let (_, refused) = crate::grants::memory_grants(config, name);
+        for p in refused {
+            out.push(
+                Problem::at(
+                    at(&format!(".memory.read_memory_from[{}]", p.index)),
+                    p.rule(name),
+                )
+                .with_hint(p.hint()),
+            );
         }
     }
 
@@ -282,6 +238,9 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             )),
         );
     }
-    out.extend(crate::schema::cron::validate(&config.cron.jobs, &agent_names));
+    out.extend(crate::schema::cron::validate(
+        &config.cron.jobs,
+        &agent_names,
+    ));
     out
 }

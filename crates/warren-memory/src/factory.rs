@@ -2,15 +2,17 @@
 //!
 //! It dispatches on the agent's OWN backend (`agents.<alias>.memory.backend`, else `[memory]
 //! backend`), wraps every backend, `none` included, in [`AgentScopedMemory`] (MEM-6), and
-//! resolves `read_memory_from` into grants, re-checking the validator's rules because a handle
-//! may be built from a config that never went through `ConfigStore` (MEM-4/7/8).
+//! resolves `read_memory_from` into grants under the validator's own rule set
+//! (`warren_config::grants`), because a handle may be built from a config that never went
+//! through `ConfigStore` (MEM-4/7/8).
 //!
 //! [`MemoryStores`] opens each install-wide store once and shares it between agents.
 
 use std::sync::Arc;
 
 use tokio::sync::OnceCell;
-use warren_config::schema::{MemoryBackendKind, MemoryGrant};
+use warren_config::grants::memory_grants;
+use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, InstallRoot};
 use warren_core::AgentAlias;
 
@@ -120,7 +122,7 @@ pub async fn create_memory_for_agent(
             agent: alias.to_string(),
         })?;
     let kind = config.memory_backend_of(agent);
-    let grants = resolve_grants(config, alias, kind)?;
+    let grants = resolve_grants(config, alias)?;
     let store = stores.store(config, kind).await?;
     let mut embedder: Option<Arc<dyn Embedder>> = match kind {
         MemoryBackendKind::Sqlite | MemoryBackendKind::Postgres => {
@@ -145,74 +147,28 @@ pub async fn create_memory_for_agent(
     )))
 }
 
-/// `read_memory_from` → grants, refusing what the validator refuses (each error names the
-/// agent, the grant and the rule).
-pub fn resolve_grants(
-    config: &Config,
-    alias: &AgentAlias,
-    kind: MemoryBackendKind,
-) -> Result<Vec<Grant>, MemoryError> {
-    let Some(agent) = config.agent(alias) else {
+/// `read_memory_from` → grants under the one rule set of `warren_config::grants` (the one
+/// config validation applies): the first refused grant is an error naming the agent, the grant
+/// and the rule.
+pub fn resolve_grants(config: &Config, alias: &AgentAlias) -> Result<Vec<Grant>, MemoryError> {
+    if config.agent(alias).is_none() {
         return Err(MemoryError::UnknownAgent {
             agent: alias.to_string(),
         });
-    };
-    let refuse = |grant: &str, rule: &str| MemoryError::Grant {
-        agent: alias.to_string(),
-        grant: grant.to_string(),
-        rule: rule.to_string(),
-    };
-    let mut out: Vec<Grant> = Vec::new();
-    for grant in &agent.memory.read_memory_from {
-        let name = grant.agent();
-        let sibling = AgentAlias::new(name).map_err(|e| refuse(name, &e.to_string()))?;
-        if &sibling == alias {
-            return Err(refuse(
-                name,
-                "an agent always reads its own memory; remove the self-grant",
-            ));
-        }
-        if out.iter().any(|g| g.agent == sibling) {
-            return Err(refuse(
-                name,
-                "granted twice; combine the categories into one grant",
-            ));
-        }
-        let Some(other) = config.agent(&sibling) else {
-            return Err(refuse(name, "no such agent is configured"));
-        };
-        let other_kind = config.memory_backend_of(other);
-        if other_kind != kind {
-            return Err(refuse(
-                name,
-                &format!(
-                    "'{alias}' uses memory backend {kind:?} but '{sibling}' uses {other_kind:?}; \
-                     cross-backend memory grants are not supported (MEM-7)"
-                ),
-            ));
-        }
-        let categories = match grant {
-            MemoryGrant::All(_) => None,
-            MemoryGrant::Categories { categories, .. } => {
-                if categories.is_empty() {
-                    return Err(refuse(
-                        name,
-                        "categories is empty; grant the plain alias to share every category",
-                    ));
-                }
-                if kind == MemoryBackendKind::Markdown {
-                    return Err(refuse(
-                        name,
-                        "the markdown memory backend keeps no categories; only plain alias grants are accepted (MEM-4)",
-                    ));
-                }
-                Some(categories.clone())
-            }
-        };
-        out.push(Grant {
-            agent: sibling,
-            categories,
+    }
+    let (grants, refused) = memory_grants(config, alias.as_str());
+    if let Some(p) = refused.first() {
+        return Err(MemoryError::Grant {
+            agent: alias.to_string(),
+            grant: p.grant.clone(),
+            rule: p.rule(alias.as_str()),
         });
     }
-    Ok(out)
+    Ok(grants
+        .into_iter()
+        .map(|g| Grant {
+            agent: g.agent,
+            categories: g.categories,
+        })
+        .collect())
 }

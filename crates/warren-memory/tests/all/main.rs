@@ -4,6 +4,7 @@ mod common;
 mod backend_lock;
 mod backends;
 mod fts_scope;
+mod grant_rules;
 mod hybrid;
 mod isolation;
 mod lifecycle;
