@@ -1,6 +1,7 @@
-//! The OpenAI-compatible endpoint (issue 27): `GET /v1/models`, `GET /v1/models/{model}` and
-//! `POST /v1/chat/completions` (JSON, or SSE chunks with `stream: true`), so any OpenAI client
-//! (SDKs, Open WebUI, LibreChat) talks to Warren agents. Off unless `[gateway.openai] enabled`.
+//! The OpenAI-compatible endpoint (issue 27, BEYOND-14): `GET /v1/models`,
+//! `GET /v1/models/{model}` and `POST /v1/chat/completions` (JSON, or SSE chunks with
+//! `stream: true`), so any OpenAI client (SDKs, Open WebUI, LibreChat) talks to Warren agents.
+//! Off unless `[gateway.openai] enabled`.
 //!
 //! - Auth: the paired bearer tokens of `/api/*`; errors in OpenAI's shape
 //!   `{"error": {"message", "type", "param", "code"}}`.
