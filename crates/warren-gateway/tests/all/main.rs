@@ -4,3 +4,4 @@ mod common;
 mod chat;
 mod openai_api;
 mod routes;
+mod sqlite_stores;
