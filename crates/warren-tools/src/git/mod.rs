@@ -51,6 +51,12 @@ impl GitOperations {
         }
     }
 
+    /// How many reads of this tool listed the repository config (a sandboxed spawn of its own);
+    /// the other reads reused a cached listing ([`prepass`]). For benchmarks and tests.
+    pub fn config_listings(&self) -> u64 {
+        self.prepass.listings()
+    }
+
     fn policy(&self) -> &SecurityPolicy {
         self.sandbox.policy()
     }

@@ -45,6 +45,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, FileType};
@@ -95,6 +96,7 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct PrepassCache {
     entries: Mutex<HashMap<(PathBuf, PathBuf, PathBuf), Entry>>,
+    listings: AtomicU64,
 }
 
 impl PrepassCache {
@@ -118,6 +120,7 @@ impl PrepassCache {
             return Ok(entry.drivers);
         }
         let started = SystemTime::now();
+        self.listings.fetch_add(1, Ordering::Relaxed);
         let listing = exec::list_config(sandbox, repo).await?;
         let (drivers, rechecks) = exec::decide(sandbox.policy(), repo, &listing)?;
         if let Some(watched) = watch(repo, &listing, started) {
@@ -137,6 +140,11 @@ impl PrepassCache {
             self.lock().remove(&key);
         }
         Ok(drivers)
+    }
+
+    /// How many config listings ran (every other read was served by the cache).
+    pub fn listings(&self) -> u64 {
+        self.listings.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(PathBuf, PathBuf, PathBuf), Entry>> {

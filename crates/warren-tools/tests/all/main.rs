@@ -3,6 +3,7 @@
 mod common;
 mod gitkit;
 mod escape_files;
+mod escape_git_prepass_cache;
 mod escape_git_programs;
 mod escape_git_repository;
 mod escape_shell;
