@@ -175,6 +175,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "  git_operations status (validation, cached pre-pass, sandbox, parse): {tool_t:?}  ratio {ratio:.2}x (target <= {TARGET}x)"
     );
+    println!(
+        "  config listings run by the cached tool over {} reads: {}",
+        RUNS + 3,
+        tool.config_listings()
+    );
     if ratio > TARGET {
         return Err(format!("git_operations status ratio {ratio:.2}x exceeds {TARGET}x").into());
     }
