@@ -1,8 +1,10 @@
 //! Tool approvals by autonomy level (LOOP-1, issue 7 §5). The channel that asks the operator
 //! is the [`Approver`] interface: the CLI prompts on the terminal; the gateway will add an HTTP
-//! one. No answer within the profile's `approval_timeout_secs` = denied.
+//! one. No answer within the policy's approval timeout (`approval_timeout_secs` of the risk
+//! profile, as `SecurityPolicy` carries it) = denied.
 //!
-//! What needs asking before a call runs ([`requirement`]):
+//! What needs asking before a call runs ([`requirement_for`], read from the agent's
+//! `SecurityPolicy` only, so a subagent asks under exactly what `narrow` left it):
 //! - `read_only`: only `Read` tools run; anything with side effects is refused.
 //! - `supervised`: `Write` tools (medium risk) are asked about; `Execute` (the shell) goes to
 //!   the shell's own command policy, which asks (medium) or blocks (high) through
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use warren_config::schema::Autonomy;
+use warren_security::SecurityPolicy;
 pub use warren_tools::BoxFuture;
 use warren_tools::RiskClass;
 
@@ -108,8 +111,14 @@ pub enum Requirement {
     Refuse(String),
 }
 
-/// The requirement for calling `tool` (of risk `risk`) at `autonomy` (the agent's policy's)
-/// with the risk profile's `always_ask`.
+/// The requirement for calling `tool` (of risk `risk`) under `policy`: its autonomy and its
+/// `always_ask`. Every caller that runs a tool for an agent asks this.
+pub fn requirement_for(policy: &SecurityPolicy, tool: &str, risk: RiskClass) -> Requirement {
+    requirement(policy.autonomy(), policy.always_ask(), tool, risk)
+}
+
+/// The rule behind [`requirement_for`], on the two policy values it reads: `tool` (of risk
+/// `risk`) at `autonomy` with `always_ask`.
 pub fn requirement(
     autonomy: Autonomy,
     always_ask: &[String],

@@ -1,6 +1,7 @@
 //! The subagent validator (PERM-7): a child policy can only be a narrowing of its parent's, on
 //! every axis: roots and their tiers, autonomy, commands, forbidden paths, environment
-//! passthrough, tools, budgets, iteration limit, sandbox strength and network.
+//! passthrough, tools, budgets, iteration limit, sandbox strength and network. The approval
+//! rules (`always_ask`, the approval timeout) are inherited unchanged.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -212,6 +213,9 @@ impl SecurityPolicy {
                 max_cost_per_day_usd,
                 max_tool_iterations: u32::try_from(max_tool_iterations)
                     .unwrap_or(p.max_tool_iterations),
+                // A child asks whenever its parent would, and waits as long.
+                always_ask: p.always_ask.clone(),
+                approval_timeout: p.approval_timeout,
                 workspace: p.workspace.clone(),
                 read_write,
                 read_only,

@@ -49,6 +49,10 @@ pub(crate) struct Inner {
     pub max_actions_per_hour: u32,
     pub max_cost_per_day_usd: f64,
     pub max_tool_iterations: u32,
+    /// Tools that always need the operator's approval (`*` = every tool).
+    pub always_ask: Vec<String>,
+    /// How long an approval request waits before it counts as denied (at least 1 s).
+    pub approval_timeout: Duration,
     pub workspace: PathBuf,
     pub read_write: Vec<Grant>,
     pub read_only: Vec<Grant>,
@@ -199,6 +203,8 @@ impl SecurityPolicy {
                 max_actions_per_hour: risk.max_actions_per_hour,
                 max_cost_per_day_usd: risk.max_cost_per_day_usd,
                 max_tool_iterations: runtime.max_tool_iterations,
+                always_ask: risk.always_ask.clone(),
+                approval_timeout: Duration::from_secs(risk.approval_timeout_secs.max(1)),
                 workspace,
                 read_write,
                 read_only,
@@ -302,6 +308,18 @@ impl SecurityPolicy {
     pub fn max_tool_iterations(&self) -> u32 {
         self.inner.max_tool_iterations
     }
+    /// Tools the risk profile's `always_ask` lists (`*` = every tool): each call asks first.
+    pub fn always_ask(&self) -> &[String] {
+        &self.inner.always_ask
+    }
+    /// Whether a call of `tool` must be approved because `always_ask` lists it.
+    pub fn always_asks(&self, tool: &str) -> bool {
+        self.inner.always_ask.iter().any(|t| t == "*" || t == tool)
+    }
+    /// How long an approval request waits for the operator before it counts as denied.
+    pub fn approval_timeout(&self) -> Duration {
+        self.inner.approval_timeout
+    }
     pub fn runtime_kind(&self) -> RuntimeKind {
         self.inner.runtime_kind
     }
@@ -341,6 +359,8 @@ impl SecurityPolicy {
             "max_actions_per_hour": i.max_actions_per_hour,
             "max_cost_per_day_usd": i.max_cost_per_day_usd,
             "max_tool_iterations": i.max_tool_iterations,
+            "always_ask": i.always_ask,
+            "approval_timeout_secs": i.approval_timeout.as_secs(),
             "sandbox": i.sandbox,
             "fallback": i.fallback,
             "runtime": i.runtime_kind,

@@ -12,21 +12,16 @@ use warren_tools::{RiskClass, ToolError, ToolOutput};
 
 use super::{AgentRunner, MAX_RESULT_CHARS, TurnEvent, TurnIo, TurnOutcome};
 use crate::approval::{
-    ApprovalDecision, ApprovalRequest, Requirement, ask_announced_with_timeout, requirement,
+    ApprovalDecision, ApprovalRequest, Requirement, ask_announced_with_timeout, requirement_for,
 };
 use crate::cancel::CancelToken;
 use crate::delegate::DELEGATE_TOOL;
 use crate::history;
 
 impl AgentRunner {
-    /// What calling `tool` needs: the policy's autonomy with the profile's `always_ask`.
+    /// What calling `tool` needs: the policy's autonomy and `always_ask`.
     fn requirement(&self, tool: &str, risk: RiskClass) -> Requirement {
-        requirement(
-            self.kit.policy().autonomy(),
-            &self.behaviour.always_ask,
-            tool,
-            risk,
-        )
+        requirement_for(self.kit.policy(), tool, risk)
     }
 
     /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
@@ -246,7 +241,7 @@ impl AgentRunner {
             arguments: call.arguments.clone(),
             reason: reason.clone(),
         };
-        let timeout_secs = self.behaviour.approval_timeout_secs.max(1);
+        let timeout_secs = self.kit.policy().approval_timeout().as_secs();
         let announce = |approval: &str| {
             events(TurnEvent::ApprovalPending {
                 call: Arc::clone(call),

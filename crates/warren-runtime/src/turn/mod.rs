@@ -20,7 +20,7 @@ mod subagent;
 use std::sync::Arc;
 
 use serde_json::json;
-use warren_config::schema::{RiskProfile, RuntimeProfile};
+use warren_config::schema::RuntimeProfile;
 use warren_config::{Config, InstallRoot};
 use warren_core::{
     AgentAlias, ChatMessage, SessionKey, SessionKeyError, ToolCall, ToolDefinition, Usage,
@@ -239,25 +239,20 @@ impl Services {
     }
 }
 
-/// How the loop behaves for an agent, from its profiles: what is not a limit. Every LIMIT
-/// (autonomy, the cost cap, the iteration cap, `max_actions_per_hour`) is read from the
-/// agent's `SecurityPolicy`, so a subagent runs under exactly what `narrow` left it.
-/// `always_ask` and `approval_timeout_secs` are still read here: `SecurityPolicy` does not
-/// carry them yet.
+/// How the loop behaves for an agent, from its runtime profile: what is not a limit. Every
+/// LIMIT and approval rule (autonomy, `always_ask`, the approval timeout, the cost cap, the
+/// iteration cap, `max_actions_per_hour`) is read from the agent's `SecurityPolicy`, so a
+/// subagent runs under exactly what `narrow` left it.
 #[derive(Debug, Clone)]
 struct Behaviour {
-    always_ask: Vec<String>,
-    approval_timeout_secs: u64,
     delegation_depth: u32,
     single_tool_rounds: bool,
     parallel_tools: bool,
 }
 
 impl Behaviour {
-    fn of(runtime: &RuntimeProfile, risk: &RiskProfile) -> Self {
+    fn of(runtime: &RuntimeProfile) -> Self {
         Self {
-            always_ask: risk.always_ask.clone(),
-            approval_timeout_secs: risk.approval_timeout_secs,
             delegation_depth: runtime.delegation_depth,
             single_tool_rounds: runtime.single_tool_rounds,
             parallel_tools: runtime.parallel_tools,
@@ -323,7 +318,6 @@ impl AgentRunner {
             route,
             model,
             config.runtime_profile_of(agent),
-            config.risk_profile_of(agent),
             services,
         ))
     }
@@ -335,10 +329,9 @@ impl AgentRunner {
         route: Route,
         model: String,
         runtime: RuntimeProfile,
-        risk: RiskProfile,
         services: Arc<Services>,
     ) -> Self {
-        let behaviour = Behaviour::of(&runtime, &risk);
+        let behaviour = Behaviour::of(&runtime);
         Self::assemble(alias, kit, Arc::new(route), model, behaviour, services)
     }
 

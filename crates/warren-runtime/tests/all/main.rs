@@ -1,4 +1,5 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
 mod session_policy;
+mod subagent_limits;
 mod turn;

@@ -1,5 +1,6 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
+mod approval_rules;
 mod architecture;
 mod escape_sandbox;
 mod policy;
