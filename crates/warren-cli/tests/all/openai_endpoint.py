@@ -91,6 +91,12 @@ except openai.ConflictError as e:
     check(e.body["code"] == "history_mismatch", f"body: {e.body}")
     check("messages[2]" in e.body["message"], f"message: {e.body['message']}")
 
+# The Responses API (small): a string input, one response; `user` picks the session as above.
+resp = client.responses.create(model="main", input="Respond please", user="carol")
+check(resp.object == "response" and resp.status == "completed", f"response: {resp}")
+check(resp.output_text == "Responded.", f"output_text: {resp.output_text!r}")
+check(resp.usage.input_tokens == 10 and resp.usage.output_tokens == 5, f"usage: {resp.usage}")
+
 # The session belongs to agent main: another agent is refused by the turn door.
 try:
     client.chat.completions.create(

@@ -1,8 +1,9 @@
-//! The OpenAI-compatible endpoint (issue 27) with the official `openai` Python package as the
-//! client, against a live `warren daemon` whose agents use the fake OpenAI server: list models,
-//! a non-streaming and a streaming completion (usage in the final chunk), a multi-turn
-//! conversation resent in full (stored once, not duplicated), a diverging history (409), another
-//! agent's session (409), client tools (400), an unknown model (404) and a revoked token (401).
+//! The OpenAI-compatible endpoint (issue 27, BEYOND-14) with the official `openai` Python
+//! package as the client, against a live `warren daemon` whose agents use the fake OpenAI
+//! server: list models, a non-streaming and a streaming completion (usage in the final chunk), a
+//! small Responses API call, a multi-turn conversation resent in full (stored once, not
+//! duplicated), a diverging history (409), another agent's session (409), client tools (400), an
+//! unknown model (404) and a revoked token (401).
 //! The Python client is required: CI installs it (`.ci/run`); a missing one fails the test.
 
 use std::path::Path;
@@ -91,7 +92,7 @@ fn the_openai_python_client_talks_to_agents_through_the_gateway_issue27() -> R {
     // The fake's replies, in the order the script asks.
     fake.push(FakeReply::text("Hello from the fake."));
     fake.push(streamed(&["Streamed", " ", "reply."]));
-    for answer in ["Answer one.", "Answer two.", "Answer three."] {
+    for answer in ["Answer one.", "Answer two.", "Answer three.", "Responded."] {
         fake.push(FakeReply::text(answer));
     }
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
@@ -154,7 +155,7 @@ fn the_openai_python_client_talks_to_agents_through_the_gateway_issue27() -> R {
         ]
     );
     // Each completion was one provider request: refused calls never reached the provider.
-    assert_eq!(fake.requests().len(), 5);
+    assert_eq!(fake.requests().len(), 6);
 
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));

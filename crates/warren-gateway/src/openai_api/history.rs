@@ -9,11 +9,11 @@ use super::{MAX_INPUT, OpenAiError};
 
 #[derive(Deserialize)]
 pub(super) struct InMessage {
-    role: String,
+    pub role: String,
     #[serde(default)]
-    content: Option<Value>,
+    pub content: Option<Value>,
     #[serde(default)]
-    tool_calls: Option<Vec<Value>>,
+    pub tool_calls: Option<Vec<Value>>,
 }
 
 /// One visible message of a conversation: what a chat client shows.
@@ -85,8 +85,8 @@ fn role_name(role: Role) -> &'static str {
 }
 
 /// A message's text: a string, or an array of `{"type": "text", "text"}` parts.
-fn text_of(index: usize, content: Option<&Value>) -> Result<String, OpenAiError> {
-    let param = format!("messages[{index}].content");
+fn text_of(field: &str, index: usize, content: Option<&Value>) -> Result<String, OpenAiError> {
+    let param = format!("{field}[{index}].content");
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -94,7 +94,7 @@ fn text_of(index: usize, content: Option<&Value>) -> Result<String, OpenAiError>
             let mut texts = Vec::with_capacity(parts.len());
             for part in parts {
                 match (part["type"].as_str(), part["text"].as_str()) {
-                    (Some("text"), Some(t)) => texts.push(t),
+                    (Some("text" | "input_text" | "output_text"), Some(t)) => texts.push(t),
                     _ => {
                         return Err(OpenAiError::bad(
                             param,
@@ -118,6 +118,7 @@ fn text_of(index: usize, content: Option<&Value>) -> Result<String, OpenAiError>
 /// developer messages are skipped: the agent's system prompt is Warren's), the last of which
 /// must be a user message (the turn's input).
 pub(super) fn conversation(
+    field: &str,
     messages: &[InMessage],
 ) -> Result<(Vec<(usize, Visible)>, String), OpenAiError> {
     let mut out = Vec::with_capacity(messages.len());
@@ -128,14 +129,14 @@ pub(super) fn conversation(
             "assistant" if m.tool_calls.as_ref().is_none_or(Vec::is_empty) => Role::Assistant,
             "assistant" | "tool" | "function" => {
                 return Err(OpenAiError::bad(
-                    format!("messages[{i}]"),
+                    format!("{field}[{i}]"),
                     "client_tools_unsupported",
                     "client-side tool calls are not supported: the agent's tools are Warren's and run inside Warren",
                 ));
             }
             other => {
                 return Err(OpenAiError::bad(
-                    format!("messages[{i}].role"),
+                    format!("{field}[{i}].role"),
                     "invalid_role",
                     format!(
                         "unknown role '{other}' (expected system, developer, user or assistant)"
@@ -143,14 +144,14 @@ pub(super) fn conversation(
                 ));
             }
         };
-        let text = text_of(i, m.content.as_ref())?;
+        let text = text_of(field, i, m.content.as_ref())?;
         out.push((i, Visible { role, text }));
     }
     match out.pop() {
         Some((i, last)) if last.role == Role::User => {
             if last.text.trim().is_empty() || last.text.len() > MAX_INPUT {
                 return Err(OpenAiError::bad(
-                    format!("messages[{i}].content"),
+                    format!("{field}[{i}].content"),
                     "invalid_input",
                     format!(
                         "the last user message must be non-empty and at most {MAX_INPUT} bytes"
@@ -160,7 +161,7 @@ pub(super) fn conversation(
             Ok((out, last.text))
         }
         _ => Err(OpenAiError::bad(
-            "messages",
+            field,
             "last_message_not_user",
             "the last message must be a user message (the turn's input)",
         )),
@@ -232,21 +233,29 @@ mod tests {
             content: Some(content),
             tool_calls: None,
         };
-        let (earlier, input) = conversation(&[
-            m("system", json!("be brief")),
-            m("user", json!([{"type": "text", "text": "hi"}])),
-            m("assistant", json!("hello")),
-            m("user", json!("again")),
-        ])
+        let (earlier, input) = conversation(
+            "messages",
+            &[
+                m("system", json!("be brief")),
+                m("user", json!([{"type": "text", "text": "hi"}])),
+                m("assistant", json!("hello")),
+                m("user", json!("again")),
+            ],
+        )
         .unwrap();
         assert_eq!(input, "again");
         assert_eq!(
             earlier,
             vec![(1, v(Role::User, "hi")), (2, v(Role::Assistant, "hello"))]
         );
-        let err = conversation(&[m("user", json!("a")), m("assistant", json!("b"))]).unwrap_err();
+        let err = conversation(
+            "messages",
+            &[m("user", json!("a")), m("assistant", json!("b"))],
+        )
+        .unwrap_err();
         assert_eq!(err.code, "last_message_not_user");
-        let err = conversation(&[m("tool", json!("r")), m("user", json!("a"))]).unwrap_err();
+        let err =
+            conversation("messages", &[m("tool", json!("r")), m("user", json!("a"))]).unwrap_err();
         assert_eq!(
             (err.status, err.code),
             (StatusCode::BAD_REQUEST, "client_tools_unsupported")

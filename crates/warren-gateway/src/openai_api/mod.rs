@@ -1,7 +1,7 @@
 //! The OpenAI-compatible endpoint (issue 27, BEYOND-14): `GET /v1/models`,
-//! `GET /v1/models/{model}` and `POST /v1/chat/completions` (JSON, or SSE chunks with
-//! `stream: true`), so any OpenAI client (SDKs, Open WebUI, LibreChat) talks to Warren agents.
-//! Off unless `[gateway.openai] enabled`.
+//! `GET /v1/models/{model}`, `POST /v1/chat/completions` (JSON, or SSE chunks with
+//! `stream: true`) and a small `POST /v1/responses`, so any OpenAI client (SDKs, Open WebUI,
+//! LibreChat) talks to Warren agents. Off unless `[gateway.openai] enabled`.
 //!
 //! - Auth: the paired bearer tokens of `/api/*`; errors in OpenAI's shape
 //!   `{"error": {"message", "type", "param", "code"}}`.
@@ -18,12 +18,15 @@
 //! These routes are not in [`crate::routes::ROUTES`]: their access check and error shape are
 //! OpenAI's, so they carry their own table ([`OPENAI_ROUTES`]), registered by
 //! [`crate::routes::router_with_limits`] and documented by [`crate::openapi::document`]. Parts:
-//! [`history`] (the resent conversation against the stored one), [`completions`] (the turn,
-//! JSON or SSE chunks), [`openapi`] (their OpenAPI path items).
+//! [`history`] (the resent conversation against the stored one), [`turn`] (agent, session and
+//! input of a request), [`completions`] (JSON or SSE chunks), [`responses`], [`openapi`] (their
+//! OpenAPI path items).
 
 mod completions;
 mod history;
 mod openapi;
+mod responses;
+mod turn;
 
 use std::time::{Duration, SystemTime};
 
@@ -84,6 +87,13 @@ pub const OPENAI_ROUTES: &[OpenAiRoute] = &[
         summary: "OpenAI-compatible chat completion: one agent turn (stream: true = SSE chunks, data: [DONE]); session from X-Warren-Session or token + user; resent history is checked, not duplicated",
         turn: true,
         handler: || post(completions::chat_completions),
+    },
+    OpenAiRoute {
+        method: "POST",
+        path: "/v1/responses",
+        summary: "OpenAI-compatible Responses API, small: input (string or message items) as one agent turn, answered as one response (no streaming, no client tools); same session and history rules",
+        turn: true,
+        handler: || post(responses::responses),
     },
 ];
 

@@ -56,6 +56,13 @@ pub fn openapi_paths(paths: &mut Map<String, Value>) {
     completion["502"] = err("the agent's provider failed");
     completion["503"] =
         err("sessions or the agent are unavailable, or the turn was cancelled by a reload");
+    let mut response = completion.clone();
+    response["200"] = json!({"description": "OK (X-Warren-Session names the session)", "content": {
+        "application/json": {"schema": {"type": "object", "required": ["id", "object", "created_at", "status", "model", "output", "usage"], "properties": {
+            "id": {"type": "string"}, "object": {"const": "response"}, "created_at": {"type": "integer"},
+            "status": {"type": "string"}, "model": {"type": "string"}, "output": {"type": "array"}, "usage": {"type": "object"},
+        }}},
+    }});
     let message = json!({"type": "object", "required": ["role"], "properties": {
         "role": {"enum": ["system", "developer", "user", "assistant"]},
         "content": {"type": ["string", "null"]},
@@ -96,5 +103,24 @@ pub fn openapi_paths(paths: &mut Map<String, Value>) {
             "requestBody": {"required": true, "content": {"application/json": {"schema": request,
                 "example": {"model": "main", "messages": [{"role": "user", "content": "hello"}]}}}},
             "responses": completion}}),
+    );
+    let response_request = json!({
+        "type": "object",
+        "required": ["model", "input"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "input": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": message}]},
+            "stream": {"type": ["boolean", "null"]},
+            "user": {"type": ["string", "null"], "maxLength": MAX_USER},
+        },
+    });
+    paths.insert(
+        "/v1/responses".into(),
+        json!({"post": {"summary": summary("/v1/responses"), "operationId": "post_v1_responses", "security": security,
+            "parameters": [{"name": "X-Warren-Session", "in": "header", "required": false,
+                            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": response_request,
+                "example": {"model": "main", "input": "hello"}}}},
+            "responses": response}}),
     );
 }
