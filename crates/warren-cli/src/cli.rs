@@ -68,6 +68,12 @@ pub enum Command {
         #[arg(short = 'a', long = "agent", value_name = "ALIAS")]
         alias: Option<String>,
     },
+    /// Scheduled jobs: add, list, show, run, pause, resume, remove, and their runs
+    #[command(subcommand)]
+    Cron(CronCommand),
+    /// Background runs (cron jobs) registered in the control plane: list, cancel
+    #[command(subcommand)]
+    Runs(RunsCommand),
     /// Show the cost ledger (data/state/costs.jsonl), totalled per agent and model
     Costs {
         #[arg(long, value_name = "ALIAS")]
@@ -262,6 +268,84 @@ pub enum MemoryCommand {
         agent: AgentArg,
         key: String,
     },
+}
+
+/// `warren cron` (STATE-9).
+// Parsed once per process: the size of `Add` does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum CronCommand {
+    /// Add a job: an agent turn (--message) or a shell command (--command) on a schedule
+    Add {
+        name: String,
+        #[arg(long, value_name = "ALIAS")]
+        agent: String,
+        /// A 5- or 6-field cron expression
+        #[arg(long = "cron", value_name = "EXPR", conflicts_with_all = ["every", "at"])]
+        cron: Option<String>,
+        /// Time zone of --cron (IANA name; default UTC)
+        #[arg(long, value_name = "ZONE", requires = "cron")]
+        tz: Option<String>,
+        /// An interval: 30s, 15m, 2h, 1d
+        #[arg(long, value_name = "DURATION", conflicts_with = "at")]
+        every: Option<String>,
+        /// One run at an RFC 3339 time
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        /// The message of the agent turn
+        #[arg(long, value_name = "TEXT", conflicts_with = "command")]
+        message: Option<String>,
+        /// A shell command run as the agent's shell tool (its policy, sandbox, approvals)
+        #[arg(long, value_name = "CMD")]
+        command: Option<String>,
+        /// A session the agent owns (default: an isolated session per run)
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+        /// Per-run budget in USD
+        #[arg(long, value_name = "X")]
+        budget_usd: Option<f64>,
+        /// Per-day budget in USD (UTC day)
+        #[arg(long, value_name = "X")]
+        daily_budget_usd: Option<f64>,
+        /// Missed fire times after downtime: skip (default) or once
+        #[arg(long, value_name = "POLICY")]
+        catch_up: Option<String>,
+        /// Deliver each run's result to this URL (https, or http to localhost)
+        #[arg(long, value_name = "URL")]
+        webhook: Option<String>,
+    },
+    /// Jobs with their schedule, next run, state and pause reason
+    List,
+    /// One job with its last runs
+    Show { name: String },
+    /// Run a job now (claims the same lock as scheduled runs)
+    Run { name: String },
+    /// Stop firing a job
+    Pause { name: String },
+    /// Fire a paused job again (clears its failure count)
+    Resume { name: String },
+    /// Remove a runtime job and its run history
+    Remove { name: String },
+    /// A job's runs, newest first
+    Runs {
+        name: String,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+}
+
+/// `warren runs` (STATE-11).
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Background runs, newest first
+    List {
+        #[arg(long, value_name = "ALIAS")]
+        agent: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Ask a running background run to stop
+    Cancel { id: String },
 }
 
 #[derive(Debug, clap::Args)]

@@ -8,6 +8,7 @@
 
 mod agents_api;
 pub mod client;
+mod cron_api;
 mod config_api;
 pub mod devices;
 pub mod error;

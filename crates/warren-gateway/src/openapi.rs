@@ -69,6 +69,7 @@ pub fn document() -> Value {
         entry[route.method.to_ascii_lowercase()] = op;
     }
     crate::openai_api::openapi_paths(&mut paths);
+    crate::cron_api::openapi_paths(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Warren gateway", "version": env!("CARGO_PKG_VERSION")},

@@ -4,9 +4,11 @@ mod agent;
 mod agents;
 mod config;
 mod costs;
+mod cron;
 mod gateway;
 mod logs;
 mod memory;
+mod runs;
 mod security;
 mod sessions;
 mod status;
@@ -57,6 +59,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli.json,
         ),
         Command::Acp { alias } => warren_acp::run(&root, alias),
+        Command::Cron(cmd) => cron::run(&root, cmd, cli.json),
+        Command::Runs(cmd) => runs::run(&root, cmd, cli.json),
         Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
         Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -6,6 +6,7 @@ mod agent_repl;
 mod cli;
 mod config_faults;
 mod crash;
+mod cron;
 mod daemon;
 mod daemon_chat;
 mod gateway;

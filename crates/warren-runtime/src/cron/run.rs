@@ -369,7 +369,7 @@ fn post_json(url: &str, body: &str) -> Result<(), String> {
         .post(url)
         .header("Content-Type", "application/json")
         .send(body.as_bytes())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("POST {url}: {e}"))?;
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         Ok(())

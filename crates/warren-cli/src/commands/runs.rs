@@ -1,0 +1,71 @@
+//! `warren runs list [--agent A] [--json]`, `warren runs cancel ID` (STATE-11): the background
+//! runs of the control plane (`data/control_plane.db`; cron runs now). Listing never creates
+//! the file. A cancel is a request on the run's row; the owning daemon acts on it when nudged
+//! (`POST /admin/cron/wake`); a run whose owner is gone is marked `lost` instead.
+
+use std::process::ExitCode;
+
+use warren_config::InstallRoot;
+use warren_store::control_plane::{ControlPlane, Owner};
+
+use crate::cli::RunsCommand;
+
+pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<ExitCode> {
+    match cmd {
+        RunsCommand::List { agent, limit } => {
+            let runs = match ControlPlane::open_existing(&root.control_plane_db())? {
+                Some(cp) => cp.list(agent.as_deref(), limit)?,
+                None => Vec::new(),
+            };
+            if json {
+                super::print_json(&serde_json::to_value(&runs)?)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if runs.is_empty() {
+                println!("no background runs");
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<28} {:<6} {:<12} {:<24} {:<10} {:<8} {:<28} ERROR",
+                "ID", "KIND", "AGENT", "LABEL", "STATE", "PID", "STARTED"
+            );
+            for r in &runs {
+                println!(
+                    "{:<28} {:<6} {:<12} {:<24} {:<10} {:<8} {:<28} {}",
+                    r.id,
+                    r.kind,
+                    r.agent,
+                    r.label,
+                    r.state,
+                    r.owner_pid,
+                    r.started_at,
+                    r.error.as_deref().unwrap_or("")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Cancel { id } => {
+            let cp = ControlPlane::open(&root.control_plane_db())?;
+            let run = cp.request_cancel(&id)?;
+            let owner = Owner {
+                pid: run.owner_pid,
+                boot_id: run.owner_boot.clone(),
+            };
+            if !owner.is_alive() {
+                cp.reap()?;
+                println!(
+                    "run {id}: its owner (pid {}) is gone; marked lost",
+                    run.owner_pid
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            if let Err(e) = warren_gateway::client::admin_call(root, "POST", "/admin/cron/wake") {
+                eprintln!(
+                    "warning: the owning daemon was not reached ({e}); the request stays on the run"
+                );
+            }
+            println!("run {id}: cancel requested (owner pid {})", run.owner_pid);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The cron scheduler against a live `warren daemon` and the fake OpenAI server (STATE-9,
+//! STATE-11, STATE-19): repeated runs with one row each and their tokens and cost; a daemon
+//! killed at a named failpoint during a run leaves the run `lost` (never `ok`), its lock
+//! cleared, and the job runs again on schedule, not twice; a manual run during a scheduled one
+//! is refused naming the holder; a turn that needs approval fails with that reason; a webhook
+//! delivery failure is recorded on the run; adding a job with no daemon says so.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
+use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
+    format!(
+        r#"
+[agents.main]
+provider = "fake"
+model = "gpt-test"
+
+[agents.careful]
+provider = "fake"
+model = "gpt-test"
+risk_profile = "careful"
+
+[risk_profiles.careful]
+autonomy = "supervised"
+approval_timeout_secs = 5
+
+[providers.fake]
+kind = "openai"
+base_url = "{}"
+api_key = "sk-cron-secret"
+retry_backoff_ms = 1
+
+[cost.rates.gpt-test]
+input_per_mtok = 1000.0
+output_per_mtok = 2000.0
+
+[gateway]
+port = {port}
+{extra}
+"#,
+        fake.base_url()
+    )
+}
+
+fn json_of(root: &TempRoot, args: &[&str]) -> Result<Value, Box<dyn std::error::Error>> {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = root.run(bin(), &all)?;
+    let (stdout, stderr) = text(&out);
+    if !out.status.success() {
+        return Err(format!("warren {args:?} failed: {stdout}{stderr}").into());
+    }
+    Ok(serde_json::from_str(&stdout)?)
+}
+
+fn runs(root: &TempRoot, job: &str) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
+    Ok(json_of(root, &["cron", "runs", job, "--limit", "100"])?
+        .as_array()
+        .cloned()
+        .unwrap_or_default())
+}
+
+fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>,
+) -> R {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check()? {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("timed out waiting for {what}").into())
+}
+
+#[test]
+fn an_every_second_job_runs_repeatedly_with_one_row_per_run_and_its_cost_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(&fake, port, ""))?;
+    for i in 0..20 {
+        fake.push(FakeReply::text(&format!("tick {i}")).with_usage(100, 50));
+    }
+    // No daemon: the job is stored, and the CLI says it does not run yet.
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "tick",
+            "--agent",
+            "main",
+            "--every",
+            "1s",
+            "--message",
+            "tick?",
+        ],
+    )?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("stored; it runs when `warren daemon` is running"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("scheduled"), "{stdout}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        runs(&root, "tick")?.is_empty(),
+        "nothing runs without a daemon"
+    );
+
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    wait_until("3 runs", WAIT, || {
+        Ok(runs(&root, "tick")?
+            .iter()
+            .filter(|r| r["status"] == "ok")
+            .count()
+            >= 3)
+    })?;
+    let all = runs(&root, "tick")?;
+    let ok: Vec<&Value> = all.iter().filter(|r| r["status"] == "ok").collect();
+    let mut ids: Vec<&str> = all.iter().filter_map(|r| r["id"].as_str()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), all.len(), "one row per run: {all:?}");
+    for r in &ok {
+        assert_eq!(
+            (r["tokens_in"].as_u64(), r["tokens_out"].as_u64()),
+            (Some(100), Some(50)),
+            "{r}"
+        );
+        // 100 × $1000/M + 50 × $2000/M = $0.2
+        let cost = r["cost_usd"].as_f64().unwrap_or(0.0);
+        assert!((cost - 0.2).abs() < 1e-9, "{r}");
+        assert!(
+            r["output"].as_str().is_some_and(|o| o.starts_with("tick ")),
+            "{r}"
+        );
+        assert_eq!(r["trigger"], "schedule", "{r}");
+    }
+    // Each scheduled run is its own isolated session, through the turn door.
+    let sessions: Vec<&str> = ok.iter().filter_map(|r| r["session"].as_str()).collect();
+    assert!(
+        sessions.iter().all(|s| s.starts_with("cron-tick-")),
+        "{sessions:?}"
+    );
+    // The control plane has them, owned by the daemon.
+    let cp = json_of(&root, &["runs", "list"])?;
+    let cp = cp.as_array().cloned().unwrap_or_default();
+    assert!(
+        cp.iter().any(|r| r["state"] == "ok"
+            && r["owner_pid"] == daemon.pid()
+            && r["label"] == "cron:tick"),
+        "{cp:?}"
+    );
+    // The API lists the job, and health shows the scheduler.
+    let token = pair(&root, bin(), port, "ci")?;
+    let (status, listed) = http(port, "GET", "/api/cron", Some(&token), "")?;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["jobs"][0]["name"], "tick", "{listed}");
+    let (_, health) = http(port, "GET", "/api/health", Some(&token), "")?;
+    assert_eq!(
+        health["components"]["cron"]["scheduler"], "running",
+        "{health}"
+    );
+
+    // Pause: no further runs.
+    let out = root.run(bin(), &["cron", "pause", "tick"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = runs(&root, "tick")?.len();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        runs(&root, "tick")?.len(),
+        before,
+        "a paused job does not fire"
+    );
+    let (_, health) = http(port, "GET", "/api/health", Some(&token), "")?;
+    assert_eq!(
+        health["components"]["cron"]["paused"][0]["name"], "tick",
+        "{health}"
+    );
+
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state11() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        "\n[cron.jobs.beat]\nagent = \"main\"\nevery = \"2s\"\nmessage = \"beat\"\n",
+    ))?;
+    // The first daemon dies at the named failpoint right after claiming the first run.
+    let mut cmd = root.warren(bin(), &["daemon"]);
+    cmd.env("FAILPOINTS", "cron-run-started=return");
+    let mut first = DaemonChild::spawn(cmd)?;
+    let status = first.wait(WAIT)?;
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(6),
+        "killed at the failpoint: {status:?}"
+    );
+    let crashed = runs(&root, "beat")?;
+    assert_eq!(crashed.len(), 1, "{crashed:?}");
+    assert_eq!(crashed[0]["status"], "running", "{crashed:?}");
+    let lost_id = crashed[0]["id"].as_str().unwrap_or_default().to_string();
+    let show = json_of(&root, &["cron", "show", "beat"])?;
+    assert_eq!(
+        show["job"]["lock_run"],
+        lost_id.as_str(),
+        "the lock names the dead run: {show}"
+    );
+
+    let started = Instant::now();
+    let mut second = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    second.wait_for("warren daemon ready", WAIT)?;
+    wait_until("a run after the restart", WAIT, || {
+        Ok(runs(&root, "beat")?.iter().any(|r| r["status"] == "ok"))
+    })?;
+    std::thread::sleep(Duration::from_millis(3000));
+    let elapsed = started.elapsed().as_secs_f64();
+    second.signal("TERM")?;
+    assert_eq!(second.wait(WAIT)?.code(), Some(0));
+
+    let all = runs(&root, "beat")?;
+    let lost: Vec<&Value> = all.iter().filter(|r| r["id"] == lost_id.as_str()).collect();
+    assert_eq!(lost.len(), 1);
+    assert_eq!(lost[0]["status"], "lost", "never ok: {all:?}");
+    assert!(lost[0]["finished_at"].is_string(), "{all:?}");
+    let show = json_of(&root, &["cron", "show", "beat"])?;
+    assert_ne!(
+        show["job"]["lock_run"],
+        lost_id.as_str(),
+        "the stale lock is cleared: {show}"
+    );
+    // Runs after the restart follow the 2 s schedule: no burst re-running the lost one.
+    let after: Vec<&Value> = all.iter().filter(|r| r["id"] != lost_id.as_str()).collect();
+    assert!(!after.is_empty());
+    assert!(
+        after.len() as f64 <= elapsed / 2.0 + 1.0,
+        "{} runs in {elapsed:.1} s: {all:?}",
+        after.len()
+    );
+    let mut starts: Vec<&str> = after
+        .iter()
+        .filter_map(|r| r["started_at"].as_str())
+        .collect();
+    starts.sort_unstable();
+    starts.dedup_by(|a, b| a.get(..19) == b.get(..19));
+    assert_eq!(
+        starts.len(),
+        after.len(),
+        "no two runs in the same second: {all:?}"
+    );
+    // The control plane's row of the dead run is lost too.
+    let cp = json_of(&root, &["runs", "list"])?;
+    let row = cp
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["id"] == lost_id.as_str()).cloned());
+    assert_eq!(row.map(|r| r["state"].clone()), Some(json!("lost")));
+    Ok(())
+}
+
+#[test]
+fn a_manual_run_during_a_scheduled_run_is_refused_naming_the_holder_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(&fake, port, ""))?;
+    // The first turn streams slowly (about 4 s).
+    fake.push(FakeReply::Chat {
+        text: (0..40).map(|i| format!("w{i} ")).collect(),
+        calls: Vec::new(),
+        usage: (10, 40),
+        chunk_delay: Duration::from_millis(100),
+    });
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "slow",
+            "--agent",
+            "main",
+            "--every",
+            "1h",
+            "--message",
+            "go",
+        ],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out).0.contains("scheduled by the running daemon"),
+        "{:?}",
+        text(&out)
+    );
+    // Start a run through the API, then try the CLI and the API again while it runs.
+    let token = pair(&root, bin(), port, "ci")?;
+    let api =
+        std::thread::spawn(move || http(port, "POST", "/api/cron/slow/run", Some(&token), ""));
+    wait_until("the run to hold the lock", WAIT, || {
+        Ok(json_of(&root, &["cron", "show", "slow"])?["job"]["lock_run"].is_string())
+    })?;
+    let out = root.run(bin(), &["cron", "run", "slow"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("already running") && stderr.contains(&format!("pid {}", daemon.pid())),
+        "{stderr}"
+    );
+    let (status, first) = api.join().map_err(|_| "api thread")??;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["run"]["status"], "ok", "{first}");
+    assert_eq!(first["run"]["trigger"], "manual", "{first}");
+    assert_eq!(runs(&root, "slow")?.len(), 1, "the refused run left no row");
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn a_job_whose_turn_needs_approval_fails_with_that_reason_and_never_runs_it_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&config(&fake, free_port()?, ""))?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c1",
+            "file_write",
+            json!({"path": "cron-wrote.md", "content": "x\n"}),
+        )],
+    ));
+    fake.push(FakeReply::text("done"));
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "writer",
+            "--agent",
+            "careful",
+            "--every",
+            "1h",
+            "--message",
+            "write it",
+        ],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    // No daemon: `cron run` runs in this process under the same lock.
+    let out = root.run(bin(), &["cron", "run", "writer"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("failed") && stdout.contains("needs the operator's approval"),
+        "{stdout}{stderr}"
+    );
+    let run = &runs(&root, "writer")?[0];
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("'file_write' needs the operator's approval")),
+        "{run}"
+    );
+    let workspace = root.path().join("agents").join("careful").join("workspace");
+    assert!(
+        !workspace.join("cron-wrote.md").exists(),
+        "the write never ran"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_failed_webhook_delivery_is_recorded_on_the_run_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&config(&fake, free_port()?, ""))?;
+    // Nothing listens on this port: every delivery attempt fails.
+    let dead = free_port()?;
+    let bad = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "hook",
+            "--agent",
+            "main",
+            "--every",
+            "1h",
+            "--message",
+            "hi",
+            "--webhook",
+            "http://example.com/hook",
+        ],
+    )?;
+    assert!(
+        !bad.status.success(),
+        "plain http to a remote host is refused at creation"
+    );
+    assert!(text(&bad).1.contains("webhook"), "{:?}", text(&bad));
+    let url = format!("http://127.0.0.1:{dead}/hook");
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "hook",
+            "--agent",
+            "main",
+            "--every",
+            "1h",
+            "--message",
+            "hi",
+            "--webhook",
+            &url,
+        ],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = root.run(bin(), &["cron", "run", "hook"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "the run itself succeeded: {stdout}{stderr}"
+    );
+    assert!(
+        stdout.contains("webhook delivery failed after 3 attempts"),
+        "{stdout}"
+    );
+    let run = &runs(&root, "hook")?[0];
+    assert_eq!(
+        (run["status"].as_str(), run["delivery"].as_str()),
+        (Some("ok"), Some("webhook_failed")),
+        "{run}"
+    );
+    assert!(
+        run["delivery_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&url)),
+        "{run}"
+    );
+    Ok(())
+}
