@@ -14,15 +14,18 @@
 //!   Process-local state (cancel tokens, pending permissions) dies with the process (STATE-20).
 //! - While the server runs, it holds a live marker ([`AcpLive`]) that makes agent delete refuse.
 //!
-//! Without a daemon the server runs in-process. With a daemon running it refuses to start: it
-//! does not attach to the daemon yet, and must not open a second session writer beside it.
+//! Without a daemon the server runs in-process. With a daemon running, the daemon serves ACP on
+//! its local socket ([`AcpHook`], `data/daemon.sock`) and `warren acp` relays stdio to it, so
+//! no second session writer opens beside the daemon.
 
 mod approver;
+mod attach;
 mod server;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use agent_client_protocol::Stdio;
 use anyhow::Context;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
@@ -30,17 +33,11 @@ use warren_runtime::AgentHost;
 use warren_runtime::daemon::{DaemonStatus, probe};
 use warren_store::acp::{AcpLive, AcpSessionStore};
 
+pub use attach::{AcpHook, socket_path};
 pub use server::cwd_rule;
 
 /// Serves `alias` (or the default agent) over ACP on stdin/stdout until the client closes.
 pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode> {
-    if let DaemonStatus::Running { pid, .. } = probe(root)? {
-        let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
-        anyhow::bail!(
-            "a warren daemon (pid {pid}) is running on {}; `warren acp` does not attach to a running daemon yet and will not open a second session writer beside it. Stop the daemon (`kill {pid}`) to use `warren acp` in-process",
-            root.root().display()
-        );
-    }
     let store = ConfigStore::load(root.clone())?;
     let snapshot = store.snapshot();
     let alias = match alias {
@@ -55,6 +52,12 @@ pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if let DaemonStatus::Running { pid, .. } = probe(root)? {
+        // The daemon owns the session writers: serve through it, never beside it.
+        let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+        runtime.block_on(attach::relay(root, &alias, &pid))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     runtime.block_on(async {
         let host = Arc::new(
             AgentHost::for_process(root, Arc::clone(&snapshot))
@@ -66,7 +69,7 @@ pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode
         let acp = AcpSessionStore::open(root)?;
         let live = AcpLive::hold(root, &alias)?;
         let server = server::Server::new(host, alias, runner.kit().policy().clone(), acp);
-        let served = server::serve(server).await;
+        let served = server::serve(server, Stdio::new()).await;
         drop(live);
         served
     })?;

@@ -15,7 +15,7 @@ use agent_client_protocol::v1::schema::{
     ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, Client, Error, ErrorCode, Stdio};
+use agent_client_protocol::{Agent, Client, ConnectTo, Error, ErrorCode};
 use serde_json::json;
 use warren_core::{AgentAlias, SessionKey};
 use warren_runtime::{
@@ -406,8 +406,12 @@ fn internal(e: impl std::fmt::Display) -> Error {
     Error::internal_error().data(e.to_string())
 }
 
-/// Serves `server` on stdin/stdout until the client closes the connection.
-pub async fn serve(server: Server) -> anyhow::Result<()> {
+/// Serves `server` on `transport` (stdin/stdout, or a daemon socket connection) until the
+/// client closes the connection.
+pub async fn serve(
+    server: Server,
+    transport: impl ConnectTo<Agent> + 'static,
+) -> anyhow::Result<()> {
     let server = Arc::new(server);
     let (s_init, s_new, s_load, s_prompt, s_cancel) = (
         Arc::clone(&server),
@@ -468,7 +472,7 @@ pub async fn serve(server: Server) -> anyhow::Result<()> {
             },
             agent_client_protocol::on_receive_notification!(),
         )
-        .connect_to(Stdio::new())
+        .connect_to(transport)
         .await
         .map_err(|e| anyhow::anyhow!("ACP connection: {e}"))
 }

@@ -33,7 +33,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init => init(&root, cli.json),
         Command::Daemon => {
             let gateway = std::sync::Arc::new(warren_gateway::GatewayHook::new());
-            warren_runtime::run_blocking_with(root, vec![gateway])?;
+            // `warren acp` next to the daemon relays to its ACP socket (data/daemon.sock).
+            let acp: std::sync::Arc<dyn warren_runtime::daemon::GenerationHook> =
+                std::sync::Arc::new(warren_acp::AcpHook);
+            warren_runtime::run_blocking_with(root, vec![gateway, acp])?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Pair => gateway::pair(&root, cli.json),

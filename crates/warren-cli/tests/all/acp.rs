@@ -70,8 +70,10 @@ fn alias(a: &str) -> AgentAlias {
 struct Seen {
     updates: Vec<(SessionId, SessionUpdate)>,
     asked: Vec<RequestPermissionRequest>,
-    /// Answers to give, in order: `Some(option kind prefix)` ("allow" / "reject").
+    /// Answers to give, in order: an option id prefix ("allow" / "reject"), or "hold" to
+    /// never answer (the responder is kept, unanswered).
     answers: Vec<&'static str>,
+    held: Vec<agent_client_protocol::v1::Responder<RequestPermissionResponse>>,
 }
 
 impl Seen {
@@ -140,6 +142,14 @@ fn with_acp<T>(
                             s.answers.remove(0)
                         }
                     };
+                    if answer == "hold" {
+                        on_ask
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .held
+                            .push(responder);
+                        return Ok(());
+                    }
                     let option = request
                         .options
                         .iter()
@@ -378,6 +388,54 @@ fn acp_prompt_asks_permission_cancels_and_a_fresh_process_loads_the_history() ->
 }
 
 #[test]
+fn acp_a_permission_nobody_answers_is_denied_after_the_profile_timeout() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(
+        &config(&fake).replace("approval_timeout_secs = 5", "approval_timeout_secs = 1"),
+    )?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c9",
+            "file_write",
+            json!({"path": "late.md", "content": "late\n"}),
+        )],
+    ));
+    fake.push(FakeReply::text("Nobody answered."));
+    let seen = Arc::new(Mutex::new(Seen {
+        answers: vec!["hold"],
+        ..Seen::default()
+    }));
+    let (id, waited) = with_acp(root.path(), &[], Arc::clone(&seen), async |cx| {
+        initialize(&cx).await?;
+        let id = new_session(&cx, Path::new("/")).await?.session_id;
+        let started = Instant::now();
+        assert_eq!(prompt(&cx, &id, "write late").await?, StopReason::EndTurn);
+        Ok((id, started.elapsed()))
+    })?;
+    eprintln!(
+        "unanswered permission denied after {} ms",
+        waited.as_millis()
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "denied before the timeout"
+    );
+    assert!(!workspace(root.path(), "main").join("late.md").exists());
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(seen.asked.len(), 1);
+    let failed = seen.updates_of(&id).into_iter().any(|u| {
+        matches!(&u, SessionUpdate::ToolCallUpdate(t)
+            if &*t.tool_call_id.0 == "c9"
+                && t.fields.status == Some(ToolCallStatus::Failed)
+                && format!("{:?}", t.fields.content).contains("no approval arrived in time"))
+    });
+    assert!(failed, "{:?}", seen.updates_of(&id));
+    Ok(())
+}
+
+#[test]
 fn acp_cwd_inside_the_workspace_is_kept() -> R {
     let root = TempRoot::new()?;
     let fake = FakeOpenAi::start()?;
@@ -459,19 +517,45 @@ fn acp_delete_is_refused_while_a_server_is_live_and_a_killed_server_is_not_live(
 }
 
 #[test]
-fn acp_refuses_to_start_next_to_a_running_daemon() -> R {
+fn acp_next_to_a_running_daemon_is_served_by_the_daemon() -> R {
     let root = TempRoot::new()?;
     let fake = FakeOpenAi::start()?;
-    let port = root.write_config_on_free_port(&config(&fake))?;
-    let _ = port;
+    root.write_config_on_free_port(&config(&fake))?;
     let mut daemon = warren_testkit::DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("listening", Duration::from_secs(30))?;
-    let out = root.run(bin(), &["acp"])?;
+    daemon.wait_for("warren daemon ready", Duration::from_secs(30))?;
+    let socket = warren_acp::socket_path(&InstallRoot::at(root.path()));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket)?.permissions());
+    assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
+
+    fake.push(FakeReply::text("Served by the daemon."));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = Arc::clone(&seen);
+    let install = InstallRoot::at(root.path());
+    let id = with_acp(root.path(), &[], Arc::clone(&seen), async |cx| {
+        initialize(&cx).await?;
+        let id = new_session(&cx, Path::new("/")).await?.session_id;
+        assert_eq!(prompt(&cx, &id, "hello daemon").await?, StopReason::EndTurn);
+        wait_for(&s, |s| {
+            agent_text(&s.updates_of(&id)).contains("Served by the daemon.")
+        })
+        .await?;
+        // The relay is a live server of `main` while it runs.
+        let live = AcpLive::servers(&install, &alias("main"))
+            .map_err(agent_client_protocol::Error::into_internal_error)?;
+        assert_eq!(live.len(), 1);
+        Ok(id)
+    })?;
+    // The turn ran in the daemon: its trace names the ACP session.
+    let out = root.run(bin(), &["logs", "--json"])?;
+    assert!(text(&out).0.contains(&*id.0), "{}", text(&out).0);
+
+    // An unknown agent is refused by the daemon, with the reason.
+    let out = root.run(bin(), &["acp", "-a", "ghost"])?;
     assert!(!out.status.success());
-    let err = text(&out).1;
-    assert!(
-        err.contains("daemon") && err.contains("does not attach"),
-        "{err}"
-    );
+    assert!(text(&out).1.contains("ghost"), "{}", text(&out).1);
+
+    daemon.signal("TERM")?;
+    daemon.wait(Duration::from_secs(30))?;
+    assert!(!socket.exists(), "the daemon left its ACP socket behind");
     Ok(())
 }

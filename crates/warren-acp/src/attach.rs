@@ -1,0 +1,192 @@
+//! `warren acp` with a daemon running (issue 19 §5): the daemon serves ACP on a local socket,
+//! `data/daemon.sock` (0600, in the 0700 `data/`, and only for a peer with the daemon's own
+//! uid: the loopback-admin rule of "the local owner only"), with its generation's host, so the
+//! turn shares the daemon's session queue, cost ledger, trace and action window. `warren acp`
+//! itself becomes a relay between the editor's stdio and the socket, and holds the live marker.
+//!
+//! The connection opens with one handshake line each way: `{"agent": ALIAS}` from the relay,
+//! `{"ok": true}` or `{"error": ...}` from the daemon; then ACP JSON-RPC lines flow as on stdio.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_client_protocol::Lines;
+use anyhow::Context;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::oneshot;
+use warren_config::InstallRoot;
+use warren_core::AgentAlias;
+use warren_runtime::daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
+use warren_store::acp::{AcpLive, AcpSessionStore};
+
+use crate::server::{Server, serve};
+
+/// The daemon's ACP socket.
+pub fn socket_path(root: &InstallRoot) -> PathBuf {
+    root.data_dir().join("daemon.sock")
+}
+
+/// The daemon subsystem that serves ACP on `data/daemon.sock`, rebound every generation.
+#[derive(Debug, Default)]
+pub struct AcpHook;
+
+impl GenerationHook for AcpHook {
+    fn name(&self) -> &'static str {
+        "acp"
+    }
+
+    fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
+        Box::pin(async move { start(generation).await })
+    }
+}
+
+async fn start(generation: &Generation) -> Result<RunningSubsystem, String> {
+    let path = socket_path(&generation.root);
+    // A socket left by an earlier (crashed or reloaded) generation is ours to replace: the
+    // daemon lock says no other daemon owns this root.
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+    }
+    let listener =
+        UnixListener::bind(&path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
+    let owner = std::fs::metadata(&path)
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+        .uid();
+    tracing::info!(socket = %path.display(), "ACP socket listening");
+    let (stop, mut stopped) = oneshot::channel::<()>();
+    let host = Arc::clone(&generation.host);
+    let root = generation.root.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let (host, root) = (Arc::clone(&host), root.clone());
+                        tokio::spawn(async move {
+                            if let Err(e) = connection(stream, owner, host, root).await {
+                                tracing::warn!("ACP socket connection: {e:#}");
+                            }
+                        });
+                    }
+                    Err(e) => tracing::warn!("ACP socket accept: {e}"),
+                },
+                _ = &mut stopped => break,
+            }
+        }
+        // The next generation binds a new socket; connections already open keep their turns.
+        let _ = std::fs::remove_file(&path);
+    });
+    Ok(RunningSubsystem::new("acp", stop, task))
+}
+
+/// One relay's connection: the peer check, the handshake, then ACP until it closes.
+async fn connection(
+    stream: UnixStream,
+    owner: u32,
+    host: Arc<warren_runtime::AgentHost>,
+    root: InstallRoot,
+) -> anyhow::Result<()> {
+    let peer = stream
+        .peer_cred()
+        .context("reading the peer's credentials")?;
+    if peer.uid() != owner {
+        anyhow::bail!(
+            "refused a connection from uid {} (the socket belongs to uid {owner})",
+            peer.uid()
+        );
+    }
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let hello = lines.next_line().await?.unwrap_or_default();
+    let setup = async {
+        let agent = serde_json::from_str::<serde_json::Value>(&hello)
+            .ok()
+            .and_then(|v| v["agent"].as_str().map(str::to_string))
+            .context("the handshake names no agent")?;
+        let alias = AgentAlias::new(agent.as_str())?;
+        let runner = host.runner(&alias).await?;
+        host.open_sessions().await;
+        host.chat_sessions().await.map_err(anyhow::Error::msg)?;
+        let store = AcpSessionStore::open(&root)?;
+        anyhow::Ok(Server::new(
+            Arc::clone(&host),
+            alias,
+            runner.kit().policy().clone(),
+            store,
+        ))
+    };
+    let server = match setup.await {
+        Ok(server) => server,
+        Err(e) => {
+            let reply = json!({"error": format!("{e:#}")}).to_string() + "\n";
+            write.write_all(reply.as_bytes()).await?;
+            return Ok(());
+        }
+    };
+    write.write_all(b"{\"ok\":true}\n").await?;
+    let incoming = futures::stream::unfold(lines, |mut lines| async move {
+        match lines.next_line().await {
+            Ok(Some(line)) => Some((Ok(line), lines)),
+            Ok(None) => None,
+            Err(e) => Some((Err(e), lines)),
+        }
+    });
+    let outgoing = futures::sink::unfold(write, |mut write, line: String| async move {
+        write.write_all(line.as_bytes()).await?;
+        write.write_all(b"\n").await?;
+        write.flush().await?;
+        Ok::<_, std::io::Error>(write)
+    });
+    serve(server, Lines::new(Box::pin(outgoing), Box::pin(incoming))).await
+}
+
+/// The relay: `warren acp` next to a running daemon (daemon `pid`).
+pub async fn relay(root: &InstallRoot, alias: &AgentAlias, pid: &str) -> anyhow::Result<()> {
+    let path = socket_path(root);
+    let stream = UnixStream::connect(&path).await.with_context(|| {
+        format!(
+            "a warren daemon (pid {pid}) runs on {} but its ACP socket {} does not answer",
+            root.root().display(),
+            path.display()
+        )
+    })?;
+    let (read, mut write) = stream.into_split();
+    write
+        .write_all((json!({"agent": alias}).to_string() + "\n").as_bytes())
+        .await?;
+    let mut from_daemon = BufReader::new(read);
+    let mut reply = String::new();
+    from_daemon.read_line(&mut reply).await?;
+    let reply: serde_json::Value = serde_json::from_str(reply.trim()).with_context(|| {
+        format!(
+            "the daemon's ACP socket {} answered no handshake",
+            path.display()
+        )
+    })?;
+    if let Some(e) = reply["error"].as_str() {
+        anyhow::bail!("the daemon (pid {pid}) refused `warren acp -a {alias}`: {e}");
+    }
+    let _live = AcpLive::hold(root, alias)?;
+    let up = async {
+        tokio::io::copy(&mut tokio::io::stdin(), &mut write).await?;
+        write.shutdown().await
+    };
+    let down = async {
+        let mut stdout = tokio::io::stdout();
+        tokio::io::copy(&mut from_daemon, &mut stdout).await?;
+        stdout.flush().await
+    };
+    // The session ends when either side closes.
+    tokio::select! {
+        r = up => r?,
+        r = down => r?,
+    }
+    Ok(())
+}
