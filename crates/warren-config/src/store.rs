@@ -586,10 +586,22 @@ fn read_config(root: &InstallRoot) -> Result<String, ConfigError> {
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(libc::O_CLOEXEC),
         other => other,
     };
-    let mut text = String::new();
-    match file.and_then(|mut f| f.read_to_string(&mut text)) {
-        Ok(_) => Ok(text),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ConfigError::Missing { path }),
-        Err(cause) => Err(ConfigError::Read { path, cause }),
+    let mut bytes = Vec::new();
+    match file.and_then(|mut f| f.read_to_end(&mut bytes)) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ConfigError::Missing { path }),
+        Err(cause) => return Err(ConfigError::Read { path, cause }),
     }
+    String::from_utf8(bytes).map_err(|e| {
+        // Where the first bad byte is: line and column of the text before it.
+        let valid = e.utf8_error().valid_up_to();
+        let before = String::from_utf8_lossy(&e.as_bytes()[..valid]);
+        let problem = crate::error::Problem {
+            key: None,
+            position: Some(crate::error::line_col(&before, valid)),
+            message: "invalid UTF-8 byte: a config file must be UTF-8 text".into(),
+            hint: Some("re-save the file as UTF-8 (or restore config.toml.bak)".into()),
+        };
+        ConfigError::invalid(path, problem)
+    })
 }

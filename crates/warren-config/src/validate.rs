@@ -181,6 +181,27 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             "port 0 is not allowed; pick a fixed port",
         ));
     }
+    for (key, value, max) in [
+        (
+            "gateway.header_read_timeout_secs",
+            config.gateway.header_read_timeout_secs,
+            3600,
+        ),
+        (
+            "gateway.idle_timeout_secs",
+            config.gateway.idle_timeout_secs,
+            86_400,
+        ),
+        (
+            "gateway.max_connections",
+            u64::from(config.gateway.max_connections),
+            65_536,
+        ),
+    ] {
+        if !(1..=max).contains(&value) {
+            out.push(Problem::at(key, format!("must be between 1 and {max}")));
+        }
+    }
     if config.channels.session_queue_depth > 1000 {
         out.push(Problem::at(
             "channels.session_queue_depth",

@@ -163,7 +163,7 @@ pub(crate) async fn add_agent(
     }
     let store = state.store().clone();
     let added = alias.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
+    let outcome = crate::config_api::write_fresh(&state, ROUTE, move || {
         let mut fields = Vec::new();
         for (key, value) in [
             ("provider", &request.provider),
@@ -178,8 +178,7 @@ pub(crate) async fn add_agent(
         txn.add_agent(&added, &fields)?;
         txn.commit()
     })
-    .await
-    .map_err(|e| ApiError::internal(ROUTE, e))?
+    .await?
     .map_err(|e| match &e {
         // Added by another writer between the check above and the lock.
         warren_config::ConfigError::Edit { message, .. } if message.ends_with("already exists") => {

@@ -4,7 +4,6 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::de::DeserializeOwned;
 use warren_config::ConfigError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,37 +122,5 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Parses a JSON body; a failure is a 400 naming the field at fault. The offending value is
-/// never echoed (it may be a code or a secret).
-pub fn parse_json<T: DeserializeOwned>(route: &str, body: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.inner();
-        let message = if inner.is_syntax() || inner.is_eof() {
-            format!(
-                "malformed JSON at line {} column {}",
-                inner.line(),
-                inner.column()
-            )
-        } else {
-            let text = inner.to_string();
-            if text.starts_with("missing field") || text.starts_with("unknown field") {
-                text.split(" at line").next().unwrap_or(&text).to_string()
-            } else {
-                "wrong type or value".to_string()
-            }
-        };
-        let field = if path == "." {
-            // A missing field is reported at the parent; name it from the message.
-            inner
-                .to_string()
-                .split('`')
-                .nth(1)
-                .map_or_else(|| "(body)".to_string(), str::to_string)
-        } else {
-            path
-        };
-        ApiError::bad_field(route, field, message)
-    })
-}
+/// Parses a JSON body strictly (one value, nothing after it); see [`crate::json::parse`].
+pub use crate::json::parse as parse_json;

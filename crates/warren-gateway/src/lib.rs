@@ -12,7 +12,9 @@ mod cron_api;
 mod config_api;
 pub mod devices;
 pub mod error;
+pub mod json;
 mod lifecycle_api;
+mod listener;
 pub mod openai_api;
 pub mod openapi;
 mod ops_api;
@@ -22,6 +24,7 @@ pub mod server;
 pub mod state;
 pub mod tokens;
 
+pub use listener::ConnLimits;
 pub use routes::{Access, BODY_LIMIT, ROUTES, Route, TimeLimits, router, router_with_limits};
 pub use server::{AdminEndpoint, GatewayHook, read_endpoint};
 pub use state::{AppState, ProcessState};

@@ -6,14 +6,15 @@
 //! rename|delete|restore` ask the daemon instead of writing beside it).
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
+use warren_config::ConfigError;
 use warren_runtime::lifecycle::{Lifecycle, LifecycleError};
 
-use crate::error::{ApiError, parse_json};
+use crate::error::ApiError;
+use crate::json::StrictJson;
 use crate::state::AppState;
 
 fn lifecycle(state: &AppState) -> Lifecycle {
@@ -29,6 +30,24 @@ fn map_err(route: &str, e: LifecycleError) -> ApiError {
             err
         }
         other => ApiError::new(status, other.code(), format!("{route}: {other}")),
+    }
+}
+
+/// Runs a lifecycle operation; when config.toml changed outside the daemon, the daemon
+/// reloads it (if it validates) and runs the operation once more (issue 15 §3). The
+/// operations take the config write lock before touching anything, so the refused first
+/// attempt changed nothing.
+async fn fresh<T, F: Future<Output = Result<T, LifecycleError>>>(
+    state: &AppState,
+    route: &str,
+    op: impl Fn() -> F,
+) -> Result<T, ApiError> {
+    match op().await {
+        Err(LifecycleError::Config(ConfigError::Stale { .. })) => {
+            crate::config_api::reload_changed(state, route).await?;
+            op().await.map_err(|e| map_err(route, e))
+        }
+        other => other.map_err(|e| map_err(route, e)),
     }
 }
 
@@ -64,21 +83,18 @@ async fn reloaded(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RenameBody {
+pub(crate) struct RenameBody {
     to: String,
 }
 
 pub(crate) async fn rename(
     State(state): State<AppState>,
     Path(alias): Path<String>,
-    body: Bytes,
+    StrictJson(req): StrictJson<RenameBody>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/agents/{alias}/rename";
-    let req: RenameBody = parse_json(ROUTE, &body)?;
-    let report = lifecycle(&state)
-        .rename(&alias, &req.to)
-        .await
-        .map_err(|e| map_err(ROUTE, e))?;
+    let lc = lifecycle(&state);
+    let report = fresh(&state, ROUTE, || lc.rename(&alias, &req.to)).await?;
     reloaded(&state, ROUTE, &report).await
 }
 
@@ -87,10 +103,8 @@ pub(crate) async fn delete(
     Path(alias): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "DELETE /api/agents/{alias}";
-    let report = lifecycle(&state)
-        .delete(&alias)
-        .await
-        .map_err(|e| map_err(ROUTE, e))?;
+    let lc = lifecycle(&state);
+    let report = fresh(&state, ROUTE, || lc.delete(&alias)).await?;
     reloaded(&state, ROUTE, &report).await
 }
 
@@ -108,7 +122,7 @@ pub(crate) async fn delete_plan(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RestoreBody {
+pub(crate) struct RestoreBody {
     archive: String,
     #[serde(default, rename = "as")]
     as_alias: Option<String>,
@@ -116,21 +130,21 @@ struct RestoreBody {
 
 pub(crate) async fn restore(
     State(state): State<AppState>,
-    body: Bytes,
+    StrictJson(req): StrictJson<RestoreBody>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/agents/restore";
-    let req: RestoreBody = parse_json(ROUTE, &body)?;
-    let report = lifecycle(&state)
-        .restore(&req.archive, req.as_alias.as_deref())
-        .await
-        .map_err(|e| map_err(ROUTE, e))?;
+    let lc = lifecycle(&state);
+    let report = fresh(&state, ROUTE, || {
+        lc.restore(&req.archive, req.as_alias.as_deref())
+    })
+    .await?;
     reloaded(&state, ROUTE, &report).await
 }
 
 /// The CLI's request when a daemon runs.
 #[derive(Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-enum AdminOp {
+pub(crate) enum AdminOp {
     Rename {
         alias: String,
         to: String,
@@ -151,27 +165,25 @@ enum AdminOp {
 
 pub(crate) async fn admin(
     State(state): State<AppState>,
-    body: Bytes,
+    StrictJson(op): StrictJson<AdminOp>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /admin/agents/lifecycle";
-    let op: AdminOp = parse_json(ROUTE, &body)?;
     let lc = lifecycle(&state);
     let err = |e| map_err(ROUTE, e);
     match op {
         AdminOp::Rename { alias, to } => {
-            reloaded(&state, ROUTE, &lc.rename(&alias, &to).await.map_err(err)?).await
+            let report = fresh(&state, ROUTE, || lc.rename(&alias, &to)).await?;
+            reloaded(&state, ROUTE, &report).await
         }
         AdminOp::Delete { alias } => {
-            reloaded(&state, ROUTE, &lc.delete(&alias).await.map_err(err)?).await
+            let report = fresh(&state, ROUTE, || lc.delete(&alias)).await?;
+            reloaded(&state, ROUTE, &report).await
         }
         AdminOp::DeletePlan { alias } => {
             to_json(ROUTE, &lc.delete_plan(&alias).await.map_err(err)?)
         }
         AdminOp::Restore { archive, as_alias } => {
-            let report = lc
-                .restore(&archive, as_alias.as_deref())
-                .await
-                .map_err(err)?;
+            let report = fresh(&state, ROUTE, || lc.restore(&archive, as_alias.as_deref())).await?;
             reloaded(&state, ROUTE, &report).await
         }
         AdminOp::Resume => to_json(ROUTE, &lc.converge_pending().await),

@@ -123,6 +123,9 @@ struct Failures {
 #[derive(Default)]
 struct Inner {
     code: Option<Pending>,
+    /// The code consumed by the last successful [`Pairing::redeem`], until its token is saved
+    /// or [`Pairing::give_back`] restores it.
+    redeemed: Option<Pending>,
     failures: HashMap<IpAddr, Failures>,
 }
 
@@ -158,6 +161,21 @@ impl Pairing {
         Ok((code, CODE_TTL))
     }
 
+    /// Restores `code` after a successful [`Self::redeem`] whose token could not be issued (the
+    /// config could not be saved): a pairing refused for the daemon's reasons never consumes
+    /// the code (issue 15 §3). Nothing happens if another code was issued meanwhile or it
+    /// expired.
+    pub fn give_back(&self, code: &str) {
+        let mut inner = self.lock();
+        let ours = inner
+            .redeemed
+            .as_ref()
+            .is_some_and(|p| p.expires > Instant::now() && ct_eq(&p.code, code.trim()));
+        if ours && inner.code.is_none() {
+            inner.code = inner.redeemed.take();
+        }
+    }
+
     /// Whether a code is pending (and unexpired).
     pub fn has_code(&self) -> bool {
         self.lock()
@@ -185,7 +203,7 @@ impl Pairing {
             .filter(|p| p.expires > now)
             .is_some_and(|p| ct_eq(&p.code, code.trim()));
         if valid {
-            inner.code = None;
+            inner.redeemed = inner.code.take();
             inner.failures.remove(&client);
             return Ok(());
         }
@@ -248,6 +266,20 @@ mod tests {
         assert_eq!(find_token(&token, [hash.as_str()]), Some(hash.as_str()));
         assert_eq!(find_token("wrn_x", [hash.as_str()]), None);
         assert_eq!(find_token("", [""]), None, "an empty token never matches");
+    }
+
+    #[test]
+    fn a_code_given_back_after_a_failed_save_pairs_once_more() {
+        let pairing = Pairing::default();
+        let client: IpAddr = [127, 0, 0, 1].into();
+        let (code, _) = pairing.issue_code().unwrap();
+        assert_eq!(pairing.redeem(client, &code), Ok(()));
+        pairing.give_back(&code);
+        assert!(pairing.has_code());
+        assert_eq!(pairing.redeem(client, &code), Ok(()));
+        assert!(pairing.redeem(client, &code).is_err(), "still one use");
+        pairing.give_back("000000");
+        assert!(!pairing.has_code(), "only the redeemed code comes back");
     }
 
     #[test]

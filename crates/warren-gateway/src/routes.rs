@@ -8,7 +8,6 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::SystemTime;
 
-use axum::body::Bytes;
 use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
@@ -20,7 +19,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, parse_json};
+use crate::error::ApiError;
+use crate::json::StrictJson;
 use crate::pairing::{self, PairRefused, device_id, hash_token, new_token};
 use crate::state::AppState;
 use crate::tokens;
@@ -409,6 +409,7 @@ pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
     router
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(crate::json::json_errors))
         .with_state(state)
 }
 
@@ -540,10 +541,9 @@ const MAX_DEVICE_NAME: usize = 64;
 async fn pair(
     State(state): State<AppState>,
     Peer(peer): Peer,
-    body: Bytes,
+    StrictJson(request): StrictJson<PairRequest>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /pair";
-    let request: PairRequest = parse_json(ROUTE, &body)?;
     let device = request.device.trim().to_string();
     if device.is_empty()
         || device.chars().count() > MAX_DEVICE_NAME
@@ -577,19 +577,22 @@ async fn pair(
     let token = new_token().map_err(|e| ApiError::internal(ROUTE, e))?;
     let hash = hash_token(&token);
     // STATE-15: the hash is durably in config.toml before the token leaves this process.
+    // Refused for the daemon's reasons (config not saved): the code stays valid.
     let store = state.store().clone();
     let persisted_hash = hash.clone();
-    tokio::task::spawn_blocking(move || tokens::add_hash_blocking(&store, &persisted_hash))
-        .await
-        .map_err(|e| ApiError::internal(ROUTE, e))?
-        .map_err(|e| {
-            let mut err = ApiError::from_config(ROUTE, &e);
-            err.message = format!(
-                "{}; no token was issued (run `warren pair` again)",
-                err.message
-            );
-            err
-        })?;
+    let saved = crate::config_api::write_fresh(&state, ROUTE, move || {
+        tokens::add_hash_blocking(&store, &persisted_hash)
+    })
+    .await
+    .and_then(|saved| saved.map_err(|e| ApiError::from_config(ROUTE, &e)));
+    if let Err(mut err) = saved {
+        state.process().pairing.give_back(&request.code);
+        err.message = format!(
+            "{}; no token was issued and the pairing code stays valid",
+            err.message
+        );
+        return Err(err);
+    }
     if let Ok(devices) = &state.process().devices {
         let (devices, row_hash, name) = (devices.clone(), hash.clone(), device.clone());
         let inserted = tokio::task::spawn_blocking(move || devices.insert(&row_hash, &name)).await;
@@ -655,7 +658,9 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         warren_runtime::host::SessionsHealth::Error(e) => json!({"status": "error", "error": e}),
     };
     let starting = reports.is_none() || sessions["status"] == "starting";
-    let all_ok = inner.process.devices.is_ok()
+    let config_refused = inner.reload.as_ref().and_then(|r| r.refused()).is_some();
+    let all_ok = !config_refused
+        && inner.process.devices.is_ok()
         && reports.is_some_and(|r| r.iter().all(|a| a.ok))
         && sessions["status"] == "ok";
     Json(json!({
@@ -664,13 +669,31 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         "uptime_secs": uptime_secs(inner.started_at),
         "components": {
             "gateway": {"status": "ok", "listening": inner.local_addr.map(|a| a.to_string())},
-            "config": {"status": "ok", "generation": inner.store.generation(), "daemon_generation": inner.generation},
+            "config": config_health(&state),
             "devices": devices,
             "sessions": sessions,
             "agents": agents,
             "cron": crate::cron_api::health(&state).await,
         },
     }))
+}
+
+/// The config component: an error while config.toml on disk does not load (the running
+/// generation keeps serving; issue 15 §3).
+fn config_health(state: &AppState) -> Value {
+    let inner = &state.0;
+    let mut config = json!({
+        "status": "ok",
+        "generation": inner.store.generation(),
+        "daemon_generation": inner.generation,
+    });
+    if let Some(refused) = inner.reload.as_ref().and_then(|r| r.refused()) {
+        config["status"] = "error".into();
+        config["error"] =
+            format!("config.toml does not load, the running generation keeps serving: {refused}")
+                .into();
+    }
+    config
 }
 
 async fn api_status(State(state): State<AppState>) -> Json<Value> {

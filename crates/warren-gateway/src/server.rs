@@ -1,24 +1,29 @@
-//! The gateway as a daemon subsystem: [`GatewayHook`] starts one listener per config
-//! generation on `[gateway] bind`/`port` (loopback by default) and stops it before the next, so
-//! a reload rebinds a changed address in the same process (STATE-19). It also reconciles the
-//! device registry with the token set (STATE-16) and publishes `data/gateway.json` (address +
-//! local admin key, 0600) for `warren pair` and `warren tokens`.
+//! The gateway as a daemon subsystem: [`GatewayHook`] serves `[gateway] bind`/`port`
+//! (loopback by default) for every config generation, so a reload rebinds a changed address
+//! in the same process (STATE-19). It also reconciles the device registry with the token set
+//! (STATE-16) and publishes `data/gateway.json` (address + local admin key, 0600) for `warren
+//! pair` and `warren tokens`.
 //!
-//! While `bind`/`port` stay the same, the listening socket itself is kept across generations
-//! (a duplicate descriptor is held by the hook), so a reload never refuses a connection: one
-//! that arrives between the old generation's stop and the new one's start waits in the
-//! kernel's backlog and is served by the new generation.
+//! While `bind`/`port` stay the same, the listener and its connections are kept across
+//! generations ([`crate::listener`]): a reload swaps the routes under them, so it neither
+//! refuses nor drops a connection — a request that arrives between the old generation's stop
+//! and the new one's start waits for the new routes, and the old generation's stop waits for
+//! its in-flight requests (issue 15 §5). Slow and idle clients are cut off and the number of
+//! connections is capped (`[gateway] header_read_timeout_secs`, `idle_timeout_secs`,
+//! `max_connections`; issue 15 §4).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use warren_config::InstallRoot;
 use warren_config::atomic::{self, CrashPoints};
 use warren_runtime::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 
+use crate::listener::{ConnLimits, Listening, Serving};
 use crate::routes::router;
 use crate::state::{AppState, ProcessState, agent_reports};
 use crate::tokens::token_hashes;
@@ -40,19 +45,15 @@ const ADMIN_POINTS: CrashPoints = CrashPoints {
 };
 
 /// The daemon subsystem. Process-wide state (pairing lockouts, registry, admin key) is created
-/// on the first start and kept across reloads.
+/// on the first start and kept across reloads, and so is the listener while its address stays.
 #[derive(Default)]
 pub struct GatewayHook {
     process: OnceLock<Arc<ProcessState>>,
-    kept: std::sync::Mutex<Option<KeptListener>>,
-}
-
-/// The listening socket of the running generation, for the next one on the same address.
-#[derive(Debug)]
-struct KeptListener {
-    bind: String,
-    port: u16,
-    socket: std::net::TcpListener,
+    listening: Mutex<Option<Arc<Listening>>>,
+    /// The endpoint file this process published (removed when the hook goes).
+    published: Mutex<Option<(InstallRoot, AdminEndpoint)>>,
+    /// Numbers the generations installed into the listener.
+    installed: AtomicU64,
 }
 
 impl GatewayHook {
@@ -69,6 +70,19 @@ impl GatewayHook {
     }
 }
 
+impl Drop for GatewayHook {
+    fn drop(&mut self) {
+        let published = self
+            .published
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((root, endpoint)) = published {
+            remove_endpoint(&root, &endpoint);
+        }
+    }
+}
+
 impl GenerationHook for GatewayHook {
     fn name(&self) -> &'static str {
         "gateway"
@@ -80,46 +94,31 @@ impl GenerationHook for GatewayHook {
 }
 
 impl GatewayHook {
-    /// The kept socket when the address is unchanged; otherwise the old one is closed (a
-    /// changed port stops answering) and a new one is bound and kept.
-    async fn listener(&self, bind: &str, port: u16) -> std::io::Result<TcpListener> {
-        let reuse = {
-            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-            match kept.as_ref() {
-                Some(k) if k.bind == bind && k.port == port => Some(k.socket.try_clone()?),
-                _ => {
-                    *kept = None;
-                    None
-                }
+    /// The running listener when the address is unchanged; otherwise the old one stops (a
+    /// changed port stops answering, its open connections finish their request and close)
+    /// and a new one is bound.
+    async fn listener(&self, bind: &str, port: u16) -> std::io::Result<Arc<Listening>> {
+        {
+            let mut current = self.listening.lock().unwrap_or_else(|p| p.into_inner());
+            match current.as_ref() {
+                Some(l) if l.bind == bind && l.port == port => return Ok(Arc::clone(l)),
+                _ => *current = None,
             }
-        };
-        let socket = match reuse {
-            Some(socket) => socket,
-            None => {
-                let socket = TcpListener::bind((bind, port)).await?.into_std()?;
-                let keep = socket.try_clone()?;
-                *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(KeptListener {
-                    bind: bind.to_string(),
-                    port,
-                    socket: keep,
-                });
-                socket
-            }
-        };
-        socket.set_nonblocking(true)?;
-        TcpListener::from_std(socket)
+        }
+        let socket = TcpListener::bind((bind, port)).await?;
+        let listening = Arc::new(Listening::start(socket, bind, port)?);
+        *self.listening.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&listening));
+        Ok(listening)
     }
 
     async fn start_generation(&self, generation: &Generation) -> Result<RunningSubsystem, String> {
         let snapshot = Arc::clone(&generation.snapshot);
         let (bind, port) = (snapshot.gateway.bind.clone(), snapshot.gateway.port);
-        let listener = self
+        let listening = self
             .listener(&bind, port)
             .await
             .map_err(|e| format!("cannot listen on {bind}:{port} ([gateway] bind/port): {e}"))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| format!("cannot read the gateway address: {e}"))?;
+        let addr = listening.addr;
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the gateway listens beyond loopback; every /api route still needs a paired token");
         }
@@ -130,26 +129,29 @@ impl GatewayHook {
         // the agents' sandboxes are probed and the endpoint file is written.
         let state = AppState::starting(generation, Arc::clone(&process), Some(addr));
         let shutdown = state.shutdown().clone();
-        let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+        let (drain, mut drained) = mpsc::channel::<()>(1);
+        let id = self.installed.fetch_add(1, Ordering::Relaxed);
+        listening.install(Serving {
+            id,
+            router: router(state.clone()),
+            limits: ConnLimits::of(&snapshot.gateway),
+            drain,
+        });
+        let vacate = listening.vacater(id);
         let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = stopped.await;
+            // New requests wait for the next generation; live streams end; this one's
+            // in-flight requests drain (each holds a drain sender until its response ends).
+            vacate.vacate();
+            shutdown.cancel();
+            let _ = drained.recv().await;
+        });
         let endpoint = AdminEndpoint {
             pid: std::process::id(),
             addr,
             admin_key: process.admin_key.clone(),
         };
-        let (root, published) = (generation.root.clone(), endpoint.clone());
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                    shutdown.cancel(); // live streams end; in-flight requests drain
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(%addr, "gateway stopped: {e}");
-            }
-            remove_endpoint(&root, &published);
-        });
 
         let root = generation.root.clone();
         let (config, devices) = (Arc::clone(&snapshot), process.devices.clone());
@@ -174,10 +176,14 @@ impl GatewayHook {
             publish_endpoint(&generation.root, &endpoint)
         });
         if let Err(e) = finished {
-            let _ = stop.send(()); // no half-started listener stays behind
-            *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            // No half-started listener stays behind.
+            listening.vacater(id).vacate();
+            *self.listening.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            let _ = stop.send(());
             return Err(e);
         }
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((generation.root.clone(), endpoint));
         tracing::info!(%addr, generation = snapshot.generation(), "gateway listening");
         Ok(RunningSubsystem::new("gateway", stop, task))
     }

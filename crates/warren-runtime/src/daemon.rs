@@ -154,6 +154,11 @@ pub struct ReloadTrigger(Arc<ReloadShared>);
 struct ReloadShared {
     notify: Notify,
     waiters: std::sync::Mutex<Vec<oneshot::Sender<Result<u64, String>>>>,
+    /// A daemon loop answers this trigger (false for a detached generation).
+    attached: std::sync::atomic::AtomicBool,
+    /// Why the last reload was refused (config.toml on disk does not validate); cleared by
+    /// the next reload that succeeds.
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 impl ReloadTrigger {
@@ -176,7 +181,26 @@ impl ReloadTrigger {
             .unwrap_or_else(|_| Err("the daemon stopped before reloading".to_string()))
     }
 
+    /// Whether a daemon loop answers [`Self::request`] (not so for a detached generation).
+    pub fn is_attached(&self) -> bool {
+        self.0.attached.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Why the last reload was refused, while config.toml on disk stays invalid (the running
+    /// generation keeps serving); `None` after a reload succeeded.
+    pub fn refused(&self) -> Option<String> {
+        match self.0.refused.lock() {
+            Ok(r) => r.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     fn answer(&self, outcome: &Result<u64, String>) {
+        let refused = outcome.as_ref().err().cloned();
+        match self.0.refused.lock() {
+            Ok(mut r) => *r = refused,
+            Err(p) => *p.into_inner() = refused,
+        }
         let waiters = match self.0.waiters.lock() {
             Ok(mut w) => std::mem::take(&mut *w),
             Err(p) => std::mem::take(&mut *p.into_inner()),
@@ -312,6 +336,10 @@ pub async fn run(
     hooks: Vec<Arc<dyn GenerationHook>>,
 ) -> Result<(), DaemonError> {
     let lock = DaemonLock::acquire(&root)?;
+    reload
+        .0
+        .attached
+        .store(true, std::sync::atomic::Ordering::Release);
     root.ensure_layout()?;
     if warren_config::init(&root)? == InitOutcome::Created {
         tracing::info!(path = %root.config_file().display(), "no config found: wrote the starter config");

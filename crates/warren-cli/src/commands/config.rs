@@ -106,6 +106,9 @@ fn set(
         eprintln!("warning: {warning}");
     }
     let generation = outcome.generation;
+    if let Some(note) = reload_running_daemon(root) {
+        eprintln!("{note}");
+    }
     if secret || secret_field {
         println!("set {path} (secret, stored encrypted; config generation {generation})");
         return Ok(ExitCode::SUCCESS);
@@ -120,6 +123,34 @@ fn set(
     };
     println!("set {path} = {shown} (config generation {generation})");
     Ok(ExitCode::SUCCESS)
+}
+
+/// A daemon running on `root` loads the file just written at once (issue 15 §3): asked over
+/// its admin route, it reloads (and rebuilds its subsystems) in place. What happened, for
+/// stderr; `None` when no daemon runs.
+fn reload_running_daemon(root: &InstallRoot) -> Option<String> {
+    if !matches!(
+        warren_runtime::probe(root),
+        Ok(warren_runtime::DaemonStatus::Running { .. })
+    ) {
+        return None;
+    }
+    Some(
+        match warren_gateway::client::admin_call(root, "POST", "/admin/reload") {
+            Ok((200, body)) => format!(
+                "the running daemon reloaded (generation {})",
+                body["generation"]
+            ),
+            Ok((_, body)) => format!(
+                "the running daemon did not reload: {}",
+                body["message"].as_str().unwrap_or("no reason given")
+            ),
+            Err(e) => format!(
+                "could not ask the running daemon to reload ({e}); it loads the change on its \
+                 next config write or reload (SIGHUP)"
+            ),
+        },
+    )
 }
 
 fn read_secret_from_stdin(key: &str) -> anyhow::Result<String> {

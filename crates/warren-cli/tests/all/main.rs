@@ -10,6 +10,7 @@ mod cron;
 mod daemon;
 mod daemon_chat;
 mod gateway;
+mod gateway_robustness;
 mod git_cli;
 mod lifecycle;
 mod memory;

@@ -210,6 +210,15 @@ pub struct GatewayConfig {
     /// SHA-256 hashes of paired bearer tokens (never the tokens themselves), stored encrypted.
     pub paired_tokens: Vec<Secret>,
     pub allow_remote_admin: bool,
+    /// Seconds a client may take to send a request's whole header block, counted from its
+    /// first byte (or from connecting); a slower connection is closed (1..=3600).
+    pub header_read_timeout_secs: u64,
+    /// Seconds a keep-alive connection may stay idle between requests before it is closed
+    /// (1..=86400).
+    pub idle_timeout_secs: u64,
+    /// Client connections open at once at most; further ones wait in the listen backlog until
+    /// one closes, and reaching the cap is logged (1..=65536).
+    pub max_connections: u32,
     /// `[gateway.openai]`: the OpenAI-compatible `/v1` routes (issue 27).
     pub openai: GatewayOpenAiConfig,
 }
@@ -233,6 +242,9 @@ impl Default for GatewayConfig {
             port: DEFAULT_GATEWAY_PORT,
             paired_tokens: Vec::new(),
             allow_remote_admin: false,
+            header_read_timeout_secs: 10,
+            idle_timeout_secs: 60,
+            max_connections: 1024,
             openai: GatewayOpenAiConfig::default(),
         }
     }
