@@ -436,23 +436,61 @@ fn acp_a_permission_nobody_answers_is_denied_after_the_profile_timeout() -> R {
 }
 
 #[test]
-fn acp_cwd_inside_the_workspace_is_kept() -> R {
+fn acp_cwd_is_kept_inside_the_workspace_or_a_grant_and_replaced_elsewhere() -> R {
     let root = TempRoot::new()?;
     let fake = FakeOpenAi::start()?;
-    root.write_config(&config(&fake))?;
+    root.write_config(&(config(&fake) + "\n[agents.main.workspace.access]\nother = \"Read\"\n"))?;
     let ws = workspace(root.path(), "main");
+    let granted = workspace(root.path(), "other");
     std::fs::create_dir_all(ws.join("src"))?;
-    let new = with_acp(root.path(), &[], Arc::default(), async |cx| {
+    std::fs::create_dir_all(&granted)?;
+    // A symlink inside the workspace that leads out of it does not let the cwd out.
+    std::os::unix::fs::symlink("/etc", ws.join("escape"))?;
+    let asked = [
+        ws.join("src"),
+        granted.clone(),
+        ws.join("escape"),
+        PathBuf::from("src"),
+        root.path().join("data"),
+    ];
+    let metas = with_acp(root.path(), &[], Arc::default(), async |cx| {
         initialize(&cx).await?;
-        new_session(&cx, &ws.join("src")).await
+        let mut metas = Vec::new();
+        for cwd in &asked {
+            let new = new_session(&cx, cwd).await?;
+            metas.push(
+                serde_json::to_value(&new.meta)
+                    .map_err(agent_client_protocol::Error::into_internal_error)?,
+            );
+        }
+        Ok(metas)
     })?;
-    let meta = serde_json::to_value(&new.meta)?;
-    assert_eq!(
-        meta["warren"]["cwd"].as_str().map(PathBuf::from),
-        Some(std::fs::canonicalize(ws.join("src"))?),
-        "{meta}"
-    );
-    assert!(meta["warren"]["cwd_notice"].is_null(), "{meta}");
+    let kept = |i: usize| -> Result<(), Box<dyn std::error::Error>> {
+        let m = &metas[i];
+        assert_eq!(
+            m["warren"]["cwd"].as_str().map(PathBuf::from),
+            Some(std::fs::canonicalize(&asked[i])?),
+            "{m}"
+        );
+        assert!(m["warren"]["cwd_notice"].is_null(), "{m}");
+        Ok(())
+    };
+    kept(0)?;
+    kept(1)?;
+    for (i, m) in metas.iter().enumerate().skip(2) {
+        assert_eq!(
+            m["warren"]["cwd"].as_str().map(PathBuf::from),
+            Some(ws.clone()),
+            "{:?} -> {m}",
+            asked[i]
+        );
+        assert!(
+            m["warren"]["cwd_notice"]
+                .as_str()
+                .is_some_and(|n| n.contains("outside agent 'main'")),
+            "{m}"
+        );
+    }
     Ok(())
 }
 
