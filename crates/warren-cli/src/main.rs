@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod logging;
 
 use std::process::ExitCode;
 
@@ -11,7 +12,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let _failpoints = warren_config::failpoint::init_from_env();
     let cli = cli::Cli::parse();
-    init_logging(&cli);
+    logging::init(&cli);
     match commands::run(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -20,26 +21,5 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(cli: &cli::Cli) {
-    use tracing::level_filters::LevelFilter;
-    let level = match (cli.verbose, matches!(cli.command, cli::Command::Daemon)) {
-        (0, false) => LevelFilter::WARN,
-        (0, true) => LevelFilter::INFO,
-        (1, _) => LevelFilter::DEBUG,
-        _ => LevelFilter::TRACE,
-    };
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false);
-    // One-shot commands print bare lines; the daemon's log lines carry timestamps.
-    if matches!(cli.command, cli::Command::Daemon) {
-        builder.init();
-    } else {
-        builder.without_time().init();
     }
 }

@@ -36,7 +36,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // `warren acp` next to the daemon relays to its ACP socket (data/daemon.sock).
             let acp: std::sync::Arc<dyn warren_runtime::daemon::GenerationHook> =
                 std::sync::Arc::new(warren_acp::AcpHook);
-            warren_runtime::run_blocking_with(root, vec![gateway, acp])?;
+            // The log level first: the other subsystems start under the generation's `log.level`.
+            let log_level = std::sync::Arc::new(crate::logging::LogLevelHook);
+            warren_runtime::run_blocking_with(root, vec![log_level, gateway, acp])?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Pair => gateway::pair(&root, cli.json),

@@ -13,6 +13,7 @@ mod gateway;
 mod gateway_robustness;
 mod git_cli;
 mod lifecycle;
+mod log_level;
 mod memory;
 mod openai_endpoint;
 mod secrets_cli;
