@@ -19,7 +19,7 @@ const S_IFMT: u32 = 0o170_000;
 const S_IFGITLINK: u32 = 0o160_000;
 
 /// What the index says about submodules.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Gitlinks {
     /// Paths (relative to the work tree, as stored) of every gitlink entry.
     pub paths: Vec<Vec<u8>>,

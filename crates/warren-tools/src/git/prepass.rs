@@ -76,6 +76,14 @@ pub(super) struct FileState {
 }
 
 impl FileState {
+    /// Whether the file last changed more than [`SETTLED`] before `start`: any later change
+    /// then gives it another ctime.
+    pub(super) fn settled_before(&self, start: SystemTime) -> bool {
+        start
+            .checked_sub(SETTLED)
+            .is_some_and(|settled| self.ctime() < settled)
+    }
+
     fn ctime(&self) -> SystemTime {
         let (secs, nanos) = self.ctime;
         let secs = u64::try_from(secs).unwrap_or(0);
@@ -163,12 +171,11 @@ fn watch(
     started: SystemTime,
 ) -> Option<Vec<(PathBuf, Option<FileState>)>> {
     let paths = watched_paths(repo, listing)?;
-    let settled = started.checked_sub(SETTLED)?;
     let mut out = Vec::with_capacity(paths.len());
     for path in paths {
         let state = file_state(&path).ok()?;
         if let Some(s) = &state
-            && s.ctime() >= settled
+            && !s.settled_before(started)
         {
             return None;
         }

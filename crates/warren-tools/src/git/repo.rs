@@ -12,15 +12,21 @@
 //! component with `lstat` (no symlink anywhere, even one whose target is allowed). The
 //! validated git and work-tree directories are then passed to git explicitly, so git never
 //! rediscovers anything else.
+//!
+//! The gitlinks decoded from an index are reused while the index file is unchanged (same rule
+//! as the config pre-pass cache, [`super::prepass`]); the Read check on it runs every time.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::SystemTime;
 
 use warren_security::confined;
 use warren_security::{Resolved, SecurityPolicy};
 
-use super::index;
+use super::{index, prepass};
 use crate::tool::ToolError;
 
 /// Largest `.git` / `commondir` / `alternates` file read.
@@ -453,16 +459,57 @@ fn check_submodules(
     Ok(())
 }
 
+/// The gitlinks of the index at `path`. The permission is checked on every call; the decoding
+/// (≈ 1 ms for a 10,000-file index) is reused while the file keeps the state it had when it was
+/// read (device, inode, size, mtime, ctime), under the same rule as the config pre-pass
+/// ([`super::prepass`]): cached only when its ctime lies more than `SETTLED` before the read
+/// and the file did not change during it. The decoding depends on the bytes alone, so the cache
+/// is shared by every agent; each still needs Read on the index first.
 fn read_index(policy: &SecurityPolicy, path: &Path) -> Result<index::Gitlinks, ToolError> {
     let resolved = policy.can_read(path).map_err(denied)?;
+    let started = SystemTime::now();
+    let before = prepass::file_state(&resolved.path).ok().flatten();
+    if let Some(state) = before
+        && let Some(links) = index_cache()
+            .get(path)
+            .filter(|(cached, _)| *cached == state)
+            .map(|(_, links)| links.clone())
+    {
+        return Ok(links);
+    }
     let bytes = confined::read(&resolved, INDEX_LIMIT)
         .map_err(|e| ToolError::Failed(format!("cannot read {}: {e}", path.display())))?;
-    index::gitlinks(&bytes).map_err(|e| {
+    let links = index::gitlinks(&bytes).map_err(|e| {
         ToolError::Failed(format!(
             "{}: {e}; its submodules cannot be checked, so git is not run (GIT-4)",
             path.display()
         ))
-    })
+    })?;
+    if let Some(state) = before
+        && state.settled_before(started)
+        && matches!(prepass::file_state(&resolved.path), Ok(Some(after)) if after == state)
+    {
+        let mut cache = index_cache();
+        if cache.len() >= MAX_CACHED_INDEXES {
+            cache.clear();
+        }
+        cache.insert(path.to_path_buf(), (state, links.clone()));
+    }
+    Ok(links)
+}
+
+/// Most index decodings remembered; the cache is emptied when full.
+const MAX_CACHED_INDEXES: usize = 256;
+
+type IndexCache = HashMap<PathBuf, (prepass::FileState, index::Gitlinks)>;
+
+fn index_cache() -> MutexGuard<'static, IndexCache> {
+    static CACHE: OnceLock<Mutex<IndexCache>> = OnceLock::new();
+    // A poisoned map holds only complete entries (inserted whole): keep using it.
+    CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn read_pointer_bytes(policy: &SecurityPolicy, path: &Path) -> Result<Vec<u8>, ToolError> {

@@ -4,7 +4,8 @@
 //! way the cache must notice (an included file rewritten in place at the same size with its
 //! mtime put back, an include target that did not exist, a new include directive pointing at an
 //! old file); the next read must still blank the new filter driver. Each case ends by showing
-//! the smuggled filter is live: plain git runs it.
+//! the smuggled filter is live: plain git runs it. The index decoding (gitlinks, GIT-4) is
+//! cached under the same rule: a submodule planted after it was cached is still checked.
 
 // Test helpers outside #[test] fns: a failed setup step should panic with its name.
 #![allow(clippy::expect_used)]
@@ -17,8 +18,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::escape_git_repository::{noop_tool, plant_submodule, stranger_repo};
 use common::Fixture;
-use gitkit::{canary, config, fired, git, main_repo, not_fired, run, stat_dirty, tool_with, touch};
+use gitkit::{
+    canary, config, denied, fired, git, main_repo, not_fired, run, stat_dirty, tool_with, touch,
+};
 use serde_json::json;
 use warren_tools::GitOperations;
 
@@ -130,4 +134,32 @@ fn cached_prepass_sees_a_new_include_of_an_old_file_git6() {
     let old = f.ws("main").join("old.cfg");
     config(&repo, "include.path", old.to_str().expect("utf-8"));
     smuggled_filter_stays_off(&tool, &repo, &c);
+}
+
+#[test]
+fn cached_index_decoding_sees_a_submodule_planted_later_git4() {
+    let f = Fixture::new();
+    let (theirs, _) = stranger_repo(&f);
+    let repo = main_repo(&f);
+    // No kernel sandbox: Warren's own metadata checks are all that stands in the way.
+    let tool = noop_tool(&f);
+    let status = || run(&tool, json!({"operation": "status", "path": "repo"}));
+    status().expect("status");
+    std::thread::sleep(SETTLE);
+    // The index is settled: these reads cache its decoding and then use it.
+    status().expect("status");
+    status().expect("status");
+    plant_submodule(&f, &repo, &theirs);
+    let msg = denied(status());
+    assert_eq!(
+        msg,
+        format!(
+            "submodule 'sub': gitdir in {}/sub/.git points outside the grant (GIT-4): \
+             {}/.git: it is in agent 'stranger''s workspace and agent 'main' has no Read \
+             grant on 'stranger' (add [agents.main.workspace.access] stranger = \"Read\") \
+             (git must read repository metadata, GIT-2)",
+            repo.display(),
+            theirs.display()
+        )
+    );
 }

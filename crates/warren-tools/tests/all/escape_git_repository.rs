@@ -126,7 +126,7 @@ fn alternates_outside_the_grant_are_refused_git4() {
 
 /// `main`'s git tool under `sandbox = "noop"`: nothing but Warren's own checks stands between
 /// git and the siblings.
-fn noop_tool(f: &Fixture) -> warren_tools::GitOperations {
+pub(crate) fn noop_tool(f: &Fixture) -> warren_tools::GitOperations {
     tool_with(f, |config| {
         let profile = config.risk_profiles.entry("default".into()).or_default();
         profile.sandbox = warren_config::schema::SandboxKind::Noop;
@@ -135,7 +135,7 @@ fn noop_tool(f: &Fixture) -> warren_tools::GitOperations {
 }
 
 /// A stranger's repository holding a secret file, and its HEAD commit.
-fn stranger_repo(f: &Fixture) -> (std::path::PathBuf, String) {
+pub(crate) fn stranger_repo(f: &Fixture) -> (std::path::PathBuf, String) {
     let theirs = init_repo(&f.ws("stranger").join("repo"));
     fs::write(theirs.join("plan.txt"), "TOP-SECRET-PLAN\n").expect("their file");
     git_ok(&theirs, &["add", "plan.txt"]);
@@ -190,7 +190,7 @@ fn alternates_chain_into_a_sibling_is_refused_at_the_second_level_under_noop_git
 }
 
 /// A gitlink `sub` in `repo`'s index whose `.git` file points into the stranger's repository.
-fn plant_submodule(f: &Fixture, repo: &std::path::Path, theirs: &std::path::Path) {
+pub(crate) fn plant_submodule(f: &Fixture, repo: &std::path::Path, theirs: &std::path::Path) {
     let mine = git_ok(repo, &["rev-parse", "HEAD"]);
     git_ok(
         repo,
