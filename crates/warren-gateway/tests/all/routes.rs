@@ -316,7 +316,7 @@ async fn malformed_bodies_get_400_naming_the_field_and_large_bodies_413() {
 }
 
 #[tokio::test]
-async fn patch_config_is_validated_dirty_path_and_refuses_stale_writes_cfg2_cfg3() {
+async fn patch_config_is_validated_dirty_path_and_loads_outside_edits_cfg2_cfg3() {
     let f = fixture();
     let token = f.pair("laptop").await;
     let before = std::fs::read_to_string(f.root.config_file()).unwrap();
@@ -364,7 +364,8 @@ async fn patch_config_is_validated_dirty_path_and_refuses_stale_writes_cfg2_cfg3
         assert_eq!(status, StatusCode::FORBIDDEN, "{patch}: {body}");
     }
 
-    // A write built on a stale read is refused (the CLI changed the file meanwhile).
+    // The file changed outside the gateway (a CLI write, a hand edit): it is loaded first,
+    // then the patch applies on top, so both changes land (issue 15 §3).
     std::fs::write(f.root.config_file(), format!("{after}\n# edited by hand\n")).unwrap();
     let (status, body) = f
         .call(
@@ -374,7 +375,26 @@ async fn patch_config_is_validated_dirty_path_and_refuses_stale_writes_cfg2_cfg3
             Some(r#"{"log.level": "warn"}"#),
         )
         .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let edited = std::fs::read_to_string(f.root.config_file()).unwrap();
+    assert!(
+        edited.contains("# edited by hand") && edited.contains("\"warn\""),
+        "{edited}"
+    );
+    // A change that does not load is refused (409 naming the file), and nothing is written.
+    let broken = format!("{edited}\n[[[broken\n");
+    std::fs::write(f.root.config_file(), &broken).unwrap();
+    let (status, body) = f
+        .call(
+            "PATCH",
+            "/api/config",
+            Some(&token),
+            Some(r#"{"log.level": "info"}"#),
+        )
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "config_changed_externally", "{body}");
+    assert_eq!(std::fs::read_to_string(f.root.config_file()).unwrap(), broken);
 }
 
 #[tokio::test]
