@@ -394,7 +394,10 @@ async fn patch_config_is_validated_dirty_path_and_loads_outside_edits_cfg2_cfg3(
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"], "config_changed_externally", "{body}");
-    assert_eq!(std::fs::read_to_string(f.root.config_file()).unwrap(), broken);
+    assert_eq!(
+        std::fs::read_to_string(f.root.config_file()).unwrap(),
+        broken
+    );
 }
 
 #[tokio::test]
