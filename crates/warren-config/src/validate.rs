@@ -263,5 +263,6 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
         &config.cron.jobs,
         &agent_names,
     ));
+    out.extend(crate::schema::cron::validate_heartbeats(config));
     out
 }

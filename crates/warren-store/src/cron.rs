@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     session          TEXT,
     enabled          INTEGER NOT NULL DEFAULT 1,
     paused_reason    TEXT,
-    source           TEXT NOT NULL CHECK (source IN ('declared', 'runtime')),
+    source           TEXT NOT NULL CHECK (source IN ('declared', 'runtime', 'heartbeat')),
     catch_up         TEXT NOT NULL DEFAULT 'skip' CHECK (catch_up IN ('skip', 'once')),
     budget_usd       REAL,
     daily_budget_usd REAL,
@@ -44,6 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     lock_pid         INTEGER,
     lock_boot        TEXT,
     locked_at        TEXT,
+    probe            TEXT,
+    probe_state      TEXT,
     CHECK ((message IS NULL) != (command IS NULL))
 );
 CREATE INDEX IF NOT EXISTS jobs_next_fire ON jobs(next_fire_ms) WHERE enabled = 1;
@@ -122,6 +124,10 @@ pub struct Job {
     pub lock_pid: Option<u32>,
     pub lock_boot: Option<String>,
     pub locked_at: Option<String>,
+    /// A heartbeat's check (JSON); the model is called only when it fires.
+    pub probe: Option<String>,
+    /// What the check saw last (a fingerprint, a message sequence number).
+    pub probe_state: Option<String>,
 }
 
 impl Job {
@@ -293,7 +299,9 @@ impl CronStore {
                     insert_job(&tx, &job).map_err(|e| self.err(e))?;
                     added += 1;
                 }
-                Some(old) if old.source != "declared" => conflicts.push(job.name.clone()),
+                Some(old) if old.source == "runtime" || old.source != job.source => {
+                    conflicts.push(job.name.clone())
+                }
                 Some(old) => {
                     let schedule_changed = (&old.schedule_kind, &old.schedule, &old.tz)
                         != (&job.schedule_kind, &job.schedule, &job.tz);
@@ -308,6 +316,7 @@ impl CronStore {
                             old.budget_usd,
                             old.daily_budget_usd,
                             &old.webhook,
+                            &old.probe,
                         ) == (
                             &job.agent,
                             &job.message,
@@ -318,6 +327,7 @@ impl CronStore {
                             job.budget_usd,
                             job.daily_budget_usd,
                             &job.webhook,
+                            &job.probe,
                         );
                     if same {
                         continue;
@@ -333,7 +343,7 @@ impl CronStore {
                     tx.execute(
                         "UPDATE jobs SET agent = ?2, schedule_kind = ?3, schedule = ?4, tz = ?5,
                          message = ?6, command = ?7, session = ?8, enabled = ?9, catch_up = ?10,
-                         budget_usd = ?11, daily_budget_usd = ?12, webhook = ?13,
+                         budget_usd = ?11, daily_budget_usd = ?12, webhook = ?13, probe = ?17,
                          next_fire_ms = ?14, paused_reason = CASE WHEN ?9 THEN NULL ELSE paused_reason END,
                          failures = CASE WHEN ?15 THEN 0 ELSE failures END, updated_at = ?16
                          WHERE name = ?1",
@@ -354,6 +364,7 @@ impl CronStore {
                             next_fire,
                             re_enabled,
                             timefmt::format(timefmt::now()),
+                            job.probe,
                         ],
                     )
                     .map_err(|e| self.err(e))?;
@@ -365,7 +376,7 @@ impl CronStore {
         let stale: Vec<String> = list_jobs(&tx)
             .map_err(|e| self.err(e))?
             .into_iter()
-            .filter(|j| j.source == "declared" && !names.contains(&j.name.as_str()))
+            .filter(|j| j.source != "runtime" && !names.contains(&j.name.as_str()))
             .map(|j| j.name)
             .collect();
         for name in &stale {
@@ -421,6 +432,23 @@ impl CronStore {
         Ok(())
     }
 
+    /// Records what a heartbeat's check saw and, when it did not fire, its next tick (no run).
+    pub fn set_probe_state(
+        &self,
+        name: &str,
+        state: Option<&str>,
+        next_fire: Option<Option<i64>>,
+    ) -> Result<(), CronError> {
+        self.conn()
+            .execute(
+                "UPDATE jobs SET probe_state = ?2,
+                 next_fire_ms = CASE WHEN ?3 THEN ?4 ELSE next_fire_ms END WHERE name = ?1",
+                params![name, state, next_fire.is_some(), next_fire.flatten()],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     /// Pauses (with `reason`) or resumes a job; resuming clears the failure count and sets
     /// `next_fire`.
     pub fn set_enabled(
@@ -462,7 +490,7 @@ impl CronStore {
         let job = get_job(&tx, name)
             .map_err(|e| self.err(e))?
             .ok_or_else(|| CronError::NotFound(name.into()))?;
-        if job.source == "declared" {
+        if job.source != "runtime" {
             return Err(CronError::Declared { job: job.name });
         }
         tx.execute("DELETE FROM runs WHERE job = ?1", params![name])
@@ -846,7 +874,8 @@ fn mark_lost(tx: &Transaction<'_>, run: &str) -> rusqlite::Result<()> {
 
 const JOB_COLUMNS: &str = "name, agent, schedule_kind, schedule, tz, message, command, session, \
     enabled, paused_reason, source, catch_up, budget_usd, daily_budget_usd, webhook, \
-    next_fire_ms, failures, note, created_at, updated_at, lock_run, lock_pid, lock_boot, locked_at";
+    next_fire_ms, failures, note, created_at, updated_at, lock_run, lock_pid, lock_boot, locked_at, \
+    probe, probe_state";
 
 const RUN_COLUMNS: &str = "id, job, agent, trigger, started_at, finished_at, status, error, \
     output, tokens_in, tokens_out, cost_usd, receipts, session, delivery, delivery_error, \
@@ -856,7 +885,7 @@ fn insert_job(conn: &Connection, job: &Job) -> rusqlite::Result<()> {
     conn.execute(
         &format!(
             "INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
-             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)"
+             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)"
         ),
         params![
             job.name,
@@ -883,6 +912,8 @@ fn insert_job(conn: &Connection, job: &Job) -> rusqlite::Result<()> {
             job.lock_pid,
             job.lock_boot,
             job.locked_at,
+            job.probe,
+            job.probe_state,
         ],
     )?;
     Ok(())
@@ -929,6 +960,8 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
         lock_pid: r.get(21)?,
         lock_boot: r.get(22)?,
         locked_at: r.get(23)?,
+        probe: r.get(24)?,
+        probe_state: r.get(25)?,
     })
 }
 
@@ -987,6 +1020,8 @@ mod tests {
             lock_pid: None,
             lock_boot: None,
             locked_at: None,
+            probe: None,
+            probe_state: None,
         }
     }
 

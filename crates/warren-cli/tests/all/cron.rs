@@ -465,3 +465,43 @@ fn a_failed_webhook_delivery_is_recorded_on_the_run_state9() -> R {
     );
     Ok(())
 }
+
+#[test]
+fn an_idle_heartbeat_makes_no_provider_call_and_one_when_its_check_fires_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        "\n[agents.main.heartbeat]\nevery = \"1s\"\nfiles_changed = true\n",
+    ))?;
+    let workspace = root.path().join("agents").join("main").join("workspace");
+    std::fs::create_dir_all(&workspace)?;
+    std::fs::write(workspace.join("todo.md"), "nothing yet\n")?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    // Many idle ticks: no provider call, no run.
+    std::thread::sleep(Duration::from_millis(4500));
+    assert_eq!(fake.requests().len(), 0, "an idle heartbeat costs nothing");
+    assert!(runs(&root, "heartbeat-main")?.is_empty());
+    let listed = json_of(&root, &["cron", "list"])?;
+    assert_eq!(listed[0]["job"]["source"], "heartbeat", "{listed}");
+    // The check fires once: exactly one turn.
+    std::fs::write(workspace.join("todo.md"), "ship the release\n")?;
+    wait_until("the heartbeat run", WAIT, || {
+        Ok(runs(&root, "heartbeat-main")?
+            .iter()
+            .any(|r| r["status"] == "ok"))
+    })?;
+    std::thread::sleep(Duration::from_millis(3000));
+    assert_eq!(fake.requests().len(), 1, "one call when the check fired");
+    let hb = runs(&root, "heartbeat-main")?;
+    assert_eq!(hb.len(), 1, "{hb:?}");
+    assert_eq!(hb[0]["session"], "heartbeat-main", "{hb:?}");
+    let body = serde_json::to_string(&fake.requests()[0].body)?;
+    assert!(body.contains("files changed in the workspace"), "{body}");
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}

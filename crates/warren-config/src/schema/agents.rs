@@ -22,6 +22,8 @@ pub struct AgentConfig {
     pub runtime_profile: Option<String>,
     pub workspace: AgentWorkspaceConfig,
     pub memory: AgentMemoryConfig,
+    /// `[agents.<alias>.heartbeat]` (STATE-9): a check first, the model only when it fires.
+    pub heartbeat: Option<super::cron::HeartbeatDecl>,
 }
 
 impl Default for AgentConfig {
@@ -33,6 +35,7 @@ impl Default for AgentConfig {
             runtime_profile: None,
             workspace: AgentWorkspaceConfig::default(),
             memory: AgentMemoryConfig::default(),
+            heartbeat: None,
         }
     }
 }

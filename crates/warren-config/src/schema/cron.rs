@@ -353,3 +353,64 @@ mod tests {
         assert!(validate_webhook("example.com").is_err());
     }
 }
+
+/// `[agents.<alias>.heartbeat]`: a periodic check that calls the model only when it fires
+/// (an idle heartbeat costs no tokens). Checks: `files_changed` (the agent's workspace changed
+/// since the last tick), `command` (exit status 0, run as the agent's shell tool), `session`
+/// (new messages in that session). At least one is required.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeartbeatDecl {
+    /// How often the check runs (`30m`).
+    pub every: String,
+    /// The message of the turn when the check fires.
+    pub message: Option<String>,
+    pub files_changed: bool,
+    pub command: Option<String>,
+    pub session: Option<String>,
+    /// The heartbeat's own daily budget (USD, UTC day).
+    pub daily_budget_usd: Option<f64>,
+    pub enabled: Option<bool>,
+}
+
+/// The message of a heartbeat turn when none is configured.
+pub const HEARTBEAT_MESSAGE: &str =
+    "Heartbeat: your check fired (see below). Look at what changed and act if needed.";
+
+/// The cron job name of `agent`'s heartbeat.
+pub fn heartbeat_job(agent: &str) -> String {
+    format!("heartbeat-{agent}")
+}
+
+/// Problems of every `[agents.<alias>.heartbeat]`, each naming its key.
+pub(crate) fn validate_heartbeats(config: &super::Config) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (name, agent) in &config.agents {
+        let Some(hb) = &agent.heartbeat else { continue };
+        let at = |rest: &str| format!("agents.{}.heartbeat{rest}", quote(name));
+        if let Err(e) = Schedule::every(&hb.every) {
+            out.push(Problem::at(at(".every"), e));
+        }
+        if !hb.files_changed && hb.command.is_none() && hb.session.is_none() {
+            out.push(Problem::at(
+                at(""),
+                "a heartbeat needs a check: files_changed = true, command or session",
+            ));
+        }
+        if let Some(v) = hb.daily_budget_usd
+            && !(v.is_finite() && v > 0.0)
+        {
+            out.push(Problem::at(
+                at(".daily_budget_usd"),
+                "a budget is a positive number of USD",
+            ));
+        }
+        if config.cron.jobs.contains_key(&heartbeat_job(name)) {
+            out.push(Problem::at(
+                format!("cron.jobs.{}", quote(&heartbeat_job(name))),
+                "this job name is reserved for the agent's heartbeat",
+            ));
+        }
+    }
+    out
+}

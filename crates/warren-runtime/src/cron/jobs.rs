@@ -6,7 +6,9 @@
 
 use serde::Deserialize;
 use warren_config::Config;
-use warren_config::schema::cron::{CronJobDecl, Schedule, validate_name, validate_webhook};
+use warren_config::schema::cron::{
+    CronJobDecl, HEARTBEAT_MESSAGE, Schedule, heartbeat_job, validate_name, validate_webhook,
+};
 use warren_store::cron::{Job, now_ms};
 use warren_store::timefmt;
 
@@ -165,6 +167,8 @@ impl JobSpec {
             lock_pid: None,
             lock_boot: None,
             locked_at: None,
+            probe: None,
+            probe_state: None,
         })
     }
 }
@@ -190,5 +194,42 @@ pub fn declared(config: &Config) -> Vec<Job> {
                 }
             }
         })
+        .chain(heartbeats(config))
         .collect()
+}
+
+/// Each agent's `[agents.<alias>.heartbeat]` as a config-owned job (`source = heartbeat`) in
+/// the agent's own session `heartbeat-<alias>`, with its check as the job's probe.
+fn heartbeats(config: &Config) -> Vec<Job> {
+    let mut out = Vec::new();
+    for (alias, agent) in config.agents() {
+        let Some(hb) = &agent.heartbeat else { continue };
+        let spec = JobSpec {
+            name: heartbeat_job(alias.as_str()),
+            agent: alias.to_string(),
+            every: Some(hb.every.clone()),
+            message: Some(
+                hb.message
+                    .clone()
+                    .unwrap_or_else(|| HEARTBEAT_MESSAGE.into()),
+            ),
+            session: Some(format!("heartbeat-{alias}")),
+            daily_budget_usd: hb.daily_budget_usd,
+            enabled: hb.enabled,
+            ..JobSpec::default()
+        };
+        match spec.into_job(config, "heartbeat") {
+            Ok(mut job) => {
+                let probe = super::probe::Probe {
+                    files_changed: hb.files_changed,
+                    command: hb.command.clone(),
+                    session: hb.session.clone(),
+                };
+                job.probe = serde_json::to_string(&probe).ok();
+                out.push(job);
+            }
+            Err(e) => tracing::warn!(agent = %alias, "heartbeat skipped: {e}"),
+        }
+    }
+    out
 }

@@ -17,6 +17,7 @@
 //! times after downtime follow the job's `catch_up` (`skip` by default, or `once`).
 
 pub mod jobs;
+mod probe;
 mod run;
 
 use std::collections::HashMap;
@@ -53,6 +54,7 @@ pub enum CronRunError {
 
 /// The scheduler of one generation (or of one CLI process running `warren cron run`).
 pub struct Scheduler {
+    root: InstallRoot,
     host: Arc<AgentHost>,
     store: Arc<CronStore>,
     control: Arc<ControlPlane>,
@@ -60,6 +62,8 @@ pub struct Scheduler {
     wake: Notify,
     wakeups: AtomicU64,
     running: Mutex<HashMap<String, CancelToken>>,
+    /// Why a heartbeat's check fired, for its run's message (job name → reason).
+    fired: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -111,6 +115,7 @@ impl Scheduler {
     /// Opens the stores of `root` for `host`'s generation.
     pub fn open(root: &InstallRoot, host: Arc<AgentHost>) -> Result<Arc<Self>, CronRunError> {
         Ok(Arc::new(Self {
+            root: root.clone(),
             host,
             store: Arc::new(CronStore::open(&root.cron_db())?),
             control: Arc::new(ControlPlane::open(&root.control_plane_db())?),
@@ -118,6 +123,7 @@ impl Scheduler {
             wake: Notify::new(),
             wakeups: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
+            fired: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -215,6 +221,27 @@ impl Scheduler {
             let next = schedule_of(&job)
                 .ok()
                 .and_then(|s| next_fire_after(&s, scheduled, now));
+            if let Some(probe) = job
+                .probe
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<probe::Probe>(p).ok())
+            {
+                // A heartbeat: the check first; the model only when it fires.
+                let (fired, state) = self.check(&job, &probe).await;
+                let store = Arc::clone(&self.store);
+                let name = job.name.clone();
+                let advance = fired.is_none().then_some(next);
+                blocking(move || store.set_probe_state(&name, Some(&state), advance)).await??;
+                match fired {
+                    None => continue,
+                    Some(why) => {
+                        self.fired
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(job.name.clone(), why);
+                    }
+                }
+            }
             match self.start_run(&job.name, "schedule", Some(next)).await {
                 Ok(_) => {}
                 Err(CronRunError::Store(CronError::Held { .. })) => {}

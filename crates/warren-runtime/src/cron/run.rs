@@ -64,7 +64,18 @@ impl Scheduler {
                 ..RunResult::default()
             },
             None => match (&job.message, &job.command) {
-                (Some(message), _) => self.turn(&job, run_id, message, &cancel).await,
+                (Some(message), _) => {
+                    let fired = self
+                        .fired
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&job.name);
+                    let message = match fired {
+                        Some(why) => format!("{message}\n\nCheck: {why}"),
+                        None => message.clone(),
+                    };
+                    self.turn(&job, run_id, &message, &cancel).await
+                }
                 (None, Some(command)) => self.command(&job, command, &cancel).await,
                 (None, None) => RunResult {
                     error: Some("the job has neither message nor command".into()),
@@ -110,6 +121,17 @@ impl Scheduler {
             tracing::warn!(job = %job.name, "cron job paused: {reason}");
         }
         self.deliver(&job, run_id, &result).await;
+        if let Some(probe) = job
+            .probe
+            .as_deref()
+            .and_then(|p| serde_json::from_str::<super::probe::Probe>(p).ok())
+        {
+            // The heartbeat's own changes are the next tick's baseline.
+            let state = self.baseline(&job, &probe).await;
+            let store = Arc::clone(&self.store);
+            let name = job.name.clone();
+            let _ = blocking(move || store.set_probe_state(&name, Some(&state), None)).await;
+        }
         let store = Arc::clone(&self.store);
         let id = run_id.to_string();
         blocking(move || store.run(&id)).await.ok()?.ok()?
@@ -229,7 +251,12 @@ impl Scheduler {
     }
 
     /// The job's command through the agent's shell tool: its policy, sandbox and approvals.
-    async fn command(&self, job: &Job, command: &str, cancel: &CancelToken) -> RunResult {
+    pub(super) async fn command(
+        &self,
+        job: &Job,
+        command: &str,
+        cancel: &CancelToken,
+    ) -> RunResult {
         let failed = |e: String| RunResult {
             status: RunStatus::Failed,
             error: Some(e),
