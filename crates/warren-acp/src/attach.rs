@@ -9,7 +9,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::Lines;
 use anyhow::Context;
@@ -19,19 +19,52 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
+use warren_runtime::AgentHost;
 use warren_runtime::daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 use warren_store::acp::{AcpLive, AcpSessionStore};
 
-use crate::server::{Server, serve};
+use crate::server::{Hosts, Server, serve};
 
 /// The daemon's ACP socket.
 pub fn socket_path(root: &InstallRoot) -> PathBuf {
     root.data_dir().join("daemon.sock")
 }
 
-/// The daemon subsystem that serves ACP on `data/daemon.sock`, rebound every generation.
-#[derive(Debug, Default)]
-pub struct AcpHook;
+/// The daemon subsystem that serves ACP on `data/daemon.sock`, rebound every generation. It
+/// keeps the current generation's host: a connection's turns always go to the generation that
+/// runs now (an older one cancels its turns after the reload grace).
+#[derive(Default)]
+pub struct AcpHook {
+    current: Mutex<Option<Arc<Mutex<Arc<AgentHost>>>>>,
+}
+
+impl AcpHook {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The shared "current host" cell, pointed at `host`.
+    fn point_at(&self, host: &Arc<AgentHost>) -> Arc<Mutex<Arc<AgentHost>>> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        match current.as_ref() {
+            Some(cell) => {
+                *cell.lock().unwrap_or_else(|p| p.into_inner()) = Arc::clone(host);
+                Arc::clone(cell)
+            }
+            None => {
+                let cell = Arc::new(Mutex::new(Arc::clone(host)));
+                *current = Some(Arc::clone(&cell));
+                cell
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for AcpHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpHook").finish_non_exhaustive()
+    }
+}
 
 impl GenerationHook for AcpHook {
     fn name(&self) -> &'static str {
@@ -39,11 +72,15 @@ impl GenerationHook for AcpHook {
     }
 
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
-        Box::pin(async move { start(generation).await })
+        let hosts = self.point_at(&generation.host);
+        Box::pin(async move { start(generation, hosts).await })
     }
 }
 
-async fn start(generation: &Generation) -> Result<RunningSubsystem, String> {
+async fn start(
+    generation: &Generation,
+    hosts: Arc<Mutex<Arc<AgentHost>>>,
+) -> Result<RunningSubsystem, String> {
     let path = socket_path(&generation.root);
     // A socket left by an earlier (crashed or reloaded) generation is ours to replace: the
     // daemon lock says no other daemon owns this root.
@@ -61,16 +98,15 @@ async fn start(generation: &Generation) -> Result<RunningSubsystem, String> {
         .uid();
     tracing::info!(socket = %path.display(), "ACP socket listening");
     let (stop, mut stopped) = oneshot::channel::<()>();
-    let host = Arc::clone(&generation.host);
     let root = generation.root.clone();
     let task = tokio::spawn(async move {
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
-                        let (host, root) = (Arc::clone(&host), root.clone());
+                        let (hosts, root) = (Arc::clone(&hosts), root.clone());
                         tokio::spawn(async move {
-                            if let Err(e) = connection(stream, owner, host, root).await {
+                            if let Err(e) = connection(stream, owner, hosts, root).await {
                                 tracing::warn!("ACP socket connection: {e:#}");
                             }
                         });
@@ -90,9 +126,10 @@ async fn start(generation: &Generation) -> Result<RunningSubsystem, String> {
 async fn connection(
     stream: UnixStream,
     owner: u32,
-    host: Arc<warren_runtime::AgentHost>,
+    hosts: Arc<Mutex<Arc<AgentHost>>>,
     root: InstallRoot,
 ) -> anyhow::Result<()> {
+    let host = Arc::clone(&hosts.lock().unwrap_or_else(|p| p.into_inner()));
     let peer = stream
         .peer_cred()
         .context("reading the peer's credentials")?;
@@ -116,7 +153,7 @@ async fn connection(
         host.chat_sessions().await.map_err(anyhow::Error::msg)?;
         let store = AcpSessionStore::open(&root)?;
         anyhow::Ok(Server::new(
-            Arc::clone(&host),
+            Hosts::Current(Arc::clone(&hosts)),
             alias,
             runner.kit().policy().clone(),
             store,

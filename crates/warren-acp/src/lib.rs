@@ -68,7 +68,12 @@ pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode
         host.chat_sessions().await.map_err(anyhow::Error::msg)?;
         let acp = AcpSessionStore::open(root)?;
         let live = AcpLive::hold(root, &alias)?;
-        let server = server::Server::new(host, alias, runner.kit().policy().clone(), acp);
+        let server = server::Server::new(
+            server::Hosts::Fixed(host),
+            alias,
+            runner.kit().policy().clone(),
+            acp,
+        );
         let served = server::serve(server, Stdio::new()).await;
         drop(live);
         served

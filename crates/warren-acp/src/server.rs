@@ -32,9 +32,28 @@ pub(crate) const AGENT: &str = "agent";
 /// A finished tool call: JSON `{"id", "name", "arguments", "ok", "content"}`.
 pub(crate) const TOOL: &str = "tool";
 
+/// Where a server's turns go: its own process's host, or the daemon's current generation (a
+/// connection outlives reloads; the old generation's host cancels its turns after the grace).
+#[derive(Clone)]
+pub enum Hosts {
+    Fixed(Arc<AgentHost>),
+    Current(Arc<Mutex<Arc<AgentHost>>>),
+}
+
+impl Hosts {
+    fn get(&self) -> Arc<AgentHost> {
+        match self {
+            Hosts::Fixed(host) => Arc::clone(host),
+            Hosts::Current(current) => {
+                Arc::clone(&current.lock().unwrap_or_else(|p| p.into_inner()))
+            }
+        }
+    }
+}
+
 /// One `warren acp` process: one agent, its sessions, the turns running now.
 pub struct Server {
-    host: Arc<AgentHost>,
+    hosts: Hosts,
     alias: AgentAlias,
     policy: SecurityPolicy,
     store: AcpSessionStore,
@@ -44,13 +63,13 @@ pub struct Server {
 
 impl Server {
     pub fn new(
-        host: Arc<AgentHost>,
+        hosts: Hosts,
         alias: AgentAlias,
         policy: SecurityPolicy,
         store: AcpSessionStore,
     ) -> Self {
         Self {
-            host,
+            hosts,
             alias,
             policy,
             store,
@@ -223,7 +242,7 @@ impl Server {
             events: events(cx.clone(), id, Arc::clone(&tracker)),
         };
         let result: Result<TurnOutcome, TurnError> = async {
-            let turn = self.host.submit(request).await?;
+            let turn = self.hosts.get().submit(request).await?;
             turn.finish().await
         }
         .await;

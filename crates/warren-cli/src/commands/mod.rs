@@ -35,7 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let gateway = std::sync::Arc::new(warren_gateway::GatewayHook::new());
             // `warren acp` next to the daemon relays to its ACP socket (data/daemon.sock).
             let acp: std::sync::Arc<dyn warren_runtime::daemon::GenerationHook> =
-                std::sync::Arc::new(warren_acp::AcpHook);
+                std::sync::Arc::new(warren_acp::AcpHook::new());
             // The log level first: the other subsystems start under the generation's `log.level`.
             let log_level = std::sync::Arc::new(crate::logging::LogLevelHook);
             warren_runtime::run_blocking_with(root, vec![log_level, gateway, acp])?;

@@ -566,15 +566,34 @@ fn acp_next_to_a_running_daemon_is_served_by_the_daemon() -> R {
     assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
 
     fake.push(FakeReply::text("Served by the daemon."));
+    fake.push(FakeReply::text("Served after the reload."));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let s = Arc::clone(&seen);
     let install = InstallRoot::at(root.path());
+    let daemon = Arc::new(Mutex::new(daemon));
+    let d = Arc::clone(&daemon);
     let id = with_acp(root.path(), &[], Arc::clone(&seen), async |cx| {
         initialize(&cx).await?;
         let id = new_session(&cx, Path::new("/")).await?.session_id;
         assert_eq!(prompt(&cx, &id, "hello daemon").await?, StopReason::EndTurn);
         wait_for(&s, |s| {
             agent_text(&s.updates_of(&id)).contains("Served by the daemon.")
+        })
+        .await?;
+        // A reload in between: the open connection's next turn runs in the new generation
+        // (the old one cancels its turns once the reload is done).
+        {
+            let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
+            let io = agent_client_protocol::Error::into_internal_error;
+            d.signal("HUP").map_err(io)?;
+            d.wait_for("config reloaded", Duration::from_secs(30))
+                .map_err(io)?;
+            d.wait_for("warren daemon ready", Duration::from_secs(30))
+                .map_err(io)?;
+        }
+        assert_eq!(prompt(&cx, &id, "after reload").await?, StopReason::EndTurn);
+        wait_for(&s, |s| {
+            agent_text(&s.updates_of(&id)).contains("Served after the reload.")
         })
         .await?;
         // The relay is a live server of `main` while it runs.
@@ -592,6 +611,7 @@ fn acp_next_to_a_running_daemon_is_served_by_the_daemon() -> R {
     assert!(!out.status.success());
     assert!(text(&out).1.contains("ghost"), "{}", text(&out).1);
 
+    let mut daemon = daemon.lock().unwrap_or_else(|p| p.into_inner());
     daemon.signal("TERM")?;
     daemon.wait(Duration::from_secs(30))?;
     assert!(!socket.exists(), "the daemon left its ACP socket behind");
