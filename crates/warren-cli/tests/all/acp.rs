@@ -435,6 +435,80 @@ fn acp_a_permission_nobody_answers_is_denied_after_the_profile_timeout() -> R {
     Ok(())
 }
 
+/// `sleep` processes whose command line is exactly `sleep ARG`.
+fn sleeping(arg: &str) -> usize {
+    let want = format!("sleep\0{arg}\0");
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn acp_cancel_stops_a_running_tool_process() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(
+        &(config(&fake)
+            + "\n[agents.napper]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"napper\"\n\n[risk_profiles.napper]\nautonomy = \"full\"\nallowed_commands = [\"sleep\"]\n"),
+    )?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c5",
+            "shell",
+            json!({"command": "sleep 31.25"}),
+        )],
+    ));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = Arc::clone(&seen);
+    let (stop, took) = with_acp(
+        root.path(),
+        &["-a", "napper"],
+        Arc::clone(&seen),
+        async |cx| {
+            initialize(&cx).await?;
+            let id = new_session(&cx, Path::new("/")).await?.session_id;
+            let running = cx.send_request(PromptRequest::new(id.clone(), vec!["nap".into()]));
+            wait_for(&s, |s| {
+                s.updates_of(&id)
+                    .iter()
+                    .any(|u| matches!(u, SessionUpdate::ToolCall(t) if &*t.tool_call_id.0 == "c5"))
+            })
+            .await?;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while sleeping("31.25") == 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let asked = Instant::now();
+            cx.send_notification(CancelNotification::new(id.clone()))?;
+            let stop = running.block_task().await?.stop_reason;
+            Ok((stop, asked.elapsed()))
+        },
+    )?;
+    eprintln!(
+        "cancel with a running tool → stop reason in {} ms",
+        took.as_millis()
+    );
+    assert_eq!(stop, StopReason::Cancelled);
+    assert!(took < Duration::from_secs(5), "cancel waited {took:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sleeping("31.25") > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        sleeping("31.25"),
+        0,
+        "the cancelled tool process is still running"
+    );
+    Ok(())
+}
+
 #[test]
 fn acp_cwd_is_kept_inside_the_workspace_or_a_grant_and_replaced_elsewhere() -> R {
     let root = TempRoot::new()?;
