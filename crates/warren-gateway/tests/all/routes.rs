@@ -18,6 +18,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use warren_config::{ConfigStore, InstallRoot};
+use warren_gateway::openai_api::OPENAI_ROUTES;
 use warren_gateway::pairing::hash_token;
 use warren_gateway::{Access, AppState, ProcessState, ROUTES, router, tokens};
 use warren_runtime::Generation;
@@ -428,11 +429,16 @@ async fn openapi_lists_every_route_with_its_access_rule() {
     for (path, item) in doc["paths"].as_object().unwrap() {
         operations += item.as_object().unwrap().len();
         assert!(
-            ROUTES.iter().any(|r| r.path == path),
+            ROUTES.iter().any(|r| r.path == path) || OPENAI_ROUTES.iter().any(|r| r.path == path),
             "{path} is not a route"
         );
     }
-    assert_eq!(operations, ROUTES.len());
+    assert_eq!(operations, ROUTES.len() + OPENAI_ROUTES.len());
+    // The OpenAI-compatible routes (their own table: OpenAI's error shape) need a token too.
+    for route in OPENAI_ROUTES {
+        let op = &doc["paths"][route.path][route.method.to_ascii_lowercase()];
+        assert_eq!(op["security"], json!([{"bearer": []}]), "{}", route.path);
+    }
     for route in ROUTES {
         let op = &doc["paths"][route.path][route.method.to_ascii_lowercase()];
         assert!(op.is_object(), "{} {} missing", route.method, route.path);
