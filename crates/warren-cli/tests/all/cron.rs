@@ -505,3 +505,93 @@ fn an_idle_heartbeat_makes_no_provider_call_and_one_when_its_check_fires_state9(
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+#[test]
+fn agent_rename_delete_and_restore_carry_its_jobs_and_runs_life3_life4() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&config(
+        &fake,
+        free_port()?,
+        "\n[agents.ops]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[cron.jobs.nightly]\nagent = \"ops\"\ncron = \"0 3 * * *\"\ntz = \"Europe/Berlin\"\nmessage = \"nightly\"\n",
+    ))?;
+    let ok = |args: &[&str]| -> Result<String, Box<dyn std::error::Error>> {
+        let out = root.run(bin(), args)?;
+        let (stdout, stderr) = text(&out);
+        if !out.status.success() {
+            return Err(format!("warren {args:?}: {stdout}{stderr}").into());
+        }
+        Ok(stdout)
+    };
+    ok(&[
+        "cron",
+        "add",
+        "digest",
+        "--agent",
+        "ops",
+        "--every",
+        "1h",
+        "--message",
+        "digest",
+    ])?;
+    ok(&["cron", "run", "digest"])?;
+    let run_id = runs(&root, "digest")?[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    // Rename: the job, its run and the declared job's agent follow.
+    ok(&["agents", "rename", "ops", "ops2"])?;
+    let show = json_of(&root, &["cron", "show", "digest"])?;
+    assert_eq!(show["job"]["agent"], "ops2", "{show}");
+    assert_eq!(show["runs"][0]["agent"], "ops2", "{show}");
+    let config = root.read_config()?;
+    assert!(
+        config.contains("[cron.jobs.nightly]") && config.contains("agent = \"ops2\""),
+        "{config}"
+    );
+
+    // Delete: archived, then removed (the declared job leaves config.toml).
+    ok(&["agents", "delete", "ops2", "--yes"])?;
+    let listed = json_of(&root, &["cron", "list"])?;
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    assert!(!root.read_config()?.contains("[cron.jobs.nightly]"));
+    let deleted = root.path().join("data").join("agents").join("_deleted");
+    let archive = std::fs::read_dir(&deleted)?
+        .flatten()
+        .next()
+        .ok_or("no archive")?
+        .path();
+    let archived = std::fs::read_to_string(archive.join("stores").join("cron.json"))?;
+    assert!(
+        archived.contains("digest") && archived.contains(&run_id),
+        "{archived}"
+    );
+
+    // Restore: back under the alias, disabled with a note, its run history with it.
+    let name = archive
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    ok(&["agents", "restore", name])?;
+    let show = json_of(&root, &["cron", "show", "digest"])?;
+    assert_eq!(
+        (
+            show["job"]["agent"].as_str(),
+            show["job"]["enabled"].as_bool()
+        ),
+        (Some("ops2"), Some(false)),
+        "{show}"
+    );
+    assert!(
+        show["job"]["paused_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("restored")),
+        "{show}"
+    );
+    assert_eq!(show["runs"][0]["id"], run_id.as_str(), "{show}");
+    ok(&["cron", "resume", "digest"])?;
+    let show = json_of(&root, &["cron", "show", "digest"])?;
+    assert_eq!(show["job"]["enabled"], true, "{show}");
+    Ok(())
+}

@@ -17,6 +17,7 @@
 //! times after downtime follow the job's `catch_up` (`skip` by default, or `once`).
 
 pub mod jobs;
+pub mod lifecycle;
 mod probe;
 mod run;
 

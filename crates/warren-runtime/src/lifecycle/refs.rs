@@ -6,6 +6,11 @@
 //! | `runtime.default_agent`                      | hard     | refuse        | rewrite     |
 //! | `agents.<x>.workspace.access.<alias>`        | soft     | remove key    | re-key      |
 //! | `agents.<x>.memory.read_memory_from[i]`      | soft     | drop element  | rewrite     |
+//! | `cron.jobs.<job>.agent`                      | soft     | remove job    | rewrite     |
+//! | `agents.<alias>.heartbeat` (its own)         | soft     | removed with it | moves with it |
+//!
+//! A removed job's rows and runs are archived by the cron store's share of the cascade
+//! (`crate::cron::lifecycle`) and come back disabled on restore.
 //!
 //! After a mutation the walk runs again on the edited (not yet saved) config; any remaining
 //! reference aborts before anything is persisted.
@@ -36,6 +41,10 @@ pub enum Site {
     DefaultAgent,
     WorkspaceAccess { owner: String, level: String },
     MemoryGrant { owner: String, index: usize },
+    /// A declared cron job runs as the agent.
+    CronJob { job: String },
+    /// The agent's own heartbeat (listed so a delete plan names it; removed with the agent).
+    Heartbeat,
 }
 
 /// One reference to an alias.
@@ -59,6 +68,22 @@ pub fn collect(config: &Config, alias: &str) -> Vec<RefSite> {
             path: "runtime.default_agent".into(),
             strength: Strength::Hard,
             site: Site::DefaultAgent,
+        });
+    }
+    for (job, decl) in &config.cron.jobs {
+        if decl.agent == alias {
+            out.push(RefSite {
+                path: key(&["cron", "jobs", job, "agent"]).to_string(),
+                strength: Strength::Soft,
+                site: Site::CronJob { job: job.clone() },
+            });
+        }
+    }
+    if config.agents.get(alias).is_some_and(|a| a.heartbeat.is_some()) {
+        out.push(RefSite {
+            path: key(&["agents", alias, "heartbeat"]).to_string(),
+            strength: Strength::Soft,
+            site: Site::Heartbeat,
         });
     }
     for (owner, agent) in &config.agents {
@@ -153,6 +178,14 @@ pub fn apply(
                     )?;
                 }
             }
+            Site::CronJob { job } => match to {
+                Some(to) => txn.set(&key(&["cron", "jobs", job, "agent"]), Value::from(to))?,
+                None => {
+                    txn.remove(&key(&["cron", "jobs", job]))?;
+                }
+            },
+            // Inside the agent's own table: it moves (rename) or goes (delete) with it.
+            Site::Heartbeat => {}
             Site::MemoryGrant { owner, .. } => {
                 if grants_done.contains(&owner.as_str()) {
                     continue;

@@ -81,6 +81,7 @@ pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
         Box::new(SessionState_::new(ctx.clone())),
         Box::new(AcpState::new(ctx.clone())),
         Box::new(CostState::new(ctx.clone())),
+        Box::new(crate::cron::lifecycle::CronState::new(ctx.clone())),
     ]
 }
 

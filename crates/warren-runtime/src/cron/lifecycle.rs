@@ -1,0 +1,128 @@
+//! The cron store's and the control plane's share of an agent rename/delete/restore (LIFE-3,
+//! LIFE-4, BEYOND-1): rename repoints the agent's jobs and runs (and its control-plane rows);
+//! delete exports jobs with their run history into the archive, then removes them; restore puts
+//! them back under the (possibly new) alias, every job disabled with a note until the operator
+//! resumes it. A store that does not exist yet holds nothing (never created by a count).
+
+use serde_json::Value;
+use warren_core::AgentAlias;
+use warren_store::control_plane::ControlPlane;
+use warren_store::cron::{AgentCron, CronStore};
+
+use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove};
+
+/// The note a restored job carries until it is resumed.
+pub fn restore_note(original: &AgentAlias) -> String {
+    format!(
+        "restored with agent '{original}' from its archive; disabled until `warren cron resume`"
+    )
+}
+
+pub struct CronState {
+    ctx: StoreContext,
+}
+
+impl CronState {
+    pub fn new(ctx: StoreContext) -> Self {
+        Self { ctx }
+    }
+
+    fn existing(&self) -> Result<Option<CronStore>, String> {
+        match CronStore::open_existing(&self.ctx.root.cron_db()) {
+            Ok(Some(_)) => CronStore::open(&self.ctx.root.cron_db())
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn plane(&self) -> Result<Option<ControlPlane>, String> {
+        match ControlPlane::open_existing(&self.ctx.root.control_plane_db()) {
+            Ok(Some(_)) => ControlPlane::open(&self.ctx.root.control_plane_db())
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl AgentStateStore for CronState {
+    fn name(&self) -> &'static str {
+        "cron"
+    }
+
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+        let Some(store) = self.existing()? else {
+            return Ok(0);
+        };
+        let export = store
+            .export_agent(alias.as_str())
+            .map_err(|e| e.to_string())?;
+        Ok((export.jobs.len() + export.runs.len()) as u64)
+    }
+
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+        let export = match self.existing()? {
+            Some(store) => store
+                .export_agent(alias.as_str())
+                .map_err(|e| e.to_string())?,
+            None => AgentCron::default(),
+        };
+        let n = (export.jobs.len() + export.runs.len()) as u64;
+        Ok((n, serde_json::to_value(&export).map_err(|e| e.to_string())?))
+    }
+
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
+        if let Some(plane) = self.plane()? {
+            plane
+                .delete_agent(alias.as_str())
+                .map_err(|e| e.to_string())?;
+        }
+        match self.existing()? {
+            Some(store) => store
+                .delete_agent(alias.as_str())
+                .map(|n| n as u64)
+                .map_err(|e| e.to_string()),
+            None => Ok(0),
+        }
+    }
+
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
+        if let Some(plane) = self.plane()? {
+            plane
+                .rename_agent(from.as_str(), to.as_str())
+                .map_err(|e| e.to_string())?;
+        }
+        match self.existing()? {
+            Some(store) => store
+                .rename_agent(from.as_str(), to.as_str())
+                .map(|n| n as u64)
+                .map_err(|e| e.to_string()),
+            None => Ok(0),
+        }
+    }
+
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        original: &AgentAlias,
+        data: Value,
+        _: &WorkspaceMove,
+    ) -> Result<u64, String> {
+        let archive: AgentCron =
+            serde_json::from_value(data).map_err(|e| format!("archive does not parse: {e}"))?;
+        if archive.jobs.is_empty() && archive.runs.is_empty() {
+            return Ok(0);
+        }
+        let store = CronStore::open(&self.ctx.root.cron_db()).map_err(|e| e.to_string())?;
+        let skipped = store
+            .import_agent(&archive, alias.as_str(), &restore_note(original))
+            .map_err(|e| e.to_string())?;
+        for name in &skipped {
+            tracing::warn!(job = %name, "archived cron job not restored: a job of that name exists");
+        }
+        Ok((archive.jobs.len() - skipped.len() + archive.runs.len()) as u64)
+    }
+}
