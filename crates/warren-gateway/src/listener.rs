@@ -440,24 +440,29 @@ async fn route(
     let busy = activity.begin();
     let installed = slot.borrow_and_update().clone();
     let serving = match installed {
-        Some(serving) => Some(serving),
-        None => tokio::time::timeout(BETWEEN_GENERATIONS, slot.wait_for(Option::is_some))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .and_then(|s| s.clone()),
+        Some(serving) => Ok(serving),
+        None => {
+            match tokio::time::timeout(BETWEEN_GENERATIONS, slot.wait_for(Option::is_some)).await {
+                Ok(Ok(serving)) => serving.clone().ok_or("no generation"),
+                Ok(Err(_)) => Err(
+                    "this address stopped serving: a reload changed [gateway] bind/port (see data/gateway.json)",
+                ),
+                Err(_) => {
+                    Err("the gateway is between config generations and none started in time; retry")
+                }
+            }
+        }
     };
-    let Some(serving) = serving else {
-        return Ok(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "reloading",
-            format!(
-                "{} {}: the gateway is between config generations (none started within {BETWEEN_GENERATIONS:?}); retry",
-                req.method(),
-                req.uri().path()
-            ),
-        )
-        .into_response());
+    let serving = match serving {
+        Ok(serving) => serving,
+        Err(why) => {
+            return Ok(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                format!("{} {}: {why}", req.method(), req.uri().path()),
+            )
+            .into_response());
+        }
     };
     req.extensions_mut().insert(ConnectInfo(peer));
     let response = TowerToHyperService::new(serving.router.clone())

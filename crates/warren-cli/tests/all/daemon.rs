@@ -47,10 +47,22 @@ fn one_daemon_per_root_reload_in_place_and_clean_exit() -> R {
         "{stderr}"
     );
 
-    // SIGHUP: re-read config, same PID, next generation.
-    let port = warren_testkit::free_port()?.to_string();
-    let out = root.run(bin(), &["config", "set", "gateway.port", &port])?;
-    assert!(out.status.success());
+    // SIGHUP: re-read config (edited by hand; `warren config set` would reload the daemon
+    // itself), same PID, next generation.
+    let port = warren_testkit::free_port()?;
+    let edited = root
+        .read_config()?
+        .lines()
+        .map(|l| {
+            if l.starts_with("port = ") {
+                format!("port = {port}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    fs::write(root.config_path(), edited)?;
     daemon.signal("HUP")?;
     daemon.wait_for("config reloaded", WAIT)?;
     daemon.wait_for("warren daemon ready", WAIT)?;

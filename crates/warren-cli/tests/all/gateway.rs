@@ -54,11 +54,15 @@ fn pair_reload_to_a_new_port_in_place_and_revoke_state15_state19_state21() -> R 
     assert_eq!(status, 200);
     assert_eq!(s["pid"], daemon.pid());
 
-    // Reload with a port change: same PID, old port closed, new one answering.
+    // Reload with a port change: same PID, old port closed, new one answering. `warren config
+    // set` asks the running daemon to reload (issue 15 §3).
     let out = root.run(bin(), &["config", "set", "gateway.port", &p2.to_string()])?;
     assert!(out.status.success(), "{:?}", text(&out));
-    let (status, reloaded) = http(p1, "POST", "/admin/reload", Some(&token), "")?;
-    assert_eq!(status, 200, "{reloaded}");
+    assert!(
+        text(&out).1.contains("the running daemon reloaded"),
+        "{:?}",
+        text(&out)
+    );
     daemon.wait_for(&format!("gateway listening addr=127.0.0.1:{p2}"), WAIT)?;
     assert!(
         http(p1, "GET", "/health", None, "").is_err(),
