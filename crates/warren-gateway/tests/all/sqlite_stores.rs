@@ -21,7 +21,10 @@ use warren_store::sessions::sqlite::SqliteBackend;
 /// the file is inspected (`Ok(Box<dyn Any>)`) or returns the store's error as text.
 type Open = fn(&InstallRoot) -> Result<Box<dyn std::any::Any>, String>;
 
-fn stores() -> Vec<(&'static str, fn(&InstallRoot) -> PathBuf, Open)> {
+/// A store's name, its file, and its open.
+type Store = (&'static str, fn(&InstallRoot) -> PathBuf, Open);
+
+fn stores() -> Vec<Store> {
     fn boxed<T: 'static, E: std::fmt::Display>(
         r: Result<T, E>,
     ) -> Result<Box<dyn std::any::Any>, String> {
