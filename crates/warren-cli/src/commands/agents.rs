@@ -68,6 +68,10 @@ pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result
             for warning in &outcome.warnings {
                 eprintln!("warning: {warning}");
             }
+            // A running daemon serves the new agent at once (issue 15 §3).
+            if let Some(note) = super::config::reload_running_daemon(root) {
+                eprintln!("{note}");
+            }
             if json {
                 super::print_json(&serde_json::json!({
                     "alias": alias, "workspace": root.agent_workspace(&alias), "config_generation": outcome.generation,

@@ -128,7 +128,7 @@ fn set(
 /// A daemon running on `root` loads the file just written at once (issue 15 §3): asked over
 /// its admin route, it reloads (and rebuilds its subsystems) in place. What happened, for
 /// stderr; `None` when no daemon runs.
-fn reload_running_daemon(root: &InstallRoot) -> Option<String> {
+pub(super) fn reload_running_daemon(root: &InstallRoot) -> Option<String> {
     if !matches!(
         warren_runtime::probe(root),
         Ok(warren_runtime::DaemonStatus::Running { .. })

@@ -377,6 +377,19 @@ fn config_edits_beside_the_daemon_are_picked_up_issue15() -> R {
         on_disk.contains("hand-edit-3") && on_disk.contains("[agents.helper]"),
         "{on_disk}"
     );
+
+    // `warren agents add` makes the running daemon serve the new agent at once.
+    let out = root.run(bin(), &["agents", "add", "third"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let (status, agents) = http(port, "GET", "/api/agents", token, "")?;
+    assert_eq!(status, 200);
+    let served: Vec<&str> = agents["agents"]
+        .as_array()
+        .ok_or("no agents")?
+        .iter()
+        .filter_map(|a| a["alias"].as_str())
+        .collect();
+    assert!(served.contains(&"third"), "{agents}");
     Ok(())
 }
 
