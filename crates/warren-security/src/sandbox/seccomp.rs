@@ -11,8 +11,9 @@
 //!   `perf_event_open`, `userfaultfd`, `keyctl`/`add_key`/`request_key`, `mount` and friends,
 //!   `pivot_root`, `chroot`, module and kexec calls, `reboot`, `swapon/off`, `acct`, `quotactl`.
 //!
-//! x32 system-call numbers (bit 30 set) are listed too, so the x32 ABI is no way around it; other
-//! architectures fail the filter's architecture check.
+//! Every x32 system call (number with bit 30 set) is refused by a short hand-written prelude
+//! filter, so the x32 ABI is no way around it; other architectures fail the main filter's
+//! architecture check.
 
 use std::collections::BTreeMap;
 
@@ -100,17 +101,11 @@ pub(crate) fn program(network: bool) -> Result<BpfProgram, String> {
     ] {
         rules.insert(nr, Vec::new());
     }
+    // The x32 ABI (the same calls with bit 30 set) is refused as a whole by the prelude
+    // ([`prelude`]), which keeps this filter half as long: the kernel emulates a new filter
+    // once per system call number when it is installed, so its length is paid on every spawn.
     #[cfg(target_arch = "x86_64")]
-    {
-        rules.insert(libc::SYS_kexec_file_load, Vec::new());
-        // The same calls through the x32 ABI.
-        const X32: i64 = 0x4000_0000;
-        let native: Vec<(i64, Vec<SeccompRule>)> =
-            rules.iter().map(|(nr, r)| (*nr, r.clone())).collect();
-        for (nr, r) in native {
-            rules.insert(nr | X32, r);
-        }
-    }
+    rules.insert(libc::SYS_kexec_file_load, Vec::new());
     compile(rules, libc::EPERM, arch)
 }
 
@@ -130,15 +125,54 @@ fn compile(
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
-/// `clone3` answers `ENOSYS` (not `EPERM`), so libc falls back to `clone`, whose flags the main
-/// filter can read.
+/// x86_64: the first filter, written out by hand (8 instructions). `clone3` answers `ENOSYS`
+/// (not `EPERM`), so libc falls back to `clone`, whose flags the main filter can read; every x32
+/// call (system call number with bit 30 set) answers `EPERM`. Another architecture is let
+/// through here and refused by the main filter's architecture check.
+#[cfg(target_arch = "x86_64")]
+fn prelude() -> Vec<u64> {
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const X32_BIT: u32 = 0x4000_0000;
+    let op = |code: u32, jt: u8, jf: u8, k: u32| {
+        u64::from(code as u16) << 48 | u64::from(jt) << 40 | u64::from(jf) << 32 | u64::from(k)
+    };
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let jset = libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K;
+    let ret = libc::BPF_RET | libc::BPF_K;
+    vec![
+        op(ld, 0, 0, 4),                        // 0: A = seccomp_data.arch
+        op(jeq, 0, 3, AUDIT_ARCH_X86_64),       // 1: another arch -> 5
+        op(ld, 0, 0, 0),                        // 2: A = seccomp_data.nr
+        op(jset, 3, 0, X32_BIT),                // 3: x32 -> 7
+        op(jeq, 1, 0, libc::SYS_clone3 as u32), // 4: clone3 -> 6
+        op(ret, 0, 0, libc::SECCOMP_RET_ALLOW), // 5
+        op(ret, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32), // 6
+        op(ret, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32), // 7
+    ]
+}
+
+/// Elsewhere: `clone3` answers `ENOSYS` (see the x86_64 [`prelude`]).
+#[cfg(not(target_arch = "x86_64"))]
+fn prelude() -> Vec<u64> {
+    clone3_program().map(|p| pack(&p)).unwrap_or_default()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
 fn clone3_program() -> Result<BpfProgram, String> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     rules.insert(libc::SYS_clone3, Vec::new());
-    #[cfg(target_arch = "x86_64")]
-    rules.insert(libc::SYS_clone3 | 0x4000_0000, Vec::new());
     compile(rules, libc::ENOSYS, arch)
+}
+
+/// One instruction per `u64` (code, jt, jf, k), the form the stage spec carries.
+fn pack(p: &BpfProgram) -> Vec<u64> {
+    p.iter()
+        .map(|i| {
+            u64::from(i.code) << 48 | u64::from(i.jt) << 40 | u64::from(i.jf) << 32 | u64::from(i.k)
+        })
+        .collect()
 }
 
 /// Both filters, compiled once per process and network setting, packed one instruction per
@@ -147,17 +181,11 @@ pub(crate) fn packed(network: bool) -> Result<Vec<Vec<u64>>, String> {
     static CACHE: std::sync::OnceLock<[Result<Vec<Vec<u64>>, String>; 2]> =
         std::sync::OnceLock::new();
     let build = |network: bool| -> Result<Vec<Vec<u64>>, String> {
-        let pack = |p: BpfProgram| {
-            p.iter()
-                .map(|i| {
-                    u64::from(i.code) << 48
-                        | u64::from(i.jt) << 40
-                        | u64::from(i.jf) << 32
-                        | u64::from(i.k)
-                })
-                .collect::<Vec<u64>>()
-        };
-        Ok(vec![pack(clone3_program()?), pack(program(network)?)])
+        let prelude = prelude();
+        if prelude.is_empty() {
+            return Err("cannot compile the clone3 filter".into());
+        }
+        Ok(vec![prelude, pack(&program(network)?)])
     };
     CACHE.get_or_init(|| [build(false), build(true)])[usize::from(network)].clone()
 }
@@ -165,6 +193,53 @@ pub(crate) fn packed(network: bool) -> Result<Vec<Vec<u64>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs a packed classic-BPF program (the instructions the prelude uses) on `(arch, nr)`.
+    #[cfg(target_arch = "x86_64")]
+    fn eval(program: &[u64], arch: u32, nr: u32) -> u32 {
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = program[pc];
+            let (code, jt, jf, k) = (
+                (i >> 48) as u32,
+                ((i >> 40) & 0xff) as usize,
+                ((i >> 32) & 0xff) as usize,
+                i as u32,
+            );
+            pc += 1;
+            match code {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    acc = if k == 4 { arch } else { nr };
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
+                    pc += if acc == k { jt } else { jf };
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K => {
+                    pc += if acc & k != 0 { jt } else { jf };
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return k,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_prelude_refuses_every_x32_call_and_clone3() {
+        const X86_64: u32 = 0xC000_003E;
+        let p = prelude();
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        for nr in [0u32, 39, 41, 56, 272, 435, 511] {
+            assert_eq!(eval(&p, X86_64, nr | 0x4000_0000), eperm, "x32 {nr}");
+        }
+        assert_eq!(eval(&p, X86_64, libc::SYS_clone3 as u32), enosys);
+        for nr in [0u32, 39, 41, 56, 272] {
+            assert_eq!(eval(&p, X86_64, nr), libc::SECCOMP_RET_ALLOW, "native {nr}");
+        }
+        // Another architecture is left to the main filter's architecture check.
+        assert_eq!(eval(&p, 0x4000_0003, 435), libc::SECCOMP_RET_ALLOW);
+    }
 
     #[test]
     fn the_filter_compiles_for_both_network_settings() {
