@@ -421,6 +421,14 @@ pub fn cwd_rule(policy: &SecurityPolicy, requested: &Path) -> (PathBuf, Option<S
     (workspace, Some(notice))
 }
 
+/// Whether the transport failed because the client closed its end (EPIPE / reset).
+fn hung_up(e: &Error) -> bool {
+    let text = format!("{e} {:?}", e.data);
+    ["Broken pipe", "Connection reset"]
+        .iter()
+        .any(|needle| text.contains(needle))
+}
+
 fn internal(e: impl std::fmt::Display) -> Error {
     Error::internal_error().data(e.to_string())
 }
@@ -493,5 +501,13 @@ pub async fn serve(
         )
         .connect_to(transport)
         .await
-        .map_err(|e| anyhow::anyhow!("ACP connection: {e}"))
+        .or_else(|e| {
+            // The editor hung up while a last update was on its way: the session simply ended.
+            if hung_up(&e) {
+                tracing::debug!("ACP client closed the connection: {e}");
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("ACP connection: {e}"))
+            }
+        })
 }

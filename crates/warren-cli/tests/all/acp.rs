@@ -527,7 +527,9 @@ fn acp_cwd_is_kept_inside_the_workspace_or_a_grant_and_replaced_elsewhere() -> R
         PathBuf::from("src"),
         root.path().join("data"),
     ];
-    let metas = with_acp(root.path(), &[], Arc::default(), async |cx| {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = Arc::clone(&seen);
+    let metas = with_acp(root.path(), &[], Arc::clone(&seen), async |cx| {
         initialize(&cx).await?;
         let mut metas = Vec::new();
         for cwd in &asked {
@@ -537,6 +539,15 @@ fn acp_cwd_is_kept_inside_the_workspace_or_a_grant_and_replaced_elsewhere() -> R
                     .map_err(agent_client_protocol::Error::into_internal_error)?,
             );
         }
+        // The three replaced ones are also said in their threads.
+        wait_for(&s, |s| {
+            s.updates
+                .iter()
+                .filter(|(_, u)| agent_text(std::slice::from_ref(u)).contains("outside agent"))
+                .count()
+                == 3
+        })
+        .await?;
         Ok(metas)
     })?;
     let kept = |i: usize| -> Result<(), Box<dyn std::error::Error>> {
