@@ -230,7 +230,11 @@ impl CronStore {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
         }
-        let conn = sqlite_util::open_wal(path, Sync::Full).map_err(|e| err(&e))?;
+        // WAL NORMAL: every commit survives a process crash (the case the reaper handles);
+        // a power loss may roll back the last commits — a claim or a result then reads as still running
+        // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
+        // lateness low.
+        let conn = sqlite_util::open_wal(path, Sync::Normal).map_err(|e| err(&e))?;
         conn.execute_batch(SCHEMA).map_err(|e| err(&e))?;
         Ok(Self {
             path: path.to_path_buf(),

@@ -595,3 +595,50 @@ fn agent_rename_delete_and_restore_carry_its_jobs_and_runs_life3_life4() -> R {
     assert_eq!(show["job"]["enabled"], true, "{show}");
     Ok(())
 }
+
+#[test]
+fn a_reload_rebuilds_the_scheduler_the_running_run_finishes_and_new_config_applies_state19() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        "\n[cron.jobs.tick]\nagent = \"main\"\nevery = \"2s\"\nmessage = \"version one\"\n",
+    ))?;
+    // The first run streams for about 2 s: the reload happens while it runs.
+    fake.push(FakeReply::Chat {
+        text: (0..20).map(|i| format!("w{i} ")).collect(),
+        calls: Vec::new(),
+        usage: (10, 20),
+        chunk_delay: Duration::from_millis(100),
+    });
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    wait_until("the first run to start", WAIT, || {
+        Ok(json_of(&root, &["cron", "show", "tick"])?["job"]["lock_run"].is_string())
+    })?;
+    let first = json_of(&root, &["cron", "show", "tick"])?["job"]["lock_run"].clone();
+    let out = root.run(
+        bin(),
+        &["config", "set", "cron.jobs.tick.message", "version two"],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    daemon.signal("HUP")?;
+    daemon.wait_for("config reloaded", WAIT)?;
+    wait_until("a run with the new message", WAIT, || {
+        Ok(fake
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("version two")))
+    })?;
+    let all = runs(&root, "tick")?;
+    let old = all
+        .iter()
+        .find(|r| r["id"] == first)
+        .ok_or("first run gone")?;
+    assert_eq!(old["status"], "ok", "the running run finished: {all:?}");
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}

@@ -209,6 +209,17 @@ impl Scheduler {
                     tracing::error!("cron scheduler: {e}");
                 }
             }
+            // Running runs finish: the daemon waits for this task up to its grace, then
+            // cancels the generation's turns (STATE-19).
+            while !this
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+            {
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(200), this.wake.notified()).await;
+            }
         });
         RunningSubsystem::new("cron", stop, task)
     }

@@ -1,0 +1,145 @@
+//! Scheduler overhead (issue 17, benchmark): 1,000 jobs with due times spread over a minute —
+//! fire-time lateness (the run's start minus its due time; target p99 <= 50 ms on an idle
+//! machine) — and 1,000 dormant jobs (due in an hour) — the timer task's wakeups per minute
+//! (target: none except at due times).
+//!
+//! The jobs are one-shot agent turns of the offline `script` provider (memory `none`), so the
+//! figure is the scheduler's (timer, claim, control plane, turn door), not a model's.
+//!
+//! Run: `cargo bench -p warren-runtime --bench cron` (about two minutes).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use warren_config::{ConfigStore, InstallRoot};
+use warren_runtime::Generation;
+use warren_runtime::cron::{JobSpec, Scheduler};
+use warren_store::cron::{CronStore, format_ms, now_ms};
+
+const JOBS: usize = 1000;
+const SPREAD_MS: i64 = 60_000;
+const DORMANT_SECS: u64 = 30;
+
+fn root(dir: &std::path::Path) -> Result<InstallRoot, Box<dyn std::error::Error>> {
+    let root = InstallRoot::at(dir.join("warren"));
+    root.ensure_layout()?;
+    std::fs::write(
+        root.root().join("script.json"),
+        r#"{"turns": [[{"text": "ok", "usage": {"input_tokens": 1, "output_tokens": 1}}]]}"#,
+    )?;
+    std::fs::write(
+        root.config_file(),
+        format!(
+            "[agents.bench]\nprovider = \"s\"\nmodel = \"m\"\n[agents.bench.memory]\nbackend = \"none\"\n[providers.s]\nkind = \"script\"\nscript = \"{}\"\n[cost]\nenabled = false\n",
+            root.root().join("script.json").display()
+        ),
+    )?;
+    Ok(root)
+}
+
+fn add_jobs(
+    root: &InstallRoot,
+    config: &warren_config::Config,
+    due: impl Fn(usize) -> i64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let store = CronStore::open(&root.cron_db())?;
+    for i in 0..JOBS {
+        let at = format_ms(due(i));
+        let job = JobSpec {
+            name: format!("job{i:04}"),
+            agent: "bench".into(),
+            at: Some(at),
+            message: Some("tick".into()),
+            ..JobSpec::default()
+        }
+        .into_job(config, "runtime")?;
+        store.insert(&job)?;
+    }
+    Ok(())
+}
+
+async fn scheduler(root: &InstallRoot) -> Result<Arc<Scheduler>, Box<dyn std::error::Error>> {
+    let store = ConfigStore::load(root.clone())?;
+    let generation = Generation::detached(root.clone(), store)?;
+    generation.host.open_sessions().await;
+    let scheduler = Scheduler::open(root, Arc::clone(&generation.host))?;
+    scheduler.prepare().await?;
+    Ok(scheduler)
+}
+
+fn parse_ms(text: &str) -> Option<i64> {
+    warren_store::timefmt::parse(text)
+        .and_then(|t| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok())
+}
+
+async fn lateness() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let root = root(dir.path())?;
+    let config = ConfigStore::load(root.clone())?.snapshot().config().clone();
+    let t0 = now_ms() + 3000;
+    let due = |i: usize| t0 + (i as i64) * SPREAD_MS / JOBS as i64;
+    add_jobs(&root, &config, due)?;
+    let scheduler = scheduler(&root).await?;
+    let running = scheduler.start();
+    let store = CronStore::open(&root.cron_db())?;
+    let deadline = std::time::Instant::now() + Duration::from_millis(SPREAD_MS as u64 + 30_000);
+    let mut late = Vec::with_capacity(JOBS);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        late.clear();
+        for i in 0..JOBS {
+            if let Some(run) = store.runs(&format!("job{i:04}"), 1)?.first()
+                && let Some(started) = parse_ms(&run.started_at)
+            {
+                late.push(started - due(i));
+            }
+        }
+        if late.len() == JOBS || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    let wakeups = scheduler.wakeups();
+    running.stop(Duration::from_secs(5)).await;
+    late.sort_unstable();
+    let pct = |p: f64| late[((late.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "cron lateness: {} of {JOBS} jobs fired over {} s; lateness p50 {} ms, p99 {} ms, max {} ms (target p99 <= 50 ms); timer wakeups {wakeups}",
+        late.len(),
+        SPREAD_MS / 1000,
+        pct(0.5),
+        pct(0.99),
+        late.last().copied().unwrap_or_default()
+    );
+    Ok(())
+}
+
+async fn dormant() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let root = root(dir.path())?;
+    let config = ConfigStore::load(root.clone())?.snapshot().config().clone();
+    let t0 = now_ms() + 3_600_000;
+    add_jobs(&root, &config, |i| t0 + i as i64)?;
+    let scheduler = scheduler(&root).await?;
+    let running = scheduler.start();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = scheduler.wakeups();
+    tokio::time::sleep(Duration::from_secs(DORMANT_SECS)).await;
+    let woke = scheduler.wakeups() - before;
+    running.stop(Duration::from_secs(5)).await;
+    println!(
+        "cron dormant: {JOBS} jobs due in an hour; {woke} timer wakeups in {DORMANT_SECS} s = {:.1} wakeups/min (target 0)",
+        woke as f64 * 60.0 / DORMANT_SECS as f64
+    );
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        dormant().await?;
+        lateness().await
+    })
+}
