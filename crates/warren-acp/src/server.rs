@@ -386,30 +386,30 @@ fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Error> {
 /// The session's working root: the client's `cwd` when it lies inside the agent's workspace
 /// or one of its grants (or anywhere not forbidden, for an agent with an unrestricted
 /// filesystem); otherwise the workspace, with a notice saying so.
+///
+/// The check never follows a link: the path must be absolute with plain components only, and
+/// below a root it is opened one component at a time through confined handles
+/// (`RESOLVE_NO_SYMLINKS`), so a link leading out of the workspace is refused rather than
+/// resolved. The cwd is only recorded and reported; tools resolve paths through the policy.
 pub fn cwd_rule(policy: &SecurityPolicy, requested: &Path) -> (PathBuf, Option<String>) {
     let workspace = policy.workspace().to_path_buf();
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let asked = match std::fs::canonicalize(requested) {
-        Ok(p) if requested.is_absolute() => Some(p),
-        _ => None,
-    };
-    if let Some(asked) = &asked {
-        let mut roots = vec![real(&workspace)];
+    if let Some(asked) = plain_absolute(requested) {
+        let forbidden = policy
+            .forbidden_paths()
+            .iter()
+            .any(|f| asked.starts_with(f));
+        let mut roots = vec![workspace.as_path()];
         roots.extend(
             policy
                 .read_write_roots()
                 .iter()
                 .chain(policy.read_only_roots())
                 .chain(policy.write_only_roots())
-                .map(|g| real(&g.root)),
+                .map(|g| g.root.as_path()),
         );
-        let forbidden = policy
-            .forbidden_paths()
-            .iter()
-            .any(|f| asked.starts_with(real(f)));
-        let inside = roots.iter().any(|r| asked.starts_with(r));
+        let inside = roots.iter().any(|root| opens_below(root, &asked));
         if !forbidden && (inside || !policy.workspace_only()) {
-            return (asked.clone(), None);
+            return (asked, None);
         }
     }
     let notice = format!(
@@ -419,6 +419,28 @@ pub fn cwd_rule(policy: &SecurityPolicy, requested: &Path) -> (PathBuf, Option<S
         workspace.display()
     );
     (workspace, Some(notice))
+}
+
+/// `path` when it is absolute and made of plain components only (no `.`, `..`).
+fn plain_absolute(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    if !path.is_absolute() {
+        return None;
+    }
+    path.components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        .then(|| path.to_path_buf())
+}
+
+/// Whether `asked` is `root` or a directory below it reachable without following a link.
+fn opens_below(root: &Path, asked: &Path) -> bool {
+    let Ok(rel) = asked.strip_prefix(root) else {
+        return false;
+    };
+    let Ok(Some(dir)) = warren_config::confined::ConfinedDir::open_root(root) else {
+        return false;
+    };
+    rel.as_os_str().is_empty() || matches!(dir.open_dir(rel, false), Ok(Some(_)))
 }
 
 /// Whether the transport failed because the client closed its end (EPIPE / reset).

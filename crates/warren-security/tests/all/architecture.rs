@@ -40,6 +40,8 @@ const GATES: &[Gate] = &[
             "crates/warren-store/",
             // The script provider reads the script file config names (not an agent's files).
             "crates/warren-providers/src/script.rs",
+            // The ACP attach socket data/daemon.sock, an InstallRoot file under data/.
+            "crates/warren-acp/src/attach.rs",
         ],
     },
     Gate {
@@ -235,6 +237,10 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
     (
         "crates/warren-runtime/src/trace.rs",
         "its own rotated trace files under data/state",
+    ),
+    (
+        "crates/warren-acp/src/attach.rs",
+        "data/daemon.sock, the daemon's own ACP socket under data/ (bind, mode, owner, remove)",
     ),
     (
         "crates/warren-runtime/src/daemon.rs",
