@@ -198,9 +198,20 @@ pub(crate) async fn run(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/cron/{name}/run";
+    let path = state.root().cron_db();
+    let job = name.clone();
+    blocking(ROUTE, move || {
+        CronStore::open_existing(&path)
+            .map_err(|e| cron_error(ROUTE, e))?
+            .and_then(|s| s.get(&job).transpose())
+            .transpose()
+            .map_err(|e| cron_error(ROUTE, e))?
+            .ok_or_else(|| cron_error(ROUTE, CronError::NotFound(job.clone())))
+    })
+    .await?;
     let scheduler = scheduler(&state).ok_or_else(|| {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::CONFLICT,
             "scheduler_off",
             format!("{ROUTE}: the cron scheduler is not running ([cron] enabled = false)"),
         )
@@ -466,8 +477,8 @@ pub(crate) fn openapi_paths(paths: &mut serde_json::Map<String, Value>) {
     op("/api/cron/{name}/run", "post", &|op| {
         with_name(op);
         ok(op, object(&["run"], &[("run", json!({"type": "object"}))]));
-        op["responses"]["409"] = error("a run of the job holds its lock (names it)");
-        op["responses"]["503"] = error("the cron scheduler is off");
+        op["responses"]["409"] =
+            error("a run of the job holds its lock (names it), or the cron scheduler is off");
     });
     op("/api/cron/{name}/runs", "get", &|op| {
         op["parameters"] = json!([name.clone(), limit.clone()]);
