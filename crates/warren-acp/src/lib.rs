@@ -36,17 +36,48 @@ use warren_store::acp::{AcpLive, AcpSessionStore};
 pub use attach::{AcpHook, socket_path};
 pub use server::cwd_rule;
 
-/// Serves `alias` (or the default agent) over ACP on stdin/stdout until the client closes.
-pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode> {
-    let store = ConfigStore::load(root.clone())?;
-    let snapshot = store.snapshot();
-    let alias = match alias {
+/// The agent `-a` names, or the config's default agent.
+fn agent_of(
+    snapshot: &warren_config::Snapshot,
+    alias: Option<String>,
+) -> anyhow::Result<AgentAlias> {
+    Ok(match alias {
         Some(a) => AgentAlias::new(a.as_str())?,
         None => snapshot
             .config()
             .default_agent()
             .context("no default agent; pass -a ALIAS")?,
-    };
+    })
+}
+
+/// `warren acp --end-sessions`: ends the stored ACP sessions of `alias` (or the default agent)
+/// while no `warren acp` of that agent runs, so a stored session that no editor will load again
+/// stops blocking `agents delete` (LIFE-4).
+pub fn end_sessions(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode> {
+    let store = ConfigStore::load(root.clone())?;
+    let alias = agent_of(&store.snapshot(), alias)?;
+    let servers = AcpLive::servers(root, &alias)?;
+    if !servers.is_empty() {
+        let pids: Vec<String> = servers.iter().map(u32::to_string).collect();
+        anyhow::bail!(
+            "agent '{alias}' is being served by `warren acp` (PID {}); close the editor's session first",
+            pids.join(", ")
+        );
+    }
+    let acp = AcpSessionStore::open(root)?;
+    let sessions = acp.list(Some(&alias))?;
+    for session in &sessions {
+        acp.end(&session.id, warren_store::acp::AcpState::Closed)?;
+    }
+    println!("ended {} ACP session(s) of agent '{alias}'", sessions.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Serves `alias` (or the default agent) over ACP on stdin/stdout until the client closes.
+pub fn run(root: &InstallRoot, alias: Option<String>) -> anyhow::Result<ExitCode> {
+    let store = ConfigStore::load(root.clone())?;
+    let snapshot = store.snapshot();
+    let alias = agent_of(&snapshot, alias)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

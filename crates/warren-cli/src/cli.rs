@@ -67,6 +67,11 @@ pub enum Command {
         /// The agent (default: the default agent)
         #[arg(short = 'a', long = "agent", value_name = "ALIAS")]
         alias: Option<String>,
+        /// Instead of serving: end the agent's stored ACP sessions (refused while a `warren acp`
+        /// of the agent runs); an ended session can no longer be loaded, and no longer blocks
+        /// `agents delete`
+        #[arg(long)]
+        end_sessions: bool,
     },
     /// Scheduled jobs: add, list, show, run, pause, resume, remove, and their runs
     #[command(subcommand)]

@@ -63,7 +63,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
             cli.json,
         ),
-        Command::Acp { alias } => warren_acp::run(&root, alias),
+        Command::Acp {
+            alias,
+            end_sessions: true,
+        } => warren_acp::end_sessions(&root, alias),
+        Command::Acp { alias, .. } => warren_acp::run(&root, alias),
         Command::Cron(cmd) => cron::run(&root, cmd, cli.json),
         Command::Runs(cmd) => runs::run(&root, cmd, cli.json),
         Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),

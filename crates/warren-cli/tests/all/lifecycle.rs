@@ -615,6 +615,15 @@ fn delete_is_refused_on_a_live_acp_session_and_on_a_hard_reference_life4() -> R 
         text(&out).1
     );
     assert_eq!(state(root.path()), before, "nothing changed");
+    assert!(
+        text(&out).1.contains("--end-sessions"),
+        "the refusal says how to end them: {}",
+        text(&out).1
+    );
+    // With no `warren acp` of b running, the operator ends the stored session; delete proceeds.
+    let ended = ok(&root, &["acp", "-a", "b", "--end-sessions"])?;
+    assert!(ended.contains("ended 1 ACP session"), "{ended}");
+    ok(&root, &["agents", "delete", "b", "--yes"])?;
 
     // Unreadable ACP store: fail closed.
     let root = template(1, 1)?;

@@ -1237,7 +1237,9 @@ fn refusals(root: &InstallRoot, found: &[RefSite], a: &AgentAlias) -> (Vec<Strin
     let live = match check_live_acp(root, a) {
         Ok(0) => Some(0),
         Ok(n) => {
-            reasons.push(format!("{n} live ACP session(s); end them first"));
+            reasons.push(format!(
+                "{n} live ACP session(s); close the editor's session, or end stored ones with `warren acp -a {a} --end-sessions`"
+            ));
             Some(n)
         }
         Err(e) => {
