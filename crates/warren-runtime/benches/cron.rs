@@ -110,6 +110,9 @@ async fn lateness() -> Result<(), Box<dyn std::error::Error>> {
         pct(0.99),
         late.last().copied().unwrap_or_default()
     );
+    if late.len() < JOBS || pct(0.99) > 50 {
+        return Err("cron lateness: target missed".into());
+    }
     Ok(())
 }
 
@@ -130,6 +133,9 @@ async fn dormant() -> Result<(), Box<dyn std::error::Error>> {
         "cron dormant: {JOBS} jobs due in an hour; {woke} timer wakeups in {DORMANT_SECS} s = {:.1} wakeups/min (target 0)",
         woke as f64 * 60.0 / DORMANT_SECS as f64
     );
+    if woke > 0 {
+        return Err("cron dormant: the timer woke without a due job".into());
+    }
     Ok(())
 }
 
@@ -139,7 +145,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        dormant().await?;
-        lateness().await
+        let dormant = dormant().await;
+        let lateness = lateness().await;
+        dormant.and(lateness)
     })
 }
