@@ -642,3 +642,128 @@ fn a_reload_rebuilds_the_scheduler_the_running_run_finishes_and_new_config_appli
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+#[test]
+fn failures_back_off_and_pause_the_job_with_the_reason_in_list_and_health_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    let text_config = config(
+        &fake,
+        port,
+        "\n[cron]\nmax_failures = 3\nbackoff_secs = 1\nbackoff_max_secs = 2\n",
+    )
+    .replace(
+        "retry_backoff_ms = 1",
+        "retry_backoff_ms = 1\nmax_retries = 0",
+    );
+    root.write_config(&text_config)?;
+    for _ in 0..10 {
+        fake.push(FakeReply::Status(500, "upstream down".into()));
+    }
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "flaky",
+            "--agent",
+            "main",
+            "--every",
+            "1s",
+            "--message",
+            "go",
+        ],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    wait_until("the job to pause", WAIT, || {
+        Ok(json_of(&root, &["cron", "show", "flaky"])?["job"]["enabled"] == false)
+    })?;
+    let all = runs(&root, "flaky")?;
+    assert_eq!(all.len(), 3, "paused after 3 failures: {all:?}");
+    assert!(all.iter().all(|r| r["status"] == "failed"), "{all:?}");
+    // Backoff: the failed runs are at least 1 s apart (the schedule alone says 1 s too, so
+    // check the third, whose backoff is 2 s).
+    let ms = |r: &Value| {
+        r["started_at"]
+            .as_str()
+            .and_then(|s| s.get(17..23))
+            .and_then(|s| s.parse::<f64>().ok())
+    };
+    let (second, third) = (ms(&all[1]), ms(&all[0]));
+    if let (Some(a), Some(b)) = (second, third) {
+        let gap = (b - a + 60.0) % 60.0;
+        assert!(gap >= 1.9, "backoff doubled to 2 s: {gap} s: {all:?}");
+    }
+    let out = root.run(bin(), &["cron", "list"])?;
+    let (stdout, _) = text(&out);
+    assert!(
+        stdout.contains("paused: paused after 3 consecutive failures"),
+        "{stdout}"
+    );
+    let token = pair(&root, bin(), port, "ci")?;
+    let (_, health) = http(port, "GET", "/api/health", Some(&token), "")?;
+    let reason = health["components"]["cron"]["paused"][0]["reason"]
+        .as_str()
+        .unwrap_or("");
+    assert!(reason.contains("consecutive failures"), "{health}");
+    // No run after the pause.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(runs(&root, "flaky")?.len(), 3);
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn runs_cancel_stops_a_running_run_of_the_daemon_state11() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        "\n[cron.jobs.long]\nagent = \"main\"\nevery = \"1s\"\nmessage = \"long\"\n",
+    ))?;
+    fake.push(FakeReply::Chat {
+        text: (0..300).map(|i| format!("w{i} ")).collect(),
+        calls: Vec::new(),
+        usage: (10, 300),
+        chunk_delay: Duration::from_millis(100),
+    });
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut id = String::new();
+    wait_until("a running run in the control plane", WAIT, || {
+        let listed = json_of(&root, &["runs", "list"])?;
+        if let Some(r) = listed
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["state"] == "running"))
+        {
+            id = r["id"].as_str().unwrap_or_default().to_string();
+        }
+        Ok(!id.is_empty())
+    })?;
+    let out = root.run(bin(), &["runs", "cancel", &id])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out).0.contains("cancel requested"),
+        "{:?}",
+        text(&out)
+    );
+    wait_until("the run to end cancelled", WAIT, || {
+        Ok(runs(&root, "long")?
+            .iter()
+            .any(|r| r["id"] == id.as_str() && r["status"] == "cancelled"))
+    })?;
+    let listed = json_of(&root, &["runs", "list"])?;
+    let row = listed
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["id"] == id.as_str()).cloned());
+    assert_eq!(row.map(|r| r["state"].clone()), Some(json!("cancelled")));
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
