@@ -61,6 +61,9 @@ impl ConnLimits {
     }
 }
 
+/// Reaching the connection cap is logged at most this often.
+const CAP_LOG_EVERY: Duration = Duration::from_secs(60);
+
 /// How long a request waits for the next generation's routes while a reload swaps them.
 const BETWEEN_GENERATIONS: Duration = Duration::from_secs(30);
 
@@ -167,7 +170,9 @@ async fn accept_loop(
 ) {
     let count = Arc::new(OpenCount::default());
     let mut limits: Option<ConnLimits> = None;
-    let mut at_cap = false;
+    // Reaching the cap is logged at most once a minute (a flood would otherwise flood the log).
+    let mut warned: Option<Instant> = None;
+    let mut reached = 0u64;
     loop {
         if let Some(serving) = slot.borrow().as_ref() {
             limits = Some(serving.limits);
@@ -186,14 +191,16 @@ async fn accept_loop(
         closed.as_mut().enable();
         let open = count.open.load(Ordering::Acquire);
         if open >= current.max_connections {
-            if !at_cap {
-                at_cap = true;
+            reached += 1;
+            if warned.is_none_or(|at| at.elapsed() >= CAP_LOG_EVERY) {
+                warned = Some(Instant::now());
                 tracing::warn!(
                     open,
-                    max_connections = current.max_connections,
+                    times_reached = reached,
                     "gateway connection limit reached ([gateway] max_connections = {}): new connections wait in the listen backlog until one closes",
                     current.max_connections
                 );
+                reached = 0;
             }
             tokio::select! {
                 () = closed => {}
@@ -202,10 +209,6 @@ async fn accept_loop(
                 _ = stop.changed() => return,
             }
             continue;
-        }
-        if at_cap {
-            at_cap = false;
-            tracing::info!(open, "gateway connections below the limit again");
         }
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
