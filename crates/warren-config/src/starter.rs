@@ -17,7 +17,7 @@ pub const STARTER_CONFIG: &str = r#"# Warren configuration. Every key is optiona
 [agents.main]
 # provider = "openai"          # a name from [providers.*]
 # model = "gpt-4o-mini"
-risk_profile = "default"       # built in: autonomy "supervised"; or a name from [risk_profiles.*]
+risk_profile = "starter"       # below; or "default" (built in: supervised, every write asks)
 # runtime_profile = "careful"  # a name from [runtime_profiles.*]
 
 # [agents.main.workspace]
@@ -34,6 +34,15 @@ risk_profile = "default"       # built in: autonomy "supervised"; or a name from
 # base_url = "https://api.openai.com/v1"
 # api_key_env = "OPENAI_API_KEY"   # or store it encrypted:
 #                                  # warren config set providers.openai.api_key --secret
+
+# The starter risk profile: file writes inside the agent's OWN workspace and its own memory
+# run without asking; the shell, git writes and sibling workspaces still ask (a one-shot
+# `warren agent -m` without a terminal fails those calls with "needs approval").
+[risk_profiles.starter]
+autonomy = "supervised"        # read_only | supervised | full
+approve_own_writes = true
+# always_ask = []              # tools that ask at every level ("*" = all)
+# approval_timeout_secs = 120
 
 # [runtime_profiles.careful]
 # single_tool_rounds = false
@@ -170,6 +179,11 @@ mod starter_tests {
             let config: Config = toml::from_str(&text).unwrap_or_else(|e| panic!("{p:?}: {e}"));
             assert_eq!(config.agents["main"].provider.as_deref(), Some(name));
             assert_eq!(config.providers[name].kind, kind);
+            // Issue 16 §1: own-workspace writes and own memory run unasked; the rest asks.
+            assert_eq!(config.agents["main"].risk_profile, "starter");
+            let starter = config.risk_profile_of(&config.agents["main"]);
+            assert!(starter.approve_own_writes, "{p:?}");
+            assert_eq!(starter.autonomy, crate::schema::Autonomy::Supervised);
         }
         let demo: serde_json::Value = serde_json::from_str(DEMO_SCRIPT).unwrap_or_default();
         assert!(demo["turns"].is_array(), "the bundled script is JSON");

@@ -11,7 +11,12 @@
 //!   `ToolError::ApprovalRequired` / `Denied`.
 //! - `full`: only tools listed in the risk profile's `always_ask` are asked about.
 //!
-//! `always_ask` applies at every level.
+//! `always_ask` applies at every level. A risk profile with `approve_own_writes = true` (the
+//! starter config's `starter` profile) lets `supervised` run, without asking, `file_write` and
+//! `file_edit` on a path the policy resolves into the agent's OWN workspace and
+//! `memory_store`/`memory_forget` (its own memory); a sibling workspace, git writes and the
+//! shell still ask. With nobody to ask (a one-shot run without a terminal: [`NoOperator`]),
+//! a call that needs approval fails at once with [`NO_OPERATOR`].
 
 use std::time::Duration;
 
@@ -39,7 +44,12 @@ pub enum ApprovalDecision {
     Denied,
     /// Nobody answered in time (treated as denied).
     TimedOut,
+    /// There is nobody to ask (no terminal, no approval channel): not run, at once.
+    NoOperator,
 }
+
+/// What a call that needs approval answers when there is nobody to ask.
+pub const NO_OPERATOR: &str = "needs approval: rerun in a terminal, or allow it in the profile";
 
 /// A channel that asks the operator.
 pub trait Approver: Send + Sync {
@@ -66,6 +76,17 @@ pub struct DenyAll;
 impl Approver for DenyAll {
     fn ask(&self, _request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
         Box::pin(async { ApprovalDecision::Denied })
+    }
+}
+
+/// Nobody to ask (a one-shot `warren agent -m` without a terminal): every request is answered
+/// [`ApprovalDecision::NoOperator`] at once, never after the approval timeout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOperator;
+
+impl Approver for NoOperator {
+    fn ask(&self, _request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
+        Box::pin(async { ApprovalDecision::NoOperator })
     }
 }
 
@@ -111,10 +132,47 @@ pub enum Requirement {
     Refuse(String),
 }
 
-/// The requirement for calling `tool` (of risk `risk`) under `policy`: its autonomy and its
-/// `always_ask`. Every caller that runs a tool for an agent asks this.
-pub fn requirement_for(policy: &SecurityPolicy, tool: &str, risk: RiskClass) -> Requirement {
-    requirement(policy.autonomy(), policy.always_ask(), tool, risk)
+/// Tools that only write the agent's own memory.
+const OWN_MEMORY_WRITES: [&str; 2] = ["memory_store", "memory_forget"];
+/// File tools whose `path` argument decides whose files they write.
+const FILE_WRITES: [&str; 2] = ["file_write", "file_edit"];
+
+/// The requirement for calling `tool` (of risk `risk`) with `arguments` under `policy`: its
+/// autonomy, its `always_ask` and its `approve_own_writes`. Every caller that runs a tool for
+/// an agent asks this.
+pub fn requirement_for(
+    policy: &SecurityPolicy,
+    tool: &str,
+    risk: RiskClass,
+    arguments: &serde_json::Value,
+) -> Requirement {
+    let needed = requirement(policy.autonomy(), policy.always_ask(), tool, risk);
+    if matches!(needed, Requirement::Ask(_))
+        && policy.autonomy() == Autonomy::Supervised
+        && policy.approve_own_writes()
+        && !policy.always_asks(tool)
+        && writes_only_own(policy, tool, arguments)
+    {
+        return Requirement::Run;
+    }
+    needed
+}
+
+/// Whether this call writes only the agent's own memory or a file the policy resolves into its
+/// own workspace (a sibling grant, a path outside, a link leading out: no).
+fn writes_only_own(policy: &SecurityPolicy, tool: &str, arguments: &serde_json::Value) -> bool {
+    if OWN_MEMORY_WRITES.contains(&tool) {
+        return true;
+    }
+    if !FILE_WRITES.contains(&tool) {
+        return false;
+    }
+    let Some(path) = arguments.get("path").and_then(|p| p.as_str()) else {
+        return false;
+    };
+    policy
+        .can_write(std::path::Path::new(path))
+        .is_ok_and(|r| r.tier == warren_security::Tier::Workspace)
 }
 
 /// The rule behind [`requirement_for`], on the two policy values it reads: `tool` (of risk

@@ -216,6 +216,7 @@ impl SecurityPolicy {
                 // A child asks whenever its parent would, and waits as long.
                 always_ask: p.always_ask.clone(),
                 approval_timeout: p.approval_timeout,
+                approve_own_writes: p.approve_own_writes,
                 workspace: p.workspace.clone(),
                 read_write,
                 read_only,

@@ -53,6 +53,9 @@ pub(crate) struct Inner {
     pub always_ask: Vec<String>,
     /// How long an approval request waits before it counts as denied (at least 1 s).
     pub approval_timeout: Duration,
+    /// The risk profile's `approve_own_writes`: own-workspace file writes and own-memory
+    /// writes run without asking under `supervised`.
+    pub approve_own_writes: bool,
     pub workspace: PathBuf,
     pub read_write: Vec<Grant>,
     pub read_only: Vec<Grant>,
@@ -205,6 +208,7 @@ impl SecurityPolicy {
                 max_tool_iterations: runtime.max_tool_iterations,
                 always_ask: risk.always_ask.clone(),
                 approval_timeout: Duration::from_secs(risk.approval_timeout_secs.max(1)),
+                approve_own_writes: risk.approve_own_writes,
                 workspace,
                 read_write,
                 read_only,
@@ -316,6 +320,11 @@ impl SecurityPolicy {
     pub fn always_asks(&self, tool: &str) -> bool {
         self.inner.always_ask.iter().any(|t| t == "*" || t == tool)
     }
+    /// Whether file writes in the agent's own workspace and writes to its own memory run
+    /// without asking under `supervised` (the risk profile's `approve_own_writes`).
+    pub fn approve_own_writes(&self) -> bool {
+        self.inner.approve_own_writes
+    }
     /// How long an approval request waits for the operator before it counts as denied.
     pub fn approval_timeout(&self) -> Duration {
         self.inner.approval_timeout
@@ -361,6 +370,7 @@ impl SecurityPolicy {
             "max_tool_iterations": i.max_tool_iterations,
             "always_ask": i.always_ask,
             "approval_timeout_secs": i.approval_timeout.as_secs(),
+            "approve_own_writes": i.approve_own_writes,
             "sandbox": i.sandbox,
             "fallback": i.fallback,
             "runtime": i.runtime_kind,

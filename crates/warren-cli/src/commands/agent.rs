@@ -1,7 +1,8 @@
 //! `warren agent -a ALIAS [-m MESSAGE] [--session KEY]`: one turn (with `-m`) or a REPL: on a
 //! terminal with line editing and history (`data/state/repl-history`, 0600; Ctrl-C clears the
 //! line, Ctrl-D exits), over a pipe one message per line until end of input. Streams the answer to stdout, shows tool calls and results compactly on
-//! stderr, asks approval prompts on the terminal (no terminal = denied), and Ctrl-C cancels
+//! stderr, asks approval prompts on the terminal (no terminal: a call that needs approval fails
+//! at once with "needs approval: rerun in a terminal, or allow it in the profile"), and Ctrl-C cancels
 //! the running turn. Every turn goes through the runtime's door (`AgentHost::submit`), which
 //! derives the default session `cli-<alias>`, takes the session's slot in the
 //! `SessionActorQueue` and refuses a session that belongs to another agent.
@@ -17,7 +18,9 @@ use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, SessionKey};
-use warren_runtime::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture, DenyAll};
+use warren_runtime::approval::{
+    ApprovalDecision, ApprovalRequest, Approver, BoxFuture, NoOperator,
+};
 use warren_runtime::cancel::cancel_on_ctrl_c;
 use warren_runtime::{
     AgentHost, CancelToken, Channel, TurnEvent, TurnEvents, TurnOutcome, TurnRequest,
@@ -41,10 +44,11 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
     };
     let session = args.session.map(SessionKey::new).transpose()?;
     let interactive = std::io::stdin().is_terminal();
+    // No terminal to ask on: a call that needs approval fails at once, naming the way out.
     let approver: Arc<dyn Approver> = if interactive || std::fs::File::open("/dev/tty").is_ok() {
         Arc::new(TerminalApprover)
     } else {
-        Arc::new(DenyAll)
+        Arc::new(NoOperator)
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -258,19 +262,33 @@ fn print_outcome(outcome: &TurnOutcome, key: &SessionKey) -> anyhow::Result<()> 
 }
 
 /// Streams text to stdout and shows tools compactly on stderr (nothing streamed with --json).
+/// Text streamed before and after a tool call are separate paragraphs: the first delta after a
+/// call starts on a new line of stdout.
 fn printer(json: bool) -> TurnEvents {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0 = no text yet or it ended with a newline; 1 = text ends mid-line; 2 = a tool call came
+    // after text that ended mid-line (the next delta starts with a newline).
+    let line = Arc::new(AtomicU8::new(0));
     Arc::new(move |event| {
         if json {
             return;
         }
         match event {
             TurnEvent::TextDelta(t) => {
+                if t.is_empty() {
+                    return;
+                }
                 let mut out = std::io::stdout().lock();
+                if line.load(Ordering::Relaxed) == 2 {
+                    let _ = out.write_all(b"\n");
+                }
                 let _ = out.write_all(t.as_bytes());
                 let _ = out.flush();
+                line.store(u8::from(!t.ends_with('\n')), Ordering::Relaxed);
             }
             TurnEvent::Notice(n) => eprintln!("\nnote: {n}"),
             TurnEvent::ToolCall(c) => {
+                let _ = line.compare_exchange(1, 2, Ordering::Relaxed, Ordering::Relaxed);
                 eprintln!("\n→ {} {}", c.name, clip(&c.arguments.to_string(), 120));
             }
             TurnEvent::ToolResult {

@@ -185,12 +185,7 @@ fn agent_errors_name_the_provider_and_status_without_the_key() -> R {
 fn fresh_install_runs_the_offline_demo() -> R {
     let root = TempRoot::new()?;
     assert!(ok(&root, &["init"])?.contains("demo"));
-    // Approvals need a terminal; allow writes for this non-interactive run.
-    let config = root
-        .read_config()?
-        .replace("risk_profile = \"default\"", "risk_profile = \"demo\"")
-        + "\n[risk_profiles.demo]\nautonomy = \"full\"\n";
-    root.write_config(&config)?;
+    // The starter risk profile lets the demo's own-workspace write and memory run unasked.
     let first = ok(&root, &["agent", "-m", "hello"])?;
     assert!(
         first.contains("Warren's demo agent") && first.contains("Done."),
@@ -208,17 +203,22 @@ fn fresh_install_runs_the_offline_demo() -> R {
     Ok(())
 }
 
-/// Without a terminal nobody can approve: a supervised agent's writes are denied, and the
-/// turn still completes.
+/// Without a terminal nobody can approve: under the built-in `default` profile (every write
+/// asks) the writes fail at once with "needs approval", and the turn still completes.
 #[test]
 fn supervised_writes_without_a_terminal_are_denied() -> R {
     let root = TempRoot::new()?;
     ok(&root, &["init"])?;
+    let config = root
+        .read_config()?
+        .replace("risk_profile = \"starter\"", "risk_profile = \"default\"");
+    root.write_config(&config)?;
     let out = root.run(bin(), &["agent", "-m", "hello"])?;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("✗ file_write") && stderr.contains("denied"),
+        stderr.contains("✗ file_write")
+            && stderr.contains("needs approval: rerun in a terminal, or allow it in the profile"),
         "{stderr}"
     );
     assert!(

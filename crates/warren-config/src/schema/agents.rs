@@ -161,6 +161,11 @@ pub struct RiskProfile {
     pub always_ask: Vec<String>,
     /// How long an approval prompt waits; no answer in time = denied.
     pub approval_timeout_secs: u64,
+    /// Under `supervised`: `file_write`/`file_edit` on a path in the agent's OWN workspace and
+    /// `memory_store`/`memory_forget` on its own memory run without asking (like a
+    /// "workspace-write" mode). The shell, git writes and sibling workspaces still ask, and
+    /// `always_ask` still wins. The starter config's `starter` profile sets it.
+    pub approve_own_writes: bool,
 }
 
 impl Default for RiskProfile {
@@ -190,6 +195,7 @@ impl Default for RiskProfile {
             allowed_tools: None,
             always_ask: Vec::new(),
             approval_timeout_secs: 120,
+            approve_own_writes: false,
         }
     }
 }

@@ -12,16 +12,17 @@ use warren_tools::{RiskClass, ToolError, ToolOutput};
 
 use super::{AgentRunner, MAX_RESULT_CHARS, TurnEvent, TurnIo, TurnOutcome};
 use crate::approval::{
-    ApprovalDecision, ApprovalRequest, Requirement, ask_announced_with_timeout, requirement_for,
+    ApprovalDecision, ApprovalRequest, NO_OPERATOR, Requirement, ask_announced_with_timeout,
+    requirement_for,
 };
 use crate::cancel::CancelToken;
 use crate::delegate::DELEGATE_TOOL;
 use crate::history;
 
 impl AgentRunner {
-    /// What calling `tool` needs: the policy's autonomy and `always_ask`.
-    fn requirement(&self, tool: &str, risk: RiskClass) -> Requirement {
-        requirement_for(self.kit.policy(), tool, risk)
+    /// What this call needs: the policy's autonomy, `always_ask` and `approve_own_writes`.
+    fn requirement(&self, call: &ToolCall, risk: RiskClass) -> Requirement {
+        requirement_for(self.kit.policy(), &call.name, risk, &call.arguments)
     }
 
     /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
@@ -55,10 +56,7 @@ impl AgentRunner {
         match self.kit.tool(&call.name) {
             Ok(tool) => {
                 tool.risk() == RiskClass::Execute
-                    || matches!(
-                        self.requirement(&call.name, tool.risk()),
-                        Requirement::Ask(_)
-                    )
+                    || matches!(self.requirement(call, tool.risk()), Requirement::Ask(_))
             }
             Err(_) => false,
         }
@@ -185,7 +183,7 @@ impl AgentRunner {
             Err(_) => return Some(self.unknown_tool(call)),
         };
         let mut approved = false;
-        match self.requirement(&call.name, tool.risk()) {
+        match self.requirement(call, tool.risk()) {
             Requirement::Refuse(reason) => {
                 return Some(CallResult {
                     ok: false,
@@ -271,6 +269,11 @@ impl AgentRunner {
             ApprovalDecision::Denied => Some(CallResult {
                 ok: false,
                 content: "Error: the operator denied this call; it was not run".into(),
+                receipt: None,
+            }),
+            ApprovalDecision::NoOperator => Some(CallResult {
+                ok: false,
+                content: format!("Error: {NO_OPERATOR}; the call was not run"),
                 receipt: None,
             }),
             ApprovalDecision::TimedOut => Some(CallResult {
