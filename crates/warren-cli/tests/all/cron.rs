@@ -767,3 +767,140 @@ fn runs_cancel_stops_a_running_run_of_the_daemon_state11() -> R {
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+#[test]
+fn declared_jobs_are_validated_naming_the_key_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    let cases = [
+        (
+            "agent = \"ghost\"\nevery = \"1m\"\nmessage = \"m\"",
+            "cron.jobs.bad.agent",
+            "unknown agent 'ghost'",
+        ),
+        (
+            "agent = \"main\"\ncron = \"61 * * * *\"\nmessage = \"m\"",
+            "cron.jobs.bad.cron",
+            "bad cron expression",
+        ),
+        (
+            "agent = \"main\"\ncron = \"0 3 * * *\"\ntz = \"Mars/Olympus\"\nmessage = \"m\"",
+            "cron.jobs.bad.tz",
+            "unknown time zone",
+        ),
+        (
+            "agent = \"main\"\nevery = \"1m\"\nmessage = \"m\"\ncommand = \"true\"",
+            "cron.jobs.bad",
+            "exactly one of message",
+        ),
+        (
+            "agent = \"main\"\nevery = \"1m\"",
+            "cron.jobs.bad",
+            "exactly one of message",
+        ),
+        (
+            "agent = \"main\"\nevery = \"1m\"\nmessage = \"m\"\ndelivery = { webhook = \"http://example.com/x\" }",
+            "cron.jobs.bad.delivery.webhook",
+            "must use https",
+        ),
+    ];
+    for (body, key, message) in cases {
+        root.write_config(&config(
+            &fake,
+            port,
+            &format!("\n[cron.jobs.bad]\n{body}\n"),
+        ))?;
+        let out = root.run(bin(), &["config", "validate"])?;
+        let (stdout, stderr) = text(&out);
+        assert!(!out.status.success(), "{body}: {stdout}");
+        let all = format!("{stdout}{stderr}");
+        assert!(all.contains(key) && all.contains(message), "{body}: {all}");
+    }
+    // The same rules at `warren cron add`, naming the flag's field.
+    root.write_config(&config(&fake, port, ""))?;
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "x",
+            "--agent",
+            "main",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Nowhere/City",
+            "--message",
+            "m",
+        ],
+    )?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("unknown time zone 'Nowhere/City'"),
+        "{:?}",
+        text(&out)
+    );
+    assert!(
+        !root
+            .path()
+            .join("data")
+            .join("cron")
+            .join("jobs.db")
+            .exists()
+            || runs(&root, "x").is_err(),
+        "a refused job is not stored"
+    );
+    Ok(())
+}
+
+#[test]
+fn missed_fire_times_follow_catch_up_once_or_skip_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&config(&fake, free_port()?, ""))?;
+    let soon = (time::OffsetDateTime::now_utc() + Duration::from_secs(1))
+        .format(&time::format_description::well_known::Rfc3339)?;
+    for (name, policy) in [("late-once", "once"), ("late-skip", "skip")] {
+        let out = root.run(
+            bin(),
+            &[
+                "cron",
+                "add",
+                name,
+                "--agent",
+                "main",
+                "--at",
+                &soon,
+                "--message",
+                "m",
+                "--catch-up",
+                policy,
+            ],
+        )?;
+        assert!(out.status.success(), "{:?}", text(&out));
+    }
+    // The fire time passes while no daemon runs.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    wait_until("the catch-up run", WAIT, || {
+        Ok(runs(&root, "late-once")?
+            .iter()
+            .any(|r| r["status"] == "ok"))
+    })?;
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(runs(&root, "late-once")?.len(), 1, "caught up once");
+    assert!(runs(&root, "late-skip")?.is_empty(), "skipped");
+    let skipped = json_of(&root, &["cron", "show", "late-skip"])?;
+    assert_eq!(skipped["job"]["enabled"], false, "{skipped}");
+    assert!(
+        skipped["job"]["paused_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("passed while no daemon ran")),
+        "{skipped}"
+    );
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
