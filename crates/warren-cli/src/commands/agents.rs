@@ -221,6 +221,36 @@ fn lifecycle(
     })
 }
 
+/// The human line of a delete report: what was archived where, or — when a step failed — that
+/// the agent is out of the config but its data is not archived yet, and how to finish.
+fn delete_line(r: &serde_json::Value, counts: &[String]) -> String {
+    let alias = r["alias"].as_str().unwrap_or_default();
+    let refs = r["references"].as_array().map_or(0, Vec::len);
+    let archive = r["archive"].as_str().unwrap_or_default();
+    if r["converged"] == false {
+        let done = if counts.is_empty() {
+            "nothing archived yet".to_string()
+        } else {
+            format!("archived so far: {}", counts.join(" · "))
+        };
+        format!(
+            "deleted agent '{alias}' from the config ({refs} reference(s) scrubbed), but archiving \
+             its data did not finish ({done}; see the warnings); `warren agents resume` retries \
+             it into {archive}"
+        )
+    } else if counts.is_empty() {
+        format!(
+            "deleted agent '{alias}' ({refs} reference(s) scrubbed); it had no data to archive \
+             (archive: {archive})"
+        )
+    } else {
+        format!(
+            "deleted agent '{alias}' ({refs} reference(s) scrubbed); archived: {} -> {archive}",
+            counts.join(" · ")
+        )
+    }
+}
+
 fn print_human(op: &str, body: &serde_json::Value) {
     let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     let print_report = |r: &serde_json::Value| {
@@ -236,13 +266,7 @@ fn print_human(op: &str, body: &serde_json::Value) {
                 r["references"].as_array().map_or(0, Vec::len),
                 counts.join(" · ")
             ),
-            "delete" => println!(
-                "deleted agent '{}' ({} reference(s) scrubbed); archived: {} -> {}",
-                s(&r["alias"]),
-                r["references"].as_array().map_or(0, Vec::len),
-                counts.join(" · "),
-                s(&r["archive"])
-            ),
+            "delete" => println!("{}", delete_line(r, &counts)),
             other => println!(
                 "{other} of agent '{}': {}",
                 s(&r["alias"]),

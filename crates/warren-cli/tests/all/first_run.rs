@@ -110,3 +110,39 @@ fn a_call_needing_approval_without_a_terminal_fails_at_once_issue16() -> R {
     assert!(!sibling.exists(), "the sibling write ran unapproved");
     Ok(())
 }
+
+/// §7: a delete whose archive cannot be written says so (it used to print "archived:  ->
+/// PATH" as if it had archived) and exits non-zero; `warren agents resume` finishes it once
+/// the cause is gone.
+#[test]
+fn a_delete_whose_archive_failed_says_what_happened_issue16() -> R {
+    let root = TempRoot::new()?;
+    let init = root.run(bin(), &["init"])?;
+    assert!(init.status.success(), "{}", text(&init).1);
+    let config = root.read_config()? + "\n[agents.bee]\nprovider = \"demo\"\nmodel = \"demo\"\n";
+    root.write_config(&config)?;
+    // The archive directory's parent is a file: the archive cannot be created.
+    let deleted = root.path().join("data/agents/_deleted");
+    std::fs::create_dir_all(deleted.parent().ok_or("no parent")?)?;
+    std::fs::write(&deleted, "not a directory")?;
+    let out = root.run(bin(), &["agents", "delete", "bee", "--yes"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("archived:"), "{stdout}");
+    assert!(
+        stdout.contains("deleted agent 'bee' from the config")
+            && stdout.contains("archiving its data did not finish (nothing archived yet")
+            && stdout.contains("warren agents resume"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("cannot create the archive"), "{stderr}");
+    std::fs::remove_file(&deleted)?;
+    let out = root.run(bin(), &["agents", "resume"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("deleted agent 'bee'") && stdout.contains("archived: "),
+        "{stdout}"
+    );
+    Ok(())
+}
