@@ -904,3 +904,43 @@ fn missed_fire_times_follow_catch_up_once_or_skip_state9() -> R {
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+#[test]
+fn a_heartbeat_on_a_session_fires_on_new_messages_and_the_delete_plan_names_it_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        "\n[agents.ops]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[agents.ops.heartbeat]\nevery = \"1s\"\nsession = \"inbox\"\n",
+    ))?;
+    let out = root.run(
+        bin(),
+        &["sessions", "append", "inbox", "--agent", "ops", "first"],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    std::thread::sleep(Duration::from_millis(3000));
+    assert_eq!(fake.requests().len(), 0, "no new message: no call");
+    let out = root.run(
+        bin(),
+        &["sessions", "append", "inbox", "--agent", "ops", "new mail"],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    wait_until("the heartbeat run", WAIT, || {
+        Ok(runs(&root, "heartbeat-ops")?
+            .iter()
+            .any(|r| r["status"] == "ok"))
+    })?;
+    let body = serde_json::to_string(&fake.requests()[0].body)?;
+    assert!(body.contains("new message(s) in session inbox"), "{body}");
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    // Deleting the agent names its heartbeat in the plan and removes it with the agent.
+    let out = root.run(bin(), &["agents", "delete", "ops", "--dry-run"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("agents.ops.heartbeat"), "{stdout}{stderr}");
+    Ok(())
+}
