@@ -8,7 +8,9 @@ use warren_core::AgentAlias;
 
 use crate::error::{Problem, did_you_mean};
 use crate::keypath::quote;
-use crate::schema::{Config, DEFAULT_PROFILE, EmbedderKind, MemoryBackendKind, ProviderKind};
+use crate::schema::{
+    Config, DEFAULT_PROFILE, EmbedderKind, MemoryBackendKind, ProviderKind, RuntimeKind,
+};
 
 pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
@@ -154,6 +156,33 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
         }
     }
 
+    // Accepted-but-inert settings are refused until they work (issue 16 §6).
+    if config.runtime.kind == RuntimeKind::Docker {
+        out.push(
+            Problem::at(
+                "runtime.kind",
+                "\"docker\" is not available yet: Warren has no runtime container; tools run \
+                 on the host under the kernel sandbox",
+            )
+            .with_hint(Some(
+                "remove runtime.kind or set it to \"native\" (sandboxing is per risk profile: \
+                 sandbox = \"auto\")"
+                    .into(),
+            )),
+        );
+    }
+    if config.sop.is_some() {
+        out.push(
+            Problem::at(
+                "sop",
+                "[sop] is not implemented yet (STATE-10): its settings would be accepted and do \
+                 nothing",
+            )
+            .with_hint(Some(
+                "remove the [sop] table; scheduled work is [cron.jobs.<name>]".into(),
+            )),
+        );
+    }
     if let Some(default) = &config.runtime.default_agent
         && !config.agents.contains_key(default)
     {

@@ -20,10 +20,9 @@ pub use agents::{
 };
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
-    GatewayOpenAiConfig, LogConfig,
-    LogPersistence, MemoryConfig, ModelRate, PostgresConfig, ProviderConfig, ProviderKind,
-    RuntimeConfig, RuntimeKind, SessionBackendKind, SessionDurability, SessionStoreOnError,
-    SopConfig,
+    GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate, PostgresConfig,
+    ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
+    SessionDurability, SessionStoreOnError, SopConfig,
 };
 
 use crate::secrets::Secret;
@@ -44,7 +43,10 @@ pub struct Config {
     pub channels: ChannelsConfig,
     pub gateway: GatewayConfig,
     pub cron: CronConfig,
-    pub sop: SopConfig,
+    /// `[sop]` as written, if present: refused at validation until SOP runs exist (issue 16
+    /// §6), so a setting never sits accepted and doing nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sop: Option<SopConfig>,
     pub cost: CostConfig,
     pub log: LogConfig,
 }

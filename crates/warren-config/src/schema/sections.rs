@@ -292,15 +292,6 @@ pub struct SopConfig {
     pub durable_runs: bool,
 }
 
-/// `[sop]` (STATE-10).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SopConfig {
-    pub enabled: bool,
-    /// Keep SOP runs in `data/sop/runs.db` (else in memory only).
-    pub durable_runs: bool,
-}
-
 impl Default for SopConfig {
     fn default() -> Self {
         Self {

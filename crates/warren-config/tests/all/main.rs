@@ -1,3 +1,4 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
 mod config_store;
+mod inert_settings;
