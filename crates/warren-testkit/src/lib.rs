@@ -15,6 +15,28 @@ use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The PostgreSQL server the PostgreSQL tests run against (`WARREN_TEST_POSTGRES_URL`), or
+/// `None`: then the first caller in this test binary says so once, on the process's stderr
+/// (written directly, so the test harness's capture does not hide it), and the caller skips its
+/// PostgreSQL part. Every PostgreSQL test asks here, so a machine without the server is told
+/// instead of passing silently.
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var("WARREN_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty());
+    if url.is_none() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            let _ = io::Write::write_all(
+                &mut io::stderr(),
+                b"skipped: set WARREN_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test) \
+                  to run the PostgreSQL tests of this binary\n",
+            );
+        });
+    }
+    url
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago: the kernel picks it (bind port 0) and
 /// the listener is closed before returning. Daemon tests use it instead of the default 42617,
 /// so tests running in parallel never fight over one port.

@@ -881,10 +881,7 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
 /// back identical.
 #[test]
 fn delete_and_restore_on_postgres_memory_keep_the_rows_beyond1() -> R {
-    let Some(url) = std::env::var("WARREN_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
+    let Some(url) = warren_testkit::postgres_url() else {
         return Ok(());
     };
     let schema = format!("lc_{}", std::process::id());

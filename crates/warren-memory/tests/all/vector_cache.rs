@@ -49,7 +49,7 @@ async fn writes_by_another_store_on_the_same_file_reach_the_cache_before_recall(
 
 #[tokio::test]
 async fn writes_by_another_postgres_store_reach_the_cache_before_recall() -> R {
-    let Ok(url) = std::env::var("WARREN_TEST_POSTGRES_URL") else {
+    let Some(url) = warren_testkit::postgres_url() else {
         return Ok(());
     };
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());

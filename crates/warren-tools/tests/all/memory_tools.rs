@@ -92,7 +92,7 @@ fn agents_of(results: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recall_tool_with_crafted_fts_syntax_cannot_see_siblings_rows_mem2() -> R {
     let mut kinds = vec![(MemoryBackendKind::Sqlite, None)];
-    let url = std::env::var("WARREN_TEST_POSTGRES_URL").ok();
+    let url = warren_testkit::postgres_url();
     if let Some(u) = url.as_deref() {
         kinds.push((MemoryBackendKind::Postgres, Some(u)));
     }

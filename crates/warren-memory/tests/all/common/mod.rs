@@ -14,12 +14,9 @@ use warren_memory::{
 
 pub type R = Result<(), Box<dyn std::error::Error>>;
 
-/// `WARREN_TEST_POSTGRES_URL`, when the PostgreSQL suites should run.
-pub fn postgres_url() -> Option<String> {
-    std::env::var("WARREN_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-}
+/// `WARREN_TEST_POSTGRES_URL`, when the PostgreSQL suites should run (else "skipped: set
+/// WARREN_TEST_POSTGRES_URL" once in the output).
+pub use warren_testkit::postgres_url;
 
 /// SQLite always; PostgreSQL when the server is configured.
 pub fn shared_kinds() -> Vec<MemoryBackendKind> {
