@@ -944,3 +944,58 @@ fn a_heartbeat_on_a_session_fires_on_new_messages_and_the_delete_plan_names_it_s
     assert!(stdout.contains("agents.ops.heartbeat"), "{stdout}{stderr}");
     Ok(())
 }
+
+#[test]
+fn a_command_job_runs_as_the_agents_shell_tool_and_one_needing_approval_never_runs_state9() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&config(&fake, free_port()?, ""))?;
+    let ok = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "echo",
+            "--agent",
+            "main",
+            "--every",
+            "1h",
+            "--command",
+            "echo cron-ok",
+        ],
+    )?;
+    assert!(ok.status.success(), "{:?}", text(&ok));
+    let out = root.run(bin(), &["cron", "run", "echo"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("cron-ok"), "{stdout}");
+    assert_eq!(fake.requests().len(), 0, "a command job calls no model");
+    let workspace = root.path().join("agents").join("careful").join("workspace");
+    std::fs::create_dir_all(&workspace)?;
+    std::fs::write(workspace.join("keep.txt"), "x")?;
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "wipe",
+            "--agent",
+            "careful",
+            "--every",
+            "1h",
+            "--command",
+            "sed -i s/x/y/ keep.txt",
+        ],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = root.run(bin(), &["cron", "run", "wipe"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("approval"), "{stdout}{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("keep.txt"))?,
+        "x",
+        "the command never ran"
+    );
+    Ok(())
+}

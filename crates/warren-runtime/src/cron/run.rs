@@ -275,17 +275,9 @@ impl Scheduler {
             Ok(t) => Arc::clone(t),
             Err(e) => return failed(e.to_string()),
         };
-        let config = self.host.snapshot().config();
-        let always_ask = config
-            .agent(&agent)
-            .map(|a| config.risk_profile_of(a).always_ask)
-            .unwrap_or_default();
-        match crate::approval::requirement(
-            kit.policy().autonomy(),
-            &always_ask,
-            "shell",
-            tool.risk(),
-        ) {
+        let args = json!({"command": command});
+        // The policy decides, as for a model's call (autonomy, always_ask).
+        match crate::approval::requirement_for(kit.policy(), "shell", tool.risk(), &args) {
             Requirement::Run => {}
             Requirement::Refuse(reason) => return failed(format!("refused: {reason}")),
             Requirement::Ask(reason) => {
@@ -294,7 +286,6 @@ impl Scheduler {
                 ));
             }
         }
-        let args = json!({"command": command});
         let output = tokio::select! {
             r = tool.execute(args) => r,
             () = cancel.cancelled() => {
