@@ -39,10 +39,18 @@ pub enum Strength {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Site {
     DefaultAgent,
-    WorkspaceAccess { owner: String, level: String },
-    MemoryGrant { owner: String, index: usize },
+    WorkspaceAccess {
+        owner: String,
+        level: String,
+    },
+    MemoryGrant {
+        owner: String,
+        index: usize,
+    },
     /// A declared cron job runs as the agent.
-    CronJob { job: String },
+    CronJob {
+        job: String,
+    },
     /// The agent's own heartbeat (listed so a delete plan names it; removed with the agent).
     Heartbeat,
 }
@@ -79,7 +87,11 @@ pub fn collect(config: &Config, alias: &str) -> Vec<RefSite> {
             });
         }
     }
-    if config.agents.get(alias).is_some_and(|a| a.heartbeat.is_some()) {
+    if config
+        .agents
+        .get(alias)
+        .is_some_and(|a| a.heartbeat.is_some())
+    {
         out.push(RefSite {
             path: key(&["agents", alias, "heartbeat"]).to_string(),
             strength: Strength::Soft,
