@@ -77,7 +77,10 @@ fn config_set_get_round_trip_and_json() -> R {
     let json: serde_json::Value =
         serde_json::from_str(&ok(&root, &["--json", "config", "get", "agents.main"])?)?;
     assert_eq!(json["model"], "gpt-4o-mini");
-    assert_eq!(json["risk_profile"], "default");
+    assert_eq!(
+        json["risk_profile"], "starter",
+        "the starter risk profile (issue 16 §1)"
+    );
     assert_eq!(
         ok(&root, &["config", "get", "agents.main.provider"])?,
         "demo\n",
