@@ -112,7 +112,7 @@ pub const ROUTES: &[Route] = &[
         path: "/api/config",
         access: Access::Token,
         summary: "Set (or with null remove) dotted keys; validated, dirty-path, one write lock",
-        request: Some(r#"{"log.level": "debug", "cron.poll_interval_secs": 30}"#),
+        request: Some(r#"{"log.level": "debug", "cron.max_failures": 3}"#),
         handler: || patch(crate::config_api::patch_config),
     },
     Route {

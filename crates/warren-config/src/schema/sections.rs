@@ -255,8 +255,6 @@ impl Default for GatewayConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct CronConfig {
     pub enabled: bool,
-    /// Unused: the scheduler sleeps until the next due time (kept so existing configs load).
-    pub poll_interval_secs: u64,
     /// Consecutive failed runs after which a job is paused (with the reason).
     pub max_failures: u32,
     /// First retry delay after a failed run; doubles per consecutive failure.
@@ -273,7 +271,6 @@ impl Default for CronConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            poll_interval_secs: 15,
             max_failures: 5,
             backoff_secs: 30,
             backoff_max_secs: 3600,
