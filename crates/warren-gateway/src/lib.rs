@@ -8,8 +8,8 @@
 
 mod agents_api;
 pub mod client;
-mod cron_api;
 mod config_api;
+mod cron_api;
 pub mod devices;
 pub mod error;
 pub mod json;

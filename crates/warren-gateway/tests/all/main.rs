@@ -1,7 +1,7 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
-mod common;
 mod chat;
+mod common;
 mod openai_api;
 mod routes;
 mod sqlite_stores;

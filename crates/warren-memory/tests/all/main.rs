@@ -1,8 +1,8 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
-mod common;
 mod backend_lock;
 mod backends;
+mod common;
 mod fts_scope;
 mod grant_rules;
 mod hybrid;
