@@ -1,6 +1,8 @@
 //! Requests through the router without a socket (`tower::ServiceExt::oneshot`), shared by the
 //! gateway's test files.
 
+#![allow(clippy::unwrap_used)]
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
