@@ -71,6 +71,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "bench",
         ],
     )?;
+    // Packed, as a repository in use is: a synchronous gc here, none in the background later.
+    git(&repo, &["gc", "-q"])?;
     for i in 0..20 {
         std::fs::write(repo.join(format!("d000/f{i}.txt")), "changed\n")?;
     }
