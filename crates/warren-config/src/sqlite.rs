@@ -139,6 +139,28 @@ impl SharedConn {
         }
     }
 
+    /// A store's database for writing: creates its directory, opens it with [`open_wal`] and
+    /// applies `schema` (idempotent `CREATE ... IF NOT EXISTS`). The error is the cause only;
+    /// callers name the file.
+    pub fn open_store(path: &Path, sync: Sync, schema: &str) -> Result<Self, String> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+        let conn = open_wal(path, sync).map_err(|e| e.to_string())?;
+        conn.execute_batch(schema).map_err(|e| e.to_string())?;
+        Ok(Self::new(path, conn))
+    }
+
+    /// An existing store's database read-only; `None` when there is no file yet (read paths
+    /// never create one).
+    pub fn open_existing(path: &Path) -> Result<Option<Self>, String> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = open_read_only(path).map_err(|e| e.to_string())?;
+        Ok(Some(Self::new(path, conn)))
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -7,12 +7,11 @@
 //! the file.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::sqlite_util::{self, Sync};
+use crate::sqlite_util::{SharedConn, Sync};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -101,56 +100,43 @@ pub struct RunRecord {
 /// `data/control_plane.db`.
 #[derive(Debug)]
 pub struct ControlPlane {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    conn: SharedConn,
 }
 
 impl ControlPlane {
     /// Opens (creating) the control plane for writing.
     pub fn open(path: &Path) -> Result<Self, ControlPlaneError> {
-        let err = |e: &dyn std::fmt::Display| ControlPlaneError::Db {
-            path: path.to_path_buf(),
-            cause: e.to_string(),
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
-        }
         // WAL NORMAL: every commit survives a process crash (the case the reaper handles);
         // a power loss may roll back the last commits — a registration or an end then reads as still running
         // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
         // lateness low.
-        let conn = sqlite_util::open_wal(path, Sync::Normal).map_err(|e| err(&e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| err(&e))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        })
+        let conn = SharedConn::open_store(path, Sync::Normal, SCHEMA).map_err(|cause| {
+            ControlPlaneError::Db {
+                path: path.to_path_buf(),
+                cause,
+            }
+        })?;
+        Ok(Self { conn })
     }
 
     /// Opens an existing control plane read-only; `None` when there is none yet.
     pub fn open_existing(path: &Path) -> Result<Option<Self>, ControlPlaneError> {
-        if !path.exists() {
-            return Ok(None);
-        }
-        let conn = sqlite_util::open_read_only(path).map_err(|e| ControlPlaneError::Db {
+        let conn = SharedConn::open_existing(path).map_err(|cause| ControlPlaneError::Db {
             path: path.to_path_buf(),
-            cause: e.to_string(),
+            cause,
         })?;
-        Ok(Some(Self {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        }))
+        Ok(conn.map(|conn| Self { conn }))
     }
 
     fn err(&self, e: impl std::fmt::Display) -> ControlPlaneError {
         ControlPlaneError::Db {
-            path: self.path.clone(),
+            path: self.conn.path().to_path_buf(),
             cause: e.to_string(),
         }
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock()
     }
 
     /// Registers a running run of `owner`.

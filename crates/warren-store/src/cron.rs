@@ -9,13 +9,12 @@
 //! is never recorded for a result that was not stored.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use crate::control_plane::Owner;
-use crate::sqlite_util::{self, Sync};
+use crate::sqlite_util::{SharedConn, Sync};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -216,60 +215,46 @@ pub struct JobAfterRun {
 /// `data/cron/jobs.db`.
 #[derive(Debug)]
 pub struct CronStore {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    conn: SharedConn,
 }
 
 impl CronStore {
     /// Opens (creating `data/cron/` and the file) for writing.
     pub fn open(path: &Path) -> Result<Self, CronError> {
-        let err = |e: &dyn std::fmt::Display| CronError::Db {
-            path: path.to_path_buf(),
-            cause: e.to_string(),
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
-        }
         // WAL NORMAL: every commit survives a process crash (the case the reaper handles);
         // a power loss may roll back the last commits — a claim or a result then reads as still running
         // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
         // lateness low.
-        let conn = sqlite_util::open_wal(path, Sync::Normal).map_err(|e| err(&e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| err(&e))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        })
+        let conn =
+            SharedConn::open_store(path, Sync::Normal, SCHEMA).map_err(|cause| CronError::Db {
+                path: path.to_path_buf(),
+                cause,
+            })?;
+        Ok(Self { conn })
     }
 
     /// Opens an existing store read-only; `None` when there is none (= no jobs).
     pub fn open_existing(path: &Path) -> Result<Option<Self>, CronError> {
-        if !path.exists() {
-            return Ok(None);
-        }
-        let conn = sqlite_util::open_read_only(path).map_err(|e| CronError::Db {
+        let conn = SharedConn::open_existing(path).map_err(|cause| CronError::Db {
             path: path.to_path_buf(),
-            cause: e.to_string(),
+            cause,
         })?;
-        Ok(Some(Self {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        }))
+        Ok(conn.map(|conn| Self { conn }))
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.conn.path()
     }
 
     fn err(&self, e: impl std::fmt::Display) -> CronError {
         CronError::Db {
-            path: self.path.clone(),
+            path: self.conn.path().to_path_buf(),
             cause: e.to_string(),
         }
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock()
     }
 
     /// Adds a job; refused if the name exists.

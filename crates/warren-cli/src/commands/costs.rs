@@ -8,6 +8,7 @@ use anyhow::Context;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use warren_config::InstallRoot;
+use warren_config::schema::cron::heartbeat_session;
 use warren_runtime::cost::{format_time, read_ledger};
 
 pub fn run(
@@ -48,6 +49,18 @@ pub fn run(
     for ((agent, model), (i, o, c, n)) in &totals {
         sum += c;
         println!("{agent:<16} {model:<24} {n:>8} {i:>12} {o:>12} {c:>12.6}");
+    }
+    // Heartbeat spend per agent (issue 17 §4): the turns of its session `heartbeat-<alias>`.
+    let mut heartbeat: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for r in &records {
+        if r.session.as_deref() == Some(heartbeat_session(&r.agent).as_str()) {
+            let h = heartbeat.entry(r.agent.as_str()).or_default();
+            h.0 += 1;
+            h.1 += r.cost_usd;
+        }
+    }
+    for (agent, (n, c)) in &heartbeat {
+        println!("heartbeat of {agent}: {n} request(s), ${c:.6} (included above)");
     }
     println!(
         "total ${sum:.6} over {} request(s) since {}",

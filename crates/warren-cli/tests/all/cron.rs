@@ -501,6 +501,10 @@ fn an_idle_heartbeat_makes_no_provider_call_and_one_when_its_check_fires_state9(
     assert_eq!(hb[0]["session"], "heartbeat-main", "{hb:?}");
     let body = serde_json::to_string(&fake.requests()[0].body)?;
     assert!(body.contains("files changed in the workspace"), "{body}");
+    // Its spend is shown apart, per agent, in `warren costs`.
+    let costs = root.run(bin(), &["costs"])?;
+    let costs = String::from_utf8_lossy(&costs.stdout).to_string();
+    assert!(costs.contains("heartbeat of main: 1 request(s)"), "{costs}");
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())

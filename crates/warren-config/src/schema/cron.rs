@@ -382,6 +382,11 @@ pub fn heartbeat_job(agent: &str) -> String {
     format!("heartbeat-{agent}")
 }
 
+/// The session `agent`'s heartbeat turns run in (its spend is shown apart in `warren costs`).
+pub fn heartbeat_session(agent: &str) -> String {
+    format!("heartbeat-{agent}")
+}
+
 /// Problems of every `[agents.<alias>.heartbeat]`, each naming its key.
 pub(crate) fn validate_heartbeats(config: &super::Config) -> Vec<Problem> {
     let mut out = Vec::new();

@@ -7,7 +7,8 @@
 use serde::Deserialize;
 use warren_config::Config;
 use warren_config::schema::cron::{
-    CronJobDecl, HEARTBEAT_MESSAGE, Schedule, heartbeat_job, validate_name, validate_webhook,
+    CronJobDecl, HEARTBEAT_MESSAGE, Schedule, heartbeat_job, heartbeat_session, validate_name,
+    validate_webhook,
 };
 use warren_store::cron::{Job, now_ms};
 use warren_store::timefmt;
@@ -213,7 +214,7 @@ fn heartbeats(config: &Config) -> Vec<Job> {
                     .clone()
                     .unwrap_or_else(|| HEARTBEAT_MESSAGE.into()),
             ),
-            session: Some(format!("heartbeat-{alias}")),
+            session: Some(heartbeat_session(alias.as_str())),
             daily_budget_usd: hb.daily_budget_usd,
             enabled: hb.enabled,
             ..JobSpec::default()
