@@ -177,7 +177,7 @@ fn writes_only_own(policy: &SecurityPolicy, tool: &str, arguments: &serde_json::
 
 /// The rule behind [`requirement_for`], on the two policy values it reads: `tool` (of risk
 /// `risk`) at `autonomy` with `always_ask`.
-pub fn requirement(
+fn requirement(
     autonomy: Autonomy,
     always_ask: &[String],
     tool: &str,

@@ -254,23 +254,13 @@ impl ControlPlane {
 
     /// Marks `lost` every running row whose owner is provably gone; returns their ids.
     pub fn reap(&self) -> Result<Vec<String>, ControlPlaneError> {
-        let running: Vec<(String, u32, String)> = {
-            let conn = self.conn();
-            let mut stmt = conn
-                .prepare("SELECT id, owner_pid, owner_boot FROM runs WHERE state = 'running'")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(|e| self.err(e))?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))?
-        };
-        let mut lost = Vec::new();
-        for (id, pid, boot_id) in running {
-            if !(Owner { pid, boot_id }).is_alive() {
-                self.finish(&id, "lost", Some("its owner process exited during the run"))?;
-                lost.push(id);
-            }
+        let lost = gone_owners(
+            &self.conn(),
+            "SELECT id, owner_pid, owner_boot FROM runs WHERE state = 'running'",
+        )
+        .map_err(|e| self.err(e))?;
+        for id in &lost {
+            self.finish(id, "lost", Some("its owner process exited during the run"))?;
         }
         Ok(lost)
     }
@@ -314,6 +304,27 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         cancel_requested: r.get(10)?,
         error: r.get(11)?,
     })
+}
+
+/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot)` whose owner process is
+/// provably gone (the reapers of the control plane and the cron store).
+pub(crate) fn gone_owners(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, u32>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut gone = Vec::new();
+    for row in rows {
+        let (id, pid, boot_id) = row?;
+        if !(Owner { pid, boot_id }).is_alive() {
+            gone.push(id);
+        }
+    }
+    Ok(gone)
 }
 
 #[cfg(test)]

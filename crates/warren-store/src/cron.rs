@@ -645,22 +645,13 @@ impl CronStore {
     pub fn reap(&self) -> Result<Vec<String>, CronError> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
-        let running: Vec<(String, u32, String)> = {
-            let mut stmt = tx
-                .prepare("SELECT id, owner_pid, owner_boot FROM runs WHERE status = 'running'")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(|e| self.err(e))?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))?
-        };
-        let mut lost = Vec::new();
-        for (id, pid, boot_id) in running {
-            if !(Owner { pid, boot_id }).is_alive() {
-                mark_lost(&tx, &id).map_err(|e| self.err(e))?;
-                lost.push(id);
-            }
+        let lost = crate::control_plane::gone_owners(
+            &tx,
+            "SELECT id, owner_pid, owner_boot FROM runs WHERE status = 'running'",
+        )
+        .map_err(|e| self.err(e))?;
+        for id in &lost {
+            mark_lost(&tx, id).map_err(|e| self.err(e))?;
         }
         // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
         let locked: Vec<(String, u32, String)> = {

@@ -42,30 +42,14 @@ const SCRIPT: &str = r#"{"turns": [
 
 /// A root whose `main` agent runs `SCRIPT`; `extra` is appended to config.toml.
 fn fixture(extra: &str) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = InstallRoot::at(dir.path().join("warren"));
-    root.ensure_layout().unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, SCRIPT).unwrap();
-    std::fs::write(
-        root.config_file(),
-        format!(
-            "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\nrisk_profile = \"test\"\n\n[risk_profiles.test]\nautonomy = \"full\"\n\n{extra}",
-            script.display()
-        ),
-    )
-    .unwrap();
-    let store = ConfigStore::load(root.clone()).unwrap();
-    let token = warren_gateway::pairing::new_token().unwrap();
-    tokio::task::block_in_place(|| {
-        warren_gateway::tokens::add_hash_blocking(
-            &store,
-            &warren_gateway::pairing::hash_token(&token),
-        )
-    })
-    .unwrap();
-    let services = Arc::new(ProcessServices::new(&root, store.snapshot().config()).unwrap());
-    let process = Arc::new(ProcessState::new(&root).unwrap());
+    let common::Scripted {
+        dir,
+        root,
+        store,
+        token,
+        services,
+        process,
+    } = common::scripted(SCRIPT, "test", "autonomy = \"full\"", extra);
     let state = state_for(&root, &store, &process, &services);
     Fixture {
         _dir: dir,
@@ -78,24 +62,7 @@ fn fixture(extra: &str) -> Fixture {
     }
 }
 
-fn state_for(
-    root: &InstallRoot,
-    store: &ConfigStore,
-    process: &Arc<ProcessState>,
-    services: &Arc<ProcessServices>,
-) -> AppState {
-    let snapshot = store.snapshot();
-    let host = AgentHost::new(root, Arc::clone(&snapshot), Arc::clone(services));
-    let generation = Generation {
-        root: root.clone(),
-        store: store.clone(),
-        snapshot,
-        reload: ReloadTrigger::default(),
-        started_at: std::time::SystemTime::now(),
-        host: Arc::new(host),
-    };
-    AppState::new(&generation, Arc::clone(process), None, Vec::new())
-}
+use common::state_for;
 
 impl Fixture {
     fn app(&self) -> Router {

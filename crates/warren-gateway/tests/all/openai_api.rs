@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -17,9 +16,8 @@ use axum::http::StatusCode;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use warren_config::{ConfigStore, InstallRoot};
-use warren_gateway::{AppState, ProcessState, router};
-use warren_runtime::{AgentHost, Generation, ProcessServices, ReloadTrigger};
+use warren_config::InstallRoot;
+use warren_gateway::router;
 
 use crate::common;
 
@@ -39,47 +37,19 @@ struct Fixture {
 /// A root whose `main` agent runs `SCRIPT` under a supervised profile; `extra` is appended to
 /// config.toml.
 fn fixture(extra: &str) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = InstallRoot::at(dir.path().join("warren"));
-    root.ensure_layout().unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, SCRIPT).unwrap();
-    std::fs::write(
-        root.config_file(),
-        format!(
-            "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\nrisk_profile = \"sup\"\n\n[risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 30\n\n{extra}",
-            script.display()
-        ),
-    )
-    .unwrap();
-    let store = ConfigStore::load(root.clone()).unwrap();
-    let token = warren_gateway::pairing::new_token().unwrap();
-    tokio::task::block_in_place(|| {
-        warren_gateway::tokens::add_hash_blocking(
-            &store,
-            &warren_gateway::pairing::hash_token(&token),
-        )
-    })
-    .unwrap();
-    let services = Arc::new(ProcessServices::new(&root, store.snapshot().config()).unwrap());
-    let process = Arc::new(ProcessState::new(&root).unwrap());
-    let snapshot = store.snapshot();
-    let host = AgentHost::new(&root, Arc::clone(&snapshot), services);
-    let generation = Generation {
-        root: root.clone(),
-        store: store.clone(),
-        snapshot,
-        reload: ReloadTrigger::default(),
-        started_at: std::time::SystemTime::now(),
-        host: Arc::new(host),
-    };
-    let state = AppState::new(&generation, process, None, Vec::new());
+    let f = common::scripted(
+        SCRIPT,
+        "sup",
+        "autonomy = \"supervised\"\napproval_timeout_secs = 30",
+        extra,
+    );
+    let state = common::state_for(&f.root, &f.store, &f.process, &f.services);
     let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
     Fixture {
-        _dir: dir,
-        root,
+        _dir: f.dir,
+        root: f.root,
         app,
-        token,
+        token: f.token,
     }
 }
 

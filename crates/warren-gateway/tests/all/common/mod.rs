@@ -3,11 +3,83 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::Value;
 use tower::ServiceExt;
+use warren_config::{ConfigStore, InstallRoot};
+use warren_gateway::{AppState, ProcessState};
+use warren_runtime::{AgentHost, Generation, ProcessServices, ReloadTrigger};
+
+/// An install root whose `main` agent runs a script provider, with a paired token.
+pub struct Scripted {
+    pub dir: tempfile::TempDir,
+    pub root: InstallRoot,
+    pub store: ConfigStore,
+    pub token: String,
+    pub services: Arc<ProcessServices>,
+    pub process: Arc<ProcessState>,
+}
+
+/// A root whose `main` agent runs `script` under `[risk_profiles.<profile>]` (`profile_body`
+/// is its keys); `extra` is appended to config.toml.
+pub fn scripted(script: &str, profile: &str, profile_body: &str, extra: &str) -> Scripted {
+    let dir = tempfile::tempdir().unwrap();
+    let root = InstallRoot::at(dir.path().join("warren"));
+    root.ensure_layout().unwrap();
+    let script_file = dir.path().join("script.json");
+    std::fs::write(&script_file, script).unwrap();
+    std::fs::write(
+        root.config_file(),
+        format!(
+            "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\nrisk_profile = \"{profile}\"\n\n[risk_profiles.{profile}]\n{profile_body}\n\n{extra}",
+            script_file.display()
+        ),
+    )
+    .unwrap();
+    let store = ConfigStore::load(root.clone()).unwrap();
+    let token = warren_gateway::pairing::new_token().unwrap();
+    tokio::task::block_in_place(|| {
+        warren_gateway::tokens::add_hash_blocking(
+            &store,
+            &warren_gateway::pairing::hash_token(&token),
+        )
+    })
+    .unwrap();
+    let services = Arc::new(ProcessServices::new(&root, store.snapshot().config()).unwrap());
+    let process = Arc::new(ProcessState::new(&root).unwrap());
+    Scripted {
+        dir,
+        root,
+        store,
+        token,
+        services,
+        process,
+    }
+}
+
+/// The gateway state of a generation built from `store`'s current snapshot.
+pub fn state_for(
+    root: &InstallRoot,
+    store: &ConfigStore,
+    process: &Arc<ProcessState>,
+    services: &Arc<ProcessServices>,
+) -> AppState {
+    let snapshot = store.snapshot();
+    let host = AgentHost::new(root, Arc::clone(&snapshot), Arc::clone(services));
+    let generation = Generation {
+        root: root.clone(),
+        store: store.clone(),
+        snapshot,
+        reload: ReloadTrigger::default(),
+        started_at: std::time::SystemTime::now(),
+        host: Arc::new(host),
+    };
+    AppState::new(&generation, Arc::clone(process), None, Vec::new())
+}
 
 /// A request with a bearer `token` when given and `body` as JSON when given.
 pub fn request(method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Request<Body> {
