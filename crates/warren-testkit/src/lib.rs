@@ -15,6 +15,34 @@ use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// Writes an executable script (mode 0755) that a test will later execute directly (a git hook,
+/// an external diff program). The bytes are written by a `sh` child, never through a file
+/// descriptor of this test process: a test binary runs many tests on many threads, and a
+/// sibling thread's fork (a sandboxed spawn sets up Landlock and seccomp between fork and exec)
+/// would inherit a writable descriptor of the script and make its `execve` fail with
+/// "Text file busy" (ETXTBSY).
+pub fn write_executable(path: &Path, contents: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| io::Error::other("no stdin"))?
+        .write_all(contents.as_bytes())?;
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(io::Error::other(format!(
+            "writing {} failed: {status}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The PostgreSQL server the PostgreSQL tests run against (`WARREN_TEST_POSTGRES_URL`), or
 /// `None`: then the first caller in this test binary says so once, on the process's stderr
 /// (written directly, so the test harness's capture does not hide it), and the caller skips its

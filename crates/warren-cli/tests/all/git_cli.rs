@@ -117,9 +117,7 @@ fn daemon_git_config_parameters_are_dropped_git5() -> R {
         .path()
         .join("agents/main/workspace/canary-config-parameters");
     let hook = hooks.join("pre-commit");
-    fs::write(&hook, format!("#!/bin/sh\ntouch '{}'\n", canary.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755))?;
+    warren_testkit::write_executable(&hook, &format!("#!/bin/sh\ntouch '{}'\n", canary.display()))?;
     let params = format!("'core.hookspath'='{}'", hooks.display());
     let env = [("GIT_CONFIG_PARAMETERS", params.as_str())];
     git(
@@ -153,12 +151,10 @@ fn daemon_git_external_diff_and_identity_are_dropped_git5() -> R {
         .path()
         .join("agents/main/workspace/canary-external-diff");
     let script = root.path().join("agents/main/workspace/ext.sh");
-    fs::write(
+    warren_testkit::write_executable(
         &script,
-        format!("#!/bin/sh\ntouch '{}'\n", canary.display()),
+        &format!("#!/bin/sh\ntouch '{}'\n", canary.display()),
     )?;
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755))?;
     fs::write(repo.join("a.txt"), "two\n")?;
     let env = [
         ("GIT_EXTERNAL_DIFF", script.to_str().ok_or("utf-8")?),

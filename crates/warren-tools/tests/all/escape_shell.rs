@@ -162,12 +162,7 @@ fn kernel_write_into_a_read_only_root_sbx2() {
 fn kernel_exec_from_a_read_only_root_sbx2() {
     let f = Fixture::new();
     let script = f.ws("reader").join("run.sh");
-    fs::write(&script, "#!/bin/sh\necho EXECUTED\n").expect("script");
-    std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&script)
-        .status()
-        .expect("chmod");
+    warren_testkit::write_executable(&script, "#!/bin/sh\necho EXECUTED\n").expect("script");
     let cmd = "../../reader/workspace/run.sh";
     let guarded = f.shell("wild", cmd).expect("runs");
     assert_kernel_blocks(&guarded, &f.unguarded_shell("wild", cmd), "EXECUTED");
@@ -177,12 +172,7 @@ fn kernel_exec_from_a_read_only_root_sbx2() {
 fn kernel_exec_in_a_read_write_root_is_allowed_sbx2() {
     let f = Fixture::new();
     let script = f.ws("both").join("run.sh");
-    fs::write(&script, "#!/bin/sh\necho EXECUTED\n").expect("script");
-    std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&script)
-        .status()
-        .expect("chmod");
+    warren_testkit::write_executable(&script, "#!/bin/sh\necho EXECUTED\n").expect("script");
     let out = f
         .shell("wild", "../../both/workspace/run.sh")
         .expect("runs");

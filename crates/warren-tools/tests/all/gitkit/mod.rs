@@ -176,7 +176,5 @@ pub fn hook(repo: &Path, dir: &str, name: &str, body: &str) {
     let hooks = repo.join(dir);
     fs::create_dir_all(&hooks).expect("hooks dir");
     let path = hooks.join(name);
-    fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("hook");
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+    warren_testkit::write_executable(&path, &format!("#!/bin/sh\n{body}\n")).expect("hook");
 }
