@@ -171,18 +171,6 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             )),
         );
     }
-    if config.sop.is_some() {
-        out.push(
-            Problem::at(
-                "sop",
-                "[sop] is not implemented yet (STATE-10): its settings would be accepted and do \
-                 nothing",
-            )
-            .with_hint(Some(
-                "remove the [sop] table; scheduled work is [cron.jobs.<name>]".into(),
-            )),
-        );
-    }
     if let Some(default) = &config.runtime.default_agent
         && !config.agents.contains_key(default)
     {

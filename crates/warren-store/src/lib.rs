@@ -14,5 +14,6 @@ pub mod control_plane;
 pub mod cron;
 pub mod failpoints;
 pub mod sessions;
+pub mod sop;
 pub mod sqlite_util;
 pub mod timefmt;

@@ -8,6 +8,7 @@
 mod agents;
 pub mod cron;
 mod sections;
+pub mod sop;
 
 use std::collections::BTreeMap;
 
@@ -22,8 +23,9 @@ pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
     GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate, PostgresConfig,
     ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
-    SessionDurability, SessionStoreOnError, SopConfig,
+    SessionDurability, SessionStoreOnError,
 };
+pub use sop::SopConfig;
 
 use crate::secrets::Secret;
 
@@ -43,8 +45,8 @@ pub struct Config {
     pub channels: ChannelsConfig,
     pub gateway: GatewayConfig,
     pub cron: CronConfig,
-    /// `[sop]` as written, if present: refused at validation until SOP runs exist (issue 16
-    /// §6), so a setting never sits accepted and doing nothing.
+    /// `[sop]` as written, if present (the SOP engine's settings; [`Config::sop_settings`]
+    /// gives the defaults when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sop: Option<SopConfig>,
     pub cost: CostConfig,

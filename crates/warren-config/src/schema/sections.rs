@@ -280,24 +280,6 @@ impl Default for CronConfig {
     }
 }
 
-/// `[sop]` (STATE-10).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SopConfig {
-    pub enabled: bool,
-    /// Keep SOP runs in `data/sop/runs.db` (else in memory only).
-    pub durable_runs: bool,
-}
-
-impl Default for SopConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            durable_runs: true,
-        }
-    }
-}
-
 /// `[cost]` (STATE-14).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

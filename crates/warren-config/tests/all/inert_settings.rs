@@ -20,7 +20,7 @@ fn load_error(text: &str) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 #[test]
-fn runtime_kind_docker_and_sop_are_refused_naming_the_key_issue16() -> R {
+fn runtime_kind_docker_is_refused_naming_the_key_and_sop_is_accepted_issue16() -> R {
     let err = load_error("[runtime]\nkind = \"docker\"\n\n[agents.main]\n")?;
     assert!(
         err.contains(":2:")
@@ -30,14 +30,13 @@ fn runtime_kind_docker_and_sop_are_refused_naming_the_key_issue16() -> R {
     );
     assert!(err.contains("\"native\""), "the way out is named: {err}");
 
-    let err = load_error("[agents.main]\n\n[sop]\nenabled = true\n")?;
-    assert!(
-        err.contains("sop") && err.contains("[sop] is not implemented yet"),
-        "{err}"
+    // [sop] works now (STATE-10): its table is accepted; an unknown key in it is refused.
+    assert_eq!(
+        load_error("[agents.main]\n\n[sop]\nenabled = true\n")?,
+        "loaded"
     );
-    // Even an empty [sop] table is refused: it would read as if SOPs were configured.
-    let err = load_error("[agents.main]\n[sop]\n")?;
-    assert!(err.contains("[sop] is not implemented yet"), "{err}");
+    let err = load_error("[agents.main]\n[sop]\nenabeld = true\n")?;
+    assert!(err.contains("enabeld"), "{err}");
 
     // What works stays accepted.
     assert_eq!(
