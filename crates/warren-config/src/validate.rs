@@ -131,6 +131,13 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
                 "set either api_key or api_key_env, not both",
             ));
         }
+        if provider.kind != ProviderKind::Openai && !provider.stream.is_auto() {
+            out.push(Problem::at(
+                at(".stream"),
+                "stream = true/false applies to kind = \"openai\" (OpenAI-compatible servers); \
+                 remove it for this provider",
+            ));
+        }
         if provider.kind == ProviderKind::Script && provider.script.is_none() {
             out.push(Problem::at(
                 at(".script"),

@@ -41,6 +41,11 @@ pub enum ProviderError {
         path: PathBuf,
         message: String,
     },
+    /// No text and no tool call (issue 16 §3): never a silent success.
+    #[error(
+        "provider '{provider}' returned an empty answer (no text and no tool call){detail}; if it is a local server, check that its chat format supports tools, or set providers.{provider}.stream = false"
+    )]
+    EmptyAnswer { provider: String, detail: String },
     #[error("provider '{provider}' is not configured (see [providers] in config.toml)")]
     Unknown { provider: String },
     #[error("the provider call was cancelled")]
@@ -71,6 +76,17 @@ impl ProviderError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ProviderError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The provider that gave an empty answer, if this is (or a route failed with) one.
+    pub fn empty_answer_from(&self) -> Option<&str> {
+        match self {
+            ProviderError::EmptyAnswer { provider, .. } => Some(provider),
+            ProviderError::AllFailed { attempts } => {
+                attempts.iter().find_map(ProviderError::empty_answer_from)
+            }
             _ => None,
         }
     }

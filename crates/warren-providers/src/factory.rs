@@ -88,7 +88,8 @@ fn build_one(
                 });
             }
             let provider = OpenAiProvider::new(name, base, key, timeout)
-                .with_single_tool_control(pc.parallel_call_control.unwrap_or(true));
+                .with_single_tool_control(pc.parallel_call_control.unwrap_or(true))
+                .with_stream(pc.stream);
             Ok(Arc::new(provider))
         }
         ProviderKind::Anthropic => {

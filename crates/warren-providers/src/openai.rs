@@ -5,12 +5,21 @@
 //!
 //! Transport: `ureq` (blocking, rustls + ring) on the blocking pool; the stream is read line
 //! by line and the cancel flag is checked between events.
+//!
+//! Streaming (`providers.<name>.stream`, issue 16 §3): an answer with no text and no tool call
+//! is asked again once without streaming (llama.cpp's server answers a streamed request that
+//! carries tools with an empty completion under tool-capable chat formats); still empty, the
+//! call fails with [`ProviderError::EmptyAnswer`] naming the provider. With `"auto"`, a tool
+//! round that only the unstreamed retry answered makes this provider send its later tool
+//! rounds unstreamed.
 
 use std::io::BufReader;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use warren_config::schema::StreamMode;
 use warren_core::{ChatMessage, Role, ToolCall, Usage};
 
 use crate::error::ProviderError;
@@ -27,6 +36,10 @@ pub struct OpenAiProvider {
     wire: Wire,
     base_url: String,
     single_tool_control: bool,
+    stream: StreamMode,
+    /// `stream = "auto"` learnt that this server mishandles streamed tool rounds (shared by
+    /// the clones each call makes).
+    unstreamed_tools: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -50,7 +63,15 @@ impl OpenAiProvider {
             wire: Wire::new(name.into(), timeout, api_key),
             base_url: base_url.into().trim_end_matches('/').to_string(),
             single_tool_control: true,
+            stream: StreamMode::Auto,
+            unstreamed_tools: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Sets `providers.<name>.stream` (issue 16 §3).
+    pub fn with_stream(mut self, stream: StreamMode) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// Declares whether this endpoint honours `parallel_tool_calls: false` (LOOP-4).
@@ -95,13 +116,67 @@ impl OpenAiProvider {
         body
     }
 
+    /// Whether `request` goes out streamed first.
+    fn streams(&self, request: &ChatRequest) -> bool {
+        match self.stream {
+            StreamMode::On => true,
+            StreamMode::Off => false,
+            StreamMode::Auto => {
+                request.tools.is_empty() || !self.unstreamed_tools.load(Ordering::Relaxed)
+            }
+        }
+    }
+
     fn call_blocking(
         &self,
         request: &ChatRequest,
         events: &EventSink,
     ) -> Result<ChatResponse, ProviderError> {
+        let streamed = self.streams(request);
+        let first = self.exchange(request, events, streamed)?;
+        if !is_empty(&first) {
+            return Ok(first);
+        }
+        if !streamed {
+            return Err(self.empty(""));
+        }
+        tracing::warn!(
+            provider = %self.wire.name,
+            tools = request.tools.len(),
+            "the streamed answer was empty; asking again without streaming"
+        );
+        let mut again = self.exchange(request, events, false)?;
+        again.usage.add(first.usage);
+        if is_empty(&again) {
+            return Err(self.empty(", streamed and again without streaming"));
+        }
+        if self.stream == StreamMode::Auto && !request.tools.is_empty() {
+            // The server answers tool rounds only unstreamed: stop asking it for streams there.
+            self.unstreamed_tools.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                provider = %self.wire.name,
+                "a streamed tool round came back empty but the unstreamed one did not: this provider's tool rounds are sent unstreamed from now on (stream = \"auto\")"
+            );
+        }
+        Ok(again)
+    }
+
+    fn empty(&self, detail: &str) -> ProviderError {
+        ProviderError::EmptyAnswer {
+            provider: self.wire.name.clone(),
+            detail: detail.to_string(),
+        }
+    }
+
+    /// One request, streamed or not.
+    fn exchange(
+        &self,
+        request: &ChatRequest,
+        events: &EventSink,
+        stream: bool,
+    ) -> Result<ChatResponse, ProviderError> {
         let url = self.url();
-        let body = Self::body(request, true).to_string();
+        let body = Self::body(request, stream).to_string();
         let auth = self
             .wire
             .api_key
@@ -185,7 +260,7 @@ impl Provider for OpenAiProvider {
         Capabilities {
             native_tools: true,
             single_tool_control: self.single_tool_control,
-            streaming: true,
+            streaming: self.stream != StreamMode::Off,
         }
     }
 
@@ -227,6 +302,11 @@ fn wire_message(m: &ChatMessage) -> Value {
         }),
         role => json!({"role": role.as_str(), "content": m.content}),
     }
+}
+
+/// No text and no tool call.
+fn is_empty(response: &ChatResponse) -> bool {
+    response.text.trim().is_empty() && response.tool_calls.is_empty()
 }
 
 fn usage_of(v: &Value) -> Usage {

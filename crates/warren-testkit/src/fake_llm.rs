@@ -7,11 +7,15 @@
 //! errors with Anthropic's `{"type": "error", "error": {...}}` body. Every request is recorded
 //! (headers and JSON body) so tests can assert what Warren sent.
 //!
-//! Replies are queued; when the queue is empty the server answers a plain text "ok".
+//! Replies are queued; when the queue is empty the server answers a plain text "ok". An OpenAI
+//! request with `"stream": false` gets the same reply as one `chat.completion` JSON body.
+//! [`FakeOpenAi::empty_tool_streams`] makes the server answer every streamed request that
+//! carries tools with an empty completion, as llama.cpp's server does (issue 16 §3).
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -117,6 +121,7 @@ struct Shared {
     dialect: Dialect,
     replies: Mutex<VecDeque<FakeReply>>,
     requests: Mutex<Vec<FakeRequest>>,
+    empty_tool_streams: AtomicBool,
 }
 
 /// The fake server; runs until the process exits (each test gets its own port).
@@ -170,6 +175,14 @@ impl FakeOpenAi {
     pub fn requests(&self) -> Vec<FakeRequest> {
         lock(&self.shared.requests).clone()
     }
+
+    /// From now on, a streamed request that carries tools gets an empty completion (a
+    /// `delta: {"content": ""}` chunk, `finish_reason: "stop"`, usage, `[DONE]`) and takes no
+    /// queued reply, as llama.cpp's OpenAI-compatible server answers under a tool-capable chat
+    /// format; unstreamed requests and requests without tools are answered as usual.
+    pub fn empty_tool_streams(&self) {
+        self.shared.empty_tool_streams.store(true, Ordering::SeqCst);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -203,11 +216,21 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let streamed = body["stream"].as_bool() != Some(false);
+    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
     lock(&shared.requests).push(FakeRequest {
         path,
         headers,
         body,
     });
+    if shared.dialect == Dialect::OpenAi
+        && streamed
+        && has_tools
+        && shared.empty_tool_streams.load(Ordering::SeqCst)
+    {
+        let mut out = stream;
+        return empty_stream(&mut out);
+    }
     let reply = lock(&shared.replies)
         .pop_front()
         .unwrap_or_else(|| FakeReply::text("ok"));
@@ -244,6 +267,11 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             chunk_delay,
         } if shared.dialect == Dialect::Anthropic => {
             anthropic_stream(&mut out, &text, &calls, usage, chunk_delay)?;
+        }
+        FakeReply::Chat {
+            text, calls, usage, ..
+        } if !streamed => {
+            complete(&mut out, &text.concat(), &calls, usage)?;
         }
         FakeReply::Chat {
             text,
@@ -304,6 +332,64 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// An unstreamed OpenAI `chat.completion` body.
+fn complete(
+    out: &mut TcpStream,
+    text: &str,
+    calls: &[FakeCall],
+    usage: (u64, u64),
+) -> io::Result<()> {
+    let mut message = json!({"role": "assistant",
+                             "content": if text.is_empty() { Value::Null } else { json!(text) }});
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments.to_string()}})
+            })
+            .collect();
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let body = json!({"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake",
+                      "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                      "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1,
+                                "total_tokens": usage.0 + usage.1}})
+    .to_string();
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    out.flush()
+}
+
+/// llama.cpp's answer to a streamed request with tools under a tool-capable chat format: one
+/// empty content delta, `finish_reason: "stop"`.
+fn empty_stream(out: &mut TcpStream) -> io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
+    )?;
+    let events = [
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+               "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}),
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [],
+               "usage": {"prompt_tokens": 30, "completion_tokens": 1, "total_tokens": 31}}),
+    ];
+    for e in events {
+        write!(out, "data: {e}\n\n")?;
+    }
+    write!(out, "data: [DONE]\n\n")?;
+    out.flush()
 }
 
 fn anthropic_stream(

@@ -23,7 +23,7 @@ pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
     GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate, PostgresConfig,
     ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
-    SessionDurability, SessionStoreOnError,
+    SessionDurability, SessionStoreOnError, StreamMode,
 };
 pub use sop::SopConfig;
 

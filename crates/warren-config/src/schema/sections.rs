@@ -59,6 +59,13 @@ pub struct ProviderConfig {
     /// Whether the endpoint honours a request for at most one tool call per response
     /// (`parallel_tool_calls: false`; LOOP-4). Unset = yes for OpenAI and Anthropic.
     pub parallel_call_control: Option<bool>,
+    /// Whether requests ask for a streamed answer (`kind = "openai"` only; issue 16 §3):
+    /// `"auto"` (default) streams and, once a streamed tool round comes back empty (as
+    /// llama.cpp's server does with tool-capable chat formats), sends this provider's later
+    /// tool rounds unstreamed; `true` always streams; `false` never does. An empty streamed
+    /// answer is asked again once without streaming either way.
+    #[serde(skip_serializing_if = "StreamMode::is_auto")]
+    pub stream: StreamMode,
 }
 
 impl Default for ProviderConfig {
@@ -74,7 +81,60 @@ impl Default for ProviderConfig {
             max_retries: 3,
             retry_backoff_ms: 500,
             parallel_call_control: None,
+            stream: StreamMode::Auto,
         }
+    }
+}
+
+/// `providers.<name>.stream`: `"auto"`, `true` or `false`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamMode {
+    /// Stream; fall back to unstreamed tool rounds when the server mishandles them.
+    #[default]
+    Auto,
+    /// `true`: always ask for a stream.
+    On,
+    /// `false`: never ask for a stream.
+    Off,
+}
+
+impl StreamMode {
+    pub fn is_auto(&self) -> bool {
+        *self == StreamMode::Auto
+    }
+}
+
+impl Serialize for StreamMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StreamMode::Auto => s.serialize_str("auto"),
+            StreamMode::On => s.serialize_bool(true),
+            StreamMode::Off => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StreamMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = StreamMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"auto\", true or false")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<StreamMode, E> {
+                Ok(if v { StreamMode::On } else { StreamMode::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<StreamMode, E> {
+                match v {
+                    "auto" => Ok(StreamMode::Auto),
+                    "true" => Ok(StreamMode::On),
+                    "false" => Ok(StreamMode::Off),
+                    other => Err(E::invalid_value(serde::de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 

@@ -264,3 +264,32 @@ fn a_429_retry_after_is_honoured_before_the_retry() {
         Some(Duration::from_secs(1))
     );
 }
+
+/// Issue 16 §3: an answer empty streamed and again unstreamed is an error naming the provider,
+/// not retried on it, and the route's fallback answers instead.
+#[test]
+fn an_empty_answer_is_asked_again_unstreamed_then_falls_back() {
+    let (a, b) = (server(), server());
+    a.push(FakeReply::calls("", Vec::new()));
+    a.push(FakeReply::calls("", Vec::new()));
+    b.push(FakeReply::text("from fallback"));
+    let route = Route::new()
+        .with(provider("local", &a), 3, Duration::from_millis(1))
+        .with(provider("backup", &b), 3, Duration::from_millis(1));
+    let r = rt()
+        .block_on(route.chat(request(false), no_events()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (r.provider.as_str(), r.response.text.as_str()),
+        ("backup", "from fallback")
+    );
+    let sent: Vec<bool> = a
+        .requests()
+        .iter()
+        .map(|q| q.body["stream"] == json!(true))
+        .collect();
+    assert_eq!(sent, vec![true, false], "streamed, then once unstreamed");
+    let error = &r.failed_attempts[0].error;
+    assert_eq!(error.empty_answer_from(), Some("local"), "{error}");
+    assert!(!error.is_retryable());
+}
