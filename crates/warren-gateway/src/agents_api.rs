@@ -26,6 +26,7 @@ use warren_store::sessions::{Page, QueueError};
 
 use crate::error::{ApiError, parse_json};
 use crate::state::AppState;
+use crate::turns_api::TurnStatus;
 
 /// The alias of a path, configured in this generation (404 otherwise).
 pub(crate) fn configured_alias(
@@ -320,13 +321,7 @@ pub(crate) async fn chat(
         events,
     };
     if !wants_sse(&headers) {
-        let turn = host
-            .submit(submit(Arc::new(|_| {})))
-            .await
-            .map_err(|e| turn_error(ROUTE, &e))?;
-        let key = turn.session().clone();
-        let outcome = turn.finish().await.map_err(|e| turn_error(ROUTE, &e))?;
-        return Ok(Json(outcome.to_json(&key)).into_response());
+        return json_chat(&state, &host, &alias, submit).await;
     }
 
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
@@ -363,6 +358,66 @@ pub(crate) async fn chat(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// A JSON chat (issue 16 §2): 200 with the outcome when the turn ends without waiting on an
+/// operator; 202 `{"turn", "approval"}` as soon as a call waits for approval, the outcome then
+/// coming from `GET /api/turns/{id}` (see [`crate::turns_api`]).
+async fn json_chat(
+    state: &AppState,
+    host: &Arc<warren_runtime::AgentHost>,
+    alias: &AgentAlias,
+    submit: impl FnOnce(TurnEvents) -> TurnRequest,
+) -> Result<Response, ApiError> {
+    const ROUTE: &str = "POST /api/agents/{alias}/chat";
+    let turns = &state.process().turns;
+    let tracker = Arc::new(turns.start(alias.as_str())?);
+    let observer = Arc::clone(&tracker);
+    let events: TurnEvents = Arc::new(move |event| observer.observe(&event));
+    let turn = match host.submit(submit(events)).await {
+        Ok(turn) => turn,
+        Err(e) => {
+            turns.forget(&tracker.id);
+            return Err(turn_error(ROUTE, &e));
+        }
+    };
+    let key = turn.session().clone();
+    turns.set_session(&tracker.id, key.as_str());
+    let mut status = tracker.subscribe();
+    let end = Arc::clone(&tracker);
+    // The turn runs to its end even if the client goes away; its record keeps the outcome.
+    tokio::spawn(async move {
+        end.finish(match turn.finish().await {
+            Ok(outcome) => TurnStatus::Done(outcome.to_json(&key)),
+            Err(e) => TurnStatus::Failed(turn_error(ROUTE, &e)),
+        });
+    });
+    let now = status
+        .wait_for(|s| *s != TurnStatus::Running)
+        .await
+        .map(|s| s.clone())
+        .map_err(|_| ApiError::internal(ROUTE, "the turn ended without an outcome"))?;
+    match now {
+        TurnStatus::WaitingApproval(approval) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "turn": tracker.id,
+                "status": "waiting_approval",
+                "approval": approval,
+                "poll": format!("GET /api/turns/{}", tracker.id),
+            })),
+        )
+            .into_response()),
+        TurnStatus::Done(body) => {
+            turns.forget(&tracker.id);
+            Ok(Json(body).into_response())
+        }
+        TurnStatus::Failed(e) => {
+            turns.forget(&tracker.id);
+            Err(e)
+        }
+        TurnStatus::Running => Err(ApiError::internal(ROUTE, "the turn is still running")),
+    }
 }
 
 pub(crate) async fn list_sessions(

@@ -23,6 +23,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod tokens;
+pub mod turns_api;
 
 pub use listener::ConnLimits;
 pub use routes::{Access, BODY_LIMIT, ROUTES, Route, TimeLimits, router, router_with_limits};

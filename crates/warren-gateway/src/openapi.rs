@@ -26,6 +26,7 @@ pub fn document() -> Value {
         if route.path == "/api/agents/{alias}/chat" {
             op["responses"]["200"]["content"]["text/event-stream"] =
                 json!({"schema": {"type": "string"}});
+            op["responses"]["202"] = turn_accepted();
         }
         if route.path == "/api/events" {
             op["responses"]["200"]["content"] =
@@ -169,6 +170,10 @@ fn query_parameters(path: &str) -> Vec<Value> {
             query("limit", bounded(1, 1000)),
         ],
         "/api/events" => vec![query("agent", string()), query("kind", string())],
+        "/api/turns/{id}" => vec![query(
+            "wait",
+            bounded(0, crate::turns_api::MAX_WAIT_SECS),
+        )],
         _ => Vec::new(),
     }
 }
@@ -276,6 +281,26 @@ fn success_schema(method: &str, path: &str) -> Value {
             ("per_agent", "object"),
             ("records", "array"),
         ]),
+        ("GET", "/api/turns/{id}") => {
+            let mut schema = obj(&[
+                ("turn", "string"),
+                ("agent", "string"),
+                ("session", "string"),
+                ("status", "string"),
+            ]);
+            schema["properties"]["status"]["enum"] =
+                json!(["running", "waiting_approval", "done", "failed"]);
+            schema["properties"]["approval"] = approval_schema();
+            schema["properties"]["result"] = json!({
+                "type": "object",
+                "description": "status done: the body a 200 chat answer has",
+            });
+            schema["properties"]["error"] = json!({
+                "type": "object",
+                "description": "status failed: {error, message, status} as the chat would have answered",
+            });
+            schema
+        }
         ("GET", "/api/approvals") => obj(&[("count", "integer"), ("pending", "array")]),
         ("POST", "/api/approvals/{id}") => obj(&[("id", "string"), ("decision", "string")]),
         ("GET", "/api/logs") => obj(&[
@@ -342,4 +367,39 @@ fn with_description(base: &Value, description: &str) -> Value {
     let mut v = base.clone();
     v["description"] = description.into();
     v
+}
+
+/// A call waiting for approval in a JSON chat's 202 answer and in `GET /api/turns/{id}`.
+fn approval_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "tool", "summary", "arguments", "reason", "call", "timeout_secs", "decide"],
+        "properties": {
+            "id": {"type": "string", "description": "decide it with POST /api/approvals/{id}"},
+            "tool": string(),
+            "summary": {"type": "string", "description": "the tool and its arguments, shortened"},
+            "arguments": {"type": "object"},
+            "reason": string(),
+            "call": {"type": "string", "description": "the tool call's id"},
+            "timeout_secs": {"type": "integer", "description": "no decision within it = denied"},
+            "decide": string(),
+        },
+    })
+}
+
+/// The JSON chat's 202: the turn waits for an approval (issue 16 §2).
+fn turn_accepted() -> Value {
+    json!({
+        "description": "A tool call of the turn waits for an operator's approval: decide it with POST /api/approvals/{id}, then read the turn's outcome with GET /api/turns/{turn} (?wait=SECS long-polls)",
+        "content": {"application/json": {"schema": {
+            "type": "object",
+            "required": ["turn", "status", "approval", "poll"],
+            "properties": {
+                "turn": string(),
+                "status": {"const": "waiting_approval"},
+                "approval": approval_schema(),
+                "poll": string(),
+            },
+        }}},
+    })
 }

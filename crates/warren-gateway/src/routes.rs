@@ -291,9 +291,17 @@ pub const ROUTES: &[Route] = &[
         method: "POST",
         path: "/api/agents/{alias}/chat",
         access: Access::Token,
-        summary: "One user turn (JSON; SSE events delta/notice/tool_call/approval/tool_result/done/error with Accept: text/event-stream); a session of another agent = 409 session_owned_by_other_agent; session queue full = 429, timed out = 408",
+        summary: "One user turn (JSON: 200 with the outcome, or 202 {turn, approval} as soon as a call waits for approval, then GET /api/turns/{id}; SSE events delta/notice/tool_call/approval/tool_result/done/error with Accept: text/event-stream); a session of another agent = 409 session_owned_by_other_agent; session queue full = 429, timed out = 408",
         request: Some(r#"{"message": "hello", "session": "http-main"}"#),
         handler: || post(crate::agents_api::chat),
+    },
+    Route {
+        method: "GET",
+        path: "/api/turns/{id}",
+        access: Access::Token,
+        summary: "A JSON chat's turn (after its 202): running, waiting_approval (with the approval), done (with the 200 chat body as result) or failed (with the error); ?wait=SECS (at most 25) long-polls until the status changes; records are process-local and kept 1 h after the turn ends",
+        request: None,
+        handler: || get(crate::turns_api::get_turn),
     },
     Route {
         method: "GET",

@@ -22,6 +22,8 @@ pub struct ProcessState {
     /// Authenticates `warren pair` / `warren tokens` on loopback admin routes; published in
     /// `data/gateway.json` (0600).
     pub admin_key: String,
+    /// Turns a JSON chat caller follows (`GET /api/turns/{id}`, issue 16 §2).
+    pub turns: crate::turns_api::Turns,
     last_touch: Mutex<HashMap<String, Instant>>,
 }
 
@@ -41,6 +43,7 @@ impl ProcessState {
             pairing: Pairing::default(),
             devices: Devices::open(&root.devices_db()).map_err(|e| e.to_string()),
             admin_key: pairing::new_key()?,
+            turns: crate::turns_api::Turns::default(),
             last_touch: Mutex::new(HashMap::new()),
         })
     }

@@ -382,35 +382,28 @@ async fn decide(app: &Router, token: &str, id: &str, approve: bool) -> (StatusCo
 }
 
 /// A supervised write waits in `GET /api/approvals` until decided over HTTP; approved runs,
-/// denied and unanswered (timeout) do not (issue 8 §2, LOOP-1).
+/// denied and unanswered (timeout) do not (issue 8 §2, LOOP-1). The JSON chat answers 202 with
+/// the turn and the approval as soon as the call waits; the outcome comes from
+/// `GET /api/turns/{id}` (issue 16 §2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_over_http_approve_deny_and_time_out() {
     for (decision, expect_file) in [(Some(true), true), (Some(false), false), (None, false)] {
         let (f, app) = supervised(1);
-        let chat = {
-            let (app, token) = (app.clone(), f.token.clone());
-            tokio::spawn(async move {
-                call(
-                    app,
-                    &token,
-                    "POST",
-                    "/api/agents/main/chat",
-                    Some(json!({"message": "w"})),
-                )
-                .await
-            })
-        };
-        let mut pending = Value::Null;
-        for _ in 0..200 {
-            let (_, list) = call(app.clone(), &f.token, "GET", "/api/approvals", None).await;
-            if list["count"] == 1 {
-                pending = list["pending"][0].clone();
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (status, accepted) = call(
+            app.clone(),
+            &f.token,
+            "POST",
+            "/api/agents/main/chat",
+            Some(json!({"message": "w"})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+        let (_, list) = call(app.clone(), &f.token, "GET", "/api/approvals", None).await;
+        assert_eq!(list["count"], 1, "{list}");
+        let pending = list["pending"][0].clone();
         assert_eq!(pending["tool"], "file_write", "{pending}");
         assert_eq!(pending["agent"], "main");
+        assert_eq!(accepted["approval"]["id"], pending["id"], "{accepted}");
         if let Some(approve) = decision {
             let id = pending["id"].as_str().unwrap();
             let (status, body) = decide(&app, &f.token, id, approve).await;
@@ -418,8 +411,9 @@ async fn approvals_over_http_approve_deny_and_time_out() {
             let (status, _) = decide(&app, &f.token, id, approve).await;
             assert_eq!(status, StatusCode::NOT_FOUND, "decided once only");
         }
-        let (status, answer) = chat.await.unwrap();
-        assert_eq!(status, StatusCode::OK, "{answer}");
+        let turn = accepted["turn"].as_str().unwrap();
+        let answer = turn_outcome(&app, &f.token, turn).await;
+        assert_eq!(answer["status"], "done", "{answer}");
         let written = f
             .root
             .agent_workspace(&"main".parse().unwrap())
@@ -431,8 +425,115 @@ async fn approvals_over_http_approve_deny_and_time_out() {
     }
 }
 
+/// Long-polls `GET /api/turns/{turn}` until the turn is no longer running or waiting.
+async fn turn_outcome(app: &Router, token: &str, turn: &str) -> Value {
+    for _ in 0..10 {
+        let (status, body) = call(
+            app.clone(),
+            token,
+            "GET",
+            &format!("/api/turns/{turn}?wait=5"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if body["status"] == "done" || body["status"] == "failed" {
+            return body;
+        }
+    }
+    panic!("turn {turn} did not end within 50 s");
+}
+
+/// A JSON chat whose call waits for approval answers within 2 s with 202, the turn id and the
+/// approval (not after the approval timeout); the turn reads `waiting_approval` until the call
+/// is approved through the approvals API, then `done` with the body a 200 chat has — the reply,
+/// the tool call made, the session — and the file is written (issue 16 §2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_chat_answers_202_while_an_approval_waits_and_the_turn_gives_the_result_issue16() {
+    let (f, app) = supervised(30);
+    let started = std::time::Instant::now();
+    let (status, accepted) = call(
+        app.clone(),
+        &f.token,
+        "POST",
+        "/api/agents/main/chat",
+        Some(json!({"message": "w", "session": "json-approval"})),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    let turn = accepted["turn"].as_str().unwrap().to_string();
+    let approval = &accepted["approval"];
+    assert_eq!(approval["tool"], "file_write", "{accepted}");
+    assert_eq!(approval["timeout_secs"], 30);
+    assert!(
+        approval["summary"].as_str().unwrap().contains("out.md"),
+        "{approval}"
+    );
+    let id = approval["id"].as_str().unwrap().to_string();
+    assert_eq!(accepted["poll"], format!("GET /api/turns/{turn}"));
+
+    let (status, now) = call(
+        app.clone(),
+        &f.token,
+        "GET",
+        &format!("/api/turns/{turn}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{now}");
+    assert_eq!(now["status"], "waiting_approval", "{now}");
+    assert_eq!(now["approval"]["id"], id.as_str());
+    assert_eq!(now["session"], "json-approval");
+    assert!(
+        !f.root
+            .agent_workspace(&"main".parse().unwrap())
+            .join("out.md")
+            .exists(),
+        "nothing written before the approval"
+    );
+
+    let (status, body) = decide(&app, &f.token, &id, true).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let done = turn_outcome(&app, &f.token, &turn).await;
+    assert_eq!(done["status"], "done", "{done}");
+    let result = &done["result"];
+    assert_eq!(result["reply"], "Done writing.", "{done}");
+    assert_eq!(result["session"], "json-approval");
+    assert_eq!(result["tool_calls"], 1, "{done}");
+    let written = f
+        .root
+        .agent_workspace(&"main".parse().unwrap())
+        .join("out.md");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "hi");
+
+    // A turn that needs no approval still answers 200 with the outcome.
+    let (status, answer) = call(
+        app.clone(),
+        &f.token,
+        "POST",
+        "/api/agents/main/chat",
+        Some(json!({"message": "again", "session": "json-approval"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["reply"], "Second answer.");
+
+    let (status, err) = call(
+        app.clone(),
+        &f.token,
+        "GET",
+        "/api/turns/000000000000000000000000",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(err["error"], "unknown_turn");
+}
+
 /// Over SSE a call waiting for approval is announced at once as an `approval` event carrying
-/// the id to decide it by (a JSON caller only learns of it from `GET /api/approvals`);
+/// the id to decide it by (a JSON caller gets it in a 202, see above);
 /// approving that id lets the same stream go on to the call's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_chat_announces_a_pending_approval_with_the_id_to_decide_it() {

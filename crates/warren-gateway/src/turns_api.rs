@@ -1,0 +1,284 @@
+//! Turns a JSON chat caller follows (issue 16 §2). A JSON `POST /api/agents/{alias}/chat` whose
+//! turn stops on an approval answers at once with 202 `{"turn": ID, "approval": {...}}`; the
+//! caller decides the approval (`POST /api/approvals/{id}`) and reads the outcome with
+//! `GET /api/turns/{id}` (`?wait=SECS` long-polls until the turn's status changes).
+//!
+//! The records are process-local: held in memory by the daemon process (they survive a reload,
+//! not a restart), at most [`MAX_TURNS`] of them, and a finished turn's record is dropped
+//! [`KEEP_FINISHED`] after its end. The turn itself runs at the runtime's one door
+//! ([`warren_runtime::AgentHost::submit`]); this module only records what it reports.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use warren_runtime::TurnEvent;
+
+use crate::agents_api::{number, query_map};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The most turn records a process keeps (the oldest finished ones go first).
+pub const MAX_TURNS: usize = 1024;
+/// How long a finished turn's record stays readable.
+pub const KEEP_FINISHED: Duration = Duration::from_secs(3600);
+/// The longest `?wait=` (below the gateway's request time limit).
+pub const MAX_WAIT_SECS: u64 = 25;
+
+/// Where a turn stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnStatus {
+    Running,
+    /// A tool call waits for an operator's decision (the approval as 202 and the poll show it).
+    WaitingApproval(Value),
+    /// The turn ended; the body a 200 chat answer has.
+    Done(Value),
+    /// The turn failed; the error a chat answer would have had.
+    Failed(ApiError),
+}
+
+impl TurnStatus {
+    fn finished(&self) -> bool {
+        matches!(self, Self::Done(_) | Self::Failed(_))
+    }
+}
+
+struct Record {
+    agent: String,
+    session: String,
+    status: watch::Receiver<TurnStatus>,
+    /// When the turn ended (`None` while it runs).
+    ended: Option<Instant>,
+    created: Instant,
+}
+
+/// The process's turn records.
+#[derive(Default)]
+pub struct Turns {
+    records: Mutex<HashMap<String, Record>>,
+}
+
+impl std::fmt::Debug for Turns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Turns")
+            .field("records", &self.lock().len())
+            .finish()
+    }
+}
+
+/// The writing end of one turn's record.
+pub struct TurnTracker {
+    pub id: String,
+    status: watch::Sender<TurnStatus>,
+}
+
+impl TurnTracker {
+    /// A receiver of the turn's status (the chat handler waits on it).
+    pub fn subscribe(&self) -> watch::Receiver<TurnStatus> {
+        self.status.subscribe()
+    }
+
+    /// Follows the turn's events: an announced approval is `waiting_approval` until that call's
+    /// result arrives (approved, denied or timed out).
+    pub fn observe(&self, event: &TurnEvent) {
+        match event {
+            TurnEvent::ApprovalPending {
+                call,
+                approval,
+                reason,
+                timeout_secs,
+            } => {
+                let _ = self.status.send(TurnStatus::WaitingApproval(approval_json(
+                    &call.id,
+                    &call.name,
+                    &call.arguments,
+                    approval,
+                    reason,
+                    *timeout_secs,
+                )));
+            }
+            TurnEvent::ToolResult { call, .. } => {
+                self.status.send_if_modified(|s| match s {
+                    TurnStatus::WaitingApproval(a) if a["call"] == call.id.as_str() => {
+                        *s = TurnStatus::Running;
+                        true
+                    }
+                    _ => false,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Records the turn's end.
+    pub fn finish(&self, status: TurnStatus) {
+        let _ = self.status.send(status);
+    }
+}
+
+/// An approval as the 202 answer and `GET /api/turns/{id}` show it.
+fn approval_json(
+    call_id: &str,
+    tool: &str,
+    arguments: &Value,
+    approval: &str,
+    reason: &str,
+    timeout_secs: u64,
+) -> Value {
+    let mut args = arguments.to_string();
+    if args.len() > 160 {
+        let mut end = 160;
+        while !args.is_char_boundary(end) {
+            end -= 1;
+        }
+        args.truncate(end);
+        args.push('…');
+    }
+    json!({
+        "id": approval,
+        "tool": tool,
+        "summary": format!("{tool} {args}"),
+        "arguments": arguments,
+        "reason": reason,
+        "call": call_id,
+        "timeout_secs": timeout_secs,
+        "decide": format!("POST /api/approvals/{approval}"),
+    })
+}
+
+impl Turns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new record for a turn of `agent` (its id is random; the session follows once the
+    /// door admitted the turn, [`Turns::set_session`]).
+    pub fn start(&self, agent: &str) -> Result<TurnTracker, ApiError> {
+        let id = crate::pairing::new_key()
+            .map_err(|e| ApiError::internal("turn id", e))?
+            .chars()
+            .take(24)
+            .collect::<String>();
+        let (tx, rx) = watch::channel(TurnStatus::Running);
+        let mut records = self.lock();
+        let now = Instant::now();
+        records.retain(|_, r| {
+            r.ended
+                .is_none_or(|t| now.duration_since(t) < KEEP_FINISHED)
+        });
+        for r in records.values_mut() {
+            if r.ended.is_none() && r.status.borrow().finished() {
+                r.ended = Some(now);
+            }
+        }
+        while records.len() >= MAX_TURNS {
+            // The oldest finished record goes; if none has finished, the oldest one.
+            let oldest = records
+                .iter()
+                .min_by_key(|(_, r)| (r.ended.is_none(), r.created))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => records.remove(&k),
+                None => break,
+            };
+        }
+        records.insert(
+            id.clone(),
+            Record {
+                agent: agent.to_string(),
+                session: String::new(),
+                status: rx,
+                ended: None,
+                created: now,
+            },
+        );
+        Ok(TurnTracker { id, status: tx })
+    }
+
+    /// The session the door gave the turn.
+    pub fn set_session(&self, id: &str, session: &str) {
+        if let Some(r) = self.lock().get_mut(id) {
+            r.session = session.to_string();
+        }
+    }
+
+    /// Drops a record (a turn that answered 200, or never started).
+    pub fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    fn get(&self, id: &str) -> Option<(String, String, watch::Receiver<TurnStatus>)> {
+        let mut records = self.lock();
+        let record = records.get_mut(id)?;
+        if record.ended.is_none() && record.status.borrow().finished() {
+            record.ended = Some(Instant::now());
+        }
+        if record.ended.is_some_and(|t| t.elapsed() >= KEEP_FINISHED) {
+            records.remove(id);
+            return None;
+        }
+        Some((
+            record.agent.clone(),
+            record.session.clone(),
+            record.status.clone(),
+        ))
+    }
+}
+
+/// A turn's record as JSON.
+pub fn status_json(id: &str, agent: &str, session: &str, status: &TurnStatus) -> Value {
+    let mut body = json!({"turn": id, "agent": agent, "session": session});
+    match status {
+        TurnStatus::Running => body["status"] = "running".into(),
+        TurnStatus::WaitingApproval(a) => {
+            body["status"] = "waiting_approval".into();
+            body["approval"] = a.clone();
+        }
+        TurnStatus::Done(result) => {
+            body["status"] = "done".into();
+            body["result"] = result.clone();
+        }
+        TurnStatus::Failed(e) => {
+            body["status"] = "failed".into();
+            body["error"] =
+                json!({"error": e.code, "message": e.message, "status": e.status.as_u16()});
+        }
+    }
+    body
+}
+
+/// `GET /api/turns/{id}?wait=SECS`: the turn's status; with `wait`, answers as soon as the
+/// status differs from the one at the call (or the turn ended), at the latest after `wait`
+/// seconds.
+pub(crate) async fn get_turn(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/turns/{id}";
+    let query = query_map(ROUTE, raw)?;
+    let wait = number(ROUTE, &query, "wait", 0, 0, MAX_WAIT_SECS)?;
+    let (agent, session, mut rx) = state.process().turns.get(&id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_turn",
+            format!(
+                "{ROUTE}: no turn '{id}' in this daemon process (turn records are kept in memory, \
+                 up to {} s after the turn ends, and not across a restart)",
+                KEEP_FINISHED.as_secs()
+            ),
+        )
+    })?;
+    let initial = rx.borrow_and_update().clone();
+    if wait > 0 && !initial.finished() {
+        let changed = rx.wait_for(|s| s.finished() || *s != initial);
+        let _ = tokio::time::timeout(Duration::from_secs(wait), changed).await;
+    }
+    let now = rx.borrow().clone();
+    Ok(Json(status_json(&id, &agent, &session, &now)))
+}
