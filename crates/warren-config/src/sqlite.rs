@@ -112,13 +112,85 @@ fn code_of(e: &rusqlite::Error) -> i32 {
 }
 
 /// Opens an existing database read-only (never creates it), with the busy timeout.
+///
+/// On a full disk a WAL database cannot be read the ordinary way: SQLite must size its `-shm`
+/// file first (`disk I/O error`). When that happens and the `-wal` holds nothing (every commit
+/// is in the main file), the file is opened `immutable` instead — no `-shm`, no locks — so
+/// read-only commands keep working on a full disk (issue 15 §8). With a non-empty `-wal` the
+/// error stands: reading the main file alone would miss commits.
 pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    Ok(conn)
+    // SQLite opens the `-wal`/`-shm` at the first read.
+    let probe = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    });
+    match probe {
+        Err(e) if full_disk_at(&e, path).is_some() && wal_is_empty(path) => {
+            drop(conn);
+            let conn = Connection::open_with_flags(
+                immutable_uri(path),
+                flags | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+            )?;
+            tracing::warn!(
+                "{}: disk full; read without its -shm (the -wal is empty, so nothing is missed)",
+                path.display()
+            );
+            Ok(conn)
+        }
+        Err(e) => Err(e),
+        Ok(_) => Ok(conn),
+    }
+}
+
+/// Whether `path`'s `-wal` is absent or empty.
+fn wal_is_empty(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(PathBuf::from(wal)).map_or(true, |m| m.len() == 0)
+}
+
+/// `file:<percent-encoded path>?immutable=1`.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+/// Free space below which a file system counts as full (SQLite's `-shm` alone needs 32 KiB).
+const FULL_BELOW: u64 = 64 * 1024;
+
+/// Whether the file system holding `path` (or its nearest existing ancestor) is full.
+pub fn disk_full(path: &Path) -> bool {
+    let mut at = Some(path);
+    while let Some(p) = at {
+        if let Ok(st) = rustix::fs::statvfs(p) {
+            return st.f_bavail.saturating_mul(st.f_frsize) < FULL_BELOW;
+        }
+        at = p.parent();
+    }
+    false
+}
+
+/// The directory of `db` when `e` is what a full disk gives: `SQLITE_FULL`, or an I/O error
+/// (the `-shm` or `-wal` could not grow: `disk I/O error`) on a file system with no space
+/// left. Stores report it as "disk full at <dir>" rather than SQLite's text.
+pub fn full_disk_at(e: &rusqlite::Error, db: &Path) -> Option<PathBuf> {
+    let primary = code_of(e) & 0xff;
+    let dir = db.parent().unwrap_or(db);
+    let full = primary == rusqlite::ffi::SQLITE_FULL
+        || (primary == rusqlite::ffi::SQLITE_IOERR && disk_full(dir));
+    full.then(|| dir.to_path_buf())
 }
 
 /// One store connection behind a mutex: the single access pattern of Warren's SQLite stores.

@@ -10,7 +10,8 @@ use warren_config::{ConfigError, ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_store::sessions::migrate::{self, MigrationReport, Progress};
 use warren_store::sessions::{
-    NewMessage, Page, SessionBackend, SessionError, SqliteBackend, open_chat_sessions_reporting,
+    NewMessage, Page, SessionBackend, SessionError, SqliteBackend, open_chat_sessions_for_reading,
+    open_chat_sessions_reporting,
 };
 use warren_store::timefmt;
 
@@ -21,7 +22,7 @@ pub fn run(root: &InstallRoot, cmd: SessionsCommand, json: bool) -> anyhow::Resu
     match cmd {
         SessionsCommand::Migrate { dry_run } => migrate_cmd(root, &channels, dry_run, json),
         SessionsCommand::List => {
-            let backend = open(root, &channels)?;
+            let backend = open_reading(root, &channels)?;
             let sessions = backend.list()?;
             if json {
                 return print(serde_json::to_value(&sessions)?);
@@ -43,7 +44,7 @@ pub fn run(root: &InstallRoot, cmd: SessionsCommand, json: bool) -> anyhow::Resu
         }
         SessionsCommand::Show { key, last } => {
             let key = SessionKey::new(key)?;
-            let backend = open(root, &channels)?;
+            let backend = open_reading(root, &channels)?;
             let Some(meta) = backend.meta(&key)? else {
                 bail!("session '{key}' does not exist");
             };
@@ -80,7 +81,7 @@ pub fn run(root: &InstallRoot, cmd: SessionsCommand, json: bool) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
         SessionsCommand::Search { text, limit } => {
-            let backend = open(root, &channels)?;
+            let backend = open_reading(root, &channels)?;
             let hits = backend.search(&text, limit)?;
             if json {
                 return print(serde_json::to_value(&hits)?);
@@ -155,6 +156,26 @@ fn open(
         open_chat_sessions_reporting(root, channels).context("opening the session store")?;
     for e in &skipped {
         eprintln!("warning: {e}");
+    }
+    if !sessions.is_durable() {
+        eprintln!("warning: session persistence is off for this command");
+    }
+    Ok(sessions.backend().clone())
+}
+
+/// [`open`] for a command that only reads: on a full disk the SQLite store opens read-only
+/// (one warning line) instead of failing (issue 15 §8).
+fn open_reading(
+    root: &InstallRoot,
+    channels: &ChannelsConfig,
+) -> anyhow::Result<std::sync::Arc<dyn SessionBackend>> {
+    let (sessions, skipped, notice) =
+        open_chat_sessions_for_reading(root, channels).context("opening the session store")?;
+    for e in &skipped {
+        eprintln!("warning: {e}");
+    }
+    if let Some(notice) = notice {
+        eprintln!("warning: {notice}");
     }
     if !sessions.is_durable() {
         eprintln!("warning: session persistence is off for this command");

@@ -180,3 +180,93 @@ fn a_full_disk_during_a_jsonl_append_reads_once_and_leaves_no_partial_line() -> 
     assert_eq!(said, ["first", "third"], "{stdout}");
     Ok(())
 }
+
+/// A real small tmpfs mounted over a test root, unmounted when dropped (tests run as root).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> std::io::Result<Self> {
+        fs::create_dir_all(at)?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "mount -t tmpfs at {} failed ({status}); these tests run as root",
+                at.display()
+            )));
+        }
+        Ok(Self(at.to_path_buf()))
+    }
+
+    /// Fills the file system with `name` until a write fails with ENOSPC.
+    fn fill(&self, name: &str) -> std::io::Result<PathBuf> {
+        use std::io::Write;
+        let path = self.0.join(name);
+        let mut file = fs::File::create(&path)?;
+        let chunk = vec![0u8; 4096];
+        loop {
+            match file.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return Ok(path),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// On a really full disk (a small tmpfs), a SQLite session write says "disk full at <dir>"
+/// once — not SQLite's `disk I/O error` — while `sessions list` and `sessions show` keep
+/// working (the store opens read-only); once space is freed, writes work again and nothing
+/// was lost (issue 15 §8).
+#[test]
+fn a_full_disk_reads_disk_full_and_read_only_session_commands_keep_working() -> R {
+    let root = TempRoot::new()?;
+    let disk = Tmpfs::mount(root.path(), "2m")?;
+    root.write_config("[agents.main]\n")?;
+    let out = append(&root, "first", None)?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let filler = disk.fill("filler")?;
+    let dir = sessions_dir(&root);
+
+    let out = append(&root, "second, on a full disk", None)?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let full = format!("disk full at {}", dir.display());
+    assert_eq!(stderr.matches(&full).count(), 1, "{stderr}");
+    assert!(!stderr.contains("disk I/O error"), "{stderr}");
+
+    let out = root.run(bin(), &["sessions", "list"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "list works on a full disk: {stderr}");
+    assert!(stdout.contains("notes"), "{stdout}");
+    assert!(stderr.contains(&full), "the user is told why: {stderr}");
+    let out = root.run(bin(), &["sessions", "show", "notes"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "show works on a full disk: {stderr}");
+    assert!(stdout.contains("user (main): first"), "{stdout}");
+
+    fs::remove_file(filler)?;
+    let out = append(&root, "third", None)?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = root.run(bin(), &["sessions", "show", "notes"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split("user (main): ").nth(1))
+        .collect();
+    assert_eq!(said, ["first", "third"], "{stdout}");
+    drop(disk);
+    Ok(())
+}

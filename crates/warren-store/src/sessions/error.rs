@@ -17,6 +17,14 @@ pub enum SessionError {
         op: &'static str,
         cause: rusqlite::Error,
     },
+    /// A SQLite error a full disk caused (`SQLITE_FULL`, or `disk I/O error` growing the
+    /// `-shm`/`-wal` with no space left), in words that say so (issue 15 §8).
+    #[error("session database {path}: {op}: disk full at {dir} (free some space there and retry)")]
+    DiskFull {
+        path: PathBuf,
+        op: &'static str,
+        dir: PathBuf,
+    },
     #[error("{path}: {op}: {cause}")]
     Io {
         path: PathBuf,
@@ -68,7 +76,15 @@ impl SessionError {
         op: &'static str,
     ) -> impl FnOnce(rusqlite::Error) -> Self {
         let path = path.to_path_buf();
-        move |cause| SessionError::Sqlite { path, op, cause }
+        move |cause| SessionError::from_sqlite(path, op, cause)
+    }
+
+    /// A SQLite error of `op` on `path`; [`SessionError::DiskFull`] when a full disk caused it.
+    pub(crate) fn from_sqlite(path: PathBuf, op: &'static str, cause: rusqlite::Error) -> Self {
+        match warren_config::sqlite::full_disk_at(&cause, &path) {
+            Some(dir) => SessionError::DiskFull { path, op, dir },
+            None => SessionError::Sqlite { path, op, cause },
+        }
     }
 
     pub(crate) fn io(path: &std::path::Path, op: &'static str) -> impl FnOnce(io::Error) -> Self {

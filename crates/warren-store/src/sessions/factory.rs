@@ -85,23 +85,54 @@ pub fn open_chat_sessions_reporting(
 ) -> Result<(ChatSessions, Vec<MigrateError>), OpenError> {
     match open_durable(root, channels) {
         Ok((backend, skipped)) => Ok((ChatSessions::Durable(backend), skipped)),
-        Err(e) => match channels.session_store_on_error {
-            SessionStoreOnError::Stop => Err(e),
-            SessionStoreOnError::Ephemeral => {
-                tracing::error!(
-                    "SESSION PERSISTENCE IS OFF ([channels] session_store_on_error = \"ephemeral\"): \
-                     {e}. Conversations will be lost when this process stops; fix the problem and \
-                     restart"
-                );
-                Ok((
-                    ChatSessions::Disabled {
-                        backend: Arc::new(MemoryBackend::new()),
-                        reason: e.to_string(),
-                    },
-                    Vec::new(),
-                ))
-            }
-        },
+        Err(e) => Ok((on_error(e, channels)?, Vec::new())),
+    }
+}
+
+/// `[channels] session_store_on_error` applied to a backend that could not be built.
+fn on_error(e: OpenError, channels: &ChannelsConfig) -> Result<ChatSessions, OpenError> {
+    match channels.session_store_on_error {
+        SessionStoreOnError::Stop => Err(e),
+        SessionStoreOnError::Ephemeral => {
+            tracing::error!(
+                "SESSION PERSISTENCE IS OFF ([channels] session_store_on_error = \"ephemeral\"): \
+                 {e}. Conversations will be lost when this process stops; fix the problem and \
+                 restart"
+            );
+            Ok(ChatSessions::Disabled {
+                backend: Arc::new(MemoryBackend::new()),
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+/// [`open_chat_sessions_reporting`] for a command that only reads: when the SQLite store
+/// cannot be opened for writing because the disk is full, it is opened read-only instead
+/// ([`SqliteBackend::open_read_only`]) and the third value says so (issue 15 §8).
+pub fn open_chat_sessions_for_reading(
+    root: &InstallRoot,
+    channels: &ChannelsConfig,
+) -> Result<(ChatSessions, Vec<MigrateError>, Option<String>), OpenError> {
+    match open_durable(root, channels) {
+        Err(e)
+            if matches!(channels.session_backend, SessionBackendKind::Sqlite)
+                && root.sessions_db().is_file()
+                && warren_config::sqlite::disk_full(&root.sessions_dir()) =>
+        {
+            let backend = SqliteBackend::open_read_only(root).map_err(|_| e)?;
+            let notice = format!(
+                "disk full at {}: sessions opened read-only (nothing imported or written)",
+                root.sessions_dir().display()
+            );
+            Ok((
+                ChatSessions::Durable(Arc::new(backend)),
+                Vec::new(),
+                Some(notice),
+            ))
+        }
+        Ok((backend, skipped)) => Ok((ChatSessions::Durable(backend), skipped, None)),
+        Err(e) => Ok((on_error(e, channels)?, Vec::new(), None)),
     }
 }
 

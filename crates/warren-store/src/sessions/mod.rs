@@ -23,7 +23,10 @@ use time::OffsetDateTime;
 use warren_core::{AgentAlias, Role, SessionKey};
 
 pub use error::SessionError;
-pub use factory::{ChatSessions, OpenError, open_chat_sessions, open_chat_sessions_reporting};
+pub use factory::{
+    ChatSessions, OpenError, open_chat_sessions, open_chat_sessions_for_reading,
+    open_chat_sessions_reporting,
+};
 pub use handle::SessionHandle;
 
 pub use jsonl::JsonlBackend;

@@ -147,6 +147,30 @@ impl SqliteBackend {
         })
     }
 
+    /// Opens an existing `sessions.db` for reading only: no schema, no checkpoints, no import,
+    /// nothing created — what a read-only command needs on a full disk (issue 15 §8; see
+    /// [`sqlite_util::open_read_only`]). Writes through it fail.
+    pub fn open_read_only(root: &InstallRoot) -> Result<Self, SessionError> {
+        let path = root.sessions_db();
+        let conn = sqlite_util::open_read_only(&path)
+            .map_err(SessionError::sqlite(&path, "open read-only"))?;
+        let conn = SharedConn::new(&path, conn);
+        let checkpointer: SharedCheckpointer = Arc::new(Mutex::new(None));
+        let writer = {
+            let (conn, db) = (conn.clone(), path.clone());
+            Writer::start(move |batch| commit_batch(&mut conn.lock(), &db, batch))
+                .map_err(SessionError::io(&path, "start the session writer thread"))?
+        };
+        Ok(Self {
+            root: root.clone(),
+            path,
+            sync: Sync::Full,
+            conn,
+            writer,
+            checkpointer,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -335,11 +359,8 @@ fn decode_message(path: &Path, raw: RawMessage) -> Result<StoredMessage, Session
 /// Writes one batch as one `BEGIN IMMEDIATE` transaction, a SAVEPOINT per append (SESS-1
 /// group commit); one result per request, in order. Runs on the writer thread.
 fn commit_batch(conn: &mut Connection, path: &Path, batch: &mut [Request]) -> Vec<AppendResult> {
-    let err = |op: &'static str, e: rusqlite::Error| SessionError::Sqlite {
-        path: path.to_path_buf(),
-        op,
-        cause: e,
-    };
+    let err =
+        |op: &'static str, e: rusqlite::Error| SessionError::from_sqlite(path.to_path_buf(), op, e);
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
