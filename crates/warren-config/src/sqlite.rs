@@ -57,13 +57,21 @@ fn failure(code: i32, what: String) -> rusqlite::Error {
 /// foreign keys on. Errors do not name the file; callers wrap them in an error that does.
 pub fn open_wal(path: &Path, sync: Sync) -> rusqlite::Result<Connection> {
     // Create the file private before SQLite sees it, so it is never readable by others even
-    // for a moment; an existing file is brought back to 0600 below.
-    let created = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(DB_MODE)
-        .open(path);
+    // for a moment; an existing file is brought back to 0600 below. An existing file is not
+    // opened here: closing a descriptor on a database this process already has open drops
+    // every POSIX lock SQLite holds on it for the other connections (fcntl locks belong to the
+    // process and inode), and another process could then take it for unused, checkpoint and
+    // delete the WAL under them, losing their next commits.
+    let created = match path.symlink_metadata() {
+        Ok(_) => Ok(()),
+        Err(_) => OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(DB_MODE)
+            .open(path)
+            .map(drop),
+    };
     if let Err(e) = created {
         return Err(failure(
             rusqlite::ffi::SQLITE_CANTOPEN,

@@ -120,6 +120,9 @@ enum Dialect {
 struct Shared {
     dialect: Dialect,
     replies: Mutex<VecDeque<FakeReply>>,
+    /// Replies kept for the first request whose last message contains the needle (checked
+    /// before the queue: concurrent turns, e.g. a background subagent and its parent).
+    keyed: Mutex<Vec<(String, FakeReply)>>,
     requests: Mutex<Vec<FakeRequest>>,
     empty_tool_streams: AtomicBool,
 }
@@ -172,6 +175,12 @@ impl FakeOpenAi {
         lock(&self.shared.replies).push_back(reply);
     }
 
+    /// Answers the first request whose last message contains `needle` with `reply` (before
+    /// the queue of [`FakeOpenAi::push`]).
+    pub fn push_when(&self, needle: &str, reply: FakeReply) {
+        lock(&self.shared.keyed).push((needle.to_string(), reply));
+    }
+
     pub fn requests(&self) -> Vec<FakeRequest> {
         lock(&self.shared.requests).clone()
     }
@@ -218,6 +227,11 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let streamed = body["stream"].as_bool() != Some(false);
     let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let last = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(Value::to_string)
+        .unwrap_or_default();
     lock(&shared.requests).push(FakeRequest {
         path,
         headers,
@@ -231,9 +245,18 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
         let mut out = stream;
         return empty_stream(&mut out);
     }
-    let reply = lock(&shared.replies)
-        .pop_front()
-        .unwrap_or_else(|| FakeReply::text("ok"));
+    let keyed = {
+        let mut keyed = lock(&shared.keyed);
+        keyed
+            .iter()
+            .position(|(needle, _)| last.contains(needle.as_str()))
+            .map(|i| keyed.remove(i).1)
+    };
+    let reply = keyed.unwrap_or_else(|| {
+        lock(&shared.replies)
+            .pop_front()
+            .unwrap_or_else(|| FakeReply::text("ok"))
+    });
     let mut out = stream;
     match reply {
         FakeReply::Status(status, message) => {

@@ -9,6 +9,7 @@ mod crash;
 mod cron;
 mod daemon;
 mod daemon_chat;
+mod delegate;
 mod first_run;
 mod gateway;
 mod gateway_robustness;

@@ -16,7 +16,7 @@ use crate::approval::{
     requirement_for,
 };
 use crate::cancel::CancelToken;
-use crate::delegate::DELEGATE_TOOL;
+use crate::delegate::{DELEGATE_TOOL, RESULT_TOOL, STATUS_TOOL};
 use crate::history;
 
 impl AgentRunner {
@@ -177,6 +177,9 @@ impl AgentRunner {
         let cancel = &io.cancel;
         if call.name == DELEGATE_TOOL && self.can_delegate() {
             return self.delegate(call, io).await;
+        }
+        if matches!(call.name.as_str(), STATUS_TOOL | RESULT_TOOL) && self.can_delegate() {
+            return Some(self.delegate_lookup(call).await);
         }
         let tool = match self.kit.tool(&call.name) {
             Ok(t) => Arc::clone(t),

@@ -275,6 +275,9 @@ pub struct AgentRunner {
     known: Vec<String>,
     /// The head of the system prompt, kept while the identity files are unchanged.
     identity: Identity,
+    /// `data/control_plane.db` of the install (set by [`AgentRunner::build`]); background
+    /// delegates register there (issue 18 §3). `None`: no background delegation.
+    control_plane: Option<std::path::PathBuf>,
 }
 
 impl AgentRunner {
@@ -312,14 +315,16 @@ impl AgentRunner {
         };
         let route = warren_providers::build_route(config, root, &provider)?;
         let kit = AgentKit::build_with_memory(config, root, alias, stores).await?;
-        Ok(Self::from_parts(
+        let mut runner = Self::from_parts(
             alias.clone(),
             kit,
             route,
             model,
             config.runtime_profile_of(agent),
             services,
-        ))
+        );
+        runner.control_plane = Some(root.control_plane_db());
+        Ok(runner)
     }
 
     /// Assembles a runner from built parts (tests and benchmarks choose the route).
@@ -354,6 +359,7 @@ impl AgentRunner {
             services,
             definitions: Arc::new(Vec::new()),
             known: Vec::new(),
+            control_plane: None,
         };
         runner.definitions = Arc::new(runner.build_definitions());
         runner.known = runner.definitions.iter().map(|t| t.name.clone()).collect();
@@ -385,7 +391,7 @@ impl AgentRunner {
             })
             .collect();
         if self.can_delegate() {
-            defs.push(delegate::definition());
+            defs.extend(delegate::definitions());
         }
         defs
     }
