@@ -108,6 +108,12 @@ impl IntoResponse for ApiError {
             body["problems"] = self.problems.clone().into();
         }
         let mut response = (self.status, Json(body)).into_response();
+        if self.status.is_server_error() {
+            response.extensions_mut().insert(Logged {
+                code: self.code,
+                message: self.message.clone(),
+            });
+        }
         if let Some(secs) = self.retry_after_secs
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
@@ -120,6 +126,38 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// What a 5xx answer carries for [`log_server_errors`] (not sent to the client).
+#[derive(Debug, Clone)]
+struct Logged {
+    code: &'static str,
+    message: String,
+}
+
+/// Middleware: every 5xx the gateway returns is logged once — method, path, status, error code
+/// and message (issue 15 §8). Messages never hold a token or secret (see the module docs).
+pub async fn log_server_errors(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    let status = response.status();
+    if status.is_server_error() {
+        let (code, message) = response
+            .extensions()
+            .get::<Logged>()
+            .map_or(("-", ""), |l| (l.code, l.message.as_str()));
+        tracing::error!(
+            status = status.as_u16(),
+            code,
+            "{method} {path} answered {}: {code}: {message}",
+            status.as_u16()
+        );
+    }
+    response
 }
 
 /// Parses a JSON body strictly (one value, nothing after it); see [`crate::json::parse`].

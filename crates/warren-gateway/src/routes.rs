@@ -418,6 +418,7 @@ pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn(crate::json::json_errors))
+        .layer(middleware::from_fn(crate::error::log_server_errors))
         .with_state(state)
 }
 

@@ -509,3 +509,45 @@ fn reloads_drop_no_connection_issue15() -> R {
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+/// Every 5xx the daemon answers is one log line naming method, path, status and error code
+/// (issue 15 §8): a chat whose provider is unreachable answers 502 `provider_error`, and the
+/// daemon's log says so.
+#[test]
+fn every_5xx_the_daemon_answers_is_logged_issue15() -> R {
+    let root = TempRoot::new()?;
+    let port = free_port()?;
+    let dead = free_port()?; // nothing listens there
+    root.write_config(&format!(
+        "[agents.main]\nprovider = \"dead\"\nmodel = \"m\"\n\n\
+         [providers.dead]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{dead}/v1\"\n\
+         api_key = \"sk-unused\"\nretry_backoff_ms = 1\n\n[gateway]\nport = {port}\n"
+    ))?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "ci")?;
+    let token = Some(token.as_str());
+
+    let (status, body) = http(port, "GET", "/api/agents/nobody/sessions", token, "")?;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        token,
+        r#"{"message": "hi"}"#,
+    )?;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"], "provider_error", "{body}");
+    let line = daemon.wait_for("answered 502", WAIT)?;
+    assert!(
+        line.contains("POST /api/agents/main/chat answered 502: provider_error"),
+        "{line}"
+    );
+    assert!(!line.contains("sk-unused"), "no secret in the log: {line}");
+
+    daemon.signal("TERM")?;
+    let out = daemon.wait(WAIT)?;
+    assert_eq!(out.code(), Some(0));
+    Ok(())
+}
