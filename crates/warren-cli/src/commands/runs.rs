@@ -1,7 +1,8 @@
 //! `warren runs list [--agent A] [--json]`, `warren runs cancel ID` (STATE-11): the background
-//! runs of the control plane (`data/control_plane.db`; cron runs now). Listing never creates
-//! the file. A cancel is a request on the run's row; the owning daemon acts on it when nudged
-//! (`POST /admin/cron/wake`); a run whose owner is gone is marked `lost` instead.
+//! runs of the control plane (`data/control_plane.db`; cron runs and background delegates).
+//! Listing never creates the file. A cancel is a request on the run's row; the owning daemon
+//! acts on it when nudged (`POST /admin/cron/wake`; a background delegate checks its row every
+//! half second); a run whose owner is gone is marked `lost` instead.
 
 use std::process::ExitCode;
 
