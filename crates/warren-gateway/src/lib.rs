@@ -13,7 +13,7 @@ mod cron_api;
 pub mod devices;
 pub mod error;
 pub mod json;
-mod lifecycle_api;
+pub mod lifecycle_api;
 mod listener;
 pub mod openai_api;
 pub mod openapi;

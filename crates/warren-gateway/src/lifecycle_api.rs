@@ -11,25 +11,42 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 use warren_config::ConfigError;
-use warren_runtime::lifecycle::{Lifecycle, LifecycleError};
+use warren_runtime::lifecycle::{ErrorKind, Lifecycle, LifecycleError};
 
 use crate::error::ApiError;
 use crate::json::StrictJson;
 use crate::state::AppState;
 
+/// The lifecycle on this daemon's config owner and its running generation's stores (never a
+/// second writer on the live session, memory or ACP files; issue 14 §6).
 fn lifecycle(state: &AppState) -> Lifecycle {
-    Lifecycle::new(state.store().clone())
+    Lifecycle::for_host(state.store().clone(), std::sync::Arc::clone(state.host()))
+}
+
+/// The HTTP status and error code of a lifecycle error (the CLI prints the same code when it
+/// runs an operation itself).
+pub fn status_and_code(e: &LifecycleError) -> (StatusCode, &'static str) {
+    match (e.kind(), e) {
+        (ErrorKind::NotFound, _) => (StatusCode::NOT_FOUND, "not_found"),
+        (ErrorKind::Invalid, LifecycleError::Config(_)) => {
+            (StatusCode::BAD_REQUEST, "invalid_config")
+        }
+        (ErrorKind::Invalid, _) => (StatusCode::BAD_REQUEST, "validation_failed"),
+        (ErrorKind::Refused, _) => (StatusCode::CONFLICT, "refused"),
+        (ErrorKind::Config, _) => (StatusCode::INTERNAL_SERVER_ERROR, "config_error"),
+        (ErrorKind::Io, _) => (StatusCode::INTERNAL_SERVER_ERROR, "io_error"),
+    }
 }
 
 fn map_err(route: &str, e: LifecycleError) -> ApiError {
-    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let (status, code) = status_and_code(&e);
     match e {
         LifecycleError::Config(c) => {
             let mut err = ApiError::from_config(route, &c);
             err.status = status;
             err
         }
-        other => ApiError::new(status, other.code(), format!("{route}: {other}")),
+        other => ApiError::new(status, code, format!("{route}: {other}")),
     }
 }
 

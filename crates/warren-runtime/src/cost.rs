@@ -343,6 +343,51 @@ impl CostTracker {
         Ok(())
     }
 
+    /// Moves `from`'s ledger records to `to` (agent rename, LIFE-3): the ledger is rewritten
+    /// durably under the [`LedgerLock`] (appends of running turns, of any process, wait and then
+    /// go to the new file), so the new alias inherits today's and this month's spend. A temp
+    /// file a killed rewrite left is swept first. Returns how many records moved.
+    pub fn rename_agent(
+        &self,
+        from: &warren_core::AgentAlias,
+        to: &warren_core::AgentAlias,
+    ) -> Result<u64, CostError> {
+        let _held = LedgerLock::acquire(&self.path).map_err(|e| self.io_error(e))?;
+        warren_config::atomic::sweep_stale_temps(&self.path);
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(self.io_error(e)),
+        };
+        let mut n = 0;
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            match serde_json::from_str::<CostRecord>(line.trim_end()) {
+                Ok(mut r) if r.agent == from.as_str() && line.ends_with('\n') => {
+                    r.agent = to.to_string();
+                    let json = serde_json::to_string(&r)
+                        .map_err(|e| self.io_error(std::io::Error::other(e)))?;
+                    out.push_str(&json);
+                    out.push('\n');
+                    n += 1;
+                }
+                _ => out.push_str(line),
+            }
+        }
+        if n > 0 {
+            warren_config::atomic::write_durable_no_backup(
+                &self.path,
+                out.as_bytes(),
+                0o600,
+                LEDGER_REWRITE_POINTS,
+            )
+            .map_err(|e| self.io_error(std::io::Error::other(e.to_string())))?;
+            // The totals re-read the new file whole (its inode changed).
+            *self.totals.lock().unwrap_or_else(|p| p.into_inner()) = Totals::default();
+        }
+        Ok(n)
+    }
+
     /// Makes the records appended so far durable (one `fdatasync`; nothing when none were
     /// appended). The loop calls it when a turn ends.
     pub fn sync(&self) -> Result<(), CostError> {
@@ -354,6 +399,16 @@ impl CostTracker {
             .map_err(|e| self.io_error(e))
     }
 }
+
+/// Crash points of the ledger rewrite of [`CostTracker::rename_agent`].
+pub const LEDGER_REWRITE_POINTS: warren_config::atomic::CrashPoints =
+    warren_config::atomic::CrashPoints {
+        after_temp_write: "lifecycle-ledger-after-temp-write",
+        after_temp_fsync: "lifecycle-ledger-after-temp-fsync",
+        after_rename: "lifecycle-ledger-after-rename",
+        after_dir_sync: "lifecycle-ledger-after-dir-sync",
+        dir_sync_error: "lifecycle-ledger-dir-sync-error",
+    };
 
 /// The daily limit that applies to an agent: the lower of `[cost] daily_limit_usd` and its risk
 /// profile's `max_cost_per_day_usd`, whichever are set.

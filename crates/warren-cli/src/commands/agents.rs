@@ -193,7 +193,10 @@ fn lifecycle(
                 Ok(v) => (true, v?),
                 Err(e) => (
                     false,
-                    serde_json::json!({"error": e.code(), "message": e.to_string()}),
+                    serde_json::json!({
+                        "error": warren_gateway::lifecycle_api::status_and_code(&e).1,
+                        "message": e.to_string(),
+                    }),
                 ),
             }
         }

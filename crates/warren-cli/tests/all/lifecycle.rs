@@ -17,7 +17,9 @@ use pretty_assertions::assert_eq;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_memory::{MemoryStore, MemoryStores, NewEntry};
-use warren_runtime::lifecycle::{DELETE_CRASH_POINTS, RENAME_CRASH_POINTS};
+use warren_runtime::lifecycle::{
+    DELETE_CRASH_POINTS, RENAME_CRASH_POINTS, RESTORE_CRASH_POINTS, WORKSPACE_COPY_CRASH_POINTS,
+};
 use warren_store::acp::{AcpSessionStore, AcpState, NewAcpSession};
 use warren_store::sessions::{NewMessage, SessionInit, open_chat_sessions};
 use warren_testkit::{DaemonChild, TempRoot, http, pair, run_until_crash, text};
@@ -408,11 +410,13 @@ fn a_crash_at_every_rename_step_converges_to_the_uninterrupted_state_beyond3() -
     let reference = copy_of(&seeded)?;
     ok(&reference, &["agents", "rename", "b", "b2"])?;
     let want = without_times(&state(reference.path()));
+    let before = without_times(&state(copy_of(&seeded)?.path()));
     for point in RENAME_CRASH_POINTS {
         let run = copy_of(&seeded)?;
-        run_until_crash(run.warren(bin(), &["agents", "rename", "b", "b2"]), point)?;
+        let args = ["agents", "rename", "b", "b2"];
+        run_until_crash(run.warren(bin(), &args), point)?;
         // The next lifecycle call converges the journal (the daemon does the same at start).
-        ok(&run, &["agents", "resume"])?;
+        resumed(&run, point, &before, &args, without_times)?;
         assert_eq!(
             without_times(&state(run.path())),
             want,
@@ -427,29 +431,239 @@ fn a_crash_at_every_rename_step_converges_to_the_uninterrupted_state_beyond3() -
         .output()?;
     assert!(out.status.success(), "{}", text(&out).1);
     assert_eq!(without_times(&state(run.path())), want, "EXDEV copy path");
+    // Killed at each step of that copy (its markers and the rename between them), then
+    // resumed on the same filesystem: the same state.
+    for point in WORKSPACE_COPY_CRASH_POINTS {
+        let run = copy_of(&seeded)?;
+        let out = run
+            .warren(bin(), &["agents", "rename", "b", "b2"])
+            .env(
+                "FAILPOINTS",
+                format!("lifecycle-force-exdev=return;{point}=return"),
+            )
+            .output()?;
+        assert!(
+            text(&out).1.contains(&format!("failpoint {point} reached")),
+            "{point}: {}",
+            text(&out).1
+        );
+        ok(&run, &["agents", "resume"])?;
+        assert_eq!(
+            without_times(&state(run.path())),
+            want,
+            "after a crash at {point} of a cross-filesystem move"
+        );
+    }
     Ok(())
 }
 
+/// Crash points before the journal record is durable: the operation never happened, the
+/// install is as it was, and running the command again does it.
+const BEFORE_JOURNAL: [&str; 2] = [
+    "lifecycle-journal-after-temp-write",
+    "lifecycle-journal-after-temp-fsync",
+];
+
+/// After a crash at `point` and `agents resume`: at a point before the journal the install is
+/// unchanged (`before`) and the command is run again.
+fn resumed(
+    run: &TempRoot,
+    point: &str,
+    before: &str,
+    args: &[&str],
+    tidy: fn(&str) -> String,
+) -> R {
+    ok(run, &["agents", "resume"])?;
+    if BEFORE_JOURNAL.contains(&point) {
+        assert_eq!(tidy(&state(run.path())), before, "after a crash at {point}");
+        ok(run, args)?;
+    }
+    Ok(())
+}
+
+/// The one archive under `data/deleted-agents/`.
+fn only_archive(root: &TempRoot) -> Result<String, Box<dyn std::error::Error>> {
+    let names: Vec<String> = fs::read_dir(InstallRoot::at(root.path()).deleted_agents_dir())?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        other => Err(format!("expected one archive, found {other:?}").into()),
+    }
+}
+
+/// Issue 15 §2: a kill at any step of a delete — every write, fsync and rename of the
+/// journal, the config, each store's export and the manifest — converges on `agents resume`
+/// to the uninterrupted state, and the archive it leaves restores (resume → restore).
 #[test]
-fn a_crash_at_every_delete_step_converges_to_the_uninterrupted_state_beyond3() -> R {
+fn a_crash_at_every_delete_step_converges_and_stays_restorable_beyond3() -> R {
     let seeded = template(4, 3)?;
     let reference = copy_of(&seeded)?;
     ok(&reference, &["agents", "delete", "b", "--yes"])?;
     let want = without_times(&state(reference.path()));
     assert!(want.contains("b-T/workspace/notes.txt"), "{want}");
+    ok(
+        &reference,
+        &["agents", "restore", &only_archive(&reference)?],
+    )?;
+    let want_restored = without_seq(&without_times(&state(reference.path())));
+    let before = without_times(&state(copy_of(&seeded)?.path()));
     for point in DELETE_CRASH_POINTS {
         let run = copy_of(&seeded)?;
-        run_until_crash(
-            run.warren(bin(), &["agents", "delete", "b", "--yes"]),
-            point,
-        )?;
-        ok(&run, &["agents", "resume"])?;
+        let args = ["agents", "delete", "b", "--yes"];
+        run_until_crash(run.warren(bin(), &args), point)?;
+        resumed(&run, point, &before, &args, without_times)?;
         assert_eq!(
             without_times(&state(run.path())),
             want,
             "after a crash at {point}"
         );
+        ok(&run, &["agents", "restore", &only_archive(&run)?])
+            .map_err(|e| format!("restore after a crash at {point}: {e}"))?;
+        assert_eq!(
+            without_seq(&without_times(&state(run.path()))),
+            want_restored,
+            "restored after a crash at {point}"
+        );
     }
+    Ok(())
+}
+
+/// A kill at any step of a restore converges on `agents resume` to the uninterrupted restore.
+#[test]
+fn a_crash_at_every_restore_step_converges_to_the_uninterrupted_state_beyond3() -> R {
+    let deleted = template(4, 3)?;
+    ok(&deleted, &["agents", "delete", "b", "--yes"])?;
+    let archive = only_archive(&deleted)?;
+    let reference = copy_of(&deleted)?;
+    ok(&reference, &["agents", "restore", &archive])?;
+    let want = without_seq(&without_times(&state(reference.path())));
+    let before = without_seq(&without_times(&state(copy_of(&deleted)?.path())));
+    for point in RESTORE_CRASH_POINTS {
+        let run = copy_of(&deleted)?;
+        let args = ["agents", "restore", archive.as_str()];
+        run_until_crash(run.warren(bin(), &args), point)?;
+        resumed(&run, point, &before, &args, |s| {
+            without_seq(&without_times(s))
+        })?;
+        assert_eq!(
+            without_seq(&without_times(&state(run.path()))),
+            want,
+            "after a crash at {point}"
+        );
+    }
+    Ok(())
+}
+
+/// Issue 15 §2, the reported sequence: `agents delete` killed as it renames the manifest temp
+/// file, then `agents resume`, then `agents restore`. The killed writer's temp file is swept
+/// and never hashed into the manifest; temp files of dead writers in the journal directory
+/// and beside the cost ledger are swept too, while a live writer's is left alone.
+#[test]
+fn a_delete_killed_at_the_manifest_rename_leaves_a_restorable_archive_issue15() -> R {
+    let root = template(2, 2)?;
+    run_until_crash(
+        root.warren(bin(), &["agents", "delete", "b", "--yes"]),
+        "lifecycle-manifest-after-temp-fsync",
+    )?;
+    let install = InstallRoot::at(root.path());
+    let archive = install.deleted_agents_dir().join(only_archive(&root)?);
+    let temps = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains(".tmp-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let left = temps(&archive);
+    assert!(
+        left.len() == 1 && left[0].starts_with(".manifest.json.tmp-"),
+        "the killed writer's temp file: {left:?}"
+    );
+    assert!(!archive.join("manifest.json").exists());
+    // A writer that died (its pid gone) and one still running (this test's child).
+    let mut dead = Command::new("true").spawn()?;
+    let dead_pid = dead.id();
+    dead.wait()?;
+    let mut live = Command::new("sleep").arg("60").spawn()?;
+    let journal = install.lifecycle_journal_dir();
+    let state_dir = install
+        .costs_ledger()
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or("ledger has no directory")?;
+    let dead_journal = journal.join(format!(".x.json.tmp-{dead_pid}-1"));
+    let dead_ledger = state_dir.join(format!(".costs.jsonl.tmp-{dead_pid}-1"));
+    let live_ledger = state_dir.join(format!(".costs.jsonl.tmp-{}-1", live.id()));
+    for p in [&dead_journal, &dead_ledger, &live_ledger] {
+        fs::write(p, b"partial")?;
+    }
+
+    let resumed = ok(&root, &["agents", "resume"]);
+    let live_kept = live_ledger.exists();
+    live.kill()?;
+    live.wait()?;
+    resumed?;
+    assert_eq!(temps(&archive), Vec::<String>::new());
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(archive.join("manifest.json"))?)?;
+    let files: Vec<&String> = manifest["files"]
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert!(
+        files.iter().all(|f| !f.contains(".tmp-"))
+            && files.iter().any(|f| *f == "stores/memory.json"),
+        "{files:?}"
+    );
+    assert!(!dead_journal.exists(), "dead writer's journal temp swept");
+    assert!(!dead_ledger.exists(), "dead writer's ledger temp swept");
+    assert!(live_kept, "a live writer's temp file is never swept");
+
+    let out = ok(
+        &root,
+        &[
+            "--json",
+            "agents",
+            "restore",
+            &archive.display().to_string(),
+        ],
+    )?;
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    assert_eq!(report["converged"], true, "{report}");
+    assert_eq!(report["counts"]["memory"], 2, "{report}");
+    assert!(config_of(&root)?["agents"].get("b").is_some());
+    assert!(
+        install
+            .agent_workspace(&alias("b"))
+            .join("notes.txt")
+            .exists()
+    );
+    Ok(())
+}
+
+/// An archive whose manifest an older `agents resume` wrote with a killed writer's temp file
+/// in it (since removed) still restores: the temp file is no archived data.
+#[test]
+fn an_archive_whose_manifest_lists_a_swept_temp_file_restores_issue15() -> R {
+    let root = template(2, 2)?;
+    let out = ok(&root, &["--json", "agents", "delete", "b", "--yes"])?;
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    let archive = PathBuf::from(report["archive"].as_str().ok_or("no archive")?);
+    let path = archive.join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&fs::read(&path)?)?;
+    manifest["files"][".manifest.json.tmp-99999999-1"] = serde_json::Value::from("00");
+    fs::write(&path, serde_json::to_vec_pretty(&manifest)?)?;
+    ok(
+        &root,
+        &["agents", "restore", &archive.display().to_string()],
+    )?;
+    assert!(config_of(&root)?["agents"].get("b").is_some());
     Ok(())
 }
 
@@ -879,6 +1093,78 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
 /// Delete and restore with memory on the real PostgreSQL server (skipped without
 /// WARREN_TEST_POSTGRES_URL): rows leave the server only after the export is archived and come
 /// back identical.
+/// How many descriptors process `pid` holds open on `db` (with its `-wal` and `-shm`).
+fn open_handles(pid: u32, db: &Path) -> usize {
+    let prefix = db.display().to_string();
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| fs::read_link(e.path()).ok())
+                .filter(|t| t.display().to_string().starts_with(&prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 14 §6: a lifecycle rename inside a running daemon works on the running generation's
+/// stores. While the rename is inside its store cascade (held there by a `sleep` failpoint
+/// after the sessions step), the daemon holds exactly the descriptors of the session and ACP
+/// databases it held before: no second SQLite writer, no second import.
+#[test]
+fn a_rename_inside_a_running_daemon_opens_no_second_session_writer_issue14() -> R {
+    let root = template(2, 2)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let text_cfg = root.read_config()?;
+    root.write_config(&format!("{text_cfg}\n[gateway]\nport = {port}\n"))?;
+    let install = InstallRoot::at(root.path());
+    let mut cmd = root.warren(bin(), &["daemon"]);
+    cmd.env("FAILPOINTS", "lifecycle-after-sessions=sleep(4000)");
+    let mut daemon = DaemonChild::spawn(cmd)?;
+    daemon.wait_for("chat sessions ready", WAIT)?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "t")?;
+    let pid = daemon.pid();
+    let dbs = [install.sessions_db(), install.acp_sessions_db()];
+    let before: Vec<usize> = dbs.iter().map(|db| open_handles(pid, db)).collect();
+    assert!(
+        before.iter().all(|n| *n > 0),
+        "the generation's stores are open: {before:?}"
+    );
+
+    let request = std::thread::spawn(move || {
+        http(
+            port,
+            "POST",
+            "/api/agents/b/rename",
+            Some(&token),
+            r#"{"to":"bee"}"#,
+        )
+    });
+    // The rename reaches the failpoint within milliseconds and sleeps there 4 s; sampling the
+    // first 1.5 s sees only the rename's own handles (the reload it triggers comes after).
+    let started = std::time::Instant::now();
+    let mut most = before.clone();
+    while started.elapsed() < Duration::from_millis(1500) {
+        for (m, db) in most.iter_mut().zip(&dbs) {
+            *m = (*m).max(open_handles(pid, db));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (status, body) = request.join().map_err(|_| "request thread panicked")??;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["converged"], true, "{body}");
+    assert_eq!(body["counts"]["sessions"], 2, "{body}");
+    assert_eq!(
+        most, before,
+        "descriptors of {dbs:?} while the rename ran (before: {before:?})"
+    );
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
+    Ok(())
+}
+
 #[test]
 fn delete_and_restore_on_postgres_memory_keep_the_rows_beyond1() -> R {
     let Some(url) = warren_testkit::postgres_url() else {

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use warren_config::atomic::sync_dir;
+use warren_config::failpoint::crash_point;
 
 /// What a move did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,15 @@ pub enum Moved {
     /// The source is gone and the target exists: done earlier.
     AlreadyThere,
 }
+
+/// Crash points of a move across filesystems, in order: the `copying` marker written, the
+/// copy fsynced, the marker renamed to `copied`, the source removed.
+pub const WORKSPACE_COPY_CRASH_POINTS: [&str; 4] = [
+    "lifecycle-workspace-after-copying-marker",
+    "lifecycle-workspace-after-copy",
+    "lifecycle-workspace-after-copied-marker",
+    "lifecycle-workspace-after-source-removed",
+];
 
 fn marker(dst: &Path, what: &str) -> PathBuf {
     let name = dst
@@ -105,10 +115,14 @@ pub fn move_dir(src: &Path, dst: &Path) -> io::Result<Moved> {
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
             fs::write(&copying, b"").map_err(ctx(&copying, "write marker"))?;
             sync_parent(&copying);
+            crash_point(WORKSPACE_COPY_CRASH_POINTS[0]);
             copy_tree(src, dst)?;
+            crash_point(WORKSPACE_COPY_CRASH_POINTS[1]);
             fs::rename(&copying, &copied).map_err(ctx(&copied, "write marker"))?;
             sync_parent(&copied);
+            crash_point(WORKSPACE_COPY_CRASH_POINTS[2]);
             fs::remove_dir_all(src).map_err(ctx(src, "remove moved source"))?;
+            crash_point(WORKSPACE_COPY_CRASH_POINTS[3]);
             fs::remove_file(&copied).map_err(ctx(&copied, "remove marker"))?;
             sync_parent(src);
             sync_parent(dst);

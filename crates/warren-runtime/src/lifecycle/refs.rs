@@ -22,9 +22,9 @@
 use serde::Serialize;
 use toml_edit::{Array, InlineTable, Value};
 use warren_config::schema::MemoryGrant;
-use warren_config::{Config, ConfigError, InstallRoot, KeyPath, WriteTxn};
+use warren_config::{Config, ConfigError, KeyPath, WriteTxn};
 use warren_core::AgentAlias;
-use warren_store::acp::{AcpLive, AcpSessionStore};
+use warren_store::acp::AcpLive;
 
 /// Hard references block a delete; soft ones are scrubbed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -218,11 +218,9 @@ pub fn apply(
 
 /// How many live ACP references `alias` has (LIFE-4, hard): its active ACP sessions plus the
 /// `warren acp` servers serving it now. An error means "cannot tell" (callers fail closed).
-pub fn live_acp(root: &InstallRoot, alias: &AgentAlias) -> Result<u64, String> {
-    let sessions = AcpSessionStore::open(root)
-        .and_then(|store| store.list(Some(alias)))
-        .map_err(|e| e.to_string())?;
-    let servers = AcpLive::servers(root, alias).map_err(|e| e.to_string())?;
+pub fn live_acp(ctx: &super::stores::StoreContext, alias: &AgentAlias) -> Result<u64, String> {
+    let sessions = ctx.with_acp(|store| store.list(Some(alias)).map_err(|e| e.to_string()))?;
+    let servers = AcpLive::servers(&ctx.root, alias).map_err(|e| e.to_string())?;
     Ok((sessions.len() + servers.len()) as u64)
 }
 

@@ -18,10 +18,11 @@ use warren_core::{AgentAlias, Role, SessionKey};
 use warren_memory::{MemoryEntry, MemoryStore, MemoryStores};
 use warren_store::acp::{AcpExport, AcpSessionStore};
 use warren_store::sessions::{
-    NewMessage, Page, SessionBackend, SessionInit, SessionState, open_chat_sessions,
+    ChatSessions, NewMessage, Page, SessionBackend, SessionInit, SessionState, open_chat_sessions,
 };
 
-use crate::cost::{CostRecord, read_ledger};
+use crate::cost::{CostRecord, CostTracker, read_ledger};
+use crate::host::AgentHost;
 
 /// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
 #[derive(Debug, Clone)]
@@ -64,6 +65,35 @@ pub trait AgentStateStore: Send + Sync {
     ) -> Result<u64, String>;
 }
 
+/// Where a lifecycle operation's stores come from (issue 14 §6): inside a running daemon, the
+/// running generation's own handles, borrowed from its [`AgentHost`] (never a second SQLite
+/// writer or a second JSONL import on the live files); without a daemon, opened once by this
+/// process and shared by every operation of its [`super::Lifecycle`].
+#[derive(Clone)]
+pub enum StoreSource {
+    Host(Arc<AgentHost>),
+    Own(Arc<OwnStores>),
+}
+
+/// The stores a process without a daemon opens (lazily, once).
+pub struct OwnStores {
+    memory: MemoryStores,
+    chat: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
+    acp: OnceLock<Result<Arc<AcpSessionStore>, String>>,
+    costs: OnceLock<CostTracker>,
+}
+
+impl OwnStores {
+    pub fn new(root: &InstallRoot) -> Self {
+        Self {
+            memory: MemoryStores::new(root.clone()),
+            chat: OnceLock::new(),
+            acp: OnceLock::new(),
+            costs: OnceLock::new(),
+        }
+    }
+}
+
 /// What the stores are opened from.
 #[derive(Clone)]
 pub struct StoreContext {
@@ -72,6 +102,76 @@ pub struct StoreContext {
     /// The agent's memory backend (captured before its config entry changed).
     pub memory_backend: MemoryBackendKind,
     pub handle: tokio::runtime::Handle,
+    pub source: StoreSource,
+}
+
+impl StoreContext {
+    /// The memory stores (the generation's, or this process's).
+    pub fn memory(&self) -> &MemoryStores {
+        match &self.source {
+            StoreSource::Host(host) => host.memory_stores(),
+            StoreSource::Own(own) => &own.memory,
+        }
+    }
+
+    /// The durable chat-session backend.
+    pub fn chat(&self) -> Result<Arc<dyn SessionBackend>, String> {
+        let durable = |chat: &ChatSessions| {
+            if chat.is_durable() {
+                Ok(Arc::clone(chat.backend()))
+            } else {
+                Err("chat session persistence is off".to_string())
+            }
+        };
+        match &self.source {
+            StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).chat {
+                Ok(chat) => durable(chat),
+                Err(e) => Err(format!("the daemon's chat sessions are unavailable: {e}")),
+            },
+            StoreSource::Own(own) => own
+                .chat
+                .get_or_init(|| {
+                    open_chat_sessions(&self.root, &self.config.channels)
+                        .map_err(|e| e.to_string())
+                        .and_then(|chat| durable(&chat))
+                })
+                .clone(),
+        }
+    }
+
+    /// Runs `f` on the ACP session store.
+    pub fn with_acp<T>(
+        &self,
+        f: impl FnOnce(&AcpSessionStore) -> Result<T, String>,
+    ) -> Result<T, String> {
+        match &self.source {
+            StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).acp {
+                Some(store) => f(store),
+                None => Err("the daemon's ACP session store is not open".to_string()),
+            },
+            StoreSource::Own(own) => {
+                let store = own
+                    .acp
+                    .get_or_init(|| {
+                        AcpSessionStore::open(&self.root)
+                            .map(Arc::new)
+                            .map_err(|e| e.to_string())
+                    })
+                    .clone()?;
+                f(&store)
+            }
+        }
+    }
+
+    /// The cost tracker (the daemon's keeps its in-memory totals in step with a rename).
+    pub fn costs(&self) -> &CostTracker {
+        match &self.source {
+            StoreSource::Host(host) => host.costs(),
+            StoreSource::Own(own) => own
+                .costs
+                .get_or_init(|| CostTracker::open(self.root.costs_ledger(), &self.config.cost)),
+        }
+    }
 }
 
 /// The registry: every per-agent store, in cascade order.
@@ -97,14 +197,12 @@ fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, String> {
 
 struct MemoryState {
     ctx: StoreContext,
-    stores: MemoryStores,
     store: OnceLock<Result<Arc<dyn MemoryStore>, String>>,
 }
 
 impl MemoryState {
     fn new(ctx: StoreContext) -> Self {
         Self {
-            stores: MemoryStores::new(ctx.root.clone()),
             ctx,
             store: OnceLock::new(),
         }
@@ -115,7 +213,11 @@ impl MemoryState {
             .get_or_init(|| {
                 self.ctx
                     .handle
-                    .block_on(self.stores.store(&self.ctx.config, self.ctx.memory_backend))
+                    .block_on(
+                        self.ctx
+                            .memory()
+                            .store(&self.ctx.config, self.ctx.memory_backend),
+                    )
                     .map_err(|e| e.to_string())
             })
             .clone()
@@ -220,19 +322,7 @@ impl SessionState_ {
     }
 
     fn backend(&self) -> Result<Arc<dyn SessionBackend>, String> {
-        self.backend
-            .get_or_init(|| {
-                open_chat_sessions(&self.ctx.root, &self.ctx.config.channels)
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| {
-                        if s.is_durable() {
-                            Ok(Arc::clone(s.backend()))
-                        } else {
-                            Err("chat session persistence is off".to_string())
-                        }
-                    })
-            })
-            .clone()
+        self.backend.get_or_init(|| self.ctx.chat()).clone()
     }
 
     fn owned(&self, alias: &AgentAlias) -> Result<Vec<SessionKey>, String> {
@@ -362,24 +452,11 @@ impl AgentStateStore for SessionState_ {
 
 struct AcpState {
     ctx: StoreContext,
-    store: OnceLock<Result<Arc<AcpSessionStore>, String>>,
 }
 
 impl AcpState {
     fn new(ctx: StoreContext) -> Self {
-        Self {
-            ctx,
-            store: OnceLock::new(),
-        }
-    }
-    fn store(&self) -> Result<Arc<AcpSessionStore>, String> {
-        self.store
-            .get_or_init(|| {
-                AcpSessionStore::open(&self.ctx.root)
-                    .map(Arc::new)
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
+        Self { ctx }
     }
 }
 
@@ -388,20 +465,21 @@ impl AgentStateStore for AcpState {
         "acp"
     }
     fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        self.store()?.count_agent(alias).map_err(|e| e.to_string())
+        self.ctx
+            .with_acp(|s| s.count_agent(alias).map_err(|e| e.to_string()))
     }
     fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
         let rows = self
-            .store()?
-            .export_agent(alias)
-            .map_err(|e| e.to_string())?;
+            .ctx
+            .with_acp(|s| s.export_agent(alias).map_err(|e| e.to_string()))?;
         Ok((rows.len() as u64, json(&rows)?))
     }
     fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        self.store()?
-            .delete_agent(alias)
-            .map(|n| n as u64)
-            .map_err(|e| e.to_string())
+        self.ctx.with_acp(|s| {
+            s.delete_agent(alias)
+                .map(|n| n as u64)
+                .map_err(|e| e.to_string())
+        })
     }
     fn rename(
         &self,
@@ -410,14 +488,15 @@ impl AgentStateStore for AcpState {
         ws: &WorkspaceMove,
     ) -> Result<u64, String> {
         let rewrite = ws.rewrite();
-        self.store()?
-            .rename_agent_with_cwd(
+        self.ctx.with_acp(|s| {
+            s.rename_agent_with_cwd(
                 from,
                 to,
                 rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
             )
             .map(|n| n as u64)
             .map_err(|e| e.to_string())
+        })
     }
     fn restore(
         &self,
@@ -428,13 +507,14 @@ impl AgentStateStore for AcpState {
     ) -> Result<u64, String> {
         let rows: Vec<AcpExport> = from_json(data)?;
         let rewrite = ws.rewrite();
-        self.store()?
-            .import_agent(
+        self.ctx.with_acp(|s| {
+            s.import_agent(
                 alias,
                 &rows,
                 rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
             )
             .map_err(|e| e.to_string())
+        })
     }
 }
 
@@ -459,14 +539,6 @@ impl CostState {
     }
 }
 
-const LEDGER_POINTS: warren_config::atomic::CrashPoints = warren_config::atomic::CrashPoints {
-    after_temp_write: "lifecycle-ledger-after-temp-write",
-    after_temp_fsync: "lifecycle-ledger-after-temp-fsync",
-    after_rename: "lifecycle-ledger-after-rename",
-    after_dir_sync: "lifecycle-ledger-after-dir-sync",
-    dir_sync_error: "lifecycle-ledger-dir-sync-error",
-};
-
 impl AgentStateStore for CostState {
     fn name(&self) -> &'static str {
         "costs"
@@ -482,39 +554,10 @@ impl AgentStateStore for CostState {
         Ok(0) // history is kept (see the type's docs)
     }
     fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        let path = self.ctx.root.costs_ledger();
-        // Appends of running turns (this process or another) wait while the ledger is read and
-        // replaced, then go to the new file.
-        let _held = crate::cost::LedgerLock::acquire(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        let mut n = 0;
-        let mut out = String::with_capacity(text.len());
-        for line in text.split_inclusive('\n') {
-            match serde_json::from_str::<CostRecord>(line.trim_end()) {
-                Ok(mut r) if r.agent == from.as_str() && line.ends_with('\n') => {
-                    r.agent = to.to_string();
-                    out.push_str(&serde_json::to_string(&r).map_err(|e| e.to_string())?);
-                    out.push('\n');
-                    n += 1;
-                }
-                _ => out.push_str(line),
-            }
-        }
-        if n > 0 {
-            warren_config::atomic::write_durable_no_backup(
-                &path,
-                out.as_bytes(),
-                0o600,
-                LEDGER_POINTS,
-            )
-            .map_err(|e| e.to_string())?;
-        }
-        Ok(n)
+        self.ctx
+            .costs()
+            .rename_agent(from, to)
+            .map_err(|e| e.to_string())
     }
     fn restore(
         &self,

@@ -1,0 +1,143 @@
+//! Rename (LIFE-3): the config entry and every reference to the agent move to the new alias in
+//! one config save; then the workspace moves and every store rewrites its owner, attribution
+//! and `cwd` fields ([`super::stores`]), each step idempotent so a retry converges.
+
+use std::fs;
+
+use warren_config::failpoint::crash_point;
+use warren_config::{Config, WriteTxn};
+use warren_core::AgentAlias;
+
+use super::delete::workspace_action;
+use super::error::{LifecycleError, alias};
+use super::journal::{Op, WorkspaceAction};
+use super::refs::{self, RefSite};
+use super::stores::{WorkspaceMove, registered};
+use super::{Lifecycle, Report, fsops};
+
+/// The config edit of a rename: move the entry, rewrite every reference, re-walk.
+pub(crate) fn edit_rename(
+    txn: &mut WriteTxn<'_>,
+    base: &Config,
+    from: &AgentAlias,
+    to: &AgentAlias,
+) -> Result<Vec<RefSite>, LifecycleError> {
+    let found = refs::collect(base, from.as_str());
+    let entry = txn
+        .item_text(&refs::agent_key(from.as_str()))
+        .ok_or_else(|| LifecycleError::AgentNotFound {
+            alias: from.to_string(),
+        })?;
+    txn.remove(&refs::agent_key(from.as_str()))?;
+    txn.set_item_text(&refs::agent_key(to.as_str()), &entry)?;
+    refs::apply(txn, base, &found, from.as_str(), Some(to.as_str()))?;
+    let after = txn.preview()?;
+    let left = refs::collect(after, from.as_str());
+    if !left.is_empty()
+        || after.agents.contains_key(from.as_str())
+        || !after.agents.contains_key(to.as_str())
+    {
+        return Err(LifecycleError::ReferencesRemain {
+            alias: from.to_string(),
+            left: left.into_iter().map(|r| r.path).collect(),
+        });
+    }
+    Ok(found)
+}
+
+impl Lifecycle {
+    pub(crate) fn rename_blocking(
+        &self,
+        h: &tokio::runtime::Handle,
+        from: &str,
+        to: &str,
+    ) -> Result<Report, LifecycleError> {
+        // A retried rename converges what an earlier attempt left (LIFE-5).
+        if let Some(report) = self.resume_matching(
+            h,
+            |op| matches!(op, Op::Rename { from: f, to: t, .. } if f.as_str() == from && t.as_str() == to),
+        ) {
+            return Ok(report);
+        }
+        let (from_a, to_a) = (alias(from)?, alias(to)?);
+        if from_a == to_a {
+            return Err(LifecycleError::SameAlias);
+        }
+        let root = self.root().clone();
+        let mut txn = self.store.write_blocking()?;
+        let locked = std::time::Instant::now();
+        let base = txn.base().clone();
+        let Some(agent) = base.agent(&from_a) else {
+            return Err(LifecycleError::AgentNotFound { alias: from.into() });
+        };
+        if base.agents.contains_key(to_a.as_str()) {
+            return Err(LifecycleError::AgentExists { alias: to.into() });
+        }
+        let backend = base.memory_backend_of(agent);
+        let (old_ws, new_ws) = (root.agent_workspace(&from_a), root.agent_workspace(&to_a));
+        if fs::read_dir(&new_ws).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(LifecycleError::WorkspaceNotEmpty { path: new_ws });
+        }
+        let workspace = workspace_action(&root, &base, &from_a);
+        let found = edit_rename(&mut txn, &base, &from_a, &to_a)?;
+        let op = Op::Rename {
+            from: from_a,
+            to: to_a,
+            memory_backend: backend,
+            old_workspace: old_ws,
+            new_workspace: new_ws,
+            workspace,
+        };
+        let mut report = self.journal_persist_converge(h, txn, op, Some(locked))?;
+        report.references = found.into_iter().map(|r| r.path).collect();
+        Ok(report)
+    }
+
+    pub(crate) fn converge_rename(&self, h: &tokio::runtime::Handle, op: &Op) -> Report {
+        let Op::Rename {
+            from,
+            to,
+            memory_backend,
+            old_workspace,
+            new_workspace,
+            workspace,
+        } = op
+        else {
+            return Report::default();
+        };
+        let mut report = Report::new("rename", from);
+        report.to = Some(to.to_string());
+        match workspace {
+            WorkspaceAction::Archive => match fsops::move_dir(old_workspace, new_workspace) {
+                Ok(_) => {
+                    if let Some(parent) = old_workspace.parent() {
+                        fsops::remove_if_empty(parent);
+                    }
+                }
+                Err(e) => report.fail(format!("workspace move failed: {e}")),
+            },
+            WorkspaceAction::Keep { reason } => report
+                .warnings
+                .push(format!("workspace not moved: {reason}")),
+        }
+        crash_point("lifecycle-after-workspace");
+        let ws = WorkspaceMove {
+            from: old_workspace.clone(),
+            to: new_workspace.clone(),
+        };
+        let ctx = self.context(h, *memory_backend);
+        for store in registered(&ctx) {
+            match store.rename(from, to, &ws) {
+                Ok(n) => {
+                    report.counts.insert(store.name().into(), n);
+                }
+                Err(e) => report.fail(format!(
+                    "{}: rename '{from}' -> '{to}' failed: {e}",
+                    store.name()
+                )),
+            }
+            crash_point(&format!("lifecycle-after-{}", store.name()));
+        }
+        report
+    }
+}
