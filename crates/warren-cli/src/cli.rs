@@ -79,6 +79,9 @@ pub enum Command {
     /// Background runs (cron jobs) registered in the control plane: list, cancel
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// SOPs (shared/sops/<name>.toml): list, show, validate, run, runs, status, approve, deny, cancel
+    #[command(subcommand)]
+    Sop(crate::commands::sop::SopCommand),
     /// Show the cost ledger (data/state/costs.jsonl), totalled per agent and model
     Costs {
         #[arg(long, value_name = "ALIAS")]

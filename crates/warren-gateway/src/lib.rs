@@ -21,6 +21,7 @@ mod ops_api;
 pub mod pairing;
 pub mod routes;
 pub mod server;
+mod sop_api;
 pub mod state;
 pub mod tokens;
 pub mod turns_api;

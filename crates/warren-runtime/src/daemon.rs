@@ -444,6 +444,19 @@ pub async fn run(
                     Err(e) => tracing::error!("cron scheduler not started: {e}"),
                 }
             }
+            // STATE-10: the SOP engine of this generation: active runs of a dead owner (or of
+            // the previous generation, parked) continue at their first incomplete step.
+            match crate::sop::Engine::open(&root, Arc::clone(&generation_host)) {
+                Ok(engine) => {
+                    generation_host.set_sop(&engine);
+                    let restored = engine.restore().await;
+                    if !restored.is_empty() {
+                        tracing::info!(runs = restored.len(), "SOP runs restored");
+                    }
+                    running.push(engine.start());
+                }
+                Err(e) => tracing::error!("SOP engine not started: {e}"),
+            }
             // Idle session slots of the queue are dropped while the generation lives.
             let weak = Arc::downgrade(&generation_host);
             tokio::spawn(async move {

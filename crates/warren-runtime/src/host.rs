@@ -97,6 +97,8 @@ pub struct AgentHost {
     with_acp: bool,
     /// The generation's cron scheduler, once the daemon started it (weak: it holds the host).
     cron: std::sync::OnceLock<std::sync::Weak<crate::cron::Scheduler>>,
+    /// The generation's SOP engine, once the daemon started it (weak: it holds the host).
+    sop: std::sync::OnceLock<std::sync::Weak<crate::sop::Engine>>,
 }
 
 /// One turn submitted at the door.
@@ -216,6 +218,7 @@ impl AgentHost {
             cancel: CancelToken::new(),
             with_acp,
             cron: std::sync::OnceLock::new(),
+            sop: std::sync::OnceLock::new(),
         }
     }
 
@@ -239,6 +242,16 @@ impl AgentHost {
     /// The generation's cron scheduler while it runs.
     pub fn cron(&self) -> Option<Arc<crate::cron::Scheduler>> {
         self.cron.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Records the generation's SOP engine (the daemon, once it started it).
+    pub fn set_sop(&self, engine: &Arc<crate::sop::Engine>) {
+        let _ = self.sop.set(Arc::downgrade(engine));
+    }
+
+    /// The generation's SOP engine while it runs.
+    pub fn sop(&self) -> Option<Arc<crate::sop::Engine>> {
+        self.sop.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// The process's cost tracker (rates of this generation).

@@ -18,6 +18,7 @@ pub mod pending;
 pub mod prompt;
 pub mod receipts;
 pub mod sessions;
+pub mod sop;
 pub mod toolparse;
 pub mod trace;
 pub mod turn;

@@ -741,13 +741,12 @@ impl SopStore {
             .map_err(|e| self.err(e))
     }
 
-    /// Removes the finished runs of `agent` and returns them with their steps and events (an
-    /// agent delete archives them).
-    pub fn take_agent_runs(&self, agent: &str) -> Result<serde_json::Value, SopStoreError> {
+    /// Every run of `agent` with its steps and events (an agent delete archives them).
+    pub fn export_agent(&self, agent: &str) -> Result<Vec<serde_json::Value>, SopStoreError> {
         let runs: Vec<SopRun> = self
             .list(None, u32::MAX)?
             .into_iter()
-            .filter(|r| r.agent == agent && !r.is_active())
+            .filter(|r| r.agent == agent)
             .collect();
         let mut out = Vec::new();
         for run in runs {
@@ -755,13 +754,14 @@ impl SopStore {
             let events = self.events(&run.id)?;
             out.push(serde_json::json!({"run": run, "steps": steps, "events": events}));
         }
+        Ok(out)
+    }
+
+    /// Deletes every run of `agent` (with its steps, events and approvals).
+    pub fn delete_agent(&self, agent: &str) -> Result<usize, SopStoreError> {
         self.conn()
-            .execute(
-                "DELETE FROM runs WHERE agent = ?1 AND status NOT IN ('running', 'waiting')",
-                params![agent],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(serde_json::Value::Array(out))
+            .execute("DELETE FROM runs WHERE agent = ?1", params![agent])
+            .map_err(|e| self.err(e))
     }
 }
 

@@ -9,6 +9,7 @@ mod gateway;
 mod logs;
 mod memory;
 mod runs;
+pub(crate) mod sop;
 mod security;
 mod sessions;
 mod status;
@@ -70,6 +71,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Acp { alias, .. } => warren_acp::run(&root, alias),
         Command::Cron(cmd) => cron::run(&root, cmd, cli.json),
         Command::Runs(cmd) => runs::run(&root, cmd, cli.json),
+        Command::Sop(cmd) => sop::run(&root, cmd, cli.json),
         Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
         Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -25,3 +25,4 @@ mod sessions_cli;
 mod sessions_crash;
 mod sessions_faults;
 mod sessions_policy;
+mod sop;

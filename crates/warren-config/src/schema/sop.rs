@@ -62,7 +62,7 @@ pub struct SopDef {
     pub description: Option<String>,
     pub agent: String,
     #[serde(default)]
-    pub trigger: Trigger,
+    pub trigger: TriggerDef,
     /// Runs of this SOP active at once.
     #[serde(default = "one")]
     pub max_concurrent: u32,
@@ -73,91 +73,197 @@ fn one() -> u32 {
     1
 }
 
-/// What starts a run (besides `warren sop run`, which always works).
+/// `[trigger]` as written (flat keys; [`TriggerDef::view`] gives the checked form).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum Trigger {
+#[serde(deny_unknown_fields)]
+pub struct TriggerDef {
+    #[serde(default)]
+    pub kind: TriggerKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerKind {
     #[default]
+    Manual,
+    Cron,
+    Webhook,
+    Mqtt,
+}
+
+/// What starts a run (besides `warren sop run`, which always works).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
     Manual,
     Cron {
         cron: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         tz: Option<String>,
     },
     /// `POST /api/sops/<name>/webhook` with a bearer token; the JSON body is the input.
     Webhook,
     /// Each message on `topic` at the broker `url` (`mqtt://host:port`) starts a run; its
     /// payload is the input (`{{input.payload}}`, and its fields when it is a JSON object).
-    Mqtt { url: String, topic: String },
+    Mqtt {
+        url: String,
+        topic: String,
+    },
 }
 
-impl Trigger {
+impl TriggerDef {
     pub fn kind(&self) -> &'static str {
-        match self {
-            Trigger::Manual => "manual",
-            Trigger::Cron { .. } => "cron",
-            Trigger::Webhook => "webhook",
-            Trigger::Mqtt { .. } => "mqtt",
+        match self.kind {
+            TriggerKind::Manual => "manual",
+            TriggerKind::Cron => "cron",
+            TriggerKind::Webhook => "webhook",
+            TriggerKind::Mqtt => "mqtt",
+        }
+    }
+
+    /// The checked trigger (after [`parse_definition`], the keys its kind needs are set).
+    pub fn view(&self) -> Trigger {
+        match self.kind {
+            TriggerKind::Manual => Trigger::Manual,
+            TriggerKind::Webhook => Trigger::Webhook,
+            TriggerKind::Cron => Trigger::Cron {
+                cron: self.cron.clone().unwrap_or_default(),
+                tz: self.tz.clone(),
+            },
+            TriggerKind::Mqtt => Trigger::Mqtt {
+                url: self.url.clone().unwrap_or_default(),
+                topic: self.topic.clone().unwrap_or_default(),
+            },
         }
     }
 }
 
-/// One step.
+/// One step as written: `id`, `kind` and the keys of that kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
     pub id: String,
-    #[serde(flatten)]
-    pub kind: StepKind,
+    pub kind: StepType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, toml::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contains: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_match: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_miss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepType {
+    Turn,
+    Tool,
+    Condition,
+    Approval,
+}
+
+impl StepType {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepType::Turn => "turn",
+            StepType::Tool => "tool",
+            StepType::Condition => "condition",
+            StepType::Approval => "approval",
+        }
+    }
+}
+
+/// A step's checked form ([`Step::action`]).
+#[derive(Debug, Clone, PartialEq)]
 pub enum StepKind {
     Turn {
         prompt: String,
     },
     Tool {
         tool: String,
-        #[serde(default)]
         args: BTreeMap<String, toml::Value>,
     },
     Condition {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         contains: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         equals: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         regex: Option<String>,
-        #[serde(default = "continue_")]
         on_match: String,
-        #[serde(default = "stop")]
         on_miss: String,
     },
     Approval {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_secs: Option<u64>,
     },
 }
 
-fn continue_() -> String {
-    "continue".into()
-}
-
-fn stop() -> String {
-    "stop".into()
-}
-
-impl StepKind {
-    pub fn name(&self) -> &'static str {
-        match self {
-            StepKind::Turn { .. } => "turn",
-            StepKind::Tool { .. } => "tool",
-            StepKind::Condition { .. } => "condition",
-            StepKind::Approval { .. } => "approval",
+impl Step {
+    /// The step as its kind reads it (after [`parse_definition`], the keys it needs are set).
+    pub fn action(&self) -> StepKind {
+        match self.kind {
+            StepType::Turn => StepKind::Turn {
+                prompt: self.prompt.clone().unwrap_or_default(),
+            },
+            StepType::Tool => StepKind::Tool {
+                tool: self.tool.clone().unwrap_or_default(),
+                args: self.args.clone(),
+            },
+            StepType::Condition => StepKind::Condition {
+                contains: self.contains.clone(),
+                equals: self.equals.clone(),
+                regex: self.regex.clone(),
+                on_match: self.on_match.clone().unwrap_or_else(|| "continue".into()),
+                on_miss: self.on_miss.clone().unwrap_or_else(|| "stop".into()),
+            },
+            StepType::Approval => StepKind::Approval {
+                message: self.message.clone(),
+                timeout_secs: self.timeout_secs,
+            },
         }
+    }
+
+    /// Keys set that this step's kind does not take.
+    fn stray_keys(&self) -> Vec<&'static str> {
+        let allowed: &[&str] = match self.kind {
+            StepType::Turn => &["prompt"],
+            StepType::Tool => &["tool", "args"],
+            StepType::Condition => &["contains", "equals", "regex", "on_match", "on_miss"],
+            StepType::Approval => &["message", "timeout_secs"],
+        };
+        let set = [
+            ("prompt", self.prompt.is_some()),
+            ("tool", self.tool.is_some()),
+            ("args", !self.args.is_empty()),
+            ("contains", self.contains.is_some()),
+            ("equals", self.equals.is_some()),
+            ("regex", self.regex.is_some()),
+            ("on_match", self.on_match.is_some()),
+            ("on_miss", self.on_miss.is_some()),
+            ("message", self.message.is_some()),
+            ("timeout_secs", self.timeout_secs.is_some()),
+        ];
+        set.iter()
+            .filter(|(k, on)| *on && !allowed.contains(k))
+            .map(|(k, _)| *k)
+            .collect()
     }
 }
 
@@ -260,17 +366,51 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
             "must be at least 1".into(),
         ));
     }
-    match &def.trigger {
+    let t = &def.trigger;
+    let needs = |key: &str, set: bool, out: &mut Vec<DefProblem>| {
+        if !set {
+            out.push(problem(
+                format!("trigger.{key}"),
+                format!("a {} trigger needs {key}", t.kind()),
+            ));
+        }
+    };
+    let strays: Vec<(&str, bool)> = match t.kind {
+        TriggerKind::Manual | TriggerKind::Webhook => vec![
+            ("cron", t.cron.is_some()),
+            ("tz", t.tz.is_some()),
+            ("url", t.url.is_some()),
+            ("topic", t.topic.is_some()),
+        ],
+        TriggerKind::Cron => vec![("url", t.url.is_some()), ("topic", t.topic.is_some())],
+        TriggerKind::Mqtt => vec![("cron", t.cron.is_some()), ("tz", t.tz.is_some())],
+    };
+    for (key, set) in strays {
+        if set {
+            out.push(problem(
+                format!("trigger.{key}"),
+                format!("a {} trigger does not take {key}", t.kind()),
+            ));
+        }
+    }
+    match t.view() {
         Trigger::Cron { cron, tz } => {
-            if let Err(e) = crate::schema::cron::Schedule::cron(cron, tz.as_deref()) {
+            needs("cron", t.cron.is_some(), &mut out);
+            if t.cron.is_some()
+                && let Err(e) = crate::schema::cron::Schedule::cron(&cron, tz.as_deref())
+            {
                 out.push(problem("trigger.cron".into(), e));
             }
         }
         Trigger::Mqtt { url, topic } => {
-            if let Err(e) = mqtt_broker(url) {
+            needs("url", t.url.is_some(), &mut out);
+            needs("topic", t.topic.is_some(), &mut out);
+            if t.url.is_some()
+                && let Err(e) = mqtt_broker(&url)
+            {
                 out.push(problem("trigger.url".into(), e));
             }
-            if topic.is_empty() {
+            if t.topic.is_some() && topic.is_empty() {
                 out.push(problem("trigger.topic".into(), "must not be empty".into()));
             }
         }
@@ -295,11 +435,30 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
             ));
         }
         let earlier = &ids[..i];
+        for key in step.stray_keys() {
+            out.push(problem(
+                at(key),
+                format!("a {} step does not take {key}", step.kind.name()),
+            ));
+        }
+        let needs = |key: &str, set: bool, out: &mut Vec<DefProblem>| {
+            if !set {
+                out.push(problem(
+                    at(key),
+                    format!("a {} step needs {key}", step.kind.name()),
+                ));
+            }
+        };
+        match step.kind {
+            StepType::Turn => needs("prompt", step.prompt.is_some(), &mut out),
+            StepType::Tool => needs("tool", step.tool.is_some(), &mut out),
+            StepType::Condition | StepType::Approval => {}
+        }
         let mut templates: Vec<(String, String)> = Vec::new();
-        match &step.kind {
+        match &step.action() {
             StepKind::Turn { prompt } => templates.push((at("prompt"), prompt.clone())),
             StepKind::Tool { tool, args } => {
-                if tool.is_empty() {
+                if step.tool.is_some() && tool.is_empty() {
                     out.push(problem(at("tool"), "names no tool".into()));
                 }
                 for (k, v) in args {
@@ -473,5 +632,66 @@ impl crate::Config {
     /// `[sop]`, or its defaults when the table is absent.
     pub fn sop_settings(&self) -> SopConfig {
         self.sop.clone().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+agent = "main"
+[trigger]
+kind = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+topic = "a/b"
+[[steps]]
+id = "fetch"
+kind = "turn"
+prompt = "Summarise {{input.ticket}}"
+[[steps]]
+id = "check"
+kind = "condition"
+regex = "^ok"
+on_miss = "goto:note"
+[[steps]]
+id = "gate"
+kind = "approval"
+timeout_secs = 5
+[[steps]]
+id = "note"
+kind = "tool"
+tool = "file_write"
+args = { path = "n.md", content = "{{steps.fetch.output}}" }
+"#;
+
+    #[test]
+    fn a_definition_parses_and_its_mistakes_name_the_key() {
+        let def = parse_definition(Path::new("/i/shared/sops/triage.toml"), GOOD)
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        assert_eq!(def.steps.len(), 4);
+        assert_eq!(def.trigger.kind(), "mqtt");
+        let back: SopDef = serde_json::from_value(serde_json::to_value(&def).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, def, "the stored JSON form reads back");
+
+        let bad = GOOD.replace("timeout_secs = 5", "timeout_secs = 5\nbogus = 1");
+        let problems = parse_definition(Path::new("/i/shared/sops/triage.toml"), &bad)
+            .err()
+            .unwrap_or_default();
+        assert!(
+            problems.iter().any(|p| p.to_string().contains("bogus")),
+            "{problems:?}"
+        );
+        let bad = GOOD.replace("{{steps.fetch.output}}", "{{steps.later.output}}");
+        let problems = parse_definition(Path::new("/i/shared/sops/triage.toml"), &bad)
+            .err()
+            .unwrap_or_default();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.key == "steps[3].args.content" && p.file.ends_with("triage.toml")),
+            "{problems:?}"
+        );
     }
 }

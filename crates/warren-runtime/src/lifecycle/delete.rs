@@ -136,6 +136,7 @@ pub(crate) fn refusals(
         .filter(|r| r.strength == Strength::Hard)
         .map(|r| format!("{} (hard config reference)", r.path))
         .collect();
+    reasons.extend(refs::sop_refusals(&ctx.root, a));
     let live = match refs::live_acp(ctx, a) {
         Ok(0) => Some(0),
         Ok(n) => {

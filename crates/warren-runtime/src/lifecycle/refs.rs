@@ -224,6 +224,12 @@ pub fn live_acp(ctx: &super::stores::StoreContext, alias: &AgentAlias) -> Result
     Ok((sessions.len() + servers.len()) as u64)
 }
 
+/// SOP definitions naming `alias` (hard, outside config): each a refusal naming the SOP and
+/// its file (`crate::sop::lifecycle`).
+pub fn sop_refusals(root: &warren_config::InstallRoot, alias: &AgentAlias) -> Vec<String> {
+    crate::sop::lifecycle::refusals(root, alias)
+}
+
 /// The key path of `[agents.<alias>]`.
 pub fn agent_key(alias: &str) -> KeyPath {
     key(&["agents", alias])

@@ -182,6 +182,7 @@ pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
         Box::new(AcpState::new(ctx.clone())),
         Box::new(CostState::new(ctx.clone())),
         Box::new(crate::cron::lifecycle::CronState::new(ctx.clone())),
+        Box::new(crate::sop::lifecycle::SopState::new(ctx.clone())),
     ]
 }
 
