@@ -16,10 +16,69 @@ fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(code) => code,
         Err(err) => {
-            for line in format!("{err:#}").lines() {
+            for line in chain_text(&err).lines() {
                 eprintln!("error: {line}");
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes as one text, each cause once: a wrapper whose message already
+/// shows its cause (`memory file X: No space left on device (os error 28)`) is not followed by
+/// that text again, as `{:#}` would (issue 15 §8).
+fn chain_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_text;
+
+    /// A wrapper that shows its source in its own message, as several store errors do.
+    #[derive(Debug)]
+    struct Wrapped {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "memory file /x/notes.md: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_its_wrapper_is_printed_once() {
+        let full = || std::io::Error::from_raw_os_error(28);
+        let err = anyhow::Error::new(Wrapped { source: full() }).context("storing a memory");
+        let text = chain_text(&err);
+        assert_eq!(
+            text,
+            "storing a memory: memory file /x/notes.md: No space left on device (os error 28)"
+        );
+        assert_eq!(format!("{err:#}").matches("os error 28").count(), 2);
+
+        let plain = anyhow::Error::new(full()).context("reading config.toml");
+        assert_eq!(
+            chain_text(&plain),
+            "reading config.toml: No space left on device (os error 28)"
+        );
     }
 }

@@ -14,11 +14,9 @@ use crate::server::read_endpoint;
 pub enum ClientError {
     #[error("no running gateway found ({path} is missing); start `warren daemon` first")]
     NoGateway { path: String },
-    #[error("cannot reach the gateway at {addr}: {source}")]
-    Io {
-        addr: String,
-        source: std::io::Error,
-    },
+    /// The io error's text is in the message and not also `source()` (printed once).
+    #[error("cannot reach the gateway at {addr}: {cause}")]
+    Io { addr: String, cause: std::io::Error },
     #[error("the gateway at {addr} sent a malformed answer")]
     Malformed { addr: String },
 }
@@ -62,9 +60,9 @@ pub fn admin_call_json(
         path: root.gateway_admin().display().to_string(),
     })?;
     let addr = endpoint.addr.to_string();
-    let io = |source| ClientError::Io {
+    let io = |cause| ClientError::Io {
         addr: addr.clone(),
-        source,
+        cause,
     };
     let mut stream =
         TcpStream::connect_timeout(&endpoint.addr, Duration::from_secs(5)).map_err(io)?;

@@ -56,12 +56,13 @@ const COLUMNS: &str =
 
 #[derive(Debug, thiserror::Error)]
 pub enum AcpError {
-    #[error("ACP session database {path}: {op}: {source}")]
+    /// As with `SessionError`, the wrapped error's text is in the message and not also
+    /// `source()`, so a printed chain names it once.
+    #[error("ACP session database {path}: {op}: {cause}")]
     Sqlite {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error(transparent)]
     Open(#[from] SessionError),
@@ -71,12 +72,11 @@ pub enum AcpError {
     NotFound { id: String },
     #[error("ACP session '{id}' was {state}; start a new session")]
     Tombstoned { id: String, state: AcpState },
-    #[error("ACP live marker {path}: {op}: {source}")]
+    #[error("ACP live marker {path}: {op}: {cause}")]
     Live {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path} holds an unreadable ACP session row: {detail}")]
     Corrupt { path: PathBuf, detail: String },
@@ -613,7 +613,7 @@ fn rewrite_cwd(cwd: &str, rewrite: Option<(&str, &str)>) -> String {
 
 fn err(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> AcpError {
     let path = path.to_path_buf();
-    move |source| AcpError::Sqlite { path, op, source }
+    move |cause| AcpError::Sqlite { path, op, cause }
 }
 
 /// The live marker of a running ACP server (`warren acp`) of one agent: an exclusive `flock`
@@ -640,11 +640,7 @@ impl AcpLive {
         let dir = Self::dir(root, agent);
         let io = |path: &Path, op: &'static str| {
             let path = path.to_path_buf();
-            move |e: std::io::Error| AcpError::Live {
-                path,
-                op,
-                source: e,
-            }
+            move |e: std::io::Error| AcpError::Live { path, op, cause: e }
         };
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -659,7 +655,7 @@ impl AcpLive {
         file.try_lock().map_err(|e| AcpError::Live {
             path: tmp.clone(),
             op: "lock the live marker",
-            source: std::io::Error::other(e.to_string()),
+            cause: std::io::Error::other(e.to_string()),
         })?;
         std::fs::rename(&tmp, &path).map_err(io(&path, "publish the live marker"))?;
         Ok(Self { path, _file: file })
@@ -680,7 +676,7 @@ impl AcpLive {
                 return Err(AcpError::Live {
                     path: dir,
                     op: "list the live markers",
-                    source,
+                    cause: source,
                 });
             }
         };
@@ -706,7 +702,7 @@ impl AcpLive {
                     return Err(AcpError::Live {
                         path,
                         op: "open a live marker",
-                        source,
+                        cause: source,
                     });
                 }
             };
@@ -720,7 +716,7 @@ impl AcpLive {
                     return Err(AcpError::Live {
                         path,
                         op: "probe a live marker",
-                        source,
+                        cause: source,
                     });
                 }
             }
