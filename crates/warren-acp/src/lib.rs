@@ -12,6 +12,10 @@
 //! - Sessions live in `data/sessions/acp-sessions.db` ([`AcpSessionStore`]), owned by one
 //!   agent; `session/load` replays the stored transcript as `session/update` notifications.
 //!   Process-local state (cancel tokens, pending permissions) dies with the process (STATE-20).
+//! - Files through the editor: when the client offers `fs/read_text_file` /
+//!   `fs/write_text_file`, the file tools read and write allowed files through it, after the
+//!   policy decided ([`files::ClientFiles`]); `session/set_mode` maps `read_only` /
+//!   `supervised` / `full` onto autonomy, never above the configured one.
 //! - While the server runs, it holds a live marker ([`AcpLive`]) that makes agent delete refuse.
 //!
 //! Without a daemon the server runs in-process. With a daemon running, the daemon serves ACP on
@@ -20,6 +24,7 @@
 
 mod approver;
 mod attach;
+mod files;
 mod server;
 
 use std::process::ExitCode;

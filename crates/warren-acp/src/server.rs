@@ -1,6 +1,7 @@
-//! The ACP handlers: `initialize`, `session/new`, `session/load`, `session/prompt` and
-//! `session/cancel`. Handlers run inside the connection's dispatch loop, so a prompt's turn runs
-//! on a spawned task (it waits for permission answers that only the loop can deliver).
+//! The ACP handlers: `initialize`, `session/new`, `session/load`, `session/prompt`,
+//! `session/set_mode` and `session/cancel`. Handlers run inside the connection's dispatch loop,
+//! so a prompt's turn runs on a spawned task (it waits for permission answers that only the
+//! loop can deliver).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,11 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
-    InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
+    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, FileSystemCapabilities,
+    Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionId,
-    SessionNotification, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    SessionNotification, SessionUpdate, SetSessionModeRequest, SetSessionModeResponse, StopReason,
+    ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, ConnectTo, Error, ErrorCode};
@@ -23,8 +24,10 @@ use warren_runtime::{
 };
 use warren_security::SecurityPolicy;
 use warren_store::acp::{AcpSession, AcpSessionStore, NewAcpSession, Restore};
+use warren_tools::{FileTransport, ToolContext};
 
 use crate::approver::{ClientApprover, Tracker};
+use crate::files::{ClientFiles, allowed_mode, mode_autonomy, mode_id, modes};
 
 /// Transcript roles of `acp_transcript` rows written by the server.
 pub(crate) const USER: &str = "user";
@@ -59,6 +62,8 @@ pub struct Server {
     store: AcpSessionStore,
     /// Cancel tokens of the running turns, by ACP session id (process-local, STATE-20).
     running: Mutex<HashMap<String, CancelToken>>,
+    /// The file methods the client offered in `initialize`.
+    client_fs: Mutex<FileSystemCapabilities>,
 }
 
 impl Server {
@@ -74,6 +79,7 @@ impl Server {
             policy,
             store,
             running: Mutex::new(HashMap::new()),
+            client_fs: Mutex::new(FileSystemCapabilities::new()),
         }
     }
 
@@ -81,7 +87,9 @@ impl Server {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn initialize(&self, _request: &InitializeRequest) -> InitializeResponse {
+    fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
+        *self.client_fs.lock().unwrap_or_else(|p| p.into_inner()) =
+            request.client_capabilities.fs.clone();
         // Prompts: text and resource links (the ACP baseline); no images, audio or embedded
         // context. No MCP servers (Warren's MCP issue has not landed).
         InitializeResponse::new(ProtocolVersion::V1)
@@ -108,7 +116,9 @@ impl Server {
             })
             .map_err(internal)?;
         let meta = json!({"warren": {"agent": self.alias, "cwd": cwd, "cwd_notice": notice}});
-        let response = NewSessionResponse::new(id).meta(meta.as_object().cloned());
+        let response = NewSessionResponse::new(id)
+            .modes(modes(self.policy.autonomy(), None))
+            .meta(meta.as_object().cloned());
         Ok((response, notice))
     }
 
@@ -158,7 +168,26 @@ impl Server {
             cx.send_notification(SessionNotification::new(id.clone(), update))?;
         }
         let meta = json!({"warren": {"agent": self.alias, "cwd": session.cwd}});
-        Ok(LoadSessionResponse::new().meta(meta.as_object().cloned()))
+        Ok(LoadSessionResponse::new()
+            .modes(modes(
+                self.policy.autonomy(),
+                mode_autonomy(session.mode.as_deref()),
+            ))
+            .meta(meta.as_object().cloned()))
+    }
+
+    /// `session/set_mode`: the session's autonomy from now on, never above the configured one.
+    fn set_mode(&self, request: &SetSessionModeRequest) -> Result<SetSessionModeResponse, Error> {
+        let session = self.owned(&request.session_id)?;
+        let autonomy = allowed_mode(
+            self.alias.as_str(),
+            self.policy.autonomy(),
+            &request.mode_id.0,
+        )?;
+        self.store
+            .set_mode(&session.id, Some(mode_id(autonomy)))
+            .map_err(internal)?;
+        Ok(SetSessionModeResponse::new())
     }
 
     /// `session/cancel`: cancels the session's running turn, if any.
@@ -239,13 +268,25 @@ impl Server {
                 Arc::clone(&tracker),
             )),
             cancel: cancel.clone(),
-            events: events(cx.clone(), id, Arc::clone(&tracker)),
+            events: events(cx.clone(), id.clone(), Arc::clone(&tracker)),
         };
-        let result: Result<TurnOutcome, TurnError> = async {
-            let turn = self.hosts.get().submit(request).await?;
-            turn.finish().await
-        }
-        .await;
+        // What the turn's tools get from this session: the editor's files, the mode's cap.
+        let fs = self
+            .client_fs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let context = ToolContext {
+            files: ClientFiles::new(cx.clone(), id.clone(), &fs)
+                .map(|f| Arc::new(f) as Arc<dyn FileTransport>),
+            autonomy_cap: mode_autonomy(session.mode.as_deref()),
+        };
+        let result: Result<TurnOutcome, TurnError> = context
+            .scope(async {
+                let turn = self.hosts.get().submit(request).await?;
+                turn.finish().await
+            })
+            .await;
         // The transcript keeps what the client saw, in order, whatever the turn's end.
         let segments = std::mem::take(&mut tracker.lock().unwrap_or_else(|p| p.into_inner()).log);
         for (role, content) in segments {
@@ -462,6 +503,7 @@ pub async fn serve(
     transport: impl ConnectTo<Agent> + 'static,
 ) -> anyhow::Result<()> {
     let server = Arc::new(server);
+    let s_mode = Arc::clone(&server);
     let (s_init, s_new, s_load, s_prompt, s_cancel) = (
         Arc::clone(&server),
         Arc::clone(&server),
@@ -511,6 +553,15 @@ pub async fn serve(
         .on_receive_request(
             async move |request: PromptRequest, responder, cx: ConnectionTo<Client>| {
                 s_prompt.prompt(request, responder, cx)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: SetSessionModeRequest, responder, _cx| match s_mode
+                .set_mode(&request)
+            {
+                Ok(response) => responder.respond(response),
+                Err(e) => responder.respond_with_error(e),
             },
             agent_client_protocol::on_receive_request!(),
         )

@@ -158,6 +158,23 @@ pub fn requirement_for(
     needed
 }
 
+/// `needed` under a lower autonomy `cap` (an ACP session's mode): `read_only` refuses every
+/// call with side effects, `supervised` asks for a call that changes files or state.
+pub fn capped(needed: Requirement, cap: Autonomy, tool: &str, risk: RiskClass) -> Requirement {
+    match (cap, needed) {
+        (_, Requirement::Refuse(r)) => Requirement::Refuse(r),
+        (Autonomy::ReadOnly, _) if risk != RiskClass::Read => Requirement::Refuse(format!(
+            "the session's mode is read_only: '{tool}' has side effects and is not run"
+        )),
+        (Autonomy::Supervised, Requirement::Run) if risk == RiskClass::Write => {
+            Requirement::Ask(format!(
+                "the session's mode is supervised: '{tool}' changes files or state"
+            ))
+        }
+        (_, needed) => needed,
+    }
+}
+
 /// Whether this call writes only the agent's own memory or a file the policy resolves into its
 /// own workspace (a sibling grant, a path outside, a link leading out: no).
 fn writes_only_own(policy: &SecurityPolicy, tool: &str, arguments: &serde_json::Value) -> bool {

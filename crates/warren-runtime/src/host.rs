@@ -346,7 +346,10 @@ impl AgentHost {
         let claimed =
             crate::sessions::claim(&sessions, &key, runner.alias(), channel.label()).await?;
         let host = Arc::clone(self);
-        let done = tokio::spawn(async move {
+        // The submitter's tool context (an editor's files, a session mode's autonomy cap) is
+        // the turn's (`warren_tools::ToolContext`).
+        let context = warren_tools::ToolContext::current();
+        let done = tokio::spawn(context.scope(async move {
             // The generation's cancel (a reload's grace passed) stops the turn too.
             let generation = host.cancel.clone();
             let turn_cancel = cancel.clone();
@@ -364,7 +367,7 @@ impl AgentHost {
             drop(slot);
             drop(host); // the generation's stores live until the turn ends
             result
-        });
+        }));
         Ok(Turn {
             agent,
             session: key,

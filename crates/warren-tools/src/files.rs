@@ -10,14 +10,23 @@
 //! entry (never the shared inode) in the own workspace and refuses hard links elsewhere.
 //! A path outside the agent's roots gets one refusal computed before it is touched
 //! ([`warren_security::paths`]).
+//!
+//! When the turn's [`ToolContext`] lends a [`FileTransport`] (an editor over ACP), an allowed
+//! file's text is read from and written to it instead of the disk (issue 19 §3), after the very
+//! same decision and the same confined check of the file on disk (a link swapped in, a
+//! hard-linked file, a non-file, a binary file are refused before the transport is asked). A
+//! write whose target is hard-linked goes to the disk as without a transport (the entry is
+//! replaced, never the shared inode: an editor would write into the inode).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::json;
-use warren_security::SecurityPolicy;
 use warren_security::confined::{self, ConfinedError};
+use warren_security::{Resolved, SecurityPolicy, Tier};
 
+use crate::context::{FileTransport, ToolContext};
 use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, parse_args};
 
 /// Largest file `file_read` returns.
@@ -52,6 +61,50 @@ fn off_worker(
     })
 }
 
+/// Runs blocking work (the policy decision, the confined check) off the async workers.
+async fn blocking<T: Send + 'static>(
+    run: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(run)
+        .await
+        .map_err(|e| ToolError::Failed(format!("file tool task failed: {e}")))?
+}
+
+/// Whether `resolved` goes through the transport (devices such as `/dev/null` never do).
+fn through(resolved: &Resolved) -> bool {
+    resolved.tier != Tier::Device
+}
+
+/// The transport's text of an allowed file.
+async fn transport_read(files: &dyn FileTransport, path: &Path) -> Result<String, ToolError> {
+    let text = files.read_text(path).await.map_err(|e| {
+        ToolError::Failed(format!(
+            "{}: the editor did not read it: {e}",
+            path.display()
+        ))
+    })?;
+    if text.len() as u64 > MAX_READ_BYTES {
+        return Err(ToolError::Failed(format!(
+            "{}: file is larger than the {MAX_READ_BYTES}-byte limit",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
+async fn transport_write(
+    files: &dyn FileTransport,
+    path: &Path,
+    text: &str,
+) -> Result<(), ToolError> {
+    files.write_text(path, text).await.map_err(|e| {
+        ToolError::Failed(format!(
+            "{}: the editor did not write it: {e}",
+            path.display()
+        ))
+    })
+}
+
 /// Counts `\n` bytes in chunks small enough for byte-wide counters (vectorises well).
 fn count_newlines(bytes: &[u8]) -> usize {
     bytes
@@ -81,22 +134,18 @@ impl FileRead {
         Self { policy }
     }
 
-    fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Args {
-            path: PathBuf,
-            /// First line to return (1-based).
-            offset: Option<u64>,
-            /// Number of lines to return.
-            limit: Option<u64>,
-        }
-        let a: Args = parse_args(args)?;
+    fn args(args: serde_json::Value) -> Result<ReadArgs, ToolError> {
+        let a: ReadArgs = parse_args(args)?;
         if a.offset == Some(0) {
             return Err(ToolError::InvalidArguments(
                 "offset is 1-based; use 1 for the first line".into(),
             ));
         }
+        Ok(a)
+    }
+
+    /// The decision and the file's text on disk (refusing binary and non-UTF-8 files).
+    fn disk_text(policy: &SecurityPolicy, a: &ReadArgs) -> Result<(Resolved, String), ToolError> {
         let resolved = policy.can_read(&a.path).map_err(denied)?;
         let bytes = confined::read(&resolved, MAX_READ_BYTES).map_err(io_failed)?;
         if bytes.iter().take(8192).any(|b| *b == 0) {
@@ -108,6 +157,37 @@ impl FileRead {
         let text = String::from_utf8(bytes).map_err(|_| {
             ToolError::Failed(format!("{}: not UTF-8 text; not shown", a.path.display()))
         })?;
+        Ok((resolved, text))
+    }
+
+    fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+        let a = Self::args(args)?;
+        let (resolved, text) = Self::disk_text(policy, &a)?;
+        Ok(Self::output(&resolved.path, text, &a))
+    }
+
+    /// Through the turn's transport: the same decision and disk check, then its text.
+    async fn run_through(
+        policy: SecurityPolicy,
+        args: serde_json::Value,
+        files: Arc<dyn FileTransport>,
+    ) -> Result<ToolOutput, ToolError> {
+        let a = Self::args(args)?;
+        let (a, resolved, disk) = blocking(move || {
+            let (resolved, text) = Self::disk_text(&policy, &a)?;
+            Ok((a, resolved, text))
+        })
+        .await?;
+        let text = if through(&resolved) {
+            transport_read(&*files, &resolved.path).await?
+        } else {
+            disk
+        };
+        Ok(Self::output(&resolved.path, text, &a))
+    }
+
+    /// The result: the whole text, or lines `offset..offset+limit`.
+    fn output(path: &Path, text: String, a: &ReadArgs) -> ToolOutput {
         // Count lines as `str::lines` would, without iterating line by line.
         let newlines = count_newlines(text.as_bytes());
         let total = newlines + usize::from(!text.is_empty() && !text.ends_with('\n'));
@@ -126,15 +206,25 @@ impl FileRead {
         };
         let end = total.min(start.saturating_sub(1).saturating_add(limit));
         let mut out = json!({
-            "path": resolved.path,
+            "path": path,
             "start_line": start.min(total.saturating_add(1)),
             "end_line": end,
             "total_lines": total,
         });
         // Moved in, not serialised: `json!` would copy the whole content.
         out["content"] = serde_json::Value::String(content);
-        Ok(ToolOutput::json(out))
+        ToolOutput::json(out)
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    path: PathBuf,
+    /// First line to return (1-based).
+    offset: Option<u64>,
+    /// Number of lines to return.
+    limit: Option<u64>,
 }
 
 impl Tool for FileRead {
@@ -155,7 +245,10 @@ impl Tool for FileRead {
         RiskClass::Read
     }
     fn execute(&self, args: serde_json::Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
-        off_worker(&self.policy, args, Self::run)
+        match ToolContext::files_for(true, false) {
+            Some(files) => Box::pin(Self::run_through(self.policy.clone(), args, files)),
+            None => off_worker(&self.policy, args, Self::run),
+        }
     }
 }
 
@@ -169,7 +262,11 @@ impl FileWrite {
         Self { policy }
     }
 
-    fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    /// The arguments and the decision.
+    fn decide(
+        policy: &SecurityPolicy,
+        args: serde_json::Value,
+    ) -> Result<(Resolved, String), ToolError> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Args {
@@ -184,10 +281,53 @@ impl FileWrite {
             )));
         }
         let resolved = policy.can_write(&a.path).map_err(denied)?;
-        confined::write_atomic(&resolved, a.content.as_bytes(), true).map_err(io_failed)?;
-        Ok(ToolOutput::json(
-            json!({"path": resolved.path, "bytes_written": a.content.len()}),
-        ))
+        Ok((resolved, a.content))
+    }
+
+    fn write_disk(resolved: &Resolved, content: &str) -> Result<ToolOutput, ToolError> {
+        confined::write_atomic(resolved, content.as_bytes(), true).map_err(io_failed)?;
+        Ok(Self::output(resolved, content))
+    }
+
+    fn output(resolved: &Resolved, content: &str) -> ToolOutput {
+        ToolOutput::json(json!({"path": resolved.path, "bytes_written": content.len()}))
+    }
+
+    fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+        let (resolved, content) = Self::decide(policy, args)?;
+        Self::write_disk(&resolved, &content)
+    }
+
+    /// Through the turn's transport: the same decision; the target on disk is checked with
+    /// the confined handles first (a link swapped in is refused; a hard-linked target is
+    /// written on disk, entry replaced, as without a transport).
+    async fn run_through(
+        policy: SecurityPolicy,
+        args: serde_json::Value,
+        files: Arc<dyn FileTransport>,
+    ) -> Result<ToolOutput, ToolError> {
+        let decided = blocking(move || {
+            let (resolved, content) = Self::decide(&policy, args)?;
+            if !through(&resolved) {
+                return Self::write_disk(&resolved, &content).map(Err);
+            }
+            match confined::read(&resolved, MAX_READ_BYTES) {
+                Ok(_) | Err(ConfinedError::NotFound { .. } | ConfinedError::TooLarge { .. }) => {
+                    Ok(Ok((resolved, content)))
+                }
+                Err(ConfinedError::HardLinked { .. }) => {
+                    Self::write_disk(&resolved, &content).map(Err)
+                }
+                Err(e) => Err(io_failed(e)),
+            }
+        })
+        .await?;
+        let (resolved, content) = match decided {
+            Ok(send) => send,
+            Err(done) => return Ok(done),
+        };
+        transport_write(&*files, &resolved.path, &content).await?;
+        Ok(Self::output(&resolved, &content))
     }
 }
 
@@ -207,7 +347,10 @@ impl Tool for FileWrite {
         RiskClass::Write
     }
     fn execute(&self, args: serde_json::Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
-        off_worker(&self.policy, args, Self::run)
+        match ToolContext::files_for(false, true) {
+            Some(files) => Box::pin(Self::run_through(self.policy.clone(), args, files)),
+            None => off_worker(&self.policy, args, Self::run),
+        }
     }
 }
 
@@ -221,15 +364,12 @@ impl FileEdit {
         Self { policy }
     }
 
-    fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Args {
-            path: PathBuf,
-            old_string: String,
-            new_string: String,
-        }
-        let a: Args = parse_args(args)?;
+    /// The arguments, the decision (read AND write) and the file's text on disk.
+    fn decide(
+        policy: &SecurityPolicy,
+        args: serde_json::Value,
+    ) -> Result<(EditArgs, Resolved, String), ToolError> {
+        let a: EditArgs = parse_args(args)?;
         require_act(policy, "file_edit")?;
         if a.old_string.is_empty() {
             return Err(ToolError::InvalidArguments(
@@ -241,6 +381,11 @@ impl FileEdit {
         let bytes = confined::read(&resolved, MAX_READ_BYTES).map_err(io_failed)?;
         let text = String::from_utf8(bytes)
             .map_err(|_| ToolError::Failed(format!("{}: not UTF-8 text", a.path.display())))?;
+        Ok((a, resolved, text))
+    }
+
+    /// `text` with the one occurrence replaced.
+    fn edit(a: &EditArgs, text: &str) -> Result<String, ToolError> {
         let matches = text.matches(&a.old_string).count();
         if matches != 1 {
             return Err(ToolError::Failed(format!(
@@ -254,11 +399,49 @@ impl FileEdit {
                 "the edited file would exceed {MAX_WRITE_BYTES} bytes"
             )));
         }
-        confined::write_atomic(&resolved, edited.as_bytes(), false).map_err(io_failed)?;
-        Ok(ToolOutput::json(
-            json!({"path": resolved.path, "replacements": 1}),
-        ))
+        Ok(edited)
     }
+
+    fn output(resolved: &Resolved) -> ToolOutput {
+        ToolOutput::json(json!({"path": resolved.path, "replacements": 1}))
+    }
+
+    fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+        let (a, resolved, text) = Self::decide(policy, args)?;
+        let edited = Self::edit(&a, &text)?;
+        confined::write_atomic(&resolved, edited.as_bytes(), false).map_err(io_failed)?;
+        Ok(Self::output(&resolved))
+    }
+
+    /// Through the turn's transport: the same decision and disk check, then the transport's
+    /// text is edited and written back through it.
+    async fn run_through(
+        policy: SecurityPolicy,
+        args: serde_json::Value,
+        files: Arc<dyn FileTransport>,
+    ) -> Result<ToolOutput, ToolError> {
+        let (a, resolved, disk) = blocking(move || Self::decide(&policy, args)).await?;
+        if !through(&resolved) {
+            let edited = Self::edit(&a, &disk)?;
+            return blocking(move || {
+                confined::write_atomic(&resolved, edited.as_bytes(), false).map_err(io_failed)?;
+                Ok(Self::output(&resolved))
+            })
+            .await;
+        }
+        let text = transport_read(&*files, &resolved.path).await?;
+        let edited = Self::edit(&a, &text)?;
+        transport_write(&*files, &resolved.path, &edited).await?;
+        Ok(Self::output(&resolved))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: PathBuf,
+    old_string: String,
+    new_string: String,
 }
 
 impl Tool for FileEdit {
@@ -277,6 +460,9 @@ impl Tool for FileEdit {
         RiskClass::Write
     }
     fn execute(&self, args: serde_json::Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
-        off_worker(&self.policy, args, Self::run)
+        match ToolContext::files_for(true, true) {
+            Some(files) => Box::pin(Self::run_through(self.policy.clone(), args, files)),
+            None => off_worker(&self.policy, args, Self::run),
+        }
     }
 }

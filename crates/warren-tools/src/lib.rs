@@ -3,6 +3,7 @@
 //! tool can never reach more than the agent it was built for (docs/architecture.md, "one seam
 //! per decision").
 
+mod context;
 mod files;
 mod git;
 mod memory;
@@ -10,6 +11,7 @@ mod registry;
 mod shell;
 mod tool;
 
+pub use context::{FileTransport, ToolContext};
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
 pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};
 pub use memory::{

@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, InitializeRequest, InitializeResponse, LoadSessionRequest,
-    NewSessionRequest, NewSessionResponse, PromptRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
-    SessionNotification, SessionUpdate, StopReason, ToolCallStatus,
+    CancelNotification, ClientCapabilities, ContentBlock, FileSystemCapabilities,
+    InitializeRequest, InitializeResponse, LoadSessionRequest, NewSessionRequest,
+    NewSessionResponse, PromptRequest, ReadTextFileRequest, ReadTextFileResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
+    SetSessionModeRequest, StopReason, ToolCallStatus, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent, Client};
 use serde_json::json;
@@ -74,6 +76,21 @@ struct Seen {
     /// never answer (the responder is kept, unanswered).
     answers: Vec<&'static str>,
     held: Vec<agent_client_protocol::v1::Responder<RequestPermissionResponse>>,
+    /// The editor's open buffers (unsaved text by path); a read of another path reads the disk.
+    buffers: std::collections::HashMap<PathBuf, String>,
+    /// Every `fs/read_text_file` path, in order.
+    fs_reads: Vec<PathBuf>,
+    /// Every `fs/write_text_file` (path, content), in order (kept in `buffers`, not saved).
+    fs_writes: Vec<(PathBuf, String)>,
+}
+
+/// What this test editor answers to `fs/read_text_file`: the open buffer, else the disk. It is
+/// no authority: it reads whatever path it is asked for.
+fn editor_read(seen: &Seen, path: &Path) -> Option<String> {
+    seen.buffers
+        .get(path)
+        .cloned()
+        .or_else(|| std::fs::read_to_string(path).ok())
 }
 
 impl Seen {
@@ -114,6 +131,7 @@ fn with_acp<T>(
     all.push("acp".into());
     all.extend(args.iter().map(|a| a.to_string()));
     let agent = AcpAgent::new(AcpAgentConfig::new(bin()).args(all));
+    let (on_read, on_write) = (Arc::clone(&seen), Arc::clone(&seen));
     let (on_update, on_ask) = (Arc::clone(&seen), seen);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -165,6 +183,30 @@ fn with_acp<T>(
                 },
                 agent_client_protocol::on_receive_request!(),
             )
+            .on_receive_request(
+                async move |request: ReadTextFileRequest, responder, _cx| {
+                    let mut s = on_read.lock().unwrap_or_else(|p| p.into_inner());
+                    s.fs_reads.push(request.path.clone());
+                    match editor_read(&s, &request.path) {
+                        Some(text) => responder.respond(ReadTextFileResponse::new(text)),
+                        None => responder.respond_with_error(
+                            agent_client_protocol::Error::invalid_params()
+                                .data(request.path.display().to_string()),
+                        ),
+                    }
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: WriteTextFileRequest, responder, _cx| {
+                    let mut s = on_write.lock().unwrap_or_else(|p| p.into_inner());
+                    s.fs_writes
+                        .push((request.path.clone(), request.content.clone()));
+                    s.buffers.insert(request.path, request.content);
+                    responder.respond(WriteTextFileResponse::new())
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
             .connect_with(agent, main),
     )
 }
@@ -173,6 +215,19 @@ async fn initialize(cx: &ConnectionTo<Agent>) -> Acp<InitializeResponse> {
     cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
         .block_task()
         .await
+}
+
+/// `initialize` from an editor that offers `fs/read_text_file` and `fs/write_text_file`.
+async fn initialize_with_files(cx: &ConnectionTo<Agent>) -> Acp<InitializeResponse> {
+    let fs = FileSystemCapabilities::new()
+        .read_text_file(true)
+        .write_text_file(true);
+    cx.send_request(
+        InitializeRequest::new(ProtocolVersion::V1)
+            .client_capabilities(ClientCapabilities::new().fs(fs)),
+    )
+    .block_task()
+    .await
 }
 
 async fn new_session(cx: &ConnectionTo<Agent>, cwd: &Path) -> Acp<NewSessionResponse> {
@@ -700,5 +755,291 @@ fn acp_next_to_a_running_daemon_is_served_by_the_daemon() -> R {
     daemon.signal("TERM")?;
     daemon.wait(Duration::from_secs(30))?;
     assert!(!socket.exists(), "the daemon left its ACP socket behind");
+    Ok(())
+}
+
+/// The status and text of the tool call `id` as the client last saw it.
+fn call_result(updates: &[SessionUpdate], id: &str) -> (Option<ToolCallStatus>, String) {
+    updates
+        .iter()
+        .rev()
+        .find_map(|u| match u {
+            SessionUpdate::ToolCallUpdate(t) if &*t.tool_call_id.0 == id => {
+                Some((t.fields.status, format!("{:?}", t.fields.content)))
+            }
+            _ => None,
+        })
+        .unwrap_or((None, String::new()))
+}
+
+fn boss_config(fake: &FakeOpenAi) -> String {
+    config(fake)
+        + "\n[agents.boss]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"boss\"\nruntime_profile = \"parallel\"\n\n[risk_profiles.boss]\nautonomy = \"full\"\n\n[runtime_profiles.parallel]\nparallel_tools = true\n"
+}
+
+#[test]
+fn acp_files_go_through_the_editor_only_after_the_policy_allowed_them_issue19() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&boss_config(&fake))?;
+    let ws = workspace(root.path(), "boss");
+    std::fs::create_dir_all(&ws)?;
+    let ws = std::fs::canonicalize(&ws)?;
+    std::fs::write(ws.join("notes.md"), "saved on disk\n")?;
+    // Outside the workspace and every grant, and a link in the workspace leading to it.
+    let beside = root
+        .path()
+        .parent()
+        .ok_or("the install root has no parent")?;
+    let outside = beside.join("outside.txt");
+    std::fs::write(&outside, "TOP-SECRET-7731 outside the workspace\n")?;
+    std::os::unix::fs::symlink(&outside, ws.join("escape.txt"))?;
+    let outside_new = beside.join("outside-new.txt");
+
+    // Round 1 (in parallel): an allowed read, a path outside, a link leading out.
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("r1", "file_read", json!({"path": "notes.md"})),
+            FakeCall::new("r2", "file_read", json!({"path": outside})),
+            FakeCall::new("r3", "file_read", json!({"path": "escape.txt"})),
+        ],
+    ));
+    // Round 2: an allowed write, a write outside, an edit of the unsaved buffer.
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new(
+                "w1",
+                "file_write",
+                json!({"path": "out.md", "content": "written by the agent\n"}),
+            ),
+            FakeCall::new(
+                "w2",
+                "file_write",
+                json!({"path": outside_new, "content": "escaped\n"}),
+            ),
+            FakeCall::new(
+                "w3",
+                "file_edit",
+                json!({"path": "notes.md", "old_string": "unsaved", "new_string": "edited"}),
+            ),
+        ],
+    ));
+    fake.push(FakeReply::text("Done."));
+
+    let mut editor = Seen::default();
+    editor
+        .buffers
+        .insert(ws.join("notes.md"), "unsaved in the editor\n".into());
+    let seen = Arc::new(Mutex::new(editor));
+    let id = with_acp(
+        root.path(),
+        &["-a", "boss"],
+        Arc::clone(&seen),
+        async |cx| {
+            initialize_with_files(&cx).await?;
+            let id = new_session(&cx, Path::new("/")).await?.session_id;
+            assert_eq!(
+                prompt(&cx, &id, "work on the notes").await?,
+                StopReason::EndTurn
+            );
+            Ok(id)
+        },
+    )?;
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    let updates = seen.updates_of(&id);
+
+    // The read saw the editor's unsaved buffer, not the disk.
+    let (status, content) = call_result(&updates, "r1");
+    assert_eq!(status, Some(ToolCallStatus::Completed), "{content}");
+    assert!(content.contains("unsaved in the editor"), "{content}");
+    // The refused paths were refused by the policy and never reached the editor, which would
+    // have answered them (it reads any path it is asked for).
+    assert!(editor_read(&seen, &outside).is_some_and(|t| t.contains("TOP-SECRET-7731")));
+    for refused in ["r2", "r3", "w2"] {
+        let (status, content) = call_result(&updates, refused);
+        assert_eq!(status, Some(ToolCallStatus::Failed), "{refused}: {content}");
+        assert!(
+            content.contains("permission denied"),
+            "{refused}: {content}"
+        );
+        assert!(!content.contains("TOP-SECRET-7731"), "{refused}: {content}");
+    }
+    assert_eq!(
+        seen.fs_reads,
+        vec![ws.join("notes.md"), ws.join("notes.md")],
+        "the editor was asked for exactly the allowed reads (file_read, then file_edit)"
+    );
+    // The writes arrived through the editor (its buffers), the disk is untouched. (The round's
+    // calls ran in parallel: compare in path order.)
+    let mut writes = seen.fs_writes.clone();
+    writes.sort();
+    assert_eq!(
+        writes,
+        vec![
+            (ws.join("notes.md"), "edited in the editor\n".to_string()),
+            (ws.join("out.md"), "written by the agent\n".to_string()),
+        ]
+    );
+    assert_eq!(
+        call_result(&updates, "w1").0,
+        Some(ToolCallStatus::Completed)
+    );
+    assert_eq!(
+        call_result(&updates, "w3").0,
+        Some(ToolCallStatus::Completed)
+    );
+    assert!(!ws.join("out.md").exists(), "the write bypassed the editor");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.md"))?,
+        "saved on disk\n"
+    );
+    assert!(!outside_new.exists());
+    Ok(())
+}
+
+#[test]
+fn acp_modes_lower_autonomy_and_never_raise_it_issue19() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&boss_config(&fake))?;
+    let mode_ids = |m: &Option<agent_client_protocol::v1::schema::SessionModeState>| {
+        m.as_ref().map(|m| {
+            (
+                m.current_mode_id.0.to_string(),
+                m.available_modes
+                    .iter()
+                    .map(|a| a.id.0.to_string())
+                    .collect::<Vec<_>>(),
+            )
+        })
+    };
+
+    // A supervised agent offers read_only and supervised; full is refused.
+    let refused = with_acp(root.path(), &[], Arc::default(), async |cx| {
+        initialize(&cx).await?;
+        let new = new_session(&cx, Path::new("/")).await?;
+        assert_eq!(
+            mode_ids(&new.modes),
+            Some((
+                "supervised".to_string(),
+                vec!["read_only".to_string(), "supervised".to_string()]
+            ))
+        );
+        cx.send_request(SetSessionModeRequest::new(new.session_id, "full"))
+            .block_task()
+            .await
+            .map(|_| ())
+    });
+    let e = refused
+        .err()
+        .ok_or("mode full was accepted above supervised")?;
+    assert!(e.to_string().contains("above agent 'main'"), "{e}");
+
+    // A full agent in mode supervised asks before a write; in read_only it refuses it.
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "s1",
+            "file_write",
+            json!({"path": "asked.md", "content": "asked\n"}),
+        )],
+    ));
+    fake.push(FakeReply::text("Wrote it."));
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "s2",
+            "file_write",
+            json!({"path": "refused.md", "content": "no\n"}),
+        )],
+    ));
+    fake.push(FakeReply::text("Could not."));
+    let seen = Arc::new(Mutex::new(Seen {
+        answers: vec!["allow"],
+        ..Seen::default()
+    }));
+    let s = Arc::clone(&seen);
+    let (id, asked_after_supervised, loaded) = with_acp(
+        root.path(),
+        &["-a", "boss"],
+        Arc::clone(&seen),
+        async |cx| {
+            initialize(&cx).await?;
+            let new = new_session(&cx, Path::new("/")).await?;
+            let id = new.session_id.clone();
+            assert_eq!(
+                mode_ids(&new.modes).map(|m| m.1),
+                Some(vec!["read_only".into(), "supervised".into(), "full".into()])
+            );
+            cx.send_request(SetSessionModeRequest::new(id.clone(), "supervised"))
+                .block_task()
+                .await?;
+            assert_eq!(prompt(&cx, &id, "write it").await?, StopReason::EndTurn);
+            let asked = s.lock().unwrap_or_else(|p| p.into_inner()).asked.len();
+            cx.send_request(SetSessionModeRequest::new(id.clone(), "read_only"))
+                .block_task()
+                .await?;
+            assert_eq!(prompt(&cx, &id, "write more").await?, StopReason::EndTurn);
+            let loaded = cx
+                .send_request(LoadSessionRequest::new(id.clone(), Path::new("/")))
+                .block_task()
+                .await?;
+            Ok((id, asked, mode_ids(&loaded.modes)))
+        },
+    )?;
+    let ws = workspace(root.path(), "boss");
+    assert_eq!(asked_after_supervised, 1, "supervised mode did not ask");
+    assert_eq!(std::fs::read_to_string(ws.join("asked.md"))?, "asked\n");
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(
+        seen.asked.len(),
+        1,
+        "read_only mode asked instead of refusing"
+    );
+    let (status, content) = call_result(&seen.updates_of(&id), "s2");
+    assert_eq!(status, Some(ToolCallStatus::Failed), "{content}");
+    assert!(content.contains("read_only"), "{content}");
+    assert!(!ws.join("refused.md").exists());
+    // The mode is stored with the session.
+    assert_eq!(loaded.map(|m| m.0), Some("read_only".to_string()));
+    Ok(())
+}
+
+#[test]
+fn acp_delete_through_a_daemon_is_refused_while_an_earlier_in_process_server_is_live_issue19() -> R
+{
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config_on_free_port(&config(&fake))?;
+    let install = InstallRoot::at(root.path());
+    let r = &root;
+    // `warren acp` starts in-process (no daemon yet), then a daemon starts beside it.
+    let daemon = with_acp(root.path(), &["-a", "other"], Arc::default(), async |cx| {
+        initialize(&cx).await?;
+        let io = agent_client_protocol::Error::into_internal_error;
+        let mut daemon =
+            warren_testkit::DaemonChild::spawn(r.warren(bin(), &["daemon"])).map_err(io)?;
+        daemon
+            .wait_for("warren daemon ready", Duration::from_secs(30))
+            .map_err(io)?;
+        let out = r
+            .run(bin(), &["agents", "delete", "other", "--yes"])
+            .map_err(io)?;
+        assert!(
+            !out.status.success(),
+            "the daemon deleted an agent an in-process ACP server serves"
+        );
+        assert!(text(&out).1.contains("live ACP"), "{}", text(&out).1);
+        Ok(daemon)
+    })?;
+    assert!(AcpLive::servers(&install, &alias("other"))?.is_empty());
+    // Once the editor closed, the daemon deletes it.
+    let out = root.run(bin(), &["agents", "delete", "other", "--yes"])?;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let mut daemon = daemon;
+    daemon.signal("TERM")?;
+    daemon.wait(Duration::from_secs(30))?;
     Ok(())
 }

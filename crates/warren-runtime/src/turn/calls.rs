@@ -21,8 +21,15 @@ use crate::history;
 
 impl AgentRunner {
     /// What this call needs: the policy's autonomy, `always_ask` and `approve_own_writes`.
+    /// A turn whose context caps the autonomy (an ACP session's mode) never runs above it.
     fn requirement(&self, call: &ToolCall, risk: RiskClass) -> Requirement {
-        requirement_for(self.kit.policy(), &call.name, risk, &call.arguments)
+        let needed = requirement_for(self.kit.policy(), &call.name, risk, &call.arguments);
+        match warren_tools::ToolContext::current().autonomy_cap {
+            Some(cap) if cap < self.kit.policy().autonomy() => {
+                crate::approval::capped(needed, cap, &call.name, risk)
+            }
+            _ => needed,
+        }
     }
 
     /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
@@ -92,7 +99,11 @@ impl AgentRunner {
                     let tool = Arc::clone(tool);
                     let args = call.arguments.clone();
                     let cancel = cancel.clone();
-                    set.spawn(async move { (i, race(tool.execute(args), &cancel).await) });
+                    // The turn's tool context (an editor's files) goes with the call's task.
+                    let context = warren_tools::ToolContext::current();
+                    set.spawn(context.scope(async move {
+                        (i, race(tool.execute(args), &cancel).await)
+                    }));
                 }
             }
             while let Some(joined) = set.join_next().await {
