@@ -705,15 +705,28 @@ fn acp_next_to_a_running_daemon_is_served_by_the_daemon() -> R {
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket)?.permissions());
     assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
 
+    // The daemon-served turn reads through the editor too.
+    let ws = workspace(root.path(), "main");
+    std::fs::create_dir_all(&ws)?;
+    let ws = std::fs::canonicalize(&ws)?;
+    std::fs::write(ws.join("todo.md"), "on disk\n")?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new("d1", "file_read", json!({"path": "todo.md"}))],
+    ));
     fake.push(FakeReply::text("Served by the daemon."));
     fake.push(FakeReply::text("Served after the reload."));
-    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut editor = Seen::default();
+    editor
+        .buffers
+        .insert(ws.join("todo.md"), "unsaved todo in the editor\n".into());
+    let seen = Arc::new(Mutex::new(editor));
     let s = Arc::clone(&seen);
     let install = InstallRoot::at(root.path());
     let daemon = Arc::new(Mutex::new(daemon));
     let d = Arc::clone(&daemon);
     let id = with_acp(root.path(), &[], Arc::clone(&seen), async |cx| {
-        initialize(&cx).await?;
+        initialize_with_files(&cx).await?;
         let id = new_session(&cx, Path::new("/")).await?.session_id;
         assert_eq!(prompt(&cx, &id, "hello daemon").await?, StopReason::EndTurn);
         wait_for(&s, |s| {
@@ -742,6 +755,13 @@ fn acp_next_to_a_running_daemon_is_served_by_the_daemon() -> R {
         assert_eq!(live.len(), 1);
         Ok(id)
     })?;
+    {
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(seen.fs_reads, vec![ws.join("todo.md")]);
+        let (status, content) = call_result(&seen.updates_of(&id), "d1");
+        assert_eq!(status, Some(ToolCallStatus::Completed), "{content}");
+        assert!(content.contains("unsaved todo in the editor"), "{content}");
+    }
     // The turn ran in the daemon: its trace names the ACP session.
     let out = root.run(bin(), &["logs", "--json"])?;
     assert!(text(&out).0.contains(&*id.0), "{}", text(&out).0);
