@@ -43,6 +43,8 @@ autonomy = "supervised"        # read_only | supervised | full
 approve_own_writes = true
 # always_ask = []              # tools that ask at every level ("*" = all)
 # approval_timeout_secs = 120
+# max_cost_per_day_usd = 5.0   # each call's worst case is reserved first: one that could cross it is refused
+# max_tokens_per_day = 2000000 # unset: only models without a rate count, up to 2,000,000 tokens a day
 
 # [runtime_profiles.careful]
 # single_tool_rounds = false
@@ -55,6 +57,18 @@ approve_own_writes = true
 
 # [gateway.openai]
 # enabled = false              # OpenAI-compatible /v1/models and /v1/chat/completions
+
+[cost]
+# enabled = true               # false: nothing is written to data/state/costs.jsonl; limits still hold
+# daily_limit_usd = 10.0       # no default: each agent has its risk profile's max_cost_per_day_usd
+# monthly_limit_usd = 100.0    # no default
+# warn_at_percent = 80
+# Built-in prices (USD per million tokens; list prices as of 2025-11-24, shown by `warren costs`)
+# cover common OpenAI and Anthropic models. Override one, or price another model:
+# [cost.rates."gpt-4o-mini"]
+# input_per_mtok = 0.15
+# output_per_mtok = 0.60
+# max_output_tokens = 16384    # the most one response can have: reserved before each call
 
 [log]
 # persistence = "rolling"      # rolling | full | none
@@ -96,12 +110,22 @@ pub fn starter_config(provider: &StarterProvider) -> String {
             format!("[providers.ollama]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nparallel_call_control = false\n", base_url.trim_end_matches('/').trim_end_matches("/v1")),
         ),
     };
-    STARTER_CONFIG
+    let text = STARTER_CONFIG
         .replace(
             "# provider = \"openai\"          # a name from [providers.*]\n# model = \"gpt-4o-mini\"",
             agent,
         )
-        .replace("# [providers.openai]\n", &format!("{block}\n# [providers.openai]\n"))
+        .replace("# [providers.openai]\n", &format!("{block}\n# [providers.openai]\n"));
+    if *provider == StarterProvider::Demo {
+        // The offline demo costs nothing; priced like gpt-4o-mini so that `warren costs` and
+        // the limits show what the same conversation would cost.
+        text.replace(
+            "\n[log]\n",
+            "[cost.rates.demo]              # the offline demo, priced like gpt-4o-mini\ninput_per_mtok = 0.15\noutput_per_mtok = 0.60\n\n[log]\n",
+        )
+    } else {
+        text
+    }
 }
 
 /// What `init` did.
@@ -184,7 +208,26 @@ mod starter_tests {
             let starter = config.risk_profile_of(&config.agents["main"]);
             assert!(starter.approve_own_writes, "{p:?}");
             assert_eq!(starter.autonomy, crate::schema::Autonomy::Supervised);
+            // Issue 16 §4: the cost limits have a price to work with (a local Ollama model is
+            // unpriced: its tokens count against the daily token allowance instead).
+            let model = config.agents["main"].model.clone().unwrap_or_default();
+            let rate = config.cost.rate_for(&model);
+            if matches!(p, StarterProvider::Ollama { .. }) {
+                assert_eq!(rate, None, "{model}");
+            } else {
+                assert!(
+                    rate.is_some_and(|r| r.input_per_mtok > 0.0 && r.output_per_mtok > 0.0),
+                    "{p:?}: {model} has no nonzero rate"
+                );
+            }
+            assert!(config.cost.enabled && starter.max_cost_per_day_usd > 0.0);
+            assert!(crate::schema::rates::validate(&config).is_empty(), "{p:?}");
         }
+        // The built-in price table's date is the one the starter's comment shows.
+        assert!(
+            STARTER_CONFIG.contains(&format!("as of {}", crate::schema::rates::RATES_AS_OF)),
+            "the starter names the rates' date"
+        );
         let demo: serde_json::Value = serde_json::from_str(DEMO_SCRIPT).unwrap_or_default();
         assert!(demo["turns"].is_array(), "the bundled script is JSON");
     }

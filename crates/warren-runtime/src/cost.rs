@@ -1,9 +1,21 @@
 //! The cost ledger (STATE-14): [`CostTracker`] prices each provider request with the per-model
-//! rates of `[cost.rates.<model>]`, appends a record to `data/state/costs.jsonl` (time, agent,
-//! session, provider, model, tokens in/out, cost and the rate used) and ENFORCES per-agent
-//! limits before a provider call: the daily limit is the smaller of `[cost] daily_limit_usd`
-//! and the agent's risk profile `max_cost_per_day_usd`; the monthly one is
-//! `[cost] monthly_limit_usd`. A rejected request (LOOP-6) is recorded like any other.
+//! rates of `[cost.rates.<model>]` over the built-in table (`warren_config::schema::rates`,
+//! dated), appends a record to `data/state/costs.jsonl` (time, agent, session, provider, model,
+//! tokens in/out, cost and the rate used) and ENFORCES per-agent limits before a provider
+//! call: the daily limit is the smaller of `[cost] daily_limit_usd` and the agent's risk
+//! profile `max_cost_per_day_usd`; the monthly one is `[cost] monthly_limit_usd`; the daily
+//! token limit is the profile's `max_tokens_per_day` (every request) or, unset, the default
+//! allowance of requests to models without a rate. A rejected request (LOOP-6) is recorded
+//! like any other.
+//!
+//! Reservation (issue 16 §4): before each call [`CostTracker::reserve`] estimates its worst
+//! case (the prompt's tokens, estimated from its text, plus the most output tokens the model
+//! can return, at the model's rates) and refuses the call when that could cross a limit; the
+//! reservation is held in the tracker until the call's actual usage is recorded, so two
+//! concurrent turns of one agent in this process cannot both pass on the same headroom.
+//!
+//! `[cost] enabled = false` stops writing the ledger only: the limits still hold, with the
+//! process's own spend counted in memory (plus whatever the ledger already holds).
 //!
 //! Reload swaps rates with [`CostTracker::set_rates`]; old records keep the price they were
 //! written with (the rate is stored in each record).
@@ -25,8 +37,10 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;
 use time::{Date, OffsetDateTime};
+use warren_config::schema::rates::{UNKNOWN_MAX_OUTPUT_TOKENS, UNPRICED_TOKENS_PER_DAY};
 use warren_config::schema::{CostConfig, ModelRate};
 use warren_core::Usage;
+use warren_providers::ChatRequest;
 
 use crate::appendfile::AppendFile;
 
@@ -35,6 +49,7 @@ use crate::appendfile::AppendFile;
 pub struct CostRecord {
     #[serde(with = "time::serde::rfc3339")]
     pub time: OffsetDateTime,
+    /// Validated when the ledger line is read (a line naming no valid alias is skipped).
     pub agent: String,
     pub session: Option<String>,
     pub provider: String,
@@ -51,15 +66,23 @@ pub struct CostRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CostError {
-    #[error(
-        "agent '{agent}' reached its {period} cost limit (${spent:.4} of ${limit:.4}); the provider was not called (raise [cost] {key} or wait)"
-    )]
+    /// A call refused before the provider was called: a limit is reached, or the call's
+    /// worst case could cross it.
+    #[error("{}", limit_message(.agent, .period, .tokens, .spent, .held, .estimate, .limit, .context))]
     LimitReached {
         agent: String,
+        /// `daily` or `monthly`.
         period: &'static str,
+        /// A token limit (amounts in tokens) rather than a cost limit (amounts in USD).
+        tokens: bool,
+        /// Used this day/month, by the ledger (and this process's unrecorded spend).
         spent: f64,
+        /// Reserved by this agent's calls in flight.
+        held: f64,
+        /// This call's worst case (0 when the limit is simply reached).
+        estimate: f64,
         limit: f64,
-        key: &'static str,
+        context: Box<LimitContext>,
     },
     #[error("cost ledger {}: {source}", path.display())]
     Io {
@@ -68,12 +91,216 @@ pub enum CostError {
     },
 }
 
+/// The words of a refusal besides its figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitContext {
+    /// How the estimate was made.
+    pub detail: String,
+    /// When the period ends (RFC 3339, UTC).
+    pub resets_at: String,
+    /// The setting that raises the limit.
+    pub key: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn limit_message(
+    agent: &str,
+    period: &str,
+    tokens: &bool,
+    spent: &f64,
+    held: &f64,
+    estimate: &f64,
+    limit: &f64,
+    context: &LimitContext,
+) -> String {
+    let LimitContext {
+        detail,
+        resets_at,
+        key,
+    } = context;
+    let (tokens, spent, held, estimate, limit) = (*tokens, *spent, *held, *estimate, *limit);
+    let amount = |v: f64| {
+        if tokens {
+            format!("{v:.0} tokens")
+        } else {
+            format!("${v:.4}")
+        }
+    };
+    let what = if tokens { "token" } else { "cost" };
+    let when = if period == "daily" {
+        "today"
+    } else {
+        "this month"
+    };
+    let in_flight = if held > 0.0 {
+        format!(", {} held by calls in flight", amount(held))
+    } else {
+        String::new()
+    };
+    let used = format!("{} used {when}{in_flight}", amount(spent));
+    let head = if estimate <= 0.0 || spent + held >= limit {
+        format!(
+            "agent '{agent}' reached its {period} {what} limit of {} ({used})",
+            amount(limit)
+        )
+    } else {
+        format!(
+            "agent '{agent}': this call could {} ({detail}), which would cross its {period} {what} limit of {} ({used})",
+            if tokens {
+                format!("use up to {}", amount(estimate))
+            } else {
+                format!("cost up to {}", amount(estimate))
+            },
+            amount(limit)
+        )
+    };
+    format!(
+        "{head}; the provider was not called. The limit resets at {resets_at}; to allow more, raise {key}"
+    )
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Spent {
     day: Option<Date>,
     today: f64,
     month: Option<(i32, u8)>,
     this_month: f64,
+    /// Tokens (in + out) of every request today, and of requests to models without a rate.
+    tokens_today: u64,
+    unpriced_today: u64,
+}
+
+/// One request's (or reservation's) amounts.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Amount {
+    usd: f64,
+    tokens: u64,
+    /// Tokens of a request to a model without a rate.
+    unpriced: u64,
+}
+
+impl Amount {
+    fn of(record: &CostRecord) -> Self {
+        let tokens = record.input_tokens + record.output_tokens;
+        Self {
+            usd: record.cost_usd,
+            tokens,
+            unpriced: if record.rate.is_none() { tokens } else { 0 },
+        }
+    }
+
+    fn plus(self, o: Self) -> Self {
+        Self {
+            usd: self.usd + o.usd,
+            tokens: self.tokens.saturating_add(o.tokens),
+            unpriced: self.unpriced.saturating_add(o.unpriced),
+        }
+    }
+
+    fn minus(self, o: Self) -> Self {
+        Self {
+            usd: (self.usd - o.usd).max(0.0),
+            tokens: self.tokens.saturating_sub(o.tokens),
+            unpriced: self.unpriced.saturating_sub(o.unpriced),
+        }
+    }
+}
+
+/// The limits of one agent read from its `SecurityPolicy` (the `[cost]` section's own limits
+/// are the tracker's).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AgentCaps {
+    /// The risk profile's `max_cost_per_day_usd`.
+    pub max_cost_per_day_usd: Option<f64>,
+    /// The risk profile's `max_tokens_per_day` (`None`: only unpriced models count, against
+    /// the default allowance).
+    pub max_tokens_per_day: Option<u64>,
+}
+
+/// The size of one request before it is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Estimate {
+    /// Estimated from the text of the messages and tool definitions.
+    pub prompt_tokens: u64,
+    /// The request's `max_tokens`, if it sets one.
+    pub max_tokens: Option<u32>,
+}
+
+/// A conservative token estimate of `request`'s prompt: a token per 3 bytes of text (English
+/// averages about 4; code and JSON are denser) plus a few per message and tool. No tokenizer
+/// is used: the provider's count replaces this after the call.
+pub fn estimate(request: &ChatRequest) -> Estimate {
+    let mut bytes = 0usize;
+    for m in &request.messages {
+        bytes += 16 + m.content.len();
+        for c in &m.tool_calls {
+            bytes += c.id.len() + c.name.len() + json_len(&c.arguments);
+        }
+    }
+    for t in request.tools.iter() {
+        bytes += 32 + t.name.len() + t.description.len() + json_len(&t.parameters);
+    }
+    Estimate {
+        prompt_tokens: (bytes as u64).div_ceil(3),
+        max_tokens: request.max_tokens,
+    }
+}
+
+/// About the length of `v` as JSON text, without writing it.
+fn json_len(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| json_len(x) + 1).sum::<usize>(),
+        Value::Object(o) => {
+            2 + o
+                .iter()
+                .map(|(k, x)| k.len() + 4 + json_len(x))
+                .sum::<usize>()
+        }
+    }
+}
+
+/// A call's worst case, held in the tracker from [`CostTracker::reserve`] until dropped (after
+/// the call's usage is recorded, or when the call failed or was cancelled).
+pub struct Reservation<'t> {
+    tracker: &'t CostTracker,
+    agent: String,
+    amount: Amount,
+}
+
+impl std::fmt::Debug for Reservation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("agent", &self.agent)
+            .field("amount", &self.amount)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reservation<'_> {
+    /// The USD held (0 for an unpriced model).
+    pub fn usd(&self) -> f64 {
+        self.amount.usd
+    }
+    /// The tokens held.
+    pub fn tokens(&self) -> u64 {
+        self.amount.tokens
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut held = self.tracker.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = held.get_mut(&self.agent) {
+            *h = h.minus(self.amount);
+            if h.tokens == 0 && h.usd <= 0.0 {
+                held.remove(&self.agent);
+            }
+        }
+    }
 }
 
 /// Prices, records and limits provider usage.
@@ -91,6 +318,10 @@ pub struct CostTracker {
     /// The day each agent was last warned (one warning per agent and day).
     warned: Mutex<BTreeMap<String, Date>>,
     totals: Mutex<Totals>,
+    /// Each agent's reservations of calls in flight ([`Reservation`]).
+    held: Mutex<BTreeMap<String, Amount>>,
+    /// Spend this process priced but did not write (`enabled = false`): still limited.
+    unrecorded: Mutex<BTreeMap<String, Spent>>,
 }
 
 /// Per-agent spending, and how far into the ledger it has been read.
@@ -115,6 +346,8 @@ impl CostTracker {
             warn_at_percent: std::sync::atomic::AtomicU8::new(config.warn_at_percent),
             warned: Mutex::new(BTreeMap::new()),
             totals: Mutex::new(Totals::default()),
+            held: Mutex::new(BTreeMap::new()),
+            unrecorded: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -147,10 +380,11 @@ impl CostTracker {
         let now = OffsetDateTime::now_utc();
         for line in tail[..complete].split(|b| *b == b'\n') {
             if let Ok(r) = serde_json::from_slice::<CostRecord>(line) {
+                let amount = Amount::of(&r);
                 add(
                     totals.spent.entry(r.agent).or_default(),
                     r.time,
-                    r.cost_usd,
+                    amount,
                     now,
                 );
             }
@@ -183,7 +417,7 @@ impl CostTracker {
         let percent = self
             .warn_at_percent
             .load(std::sync::atomic::Ordering::Relaxed);
-        if !self.enabled() || percent == 0 || just_spent <= 0.0 {
+        if percent == 0 || just_spent <= 0.0 {
             return None;
         }
         let (daily_limit, _) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
@@ -205,7 +439,8 @@ impl CostTracker {
         ))
     }
 
-    /// What `agent` has spent, rolled over to now (today and this month), and now.
+    /// What `agent` has spent, rolled over to now (today and this month), and now: the
+    /// ledger's records plus this process's unrecorded spend.
     fn spent_now(&self, agent: &str) -> (Spent, OffsetDateTime) {
         self.catch_up();
         let now = OffsetDateTime::now_utc();
@@ -217,48 +452,196 @@ impl CostTracker {
             .get(agent)
             .copied()
             .unwrap_or_default();
-        add(&mut spent, now, 0.0, now);
+        add(&mut spent, now, Amount::default(), now);
+        if let Some(mut u) = self
+            .unrecorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(agent)
+            .copied()
+        {
+            add(&mut u, now, Amount::default(), now);
+            spent.today += u.today;
+            spent.this_month += u.this_month;
+            spent.tokens_today += u.tokens_today;
+            spent.unpriced_today += u.unpriced_today;
+        }
         (spent, now)
     }
 
-    /// The rate of `model`, if configured.
+    /// The rate of `model`: `[cost.rates]`, else the built-in table (`None` = unpriced).
     pub fn rate(&self, model: &str) -> Option<ModelRate> {
-        self.rates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(model)
-            .cloned()
+        warren_config::schema::rates::lookup(
+            &self.rates.lock().unwrap_or_else(|p| p.into_inner()),
+            model,
+        )
     }
 
-    /// Refuses when `agent` has reached a limit (checked BEFORE each provider call).
-    /// `agent_daily_limit` is the agent's risk profile `max_cost_per_day_usd`.
+    /// Refuses when `agent` has reached a cost limit. `agent_daily_limit` is the agent's risk
+    /// profile `max_cost_per_day_usd`. Provider calls go through [`CostTracker::reserve`].
     pub fn check(&self, agent: &str, agent_daily_limit: Option<f64>) -> Result<(), CostError> {
-        if !self.enabled() {
-            return Ok(());
-        }
+        let caps = AgentCaps {
+            max_cost_per_day_usd: agent_daily_limit,
+            max_tokens_per_day: None,
+        };
+        let (s, now) = self.spent_now(agent);
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(agent)
+            .copied()
+            .unwrap_or_default();
+        self.admit(agent, caps, &s, held, Amount::default(), true, now, "")
+    }
+
+    /// Reserves the worst case of a call of `agent` to `model`, or refuses it (BEFORE the
+    /// provider is called) when that could cross a limit. `caps` are the agent's limits from
+    /// its policy. Drop the reservation after recording the call's usage.
+    pub fn reserve(
+        &self,
+        agent: &str,
+        caps: AgentCaps,
+        model: &str,
+        estimate: Estimate,
+    ) -> Result<Reservation<'_>, CostError> {
+        let rate = self.rate(model);
+        let output = estimate
+            .max_tokens
+            .or(rate.as_ref().and_then(|r| r.max_output_tokens))
+            .unwrap_or(UNKNOWN_MAX_OUTPUT_TOKENS);
+        let tokens = estimate.prompt_tokens + u64::from(output);
+        let want = Amount {
+            usd: rate.as_ref().map_or(0.0, |r| {
+                (estimate.prompt_tokens as f64 * r.input_per_mtok
+                    + f64::from(output) * r.output_per_mtok)
+                    / 1_000_000.0
+            }),
+            tokens,
+            unpriced: if rate.is_none() { tokens } else { 0 },
+        };
+        let detail = format!(
+            "~{} prompt + {output} output tokens{}",
+            estimate.prompt_tokens,
+            if rate.is_some() {
+                format!(" at {model}'s rate")
+            } else {
+                format!(" of '{model}', which has no rate")
+            }
+        );
+        // Held across the check and the hold: a concurrent turn of the agent sees this one.
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, now) = self.spent_now(agent);
+        let already = held.get(agent).copied().unwrap_or_default();
+        self.admit(agent, caps, &s, already, want, rate.is_some(), now, &detail)?;
+        let h = held.entry(agent.to_string()).or_default();
+        *h = h.plus(want);
+        Ok(Reservation {
+            tracker: self,
+            agent: agent.to_string(),
+            amount: want,
+        })
+    }
+
+    /// Refuses `want` when `spent` + `held` + `want` would cross a limit of `agent`.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        agent: &str,
+        caps: AgentCaps,
+        s: &Spent,
+        held: Amount,
+        want: Amount,
+        priced: bool,
+        now: OffsetDateTime,
+        detail: &str,
+    ) -> Result<(), CostError> {
         let (daily_limit, monthly_limit) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
-        let (s, _) = self.spent_now(agent);
-        if let Some(limit) = daily(daily_limit, agent_daily_limit)
-            && s.today >= limit
-        {
-            return Err(CostError::LimitReached {
-                agent: agent.to_string(),
-                period: "daily",
-                spent: s.today,
+        let tomorrow = now.date().next_day().map(|d| d.midnight().assume_utc());
+        let next_month = {
+            let (y, m) = match now.month() {
+                time::Month::December => (now.year() + 1, time::Month::January),
+                m => (now.year(), m.next()),
+            };
+            Date::from_calendar_date(y, m, 1)
+                .ok()
+                .map(|d| d.midnight().assume_utc())
+        };
+        let at = |t: Option<OffsetDateTime>| t.map(format_time).unwrap_or_default();
+        let refuse = |period, tokens, spent: f64, held: f64, estimate: f64, limit, key: String| {
+            if spent + held >= limit || spent + held + estimate > limit {
+                Err(CostError::LimitReached {
+                    agent: agent.to_string(),
+                    period,
+                    tokens,
+                    spent,
+                    held,
+                    estimate,
+                    limit,
+                    context: Box::new(LimitContext {
+                        detail: detail.to_string(),
+                        resets_at: at(if period == "daily" {
+                            tomorrow
+                        } else {
+                            next_month
+                        }),
+                        key,
+                    }),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(limit) = daily(daily_limit, caps.max_cost_per_day_usd) {
+            let key =
+                if daily_limit.is_some_and(|g| caps.max_cost_per_day_usd.is_none_or(|a| g <= a)) {
+                    "[cost] daily_limit_usd"
+                } else {
+                    "the risk profile's max_cost_per_day_usd"
+                };
+            refuse(
+                "daily",
+                false,
+                s.today,
+                held.usd,
+                want.usd,
                 limit,
-                key: "daily_limit_usd (or the risk profile's max_cost_per_day_usd)",
-            });
+                key.to_string(),
+            )?;
         }
-        if let Some(limit) = monthly_limit
-            && s.this_month >= limit
-        {
-            return Err(CostError::LimitReached {
-                agent: agent.to_string(),
-                period: "monthly",
-                spent: s.this_month,
+        if let Some(limit) = monthly_limit {
+            refuse(
+                "monthly",
+                false,
+                s.this_month,
+                held.usd,
+                want.usd,
                 limit,
-                key: "monthly_limit_usd",
-            });
+                "[cost] monthly_limit_usd".to_string(),
+            )?;
+        }
+        if let Some(limit) = caps.max_tokens_per_day {
+            refuse(
+                "daily",
+                true,
+                s.tokens_today as f64,
+                held.tokens as f64,
+                want.tokens as f64,
+                limit as f64,
+                "the risk profile's max_tokens_per_day".to_string(),
+            )?;
+        } else if !priced {
+            refuse(
+                "daily",
+                true,
+                s.unpriced_today as f64,
+                held.unpriced as f64,
+                want.unpriced as f64,
+                UNPRICED_TOKENS_PER_DAY as f64,
+                format!(
+                    "the risk profile's max_tokens_per_day (unset: {UNPRICED_TOKENS_PER_DAY} tokens a day of models without a rate), or give the model a rate in [cost.rates]"
+                ),
+            )?;
         }
         Ok(())
     }
@@ -294,6 +677,14 @@ impl CostTracker {
         };
         if self.enabled() {
             self.append(&record)?;
+        } else {
+            let mut unrecorded = self.unrecorded.lock().unwrap_or_else(|p| p.into_inner());
+            add(
+                unrecorded.entry(agent.to_string()).or_default(),
+                now,
+                Amount::of(&record),
+                now,
+            );
         }
         Ok(record)
     }
@@ -333,9 +724,9 @@ impl CostTracker {
         {
             let now = OffsetDateTime::now_utc();
             add(
-                totals.spent.entry(record.agent.clone()).or_default(),
+                totals.spent.entry(record.agent.to_string()).or_default(),
                 record.time,
-                record.cost_usd,
+                Amount::of(record),
                 now,
             );
             totals.offset = after;
@@ -419,21 +810,25 @@ fn daily(global: Option<f64>, agent: Option<f64>) -> Option<f64> {
     }
 }
 
-fn add(s: &mut Spent, time: OffsetDateTime, cost: f64, now: OffsetDateTime) {
+fn add(s: &mut Spent, time: OffsetDateTime, amount: Amount, now: OffsetDateTime) {
     let (day, month) = (now.date(), (now.year(), u8::from(now.month())));
     if s.day != Some(day) {
         s.day = Some(day);
         s.today = 0.0;
+        s.tokens_today = 0;
+        s.unpriced_today = 0;
     }
     if s.month != Some(month) {
         s.month = Some(month);
         s.this_month = 0.0;
     }
     if time.date() == day {
-        s.today += cost;
+        s.today += amount.usd;
+        s.tokens_today = s.tokens_today.saturating_add(amount.tokens);
+        s.unpriced_today = s.unpriced_today.saturating_add(amount.unpriced);
     }
     if (time.year(), u8::from(time.month())) == month {
-        s.this_month += cost;
+        s.this_month += amount.usd;
     }
 }
 
@@ -497,6 +892,7 @@ mod tests {
             ModelRate {
                 input_per_mtok: 1_000_000.0,
                 output_per_mtok: 0.0,
+                max_output_tokens: None,
             },
         );
         c
@@ -512,13 +908,14 @@ mod tests {
             ModelRate {
                 input_per_mtok: 10_000.0,
                 output_per_mtok: 0.0,
+                max_output_tokens: None,
             },
         );
         let t = CostTracker::open(dir.path().join("costs.jsonl"), &c);
         let spend = |tokens: u64| {
             let r = t
                 .record(
-                    "a",
+                    &al("a"),
                     None,
                     "p",
                     "cent",
@@ -569,8 +966,8 @@ mod tests {
         off.enabled = false;
         t.apply(&off);
         assert!(
-            !t.enabled() && t.check("a", None).is_ok(),
-            "disabled: no limit"
+            !t.enabled() && t.check("a", None).is_err(),
+            "disabled: the ledger is not written, the limit still holds"
         );
     }
 
@@ -637,6 +1034,7 @@ mod tests {
             ModelRate {
                 input_per_mtok: 400_000.0, // one token: $0.40
                 output_per_mtok: 0.0,
+                max_output_tokens: None,
             },
         );
         let daemon = CostTracker::open(path.clone(), &rates);
@@ -699,7 +1097,10 @@ mod tests {
         std::fs::rename(dir.path().join("new"), &path).unwrap_or_else(|e| panic!("{e}"));
         drop(held);
         assert!(appender.join().unwrap_or(false));
-        let agents: Vec<String> = read_ledger(&path).into_iter().map(|r| r.agent).collect();
+        let agents: Vec<String> = read_ledger(&path)
+            .into_iter()
+            .map(|r| r.agent)
+            .collect();
         assert_eq!(agents, ["b", "other"]);
     }
 
@@ -720,6 +1121,7 @@ mod tests {
             ModelRate {
                 input_per_mtok: 500_000.0,
                 output_per_mtok: 0.0,
+                max_output_tokens: None,
             },
         );
         t.apply(&reloaded);
@@ -727,5 +1129,197 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let costs: Vec<f64> = read_ledger(&path).iter().map(|r| r.cost_usd).collect();
         assert_eq!(costs, vec![2.0, 1.0]);
+    }
+
+    fn usage(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+        }
+    }
+
+    /// `m` at $1 per million tokens in and out, at most 1,000 output tokens a response.
+    fn dollar_config(daily: Option<f64>) -> CostConfig {
+        let mut c = config(daily);
+        c.rates.insert(
+            "m".into(),
+            ModelRate {
+                input_per_mtok: 1.0,
+                output_per_mtok: 1.0,
+                max_output_tokens: Some(1_000),
+            },
+        );
+        c
+    }
+
+    fn prompt(tokens: u64) -> Estimate {
+        Estimate {
+            prompt_tokens: tokens,
+            max_tokens: None,
+        }
+    }
+
+    fn caps(cost: f64) -> AgentCaps {
+        AgentCaps {
+            max_cost_per_day_usd: Some(cost),
+            max_tokens_per_day: None,
+        }
+    }
+
+    /// Issue 16 §4: a call whose worst case (prompt + the model's most output, at its rate)
+    /// could cross the daily cap is refused before it is made, naming the cap, the key and
+    /// when it resets; the actual usage then replaces the reservation.
+    #[test]
+    fn a_call_that_could_cross_the_daily_cap_is_refused_before_it_is_made_issue16() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let t = CostTracker::open(dir.path().join("costs.jsonl"), &dollar_config(None));
+        // $0.01 a day: 9,000 prompt + 1,000 output tokens = $0.01 fits exactly...
+        let r = t
+            .reserve("a", caps(0.01), "m", prompt(9_000))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!((r.usd() - 0.01).abs() < 1e-12);
+        // ...and holds the whole headroom while the call is in flight: a concurrent turn of
+        // the same agent cannot pass on it.
+        let second = t.reserve("a", caps(0.01), "m", prompt(1));
+        assert!(
+            matches!(&second, Err(CostError::LimitReached { held, .. }) if (held - 0.01).abs() < 1e-12),
+            "{second:?}"
+        );
+        assert!(
+            t.reserve("b", caps(0.01), "m", prompt(1)).is_ok(),
+            "per agent"
+        );
+        // The call used far less than its worst case: the record replaces the reservation.
+        t.record("a", None, "p", "m", usage(1_000, 10), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(r);
+        t.reserve("a", caps(0.01), "m", prompt(5_000))
+            .unwrap_or_else(|e| panic!("after the record: {e}"));
+        // $0.00101 spent; 8,000 + 1,000 tokens more would make $0.01001 > $0.01.
+        let err = t
+            .reserve("a", caps(0.01), "m", prompt(8_000))
+            .expect_err("the worst case crosses the cap");
+        let msg = err.to_string();
+        for part in [
+            "agent 'a'",
+            "could cost up to $0.0090",
+            "daily cost limit of $0.0100",
+            "~8000 prompt + 1000 output tokens at m's rate",
+            "the provider was not called",
+            "resets at ",
+            "T00:00:00Z",
+            "max_cost_per_day_usd",
+        ] {
+            assert!(msg.contains(part), "{part:?} in {msg}");
+        }
+        // The global cap, when lower, is the one named.
+        let mut global = dollar_config(Some(0.005));
+        global.warn_at_percent = 0;
+        t.apply(&global);
+        let msg = t
+            .reserve("a", caps(0.01), "m", prompt(8_000))
+            .expect_err("over the global cap")
+            .to_string();
+        assert!(msg.contains("[cost] daily_limit_usd"), "{msg}");
+    }
+
+    #[test]
+    fn the_monthly_cap_resets_on_the_first_of_next_month_issue16() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = dollar_config(None);
+        c.monthly_limit_usd = Some(0.0001);
+        let t = CostTracker::open(dir.path().join("costs.jsonl"), &c);
+        let msg = t
+            .reserve("a", caps(5.0), "m", prompt(10))
+            .expect_err("over the monthly cap")
+            .to_string();
+        let now = OffsetDateTime::now_utc();
+        let (y, m) = if now.month() == time::Month::December {
+            (now.year() + 1, 1)
+        } else {
+            (now.year(), u8::from(now.month()) + 1)
+        };
+        assert!(msg.contains("monthly cost limit"), "{msg}");
+        assert!(
+            msg.contains(&format!("resets at {y}-{m:02}-01T00:00:00Z")),
+            "{msg}"
+        );
+        assert!(msg.contains("[cost] monthly_limit_usd"), "{msg}");
+    }
+
+    /// `[cost] enabled = false` writes no ledger, but the spend is counted in memory and the
+    /// limits still refuse.
+    #[test]
+    fn disabled_recording_still_enforces_the_daily_cap_issue16() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("costs.jsonl");
+        let mut c = dollar_config(None);
+        c.enabled = false;
+        let t = CostTracker::open(path.clone(), &c);
+        t.record("a", None, "p", "m", usage(9_500, 0), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!path.exists(), "nothing written to the ledger");
+        let err = t
+            .reserve("a", caps(0.01), "m", prompt(10))
+            .expect_err("$0.0095 spent + up to $0.00101 crosses $0.01");
+        assert!(err.to_string().contains("daily cost limit"), "{err}");
+        assert!(t.check("a", Some(0.009)).is_err(), "reached");
+    }
+
+    /// Issue 16 §4: tokens of a model without a rate count against the default allowance;
+    /// a set `max_tokens_per_day` counts every request's tokens.
+    #[test]
+    fn max_tokens_per_day_blocks_priced_and_unpriced_models_issue16() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let t = CostTracker::open(dir.path().join("costs.jsonl"), &dollar_config(None));
+        let local = "llama-local";
+        assert_eq!(t.rate(local), None);
+        // Unset: the default allowance of unpriced tokens.
+        let near = UNPRICED_TOKENS_PER_DAY - u64::from(UNKNOWN_MAX_OUTPUT_TOKENS);
+        t.record("a", None, "p", local, usage(near, 0), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let msg = t
+            .reserve("a", caps(5.0), local, prompt(1))
+            .expect_err("over the unpriced allowance")
+            .to_string();
+        assert!(msg.contains("daily token limit of 2000000 tokens"), "{msg}");
+        assert!(msg.contains("'llama-local', which has no rate"), "{msg}");
+        assert!(msg.contains("max_tokens_per_day"), "{msg}");
+        // A priced model is not limited by the unpriced allowance...
+        t.reserve("a", caps(5.0), "m", prompt(1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // ...but a set max_tokens_per_day counts every request.
+        let set = AgentCaps {
+            max_cost_per_day_usd: Some(5.0),
+            max_tokens_per_day: Some(UNPRICED_TOKENS_PER_DAY + 5_000),
+        };
+        t.reserve("a", set, local, prompt(1))
+            .unwrap_or_else(|e| panic!("raised: {e}"));
+        t.record("a", None, "p", "m", usage(10_000, 0), false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let msg = t
+            .reserve("a", set, "m", prompt(1))
+            .expect_err("the priced request's tokens count too")
+            .to_string();
+        assert!(
+            msg.contains("the risk profile's max_tokens_per_day"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_prompt_estimate_grows_with_the_conversation_and_the_tools() {
+        let mut request = ChatRequest {
+            messages: vec![warren_core::ChatMessage::user("x".repeat(3_000))],
+            ..ChatRequest::default()
+        };
+        let small = estimate(&request).prompt_tokens;
+        assert!((1_000..1_100).contains(&small), "{small}");
+        request.tools = std::sync::Arc::new(vec![warren_core::ToolDefinition {
+            name: "file_write".into(),
+            description: "y".repeat(300),
+            parameters: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        }]);
+        assert!(estimate(&request).prompt_tokens > small + 100);
     }
 }

@@ -211,6 +211,8 @@ impl SecurityPolicy {
                 max_actions_per_hour: u32::try_from(max_actions_per_hour)
                     .unwrap_or(p.max_actions_per_hour),
                 max_cost_per_day_usd,
+                // Inherited unchanged: the child's tokens count in the parent's day.
+                max_tokens_per_day: p.max_tokens_per_day,
                 max_tool_iterations: u32::try_from(max_tool_iterations)
                     .unwrap_or(p.max_tool_iterations),
                 // A child asks whenever its parent would, and waits as long.

@@ -48,6 +48,9 @@ pub(crate) struct Inner {
     pub forbidden_paths: Vec<PathBuf>,
     pub max_actions_per_hour: u32,
     pub max_cost_per_day_usd: f64,
+    /// The risk profile's `max_tokens_per_day` (`None`: only unpriced models count, against
+    /// the default allowance).
+    pub max_tokens_per_day: Option<u64>,
     pub max_tool_iterations: u32,
     /// Tools that always need the operator's approval (`*` = every tool).
     pub always_ask: Vec<String>,
@@ -205,6 +208,7 @@ impl SecurityPolicy {
                 forbidden_paths,
                 max_actions_per_hour: risk.max_actions_per_hour,
                 max_cost_per_day_usd: risk.max_cost_per_day_usd,
+                max_tokens_per_day: risk.max_tokens_per_day,
                 max_tool_iterations: runtime.max_tool_iterations,
                 always_ask: risk.always_ask.clone(),
                 approval_timeout: Duration::from_secs(risk.approval_timeout_secs.max(1)),
@@ -309,6 +313,10 @@ impl SecurityPolicy {
     pub fn max_cost_per_day_usd(&self) -> f64 {
         self.inner.max_cost_per_day_usd
     }
+    /// The daily token allowance (`None`: the default allowance of models without a rate).
+    pub fn max_tokens_per_day(&self) -> Option<u64> {
+        self.inner.max_tokens_per_day
+    }
     pub fn max_tool_iterations(&self) -> u32 {
         self.inner.max_tool_iterations
     }
@@ -367,6 +375,7 @@ impl SecurityPolicy {
             "shell_timeout_secs": i.shell_timeout.as_secs(),
             "max_actions_per_hour": i.max_actions_per_hour,
             "max_cost_per_day_usd": i.max_cost_per_day_usd,
+            "max_tokens_per_day": i.max_tokens_per_day,
             "max_tool_iterations": i.max_tool_iterations,
             "always_ask": i.always_ask,
             "approval_timeout_secs": i.approval_timeout.as_secs(),

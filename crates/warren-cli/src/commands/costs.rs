@@ -1,5 +1,5 @@
 //! `warren costs [--agent A] [--since DATE] [--json]`: the cost ledger (STATE-14), per record
-//! and totalled per agent and model.
+//! and totalled per agent and model, with the date of the built-in price table.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use warren_config::InstallRoot;
 use warren_config::schema::cron::heartbeat_session;
+use warren_config::schema::rates::RATES_AS_OF;
 use warren_runtime::cost::{format_time, read_ledger};
 
 pub fn run(
@@ -27,14 +28,18 @@ pub fn run(
         super::print_json(&serde_json::to_value(&records)?)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let prices = format!(
+        "prices: built-in list prices as of {RATES_AS_OF} (USD per million tokens), overridden by [cost.rates]; a record keeps the rate it was priced at"
+    );
     if records.is_empty() {
         println!("no costs recorded");
+        println!("{prices}");
         return Ok(ExitCode::SUCCESS);
     }
     let mut totals: BTreeMap<(String, String), (u64, u64, f64, usize)> = BTreeMap::new();
     for r in &records {
         let t = totals
-            .entry((r.agent.clone(), r.model.clone()))
+            .entry((r.agent.to_string(), r.model.clone()))
             .or_default();
         t.0 += r.input_tokens;
         t.1 += r.output_tokens;
@@ -62,6 +67,20 @@ pub fn run(
     for (agent, (n, c)) in &heartbeat {
         println!("heartbeat of {agent}: {n} request(s), ${c:.6} (included above)");
     }
+    let unpriced: BTreeMap<&str, u64> =
+        records
+            .iter()
+            .filter(|r| r.rate.is_none())
+            .fold(BTreeMap::new(), |mut m, r| {
+                *m.entry(r.model.as_str()).or_default() += r.input_tokens + r.output_tokens;
+                m
+            });
+    for (model, tokens) in &unpriced {
+        println!(
+            "model {model} has no rate: its {tokens} token(s) cost $0 here and count against max_tokens_per_day"
+        );
+    }
+    println!("{prices}");
     println!(
         "total ${sum:.6} over {} request(s) since {}",
         records.len(),

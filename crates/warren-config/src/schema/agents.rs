@@ -137,6 +137,10 @@ pub struct RiskProfile {
     pub forbidden_paths: Vec<String>,
     pub max_actions_per_hour: u32,
     pub max_cost_per_day_usd: f64,
+    /// Tokens (in + out) the agent may use a day. Set: every request counts, priced or not.
+    /// Unset: only requests to models without a rate count, against
+    /// [`super::rates::UNPRICED_TOKENS_PER_DAY`].
+    pub max_tokens_per_day: Option<u64>,
     /// Sandbox backend for child processes (SBX-1).
     pub sandbox: SandboxKind,
     /// What to do when `sandbox` is unavailable on this host (SBX-3): refuse to start the agent
@@ -183,6 +187,7 @@ impl Default for RiskProfile {
                 .to_vec(),
             max_actions_per_hour: 120,
             max_cost_per_day_usd: 5.0,
+            max_tokens_per_day: None,
             sandbox: SandboxKind::Auto,
             fallback: SandboxFallback::None,
             allow_network: false,

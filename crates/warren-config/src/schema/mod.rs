@@ -7,6 +7,7 @@
 
 mod agents;
 pub mod cron;
+pub mod rates;
 mod sections;
 pub mod sop;
 

@@ -340,7 +340,8 @@ impl Default for CronConfig {
     }
 }
 
-/// `[cost]` (STATE-14).
+/// `[cost]` (STATE-14). `enabled = false` stops writing the ledger only: every limit still
+/// holds, counted in memory by the running process (docs/operations.md, "Costs").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CostConfig {
@@ -348,8 +349,16 @@ pub struct CostConfig {
     pub daily_limit_usd: Option<f64>,
     pub monthly_limit_usd: Option<f64>,
     pub warn_at_percent: u8,
-    /// Model name → price (quote names with dots: `[cost.rates."gpt-4.1"]`).
+    /// Model name → price (quote names with dots: `[cost.rates."gpt-4.1"]`); overrides or adds
+    /// to the built-in table of [`super::rates`].
     pub rates: BTreeMap<String, ModelRate>,
+}
+
+impl CostConfig {
+    /// The price of `model`: `[cost.rates]`, else the built-in table; `None` = unpriced.
+    pub fn rate_for(&self, model: &str) -> Option<ModelRate> {
+        super::rates::lookup(&self.rates, model)
+    }
 }
 
 impl Default for CostConfig {
@@ -370,6 +379,10 @@ impl Default for CostConfig {
 pub struct ModelRate {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// The most tokens one response can have: the worst case reserved before each call
+    /// (unset: the request's `max_tokens`, else 4096).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
 }
 
 /// `[log]` (STATE-13).

@@ -641,7 +641,8 @@ impl AgentRunner {
         Ok((outcome, new))
     }
 
-    /// One metered provider request (limits checked before, usage recorded after).
+    /// One metered provider request: its worst case reserved against the limits before (the
+    /// provider is not called when it could cross one), its usage recorded after.
     async fn call_provider(
         &self,
         request: &Arc<ChatRequest>,
@@ -652,9 +653,17 @@ impl AgentRunner {
     ) -> Result<(warren_providers::ChatResponse, String), TurnError> {
         let (cancel, events) = (&io.cancel, &io.events);
         let agent = self.alias.as_str();
-        self.services
-            .costs
-            .check(agent, Some(self.kit.policy().max_cost_per_day_usd()))?;
+        let policy = self.kit.policy();
+        let caps = crate::cost::AgentCaps {
+            max_cost_per_day_usd: Some(policy.max_cost_per_day_usd()),
+            max_tokens_per_day: policy.max_tokens_per_day(),
+        };
+        let reservation = self.services.costs.reserve(
+            agent,
+            caps,
+            &self.model,
+            crate::cost::estimate(request),
+        )?;
         let call = self.route.chat(Arc::clone(request), Arc::clone(text_sink));
         let routed = tokio::select! {
             biased;
@@ -684,21 +693,25 @@ impl AgentRunner {
                    "tool_calls": routed.response.tool_calls.len(),
                    "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens})
         });
-        if self.services.costs.enabled() {
-            let record = self.services.costs.record(
-                agent,
-                session,
-                &routed.provider,
-                &self.model,
-                usage,
-                false,
-            )?;
-            let cap = Some(self.kit.policy().max_cost_per_day_usd());
-            if let Some(notice) = self.services.costs.warning(agent, cap, record.cost_usd) {
-                trace.emit("cost_warning", agent, session, json!({"notice": notice}));
-                events(TurnEvent::Notice(notice.clone()));
-                outcome.notices.push(notice);
-            }
+        // Recorded (to the ledger, or in memory with `[cost] enabled = false`) before the
+        // reservation is released: the actual usage replaces the worst case.
+        let record = self.services.costs.record(
+            agent,
+            session,
+            &routed.provider,
+            &self.model,
+            usage,
+            false,
+        )?;
+        drop(reservation);
+        if let Some(notice) =
+            self.services
+                .costs
+                .warning(agent, caps.max_cost_per_day_usd, record.cost_usd)
+        {
+            trace.emit("cost_warning", agent, session, json!({"notice": notice}));
+            events(TurnEvent::Notice(notice.clone()));
+            outcome.notices.push(notice);
         }
         Ok((routed.response, routed.provider))
     }

@@ -484,11 +484,14 @@ async fn the_iteration_cap_ends_with_one_summary_call_without_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reached_cost_limit_blocks_the_provider_call_state14() {
+    // Each call reserves its worst case first (a few thousand prompt tokens + 100 output
+    // tokens at $10/Mtok: a few cents); the first call then spends $1.00 of the $0.50.
     let f = Fixture::new(
         1,
-        "[cost]\ndaily_limit_usd = 0.001\n\n[cost.rates.gpt-test]\ninput_per_mtok = 10.0\noutput_per_mtok = 10.0\n",
+        "[cost]\ndaily_limit_usd = 0.5\n\n[cost.rates.gpt-test]\ninput_per_mtok = 10.0\noutput_per_mtok = 10.0\nmax_output_tokens = 100\n",
     );
-    f.fake().push(FakeReply::text("first").with_usage(100, 100));
+    f.fake()
+        .push(FakeReply::text("first").with_usage(100_000, 100));
     let runner = f.runner(Arc::new(DenyAll)).await;
     let (events, _) = collect();
     runner
@@ -514,6 +517,110 @@ async fn a_reached_cost_limit_blocks_the_provider_call_state14() {
             .await
             .is_err()
     );
+    assert_eq!(f.fake().requests().len(), 1);
+}
+
+/// Issue 16 §4: a turn whose first call could cross the daily cap (its worst case: the prompt
+/// plus the model's most output, 100,000 tokens at $10/Mtok = $1) is refused before the
+/// provider is called; the same turn under a cap that fits the worst case runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_could_cross_the_daily_cap_is_refused_before_the_provider_is_called_issue16() {
+    let rates = "[cost.rates.gpt-test]\ninput_per_mtok = 1.0\noutput_per_mtok = 10.0\nmax_output_tokens = 100000\n";
+    let f = Fixture::new(1, &format!("[cost]\ndaily_limit_usd = 0.5\n\n{rates}"));
+    f.fake().push(FakeReply::text("hello").with_usage(10, 10));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let (events, _) = collect();
+    let err = runner
+        .run_detached(Vec::new(), "hi", &CancelToken::new(), events)
+        .await
+        .expect_err("refused");
+    let msg = err.to_string();
+    for part in [
+        "agent 'ada': this call could cost up to $1.0",
+        "daily cost limit of $0.5000",
+        "the provider was not called",
+        "T00:00:00Z",
+        "[cost] daily_limit_usd",
+    ] {
+        assert!(msg.contains(part), "{part:?} in {msg}");
+    }
+    assert_eq!(f.fake().requests().len(), 0, "the provider saw no request");
+    assert!(read_ledger(&f.root.costs_ledger()).is_empty());
+
+    // The control: a cap above the worst case lets the same turn through.
+    let f = Fixture::new(1, &format!("[cost]\ndaily_limit_usd = 1.5\n\n{rates}"));
+    f.fake().push(FakeReply::text("hello").with_usage(10, 10));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let (events, _) = collect();
+    let out = runner
+        .run_detached(Vec::new(), "hi", &CancelToken::new(), events)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.0.reply, "hello");
+    assert_eq!(f.fake().requests().len(), 1);
+}
+
+/// Issue 16 §4: `[cost] enabled = false` writes no ledger, but the cap still refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cost_recording_off_still_refuses_over_the_cap_issue16() {
+    let f = Fixture::new(
+        1,
+        "[cost]\nenabled = false\ndaily_limit_usd = 0.5\n\n[cost.rates.gpt-test]\ninput_per_mtok = 10.0\noutput_per_mtok = 10.0\nmax_output_tokens = 100\n",
+    );
+    f.fake()
+        .push(FakeReply::text("first").with_usage(100_000, 0));
+    f.fake().push(FakeReply::text("second"));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let (events, _) = collect();
+    runner
+        .run_detached(Vec::new(), "one", &CancelToken::new(), Arc::clone(&events))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = runner
+        .run_detached(Vec::new(), "two", &CancelToken::new(), events)
+        .await
+        .expect_err("over the cap");
+    assert!(
+        err.to_string().contains("reached its daily cost limit"),
+        "{err}"
+    );
+    assert_eq!(
+        f.fake().requests().len(),
+        1,
+        "the second turn never reached it"
+    );
+    assert!(!f.root.costs_ledger().exists(), "nothing was recorded");
+}
+
+/// Issue 16 §4: the risk profile's `max_tokens_per_day` blocks the call that could cross it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_tokens_per_day_blocks_the_next_call_issue16() {
+    let f = Fixture::new(1, "");
+    let config = std::fs::read_to_string(f.root.config_file()).expect("config");
+    std::fs::write(
+        f.root.config_file(),
+        config.replace(
+            "[risk_profiles.open]\n",
+            "[risk_profiles.open]\nmax_tokens_per_day = 60000\n",
+        ),
+    )
+    .expect("config");
+    f.fake()
+        .push(FakeReply::text("first").with_usage(59_000, 500));
+    f.fake().push(FakeReply::text("second"));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let (events, _) = collect();
+    runner
+        .run_detached(Vec::new(), "one", &CancelToken::new(), Arc::clone(&events))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = runner
+        .run_detached(Vec::new(), "two", &CancelToken::new(), events)
+        .await
+        .expect_err("over the token cap");
+    let msg = err.to_string();
+    assert!(msg.contains("daily token limit of 60000 tokens"), "{msg}");
+    assert!(msg.contains("max_tokens_per_day"), "{msg}");
     assert_eq!(f.fake().requests().len(), 1);
 }
 
