@@ -504,3 +504,31 @@ fn validate_names_the_file_and_the_key_at_fault_state10() -> R {
     );
     Ok(())
 }
+
+#[test]
+fn an_sop_blocks_its_agents_delete_and_follows_its_rename_life3_life4() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    let extra = "\n[agents.ops]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n";
+    root.write_config(&config(&fake, port, extra))?;
+    let text_of = TRIAGE.replace("agent = \"main\"", "agent = \"ops\"");
+    write_sop(&root, "triage", &format!("# keep this comment\n{text_of}"))?;
+    let out = root.run(bin(), &["agents", "delete", "ops", "--yes"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("SOP 'triage'")
+            && format!("{stdout}{stderr}").contains("triage.toml"),
+        "the refusal names the SOP and its file: {stdout}{stderr}"
+    );
+
+    let out = root.run(bin(), &["agents", "rename", "ops", "opsnew"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let file = std::fs::read_to_string(root.path().join("shared/sops/triage.toml"))?;
+    assert!(file.contains("agent = \"opsnew\""), "{file}");
+    assert!(file.contains("# keep this comment"), "layout kept: {file}");
+    let validated = root.run(bin(), &["sop", "validate", "triage"])?;
+    assert!(validated.status.success(), "{:?}", text(&validated));
+    Ok(())
+}
