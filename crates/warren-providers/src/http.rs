@@ -15,6 +15,9 @@ pub(crate) struct Wire {
     pub timeout: Duration,
     pub api_key: Option<String>,
     pub agent: ureq::Agent,
+    /// An agent that keeps no idle connection: for asking again after a stream the server
+    /// broke off (llama-cpp-python's server resets the pooled connection then).
+    pub fresh: ureq::Agent,
 }
 
 impl Wire {
@@ -24,11 +27,18 @@ impl Wire {
             .timeout_global(Some(timeout))
             .build()
             .into();
+        let fresh: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .max_idle_connections(0)
+            .build()
+            .into();
         Self {
             name,
             timeout,
             api_key,
             agent,
+            fresh,
         }
     }
 
@@ -77,8 +87,27 @@ impl Wire {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Result<(ureq::Body, bool), ProviderError> {
-        let mut req = self
-            .agent
+        self.post_on(&self.agent, url, headers, body)
+    }
+
+    /// [`Wire::post_stream`] on a new connection.
+    pub(crate) fn post_fresh(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(ureq::Body, bool), ProviderError> {
+        self.post_on(&self.fresh, url, headers, body)
+    }
+
+    fn post_on(
+        &self,
+        agent: &ureq::Agent,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(ureq::Body, bool), ProviderError> {
+        let mut req = agent
             .post(url)
             .header("Content-Type", "application/json")
             .header("Accept", "text/event-stream");

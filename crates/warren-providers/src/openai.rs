@@ -133,7 +133,7 @@ impl OpenAiProvider {
         events: &EventSink,
     ) -> Result<ChatResponse, ProviderError> {
         let streamed = self.streams(request);
-        let first = self.exchange(request, events, streamed)?;
+        let first = self.exchange(request, events, streamed, false)?;
         if !is_empty(&first) {
             return Ok(first);
         }
@@ -145,7 +145,7 @@ impl OpenAiProvider {
             tools = request.tools.len(),
             "the streamed answer was empty; asking again without streaming"
         );
-        let mut again = self.exchange(request, events, false)?;
+        let mut again = self.exchange(request, events, false, true)?;
         again.usage.add(first.usage);
         if is_empty(&again) {
             return Err(self.empty(", streamed and again without streaming"));
@@ -168,12 +168,13 @@ impl OpenAiProvider {
         }
     }
 
-    /// One request, streamed or not.
+    /// One request, streamed or not, on a `fresh` connection or a pooled one.
     fn exchange(
         &self,
         request: &ChatRequest,
         events: &EventSink,
         stream: bool,
+        fresh: bool,
     ) -> Result<ChatResponse, ProviderError> {
         let url = self.url();
         let body = Self::body(request, stream).to_string();
@@ -184,7 +185,11 @@ impl OpenAiProvider {
             .map(|key| format!("Bearer {key}"));
         let headers: Vec<(&str, &str)> =
             auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-        let (mut body, is_sse) = self.wire.post_stream(&url, &headers, &body)?;
+        let (mut body, is_sse) = if fresh {
+            self.wire.post_fresh(&url, &headers, &body)?
+        } else {
+            self.wire.post_stream(&url, &headers, &body)?
+        };
         if !is_sse {
             let text = body
                 .with_config()
@@ -286,9 +291,11 @@ impl Provider for OpenAiProvider {
 
 fn wire_message(m: &ChatMessage) -> Value {
     match m.role {
+        // `content` is a string, "" when the model said nothing: llama-cpp-python's server
+        // refuses `null` (HTTP 500) and its chat templates read the key; OpenAI accepts "".
         Role::Assistant if !m.tool_calls.is_empty() => json!({
             "role": "assistant",
-            "content": if m.content.is_empty() { Value::Null } else { json!(m.content) },
+            "content": m.content,
             "tool_calls": m.tool_calls.iter().map(|c| json!({
                 "id": c.id,
                 "type": "function",

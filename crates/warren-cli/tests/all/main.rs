@@ -15,6 +15,7 @@ mod gateway;
 mod gateway_robustness;
 mod git_cli;
 mod lifecycle;
+mod local_llm;
 mod log_level;
 mod memory;
 mod openai_endpoint;

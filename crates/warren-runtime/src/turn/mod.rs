@@ -673,7 +673,10 @@ impl AgentRunner {
         let routed = match routed {
             Ok(r) => r,
             Err(ProviderError::Cancelled) => return Err(TurnError::Cancelled),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                self.empty_answer_notice(&e, session, io);
+                return Err(e.into());
+            }
         };
         let trace = &self.services.trace;
         for failed in &routed.failed_attempts {
@@ -713,7 +716,31 @@ impl AgentRunner {
             events(TurnEvent::Notice(notice.clone()));
             outcome.notices.push(notice);
         }
+        // Issue 16 §3: no text and no tool call is never a silent success (the OpenAI provider
+        // already asked again unstreamed; this catches every other kind).
+        if routed.response.text.trim().is_empty() && routed.response.tool_calls.is_empty() {
+            let e = ProviderError::EmptyAnswer {
+                provider: routed.provider,
+                detail: String::new(),
+            };
+            self.empty_answer_notice(&e, session, io);
+            return Err(e.into());
+        }
         Ok((routed.response, routed.provider))
+    }
+
+    /// The notice ending a turn whose provider gave an empty answer (issue 16 §3).
+    fn empty_answer_notice(&self, error: &ProviderError, session: Option<&str>, io: &TurnIo) {
+        if let Some(provider) = error.empty_answer_from() {
+            let notice = format!(
+                "provider '{provider}' gave an empty answer (no text, no tool call): the turn ends without a reply"
+            );
+            let agent = self.alias.as_str();
+            self.services
+                .trace
+                .emit("notice", agent, session, json!({"notice": notice}));
+            (io.events)(TurnEvent::Notice(notice));
+        }
     }
 
     fn mark_last_rejected(&self, session: Option<&str>, provider: &str) {
