@@ -166,6 +166,36 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Registers `id` for `owner` as running again, or anew: a run another process continues
+    /// after its owner died (an SOP run restored at start; the reaper had marked it `lost`).
+    pub fn resume(
+        &self,
+        id: &str,
+        kind: &str,
+        agent: &str,
+        label: &str,
+        owner: &Owner,
+    ) -> Result<(), ControlPlaneError> {
+        self.conn()
+            .execute(
+                "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')
+                 ON CONFLICT (id) DO UPDATE SET state = 'running', owner_pid = ?5,
+                     owner_boot = ?6, finished_at = NULL, error = NULL, cancel_requested = 0",
+                params![
+                    id,
+                    kind,
+                    agent,
+                    label,
+                    owner.pid,
+                    owner.boot_id,
+                    timefmt::format(timefmt::now())
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     /// Ends a running run with `state` (a run already ended keeps its state).
     pub fn finish(
         &self,

@@ -308,6 +308,15 @@ fn a_daemon_killed_after_a_steps_receipt_does_not_repeat_the_step_state10() -> R
     );
     let done = run_status(&root, &id)?;
     assert_eq!(done["steps"][2]["output"], "cleaned up", "{done}");
+    let listed = json_of(&root, &["runs", "list"])?;
+    let row = listed
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["id"] == id.as_str()).cloned());
+    assert_eq!(
+        row.map(|r| r["state"].clone()),
+        Some(serde_json::json!("ok")),
+        "the control plane follows the continued run: {listed}"
+    );
     assert!(
         done.to_string().contains("resumed"),
         "the takeover is an event: {done}"
@@ -530,5 +539,69 @@ fn an_sop_blocks_its_agents_delete_and_follows_its_rename_life3_life4() -> R {
     assert!(file.contains("# keep this comment"), "layout kept: {file}");
     let validated = root.run(bin(), &["sop", "validate", "triage"])?;
     assert!(validated.status.success(), "{:?}", text(&validated));
+    Ok(())
+}
+
+#[test]
+fn a_condition_stops_the_run_or_skips_ahead_on_the_previous_output_state10() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(&fake, port, ""))?;
+    write_sop(
+        &root,
+        "branch",
+        r#"
+agent = "main"
+max_concurrent = 2
+[[steps]]
+id = "look"
+kind = "turn"
+prompt = "Look at {{input.host}}"
+[[steps]]
+id = "urgent"
+kind = "condition"
+regex = "^URGENT"
+on_match = "goto:page"
+on_miss = "stop"
+[[steps]]
+id = "log"
+kind = "turn"
+prompt = "Log {{steps.look.output}}"
+[[steps]]
+id = "page"
+kind = "turn"
+prompt = "Page about {{steps.look.output}}"
+"#,
+    )?;
+    fake.push_when("Look at db1", FakeReply::text("URGENT disk full"));
+    fake.push_when("Page about URGENT disk full", FakeReply::text("paged"));
+    fake.push_when("Look at db2", FakeReply::text("all fine"));
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+
+    let urgent = start_run(&root, "branch", r#"{"host": "db1"}"#)?;
+    let fine = start_run(&root, "branch", r#"{"host": "db2"}"#)?;
+    wait_status(&root, &urgent, "ok")?;
+    wait_status(&root, &fine, "ok")?;
+    let ran = |id: &str| -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        Ok(run_status(&root, id)?["steps"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|x| x["step_id"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    };
+    assert_eq!(
+        ran(&urgent)?,
+        ["look", "urgent", "page"],
+        "goto skipped 'log'"
+    );
+    assert_eq!(ran(&fine)?, ["look", "urgent"], "stop ended the run");
+    assert_eq!(requests_containing(&fake, "Log "), 0);
+    assert_eq!(requests_containing(&fake, "Page about all fine"), 0);
+    assert_eq!(requests_containing(&fake, "Page about URGENT disk full"), 1);
     Ok(())
 }

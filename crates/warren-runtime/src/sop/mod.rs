@@ -296,6 +296,20 @@ impl Engine {
                 Ok(Ok(Some(claimed))) => {
                     tracing::info!(sop = %claimed.sop, run = %claimed.id, step = claimed.step_index, "SOP run restored: continuing at its first incomplete step");
                     restored.push(claimed.id.clone());
+                    if let Some(control) = &self.control {
+                        let control = Arc::clone(control);
+                        let (r, a, l, o) = (
+                            claimed.id.clone(),
+                            claimed.agent.clone(),
+                            format!("sop:{}", claimed.sop),
+                            self.owner.clone(),
+                        );
+                        if let Ok(Err(e)) =
+                            blocking(move || control.resume(&r, "sop", &a, &l, &o)).await
+                        {
+                            tracing::error!(run = %claimed.id, "control plane: {e}");
+                        }
+                    }
                     self.spawn(claimed);
                 }
                 Ok(Ok(None)) => {}
