@@ -287,7 +287,7 @@ pub enum CronCommand {
     Add {
         name: String,
         #[arg(long, value_name = "ALIAS")]
-        agent: String,
+        agent: warren_core::AgentAlias,
         /// A 5- or 6-field cron expression
         #[arg(long = "cron", value_name = "EXPR", conflicts_with_all = ["every", "at"])]
         cron: Option<String>,

@@ -3,10 +3,10 @@
 //! (`warren_memory::create_memory_for_agent`, which refuses a handle whose config breaks one,
 //! as a config may reach it without going through `ConfigStore`). Issue 14 §5.
 //!
-//! A grant `agents.<a>.memory.read_memory_from[i]` naming `b` is refused when `b` is not an
-//! alias, is granted twice, is `a` itself, is not configured, keeps its memory in another
-//! backend than `a` (no cross-backend grants), or, for a category grant, lists no category or
-//! `a`'s backend is Markdown (which keeps no categories).
+//! A grant `agents.<a>.memory.read_memory_from[i]` naming `b` (an alias, checked when the
+//! config is read) is refused when `b` is granted twice, is `a` itself, is not configured,
+//! keeps its memory in another backend than `a` (no cross-backend grants), or, for a category
+//! grant, lists no category or `a`'s backend is Markdown (which keeps no categories).
 
 use std::collections::BTreeSet;
 
@@ -25,8 +25,6 @@ pub struct MemoryGrantRule {
 /// Why a grant is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GrantRefusal {
-    /// The granted name is not a valid alias.
-    BadAlias(String),
     /// The same agent appears in two entries.
     Twice,
     /// An agent granting itself.
@@ -48,7 +46,7 @@ pub enum GrantRefusal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantProblem {
     pub index: usize,
-    pub grant: String,
+    pub grant: AgentAlias,
     pub refusal: GrantRefusal,
 }
 
@@ -57,7 +55,6 @@ impl GrantProblem {
     pub fn rule(&self, agent: &str) -> String {
         let sibling = &self.grant;
         match &self.refusal {
-            GrantRefusal::BadAlias(why) => why.clone(),
             GrantRefusal::Twice => {
                 format!("agent '{sibling}' is granted twice; combine the categories into one grant")
             }
@@ -91,7 +88,10 @@ impl GrantProblem {
 
 /// The grants of `agent` (a configured agent's `read_memory_from`) under the rules: the
 /// accepted ones in order, and every refused one. An unknown `agent` has neither.
-pub fn memory_grants(config: &Config, agent: &str) -> (Vec<MemoryGrantRule>, Vec<GrantProblem>) {
+pub fn memory_grants(
+    config: &Config,
+    agent: &AgentAlias,
+) -> (Vec<MemoryGrantRule>, Vec<GrantProblem>) {
     let (mut ok, mut refused) = (Vec::new(), Vec::new());
     let Some(own) = config.agents.get(agent) else {
         return (ok, refused);
@@ -103,7 +103,7 @@ pub fn memory_grants(config: &Config, agent: &str) -> (Vec<MemoryGrantRule>, Vec
         let mut refuse = |refusal| {
             refused.push(GrantProblem {
                 index,
-                grant: name.to_string(),
+                grant: name.clone(),
                 refusal,
             })
         };
@@ -115,15 +115,8 @@ pub fn memory_grants(config: &Config, agent: &str) -> (Vec<MemoryGrantRule>, Vec
             refuse(GrantRefusal::SelfGrant);
             continue;
         }
-        let sibling = match AgentAlias::new(name) {
-            Ok(a) => a,
-            Err(e) => {
-                refuse(GrantRefusal::BadAlias(e.to_string()));
-                continue;
-            }
-        };
-        let Some(other) = config.agent(&sibling) else {
-            let hint = did_you_mean(name, config.agents.keys().map(String::as_str));
+        let Some(other) = config.agent(name) else {
+            let hint = did_you_mean(name, config.agents.keys().map(AgentAlias::as_str));
             refuse(GrantRefusal::UnknownAgent { hint });
             continue;
         };
@@ -132,7 +125,7 @@ pub fn memory_grants(config: &Config, agent: &str) -> (Vec<MemoryGrantRule>, Vec
         if other_backend != own_backend {
             refused.push(GrantProblem {
                 index,
-                grant: name.to_string(),
+                grant: name.clone(),
                 refusal: GrantRefusal::CrossBackend {
                     own: own_backend,
                     other: other_backend,
@@ -152,7 +145,7 @@ pub fn memory_grants(config: &Config, agent: &str) -> (Vec<MemoryGrantRule>, Vec
                     if broken {
                         refused.push(GrantProblem {
                             index,
-                            grant: name.to_string(),
+                            grant: name.clone(),
                             refusal,
                         });
                     }
@@ -162,7 +155,7 @@ pub fn memory_grants(config: &Config, agent: &str) -> (Vec<MemoryGrantRule>, Vec
         };
         if refused.len() == before {
             ok.push(MemoryGrantRule {
-                agent: sibling,
+                agent: name.clone(),
                 categories,
             });
         }

@@ -1,4 +1,5 @@
-//! Rules serde cannot express: alias syntax, references between sections, and the memory-grant
+//! Rules serde cannot express (alias syntax is checked when the config is read, as every
+//! alias key and value is an [`AgentAlias`]): references between sections, and the memory-grant
 //! rules of MEM-4/MEM-7 (CFG-2, CFG-7; the grant rules themselves are [`crate::grants`], shared
 //! with the memory factory). Returns every problem, not just the first.
 
@@ -14,7 +15,7 @@ use crate::schema::{
 
 pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
-    let agent_names: Vec<&str> = config.agents.keys().map(String::as_str).collect();
+    let agent_names: Vec<&str> = config.agents.keys().map(AgentAlias::as_str).collect();
     let unknown = |kind: &str, name: &str, known: &[&str], define: String| {
         did_you_mean(name, known.iter().copied())
             .or(Some(define))
@@ -36,10 +37,6 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     }
     for (name, agent) in &config.agents {
         let at = |rest: &str| format!("agents.{}{rest}", quote(name));
-        if let Err(e) = AgentAlias::new(name.as_str()) {
-            out.push(Problem::at(at(""), e.to_string()));
-            continue;
-        }
         if let Some(provider) = &agent.provider
             && !config.providers.contains_key(provider)
         {

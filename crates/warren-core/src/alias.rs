@@ -94,6 +94,64 @@ impl AsRef<str> for AgentAlias {
     }
 }
 
+/// Read-only access to the validated text (`alias.len()`, `opt.as_deref()`).
+impl std::ops::Deref for AgentAlias {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Maps keyed by alias can be probed with a `&str` (`Eq`, `Ord` and `Hash` are the inner
+/// string's, so the `Borrow` contract holds).
+impl std::borrow::Borrow<str> for AgentAlias {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<String> for AgentAlias {
+    fn borrow(&self) -> &String {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for AgentAlias {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for AgentAlias {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for AgentAlias {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<AgentAlias> for str {
+    fn eq(&self, other: &AgentAlias) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<AgentAlias> for &str {
+    fn eq(&self, other: &AgentAlias) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<AgentAlias> for String {
+    fn eq(&self, other: &AgentAlias) -> bool {
+        *self == other.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +190,27 @@ mod tests {
             AgentAlias::new("x".repeat(33)),
             Err(AliasError::TooLong(_))
         ));
+    }
+
+    /// On disk and on the wire an alias is the plain string; a bad stored value is refused
+    /// when read, not carried on as a string.
+    #[test]
+    fn serde_is_the_plain_string_and_validates() {
+        let a = AgentAlias::new("bee").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(serde_json::to_string(&a).ok().as_deref(), Some("\"bee\""));
+        let back: Result<AgentAlias, _> = serde_json::from_str("\"bee\"");
+        assert_eq!(back.ok(), Some(a));
+        let bad = serde_json::from_str::<AgentAlias>("\"../x\"")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(bad.contains("contains '.'"), "{bad}");
+        let map: std::collections::BTreeMap<AgentAlias, u8> =
+            serde_json::from_str(r#"{"main": 1}"#).unwrap_or_default();
+        assert_eq!(map.get("main"), Some(&1));
+        assert!(
+            serde_json::from_str::<std::collections::BTreeMap<AgentAlias, u8>>(r#"{"Main": 1}"#)
+                .is_err()
+        );
     }
 }

@@ -24,18 +24,19 @@ use warren_runtime::cost::{CostError, read_ledger};
 use warren_runtime::{CancelToken, Channel, TurnError, TurnEvent, TurnEvents, TurnRequest};
 use warren_store::sessions::{Page, QueueError};
 
+use crate::alias_path::AliasPath;
 use crate::error::{ApiError, parse_json};
 use crate::state::AppState;
 use crate::turns_api::TurnStatus;
 
-/// The alias of a path, configured in this generation (404 otherwise).
+/// The alias of a path (validated by [`AliasPath`]), configured in this generation (404
+/// otherwise).
 pub(crate) fn configured_alias(
     state: &AppState,
     route: &str,
-    alias: &str,
+    alias: AgentAlias,
 ) -> Result<AgentAlias, ApiError> {
-    let parsed =
-        AgentAlias::new(alias).map_err(|e| ApiError::bad_field(route, "alias", e.to_string()))?;
+    let parsed = alias;
     if state.host().snapshot().agent(&parsed).is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -291,13 +292,13 @@ fn event_json(event: &TurnEvent) -> (&'static str, Value) {
 
 pub(crate) async fn chat(
     State(state): State<AppState>,
-    Path(alias): Path<String>,
+    AliasPath(alias): AliasPath,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     const ROUTE: &str = "POST /api/agents/{alias}/chat";
     let request: ChatRequest = parse_json(ROUTE, &body)?;
-    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let alias = configured_alias(&state, ROUTE, alias)?;
     if request.message.trim().is_empty() || request.message.len() > MAX_MESSAGE {
         return Err(ApiError::bad_field(
             ROUTE,
@@ -422,10 +423,10 @@ async fn json_chat(
 
 pub(crate) async fn list_sessions(
     State(state): State<AppState>,
-    Path(alias): Path<String>,
+    AliasPath(alias): AliasPath,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/agents/{alias}/sessions";
-    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let alias = configured_alias(&state, ROUTE, alias)?;
     let sessions = state
         .host()
         .chat_sessions()
@@ -444,14 +445,15 @@ pub(crate) async fn list_sessions(
 
 pub(crate) async fn session_history(
     State(state): State<AppState>,
-    Path((alias, key)): Path<(String, String)>,
+    AliasPath(alias): AliasPath,
+    Path((_, key)): Path<(String, String)>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/agents/{alias}/sessions/{key}";
     let query = query_map(ROUTE, raw)?;
     let after = number(ROUTE, &query, "after", 0, 0, u64::MAX >> 1)?;
     let limit = number(ROUTE, &query, "limit", 100, 1, 1000)?;
-    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let alias = configured_alias(&state, ROUTE, alias)?;
     let not_found = || {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -492,13 +494,13 @@ pub(crate) async fn session_history(
 
 pub(crate) async fn memory_recall(
     State(state): State<AppState>,
-    Path(alias): Path<String>,
+    AliasPath(alias): AliasPath,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/agents/{alias}/memory";
     let query = query_map(ROUTE, raw)?;
     let limit = number(ROUTE, &query, "limit", 10, 1, 100)?;
-    let alias = configured_alias(&state, ROUTE, &alias)?;
+    let alias = configured_alias(&state, ROUTE, alias)?;
     let host = state.host();
     let memory = warren_memory::create_memory_for_agent(
         host.memory_stores(),
@@ -543,7 +545,7 @@ pub(crate) async fn costs(
     let mut total = 0.0;
     for r in &mine {
         total += r.cost_usd;
-        let t = totals.entry(r.agent.clone()).or_insert_with(
+        let t = totals.entry(r.agent.to_string()).or_insert_with(
             || json!({"requests": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}),
         );
         t["requests"] = (t["requests"].as_u64().unwrap_or(0) + 1).into();

@@ -7,6 +7,7 @@
 //! runtime). Chat, approvals and sessions over HTTP come with the agent loop.
 
 mod agents_api;
+mod alias_path;
 pub mod client;
 mod config_api;
 mod cron_api;

@@ -6,7 +6,7 @@
 //! rename|delete|restore` ask the daemon instead of writing beside it).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
@@ -106,7 +106,7 @@ pub(crate) struct RenameBody {
 
 pub(crate) async fn rename(
     State(state): State<AppState>,
-    Path(alias): Path<String>,
+    crate::alias_path::AliasPath(alias): crate::alias_path::AliasPath,
     StrictJson(req): StrictJson<RenameBody>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/agents/{alias}/rename";
@@ -117,7 +117,7 @@ pub(crate) async fn rename(
 
 pub(crate) async fn delete(
     State(state): State<AppState>,
-    Path(alias): Path<String>,
+    crate::alias_path::AliasPath(alias): crate::alias_path::AliasPath,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "DELETE /api/agents/{alias}";
     let lc = lifecycle(&state);
@@ -127,7 +127,7 @@ pub(crate) async fn delete(
 
 pub(crate) async fn delete_plan(
     State(state): State<AppState>,
-    Path(alias): Path<String>,
+    crate::alias_path::AliasPath(alias): crate::alias_path::AliasPath,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/agents/{alias}/delete-plan";
     let plan = lifecycle(&state)

@@ -36,8 +36,8 @@ impl AgentId {
 pub struct MemoryEntry {
     /// Backend row id (a UUID in SQL stores, `<file>:<key>` in Markdown).
     pub id: String,
-    /// Alias of the agent that wrote the row.
-    pub agent: String,
+    /// Alias of the agent that wrote the row (validated when the row is decoded).
+    pub agent: warren_core::AgentAlias,
     pub key: String,
     pub content: String,
     pub category: String,

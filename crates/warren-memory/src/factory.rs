@@ -156,11 +156,11 @@ pub fn resolve_grants(config: &Config, alias: &AgentAlias) -> Result<Vec<Grant>,
             agent: alias.to_string(),
         });
     }
-    let (grants, refused) = memory_grants(config, alias.as_str());
+    let (grants, refused) = memory_grants(config, alias);
     if let Some(p) = refused.first() {
         return Err(MemoryError::Grant {
             agent: alias.to_string(),
-            grant: p.grant.clone(),
+            grant: p.grant.to_string(),
             rule: p.rule(alias.as_str()),
         });
     }

@@ -120,12 +120,15 @@ impl MarkdownStore {
         }
     }
 
-    fn workspace(&self, agent: &AgentId) -> Result<PathBuf, MemoryError> {
+    /// The agent's alias (a Markdown [`AgentId`] is the alias text; it came from an
+    /// [`AgentAlias`] in `agent_id`) and its workspace.
+    fn workspace(&self, agent: &AgentId) -> Result<(AgentAlias, PathBuf), MemoryError> {
         let alias = AgentAlias::new(agent.0.as_str()).map_err(|e| MemoryError::Corrupt {
             location: self.root.agents_dir().display().to_string(),
             message: e.to_string(),
         })?;
-        Ok(self.root.agent_workspace(&alias))
+        let ws = self.root.agent_workspace(&alias);
+        Ok((alias, ws))
     }
 
     fn agent_lock(&self, agent: &AgentId) -> Arc<Mutex<()>> {
@@ -143,13 +146,12 @@ impl MarkdownStore {
         &self,
         agent: &AgentId,
         write: bool,
-        f: impl FnOnce(Option<&ConfinedDir>, &str) -> Result<T, MemoryError> + Send + 'static,
+        f: impl FnOnce(Option<&ConfinedDir>, &AgentAlias) -> Result<T, MemoryError> + Send + 'static,
     ) -> MemFuture<'_, T> {
         let ws = self.workspace(agent);
         let lock = self.agent_lock(agent);
-        let alias = agent.0.clone();
         Box::pin(async move {
-            let ws = ws?;
+            let (alias, ws) = ws?;
             tokio::task::spawn_blocking(move || {
                 let _guard = match lock.lock() {
                     Ok(g) => g,
@@ -175,7 +177,7 @@ impl MarkdownStore {
     fn with_writer<T: Send + 'static>(
         &self,
         agent: &AgentId,
-        f: impl FnOnce(&ConfinedDir, &str) -> Result<T, MemoryError> + Send + 'static,
+        f: impl FnOnce(&ConfinedDir, &AgentAlias) -> Result<T, MemoryError> + Send + 'static,
     ) -> MemFuture<'_, T> {
         self.with_agent(agent, true, move |dir, alias| match dir {
             Some(dir) => f(dir, alias),
@@ -234,7 +236,7 @@ fn render(e: &MemoryEntry) -> String {
 }
 
 /// Parses one line of `file`; `None` for blank lines and headings.
-fn parse_line(line: &str, index: usize, file: &MemFile, alias: &str) -> Option<MemoryEntry> {
+fn parse_line(line: &str, index: usize, file: &MemFile, alias: &AgentAlias) -> Option<MemoryEntry> {
     let trimmed = line.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return None;
@@ -280,7 +282,7 @@ fn parse_line(line: &str, index: usize, file: &MemFile, alias: &str) -> Option<M
     };
     Some(MemoryEntry {
         id: format!("{stem}:{key}"),
-        agent: alias.to_string(),
+        agent: alias.clone(),
         key,
         content,
         category,
@@ -295,7 +297,7 @@ fn parse_line(line: &str, index: usize, file: &MemFile, alias: &str) -> Option<M
 /// wrote, and an agent must not be able to stop the daemon's start by planting one.
 pub(crate) fn rows_of(root: &InstallRoot, alias: &AgentAlias) -> Result<u64, MemoryError> {
     let ws = ConfinedDir::open_root(&root.agent_workspace(alias)).map_err(dir_err)?;
-    Ok(read_all_with(ws.as_ref(), alias.as_str(), Refused::Skip)?.len() as u64)
+    Ok(read_all_with(ws.as_ref(), alias, Refused::Skip)?.len() as u64)
 }
 
 fn daily_file(at: OffsetDateTime) -> MemFile {
@@ -368,13 +370,13 @@ fn read_files(
     Ok(out)
 }
 
-fn read_all(ws: Option<&ConfinedDir>, alias: &str) -> Result<Vec<Line>, MemoryError> {
+fn read_all(ws: Option<&ConfinedDir>, alias: &AgentAlias) -> Result<Vec<Line>, MemoryError> {
     read_all_with(ws, alias, Refused::Fail)
 }
 
 fn read_all_with(
     ws: Option<&ConfinedDir>,
-    alias: &str,
+    alias: &AgentAlias,
     on_refused: Refused,
 ) -> Result<Vec<Line>, MemoryError> {
     let Some(ws) = ws else {
@@ -513,7 +515,7 @@ impl MemoryStore for MarkdownStore {
             let stem = file.stem();
             let stored = MemoryEntry {
                 id: format!("{stem}:{}", entry.key),
-                agent: alias.to_string(),
+                agent: alias.clone(),
                 key: entry.key,
                 content: entry.content,
                 category: entry.category,
@@ -560,7 +562,7 @@ impl MemoryStore for MarkdownStore {
                 let all = self.with_agent(&rule.agent, false, read_all).await?;
                 for line in all {
                     let e = line.entry;
-                    if !rule.allows(&AgentId(e.agent.clone()), &e.category)
+                    if !rule.allows(&AgentId(e.agent.to_string()), &e.category)
                         || !matches_filters(&e, &query)
                     {
                         continue;

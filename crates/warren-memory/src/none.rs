@@ -5,6 +5,7 @@ use warren_config::schema::MemoryBackendKind;
 use warren_core::AgentAlias;
 
 use crate::entry::{AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule};
+use crate::error::MemoryError;
 use crate::store::{MemFuture, MemoryStore};
 
 /// The no-op store.
@@ -26,9 +27,14 @@ impl MemoryStore for NoneStore {
     fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
         Box::pin(async move {
             let at = crate::entry::now();
+            // The id is the alias text `agent_id` made from an `AgentAlias`.
+            let agent = AgentAlias::new(agent.0).map_err(|e| MemoryError::Corrupt {
+                location: "memory backend none".into(),
+                message: e.to_string(),
+            })?;
             Ok(MemoryEntry {
                 id: String::new(),
-                agent: agent.0,
+                agent,
                 key: entry.key,
                 content: entry.content,
                 category: entry.category,

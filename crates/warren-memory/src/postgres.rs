@@ -360,10 +360,18 @@ impl PostgresStore {
     }
 
     fn entry(&self, r: &Row) -> Result<MemoryEntry, MemoryError> {
+        let corrupt = |message: String| MemoryError::Corrupt {
+            location: self.location(),
+            message,
+        };
+        let agent = r
+            .try_get::<_, String>(1)
+            .map_err(|e| corrupt(e.to_string()))
+            .and_then(|a| AgentAlias::new(a).map_err(|e| corrupt(e.to_string())))?;
         let get = || -> Result<MemoryEntry, tokio_postgres::Error> {
             Ok(MemoryEntry {
                 id: r.try_get::<_, Uuid>(0)?.to_string(),
-                agent: r.try_get(1)?,
+                agent,
                 key: r.try_get(2)?,
                 content: r.try_get(3)?,
                 category: r.try_get(4)?,

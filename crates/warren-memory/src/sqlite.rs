@@ -346,10 +346,19 @@ fn instant(us: i64) -> rusqlite::Result<OffsetDateTime> {
     })
 }
 
+/// The writer's alias in column `i`: a row whose alias is missing or not an alias does not
+/// decode (a hand-edited store is reported, never carried on as a string).
+fn alias_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<AgentAlias> {
+    let text: Option<String> = r.get(i)?;
+    AgentAlias::new(text.unwrap_or_default()).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
 fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryEntry> {
     Ok(MemoryEntry {
         id: r.get(0)?,
-        agent: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+        agent: alias_at(r, 1)?,
         key: r.get(2)?,
         content: r.get(3)?,
         category: r.get(4)?,
@@ -452,7 +461,7 @@ fn keyword_recall(
             let seq: i64 = r.get(0)?;
             let entry = MemoryEntry {
                 id: r.get(1)?,
-                agent: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                agent: alias_at(r, 2)?,
                 key: r.get(3)?,
                 content: r.get(4)?,
                 category: r.get(5)?,

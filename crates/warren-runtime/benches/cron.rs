@@ -46,11 +46,9 @@ fn add_jobs(
     for i in 0..JOBS {
         let at = format_ms(due(i));
         let job = JobSpec {
-            name: format!("job{i:04}"),
-            agent: "bench".into(),
             at: Some(at),
             message: Some("tick".into()),
-            ..JobSpec::default()
+            ..JobSpec::new(format!("job{i:04}"), "bench".parse()?)
         }
         .into_job(config, "runtime")?;
         store.insert(&job)?;

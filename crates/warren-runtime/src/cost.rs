@@ -50,7 +50,7 @@ pub struct CostRecord {
     #[serde(with = "time::serde::rfc3339")]
     pub time: OffsetDateTime,
     /// Validated when the ledger line is read (a line naming no valid alias is skipped).
-    pub agent: String,
+    pub agent: warren_core::AgentAlias,
     pub session: Option<String>,
     pub provider: String,
     pub model: String,
@@ -382,7 +382,7 @@ impl CostTracker {
             if let Ok(r) = serde_json::from_slice::<CostRecord>(line) {
                 let amount = Amount::of(&r);
                 add(
-                    totals.spent.entry(r.agent).or_default(),
+                    totals.spent.entry(r.agent.into()).or_default(),
                     r.time,
                     amount,
                     now,
@@ -649,7 +649,7 @@ impl CostTracker {
     /// Prices and appends one request's usage.
     pub fn record(
         &self,
-        agent: &str,
+        agent: &warren_core::AgentAlias,
         session: Option<&str>,
         provider: &str,
         model: &str,
@@ -665,7 +665,7 @@ impl CostTracker {
         let now = OffsetDateTime::now_utc();
         let record = CostRecord {
             time: now,
-            agent: agent.to_string(),
+            agent: agent.clone(),
             session: session.map(str::to_string),
             provider: provider.to_string(),
             model: model.to_string(),
@@ -755,7 +755,7 @@ impl CostTracker {
         for line in text.split_inclusive('\n') {
             match serde_json::from_str::<CostRecord>(line.trim_end()) {
                 Ok(mut r) if r.agent == from.as_str() && line.ends_with('\n') => {
-                    r.agent = to.to_string();
+                    r.agent = to.clone();
                     let json = serde_json::to_string(&r)
                         .map_err(|e| self.io_error(std::io::Error::other(e)))?;
                     out.push_str(&json);
@@ -947,9 +947,9 @@ mod tests {
             input_tokens: 1,
             output_tokens: 0,
         };
-        t.record("a", None, "p", "m", u, true)
+        t.record(&al("a"), None, "p", "m", u, true)
             .unwrap_or_else(|e| panic!("{e}"));
-        t.record("a", None, "p", "m", u, true)
+        t.record(&al("a"), None, "p", "m", u, true)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(t.check("a", None).is_err(), "over the old limit");
         t.apply(&config(Some(100.0)));
@@ -981,10 +981,10 @@ mod tests {
             output_tokens: 0,
         };
         assert!(t.check("a", None).is_ok());
-        t.record("a", None, "p", "m", u, false)
+        t.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(t.check("a", None).is_ok());
-        t.record("a", None, "p", "m", u, true)
+        t.record(&al("a"), None, "p", "m", u, true)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
             t.check("a", None),
@@ -1013,7 +1013,7 @@ mod tests {
             input_tokens: 1,
             output_tokens: 0,
         };
-        cli.record("a", None, "p", "m", u, false)
+        cli.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             daemon.check("a", None).is_err(),
@@ -1044,7 +1044,7 @@ mod tests {
             output_tokens: 0,
         };
         let record = |t: &CostTracker| {
-            t.record("a", None, "p", "m", u, false)
+            t.record(&al("a"), None, "p", "m", u, false)
                 .unwrap_or_else(|e| panic!("{e}"));
         };
         record(&daemon);
@@ -1081,14 +1081,14 @@ mod tests {
             input_tokens: 1,
             output_tokens: 0,
         };
-        t.record("a", None, "p", "m", u, false)
+        t.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         // The rewrite (what `warren agents rename a b` does) reads the ledger under the lock...
         let held = LedgerLock::acquire(&path).unwrap_or_else(|e| panic!("{e}"));
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let appender = {
             let t = std::sync::Arc::clone(&t);
-            std::thread::spawn(move || t.record("other", None, "p", "m", u, false).is_ok())
+            std::thread::spawn(move || t.record(&al("other"), None, "p", "m", u, false).is_ok())
         };
         std::thread::sleep(std::time::Duration::from_millis(200));
         // ...and replaces it while the other agent's record waits.
@@ -1099,7 +1099,7 @@ mod tests {
         assert!(appender.join().unwrap_or(false));
         let agents: Vec<String> = read_ledger(&path)
             .into_iter()
-            .map(|r| r.agent)
+            .map(|r| r.agent.into())
             .collect();
         assert_eq!(agents, ["b", "other"]);
     }
@@ -1113,7 +1113,7 @@ mod tests {
             input_tokens: 2,
             output_tokens: 0,
         };
-        t.record("a", None, "p", "m", u, false)
+        t.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         let mut reloaded = config(None);
         reloaded.rates.insert(
@@ -1125,10 +1125,14 @@ mod tests {
             },
         );
         t.apply(&reloaded);
-        t.record("a", None, "p", "m", u, false)
+        t.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         let costs: Vec<f64> = read_ledger(&path).iter().map(|r| r.cost_usd).collect();
         assert_eq!(costs, vec![2.0, 1.0]);
+    }
+
+    fn al(alias: &str) -> warren_core::AgentAlias {
+        warren_core::AgentAlias::new(alias).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn usage(input: u64, output: u64) -> Usage {
@@ -1190,7 +1194,7 @@ mod tests {
             "per agent"
         );
         // The call used far less than its worst case: the record replaces the reservation.
-        t.record("a", None, "p", "m", usage(1_000, 10), false)
+        t.record(&al("a"), None, "p", "m", usage(1_000, 10), false)
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
         t.reserve("a", caps(0.01), "m", prompt(5_000))
@@ -1256,7 +1260,7 @@ mod tests {
         let mut c = dollar_config(None);
         c.enabled = false;
         let t = CostTracker::open(path.clone(), &c);
-        t.record("a", None, "p", "m", usage(9_500, 0), false)
+        t.record(&al("a"), None, "p", "m", usage(9_500, 0), false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(!path.exists(), "nothing written to the ledger");
         let err = t
@@ -1276,7 +1280,7 @@ mod tests {
         assert_eq!(t.rate(local), None);
         // Unset: the default allowance of unpriced tokens.
         let near = UNPRICED_TOKENS_PER_DAY - u64::from(UNKNOWN_MAX_OUTPUT_TOKENS);
-        t.record("a", None, "p", local, usage(near, 0), false)
+        t.record(&al("a"), None, "p", local, usage(near, 0), false)
             .unwrap_or_else(|e| panic!("{e}"));
         let msg = t
             .reserve("a", caps(5.0), local, prompt(1))
@@ -1295,7 +1299,7 @@ mod tests {
         };
         t.reserve("a", set, local, prompt(1))
             .unwrap_or_else(|e| panic!("raised: {e}"));
-        t.record("a", None, "p", "m", usage(10_000, 0), false)
+        t.record(&al("a"), None, "p", "m", usage(10_000, 0), false)
             .unwrap_or_else(|e| panic!("{e}"));
         let msg = t
             .reserve("a", set, "m", prompt(1))

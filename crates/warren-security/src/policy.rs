@@ -181,13 +181,13 @@ impl SecurityPolicy {
         // 3. grants
         let (mut read_write, mut read_only, mut write_only) = (Vec::new(), Vec::new(), Vec::new());
         for (sibling, level) in &agent.workspace.access {
-            let sibling_alias = AgentAlias::new(sibling.as_str())
-                .ok()
-                .filter(|a| config.agent(a).is_some())
-                .ok_or_else(|| PolicyError::UnknownSibling {
+            if config.agent(sibling).is_none() {
+                return Err(PolicyError::UnknownSibling {
                     alias: alias.to_string(),
-                    sibling: sibling.clone(),
-                })?;
+                    sibling: sibling.to_string(),
+                });
+            }
+            let sibling_alias = sibling.clone();
             let grant = Grant {
                 root: root.agent_workspace(&sibling_alias),
                 alias: sibling_alias,

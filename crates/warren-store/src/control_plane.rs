@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::sqlite_util::{SharedConn, Sync};
+use crate::sqlite_util::{SharedConn, Sync, alias_column};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -85,7 +85,7 @@ pub enum ControlPlaneError {
 pub struct RunRecord {
     pub id: String,
     pub kind: String,
-    pub agent: String,
+    pub agent: warren_core::AgentAlias,
     pub label: String,
     pub owner_pid: u32,
     pub owner_boot: String,
@@ -323,7 +323,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     Ok(RunRecord {
         id: r.get(0)?,
         kind: r.get(1)?,
-        agent: r.get(2)?,
+        agent: alias_column(r, 2)?,
         label: r.get(3)?,
         owner_pid: r.get(4)?,
         owner_boot: r.get(5)?,

@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
+use warren_core::AgentAlias;
 
 use crate::control_plane::Owner;
-use crate::sqlite_util::{SharedConn, Sync};
+use crate::sqlite_util::{SharedConn, Sync, alias_column};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -100,7 +101,7 @@ pub enum CronError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub name: String,
-    pub agent: String,
+    pub agent: AgentAlias,
     pub schedule_kind: String,
     pub schedule: String,
     pub tz: Option<String>,
@@ -153,7 +154,7 @@ pub fn now_ms() -> i64 {
 pub struct Run {
     pub id: String,
     pub job: String,
-    pub agent: String,
+    pub agent: AgentAlias,
     pub trigger: String,
     pub started_at: String,
     pub finished_at: Option<String>,
@@ -338,7 +339,7 @@ impl CronStore {
                          WHERE name = ?1",
                         params![
                             job.name,
-                            job.agent,
+                            job.agent.as_str(),
                             job.schedule_kind,
                             job.schedule,
                             job.tz,
@@ -526,7 +527,16 @@ impl CronStore {
         tx.execute(
             "INSERT INTO runs (id, job, agent, trigger, started_at, status, session, owner_pid, owner_boot)
              VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8)",
-            params![run_id, name, job.agent, trigger, now, session, owner.pid, owner.boot_id],
+            params![
+                run_id,
+                name,
+                job.agent.as_str(),
+                trigger,
+                now,
+                session,
+                owner.pid,
+                owner.boot_id
+            ],
         )
         .map_err(|e| self.err(e))?;
         tx.execute(
@@ -716,19 +726,19 @@ impl CronStore {
     }
 
     /// Repoints the jobs and runs of agent `from` to `to` (LIFE-3); returns the rows changed.
-    pub fn rename_agent(&self, from: &str, to: &str) -> Result<usize, CronError> {
+    pub fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<usize, CronError> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let jobs = tx
             .execute(
                 "UPDATE jobs SET agent = ?2 WHERE agent = ?1",
-                params![from, to],
+                params![from.as_str(), to.as_str()],
             )
             .map_err(|e| self.err(e))?;
         let runs = tx
             .execute(
                 "UPDATE runs SET agent = ?2 WHERE agent = ?1",
-                params![from, to],
+                params![from.as_str(), to.as_str()],
             )
             .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
@@ -736,11 +746,11 @@ impl CronStore {
     }
 
     /// The jobs and runs of `agent` (the archive of an agent delete, LIFE-4).
-    pub fn export_agent(&self, agent: &str) -> Result<AgentCron, CronError> {
+    pub fn export_agent(&self, agent: &AgentAlias) -> Result<AgentCron, CronError> {
         let jobs: Vec<Job> = self
             .list()?
             .into_iter()
-            .filter(|j| j.agent == agent)
+            .filter(|j| &j.agent == agent)
             .collect();
         let mut runs = Vec::new();
         for job in &jobs {
@@ -750,14 +760,14 @@ impl CronStore {
     }
 
     /// Removes the jobs and runs of `agent` (after [`CronStore::export_agent`] archived them).
-    pub fn delete_agent(&self, agent: &str) -> Result<usize, CronError> {
+    pub fn delete_agent(&self, agent: &AgentAlias) -> Result<usize, CronError> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let runs = tx
-            .execute("DELETE FROM runs WHERE agent = ?1", params![agent])
+            .execute("DELETE FROM runs WHERE agent = ?1", params![agent.as_str()])
             .map_err(|e| self.err(e))?;
         let jobs = tx
-            .execute("DELETE FROM jobs WHERE agent = ?1", params![agent])
+            .execute("DELETE FROM jobs WHERE agent = ?1", params![agent.as_str()])
             .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(jobs + runs)
@@ -768,7 +778,7 @@ impl CronStore {
     pub fn import_agent(
         &self,
         archive: &AgentCron,
-        agent: &str,
+        agent: &AgentAlias,
         note: &str,
     ) -> Result<Vec<String>, CronError> {
         let mut conn = self.conn();
@@ -780,7 +790,7 @@ impl CronStore {
                 continue;
             }
             let restored = Job {
-                agent: agent.to_string(),
+                agent: agent.clone(),
                 enabled: false,
                 paused_reason: Some(note.to_string()),
                 note: Some(note.to_string()),
@@ -806,7 +816,7 @@ impl CronStore {
             tx.execute(
                 &format!("INSERT OR IGNORE INTO runs ({RUN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
                 params![
-                    run.id, run.job, agent, run.trigger, run.started_at, run.finished_at, status,
+                    run.id, run.job, agent.as_str(), run.trigger, run.started_at, run.finished_at, status,
                     run.error, run.output, run.tokens_in, run.tokens_out, run.cost_usd,
                     serde_json::to_string(&run.receipts).unwrap_or_else(|_| "[]".into()),
                     run.session, run.delivery, run.delivery_error, run.owner_pid, run.owner_boot
@@ -869,7 +879,7 @@ fn insert_job(conn: &Connection, job: &Job) -> rusqlite::Result<()> {
         ),
         params![
             job.name,
-            job.agent,
+            job.agent.as_str(),
             job.schedule_kind,
             job.schedule,
             job.tz,
@@ -917,7 +927,7 @@ fn list_jobs(conn: &Connection) -> rusqlite::Result<Vec<Job>> {
 fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
     Ok(Job {
         name: r.get(0)?,
-        agent: r.get(1)?,
+        agent: alias_column(r, 1)?,
         schedule_kind: r.get(2)?,
         schedule: r.get(3)?,
         tz: r.get(4)?,
@@ -950,7 +960,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
         id: r.get(0)?,
         job: r.get(1)?,
-        agent: r.get(2)?,
+        agent: alias_column(r, 2)?,
         trigger: r.get(3)?,
         started_at: r.get(4)?,
         finished_at: r.get(5)?,
@@ -977,7 +987,7 @@ mod tests {
         let now = timefmt::format(timefmt::now());
         Job {
             name: name.into(),
-            agent: "main".into(),
+            agent: "main".parse().unwrap(),
             schedule_kind: "every".into(),
             schedule: "1s".into(),
             tz: None,
@@ -1082,16 +1092,17 @@ mod tests {
         let store = CronStore::open(&dir.path().join("jobs.db"))?;
         store.insert(&job("a"))?;
         store.claim("a", "r1", "manual", None, &Owner::current(), None)?;
-        store.rename_agent("main", "ops")?;
-        let archive = store.export_agent("ops")?;
+        let (main, ops) = ("main".parse()?, "ops".parse()?);
+        store.rename_agent(&main, &ops)?;
+        let archive = store.export_agent(&ops)?;
         assert_eq!((archive.jobs.len(), archive.runs.len()), (1, 1));
-        store.delete_agent("ops")?;
+        store.delete_agent(&ops)?;
         assert!(store.list()?.is_empty());
-        store.import_agent(&archive, "ops", "restored from archive")?;
+        store.import_agent(&archive, &ops, "restored from archive")?;
         let back = store.get("a")?;
         assert_eq!(
             back.map(|j| (j.agent, j.enabled, j.paused_reason)),
-            Some(("ops".into(), false, Some("restored from archive".into())))
+            Some((ops.clone(), false, Some("restored from archive".into())))
         );
         assert_eq!(store.run("r1")?.map(|r| r.status).as_deref(), Some("lost"));
         Ok(())

@@ -7,6 +7,8 @@ use std::fmt;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use warren_core::AgentAlias;
+
 use super::default_profile_name;
 
 /// One agent.
@@ -45,7 +47,7 @@ impl Default for AgentConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AgentWorkspaceConfig {
     /// Sibling alias → access level on that sibling's workspace.
-    pub access: BTreeMap<String, AccessLevel>,
+    pub access: BTreeMap<AgentAlias, AccessLevel>,
     /// Turns `workspace_only` off.
     pub unrestricted_filesystem: bool,
 }
@@ -82,15 +84,15 @@ pub enum MemoryBackendKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum MemoryGrant {
-    All(String),
+    All(AgentAlias),
     Categories {
-        agent: String,
+        agent: AgentAlias,
         categories: Vec<String>,
     },
 }
 
 impl MemoryGrant {
-    pub fn agent(&self) -> &str {
+    pub fn agent(&self) -> &AgentAlias {
         match self {
             Self::All(agent) | Self::Categories { agent, .. } => agent,
         }
@@ -106,13 +108,13 @@ impl<'de> Deserialize<'de> for MemoryGrant {
                 f.write_str(r#"an agent alias or { agent = "alias", categories = ["..."] }"#)
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<MemoryGrant, E> {
-                Ok(MemoryGrant::All(v.to_string()))
+                AgentAlias::new(v).map(MemoryGrant::All).map_err(E::custom)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<MemoryGrant, A::Error> {
                 #[derive(Deserialize)]
                 #[serde(deny_unknown_fields)]
                 struct Scoped {
-                    agent: String,
+                    agent: AgentAlias,
                     categories: Vec<String>,
                 }
                 let s = Scoped::deserialize(de::value::MapAccessDeserializer::new(map))?;

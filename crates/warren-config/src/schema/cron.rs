@@ -7,16 +7,18 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use warren_core::AgentAlias;
 
 use crate::error::Problem;
 use crate::keypath::quote;
 
 /// `[cron.jobs.<name>]`: a declared job, reconciled into `data/cron/jobs.db` on daemon start
 /// and reload. Exactly one of `cron`, `every`, `at`; exactly one of `message`, `command`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// `agent` is required (an alias, checked when the config is read); the rest default to unset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CronJobDecl {
-    pub agent: String,
+    pub agent: AgentAlias,
     /// A 5- or 6-field cron expression (`0 3 * * *`, `*/10 * * * * *`).
     pub cron: Option<String>,
     /// IANA time zone of `cron` (default UTC).

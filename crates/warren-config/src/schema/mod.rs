@@ -38,7 +38,7 @@ pub const DEFAULT_PROFILE: &str = "default";
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub runtime: RuntimeConfig,
-    pub agents: BTreeMap<String, AgentConfig>,
+    pub agents: BTreeMap<AgentAlias, AgentConfig>,
     pub risk_profiles: BTreeMap<String, RiskProfile>,
     pub runtime_profiles: BTreeMap<String, RuntimeProfile>,
     pub providers: BTreeMap<String, ProviderConfig>,
@@ -55,12 +55,9 @@ pub struct Config {
 }
 
 impl Config {
-    /// Agents with their validated aliases, in alias order. Only call on a validated config
-    /// (every `ConfigStore` config is); invalid keys are skipped.
+    /// Agents with their aliases (validated when the config was read), in alias order.
     pub fn agents(&self) -> impl Iterator<Item = (AgentAlias, &AgentConfig)> {
-        self.agents
-            .iter()
-            .filter_map(|(k, v)| AgentAlias::new(k.as_str()).ok().map(|a| (a, v)))
+        self.agents.iter().map(|(k, v)| (k.clone(), v))
     }
 
     pub fn agent(&self, alias: &AgentAlias) -> Option<&AgentConfig> {
@@ -94,10 +91,10 @@ impl Config {
     /// agent. Receives the legacy workspace (LAYOUT-2) and commands given no alias.
     pub fn default_agent(&self) -> Option<AgentAlias> {
         if let Some(name) = &self.runtime.default_agent {
-            return AgentAlias::new(name.as_str()).ok();
+            return Some(name.clone());
         }
-        if self.agents.contains_key("main") {
-            return AgentAlias::new("main").ok();
+        if let Some((main, _)) = self.agents.get_key_value("main") {
+            return Some(main.clone());
         }
         let mut agents = self.agents();
         match (agents.next(), agents.next()) {
@@ -173,23 +170,29 @@ mod tests {
     fn default_agent_rules() {
         let mut config = Config::default();
         assert_eq!(config.default_agent(), None);
-        config.agents.insert("solo".into(), AgentConfig::default());
+        config
+            .agents
+            .insert(AgentAlias::new("solo").unwrap(), AgentConfig::default());
         assert_eq!(
             config.default_agent().map(|a| a.to_string()),
             Some("solo".into())
         );
-        config.agents.insert("zeta".into(), AgentConfig::default());
+        config
+            .agents
+            .insert(AgentAlias::new("zeta").unwrap(), AgentConfig::default());
         assert_eq!(
             config.default_agent(),
             None,
             "two agents, no main: ambiguous"
         );
-        config.agents.insert("main".into(), AgentConfig::default());
+        config
+            .agents
+            .insert(AgentAlias::new("main").unwrap(), AgentConfig::default());
         assert_eq!(
             config.default_agent().map(|a| a.to_string()),
             Some("main".into())
         );
-        config.runtime.default_agent = Some("zeta".into());
+        config.runtime.default_agent = Some(AgentAlias::new("zeta").unwrap());
         assert_eq!(
             config.default_agent().map(|a| a.to_string()),
             Some("zeta".into())

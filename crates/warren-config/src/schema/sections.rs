@@ -16,7 +16,7 @@ pub struct RuntimeConfig {
     /// Where tools run: on the host (`native`) or in a container (`docker`, GIT-9).
     pub kind: RuntimeKind,
     /// The agent commands address when given no alias; receives the legacy workspace (LAYOUT-2).
-    pub default_agent: Option<String>,
+    pub default_agent: Option<warren_core::AgentAlias>,
     /// How long a reload or shutdown lets in-flight turns finish before cancelling them.
     pub shutdown_grace_secs: u64,
 }

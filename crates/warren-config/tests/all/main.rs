@@ -1,4 +1,5 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
+mod alias_keys;
 mod config_store;
 mod inert_settings;

@@ -1,5 +1,6 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
+mod alias_paths;
 mod chat;
 mod common;
 mod openai_api;

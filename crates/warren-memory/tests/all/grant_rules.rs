@@ -31,7 +31,9 @@ fn config(
         if alias == "a" {
             agent.memory.read_memory_from = grants.clone();
         }
-        config.agents.insert(alias.to_string(), agent);
+        config
+            .agents
+            .insert(alias.parse().unwrap_or_else(|e| panic!("{e}")), agent);
     }
     config
 }

@@ -108,9 +108,11 @@ fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
                     .iter()
                     .filter(|((reader, _), _)| *reader == r)
                     .map(|((_, owner), g)| match g {
-                        None => MemoryGrant::All(AGENTS[*owner].into()),
+                        None => MemoryGrant::All(
+                            AGENTS[*owner].parse().unwrap_or_else(|e| panic!("{e}")),
+                        ),
                         Some(c) => MemoryGrant::Categories {
-                            agent: AGENTS[*owner].into(),
+                            agent: AGENTS[*owner].parse().unwrap_or_else(|e| panic!("{e}")),
                             categories: c.clone(),
                         },
                     })
@@ -143,7 +145,7 @@ fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
                     .await
                     .map_err(|e| fail(&e))?
                     .into_iter()
-                    .map(|h| (h.entry.agent, h.entry.key))
+                    .map(|h| (h.entry.agent.into(), h.entry.key))
                     .collect();
                 let want = expected(s, reader, *q);
                 prop_assert_eq!(
@@ -161,7 +163,7 @@ fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
                     .await
                     .map_err(|e| fail(&e))?
                     .into_iter()
-                    .map(|h| (h.entry.agent, h.entry.key))
+                    .map(|h| (h.entry.agent.into(), h.entry.key))
                     .collect();
                 prop_assert!(
                     top.is_subset(&want),

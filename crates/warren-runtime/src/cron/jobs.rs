@@ -10,15 +10,16 @@ use warren_config::schema::cron::{
     CronJobDecl, HEARTBEAT_MESSAGE, Schedule, heartbeat_job, heartbeat_session, validate_name,
     validate_webhook,
 };
+use warren_core::AgentAlias;
 use warren_store::cron::{Job, now_ms};
 use warren_store::timefmt;
 
 /// A job to add.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     pub name: String,
-    pub agent: String,
+    pub agent: AgentAlias,
     #[serde(default)]
     pub cron: Option<String>,
     #[serde(default)]
@@ -61,6 +62,26 @@ fn bad(field: &'static str, message: impl Into<String>) -> SpecError {
 }
 
 impl JobSpec {
+    /// A spec with only its name and agent set.
+    pub fn new(name: impl Into<String>, agent: AgentAlias) -> Self {
+        Self {
+            name: name.into(),
+            agent,
+            cron: None,
+            tz: None,
+            every: None,
+            at: None,
+            message: None,
+            command: None,
+            session: None,
+            budget_usd: None,
+            daily_budget_usd: None,
+            catch_up: None,
+            webhook: None,
+            enabled: None,
+        }
+    }
+
     /// The spec of a declared job.
     pub fn from_decl(name: &str, decl: &CronJobDecl) -> Self {
         Self {
@@ -206,8 +227,6 @@ fn heartbeats(config: &Config) -> Vec<Job> {
     for (alias, agent) in config.agents() {
         let Some(hb) = &agent.heartbeat else { continue };
         let spec = JobSpec {
-            name: heartbeat_job(alias.as_str()),
-            agent: alias.to_string(),
             every: Some(hb.every.clone()),
             message: Some(
                 hb.message
@@ -217,7 +236,7 @@ fn heartbeats(config: &Config) -> Vec<Job> {
             session: Some(heartbeat_session(alias.as_str())),
             daily_budget_usd: hb.daily_budget_usd,
             enabled: hb.enabled,
-            ..JobSpec::default()
+            ..JobSpec::new(heartbeat_job(alias.as_str()), alias.clone())
         };
         match spec.into_job(config, "heartbeat") {
             Ok(mut job) => {

@@ -57,17 +57,13 @@ impl AgentStateStore for CronState {
         let Some(store) = self.existing()? else {
             return Ok(0);
         };
-        let export = store
-            .export_agent(alias.as_str())
-            .map_err(|e| e.to_string())?;
+        let export = store.export_agent(alias).map_err(|e| e.to_string())?;
         Ok((export.jobs.len() + export.runs.len()) as u64)
     }
 
     fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
         let export = match self.existing()? {
-            Some(store) => store
-                .export_agent(alias.as_str())
-                .map_err(|e| e.to_string())?,
+            Some(store) => store.export_agent(alias).map_err(|e| e.to_string())?,
             None => AgentCron::default(),
         };
         let n = (export.jobs.len() + export.runs.len()) as u64;
@@ -76,13 +72,11 @@ impl AgentStateStore for CronState {
 
     fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
         if let Some(plane) = self.plane()? {
-            plane
-                .delete_agent(alias.as_str())
-                .map_err(|e| e.to_string())?;
+            plane.delete_agent(alias).map_err(|e| e.to_string())?;
         }
         match self.existing()? {
             Some(store) => store
-                .delete_agent(alias.as_str())
+                .delete_agent(alias)
                 .map(|n| n as u64)
                 .map_err(|e| e.to_string()),
             None => Ok(0),
@@ -97,7 +91,7 @@ impl AgentStateStore for CronState {
         }
         match self.existing()? {
             Some(store) => store
-                .rename_agent(from.as_str(), to.as_str())
+                .rename_agent(from, to)
                 .map(|n| n as u64)
                 .map_err(|e| e.to_string()),
             None => Ok(0),
@@ -118,7 +112,7 @@ impl AgentStateStore for CronState {
         }
         let store = CronStore::open(&self.ctx.root.cron_db()).map_err(|e| e.to_string())?;
         let skipped = store
-            .import_agent(&archive, alias.as_str(), &restore_note(original))
+            .import_agent(&archive, alias, &restore_note(original))
             .map_err(|e| e.to_string())?;
         for name in &skipped {
             tracing::warn!(job = %name, "archived cron job not restored: a job of that name exists");

@@ -86,9 +86,8 @@ impl Scheduler {
         serde_json::to_string(&state).unwrap_or_default()
     }
 
-    async fn fingerprint(&self, agent: &str) -> Option<String> {
-        let alias = warren_core::AgentAlias::new(agent).ok()?;
-        let dir = self.root.agent_workspace(&alias);
+    async fn fingerprint(&self, agent: &warren_core::AgentAlias) -> Option<String> {
+        let dir = self.root.agent_workspace(agent);
         tokio::task::spawn_blocking(move || fingerprint(dir))
             .await
             .ok()

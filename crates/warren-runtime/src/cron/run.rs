@@ -165,10 +165,7 @@ impl Scheduler {
             error: Some(e),
             ..RunResult::default()
         };
-        let agent = match AgentAlias::new(job.agent.as_str()) {
-            Ok(a) => a,
-            Err(e) => return failed(e.to_string()),
-        };
+        let agent = job.agent.clone();
         let session = match SessionKey::sanitize(&session_of(job, run_id)) {
             Ok(s) => s,
             Err(e) => return failed(e.to_string()),
@@ -262,10 +259,7 @@ impl Scheduler {
             error: Some(e),
             ..RunResult::default()
         };
-        let agent = match AgentAlias::new(job.agent.as_str()) {
-            Ok(a) => a,
-            Err(e) => return failed(e.to_string()),
-        };
+        let agent = job.agent.clone();
         let runner = match self.host.runner(&agent).await {
             Ok(r) => r,
             Err(e) => return failed(e.to_string()),

@@ -111,7 +111,7 @@ pub fn collect(config: &Config, alias: &str) -> Vec<RefSite> {
                 path: key(&["agents", owner, "workspace", "access", alias]).to_string(),
                 strength: Strength::Soft,
                 site: Site::WorkspaceAccess {
-                    owner: owner.clone(),
+                    owner: owner.to_string(),
                     level,
                 },
             });
@@ -125,7 +125,7 @@ pub fn collect(config: &Config, alias: &str) -> Vec<RefSite> {
                     ),
                     strength: Strength::Soft,
                     site: Site::MemoryGrant {
-                        owner: owner.clone(),
+                        owner: owner.to_string(),
                         index,
                     },
                 });

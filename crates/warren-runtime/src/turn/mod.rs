@@ -699,7 +699,7 @@ impl AgentRunner {
         // Recorded (to the ledger, or in memory with `[cost] enabled = false`) before the
         // reservation is released: the actual usage replaces the worst case.
         let record = self.services.costs.record(
-            agent,
+            &self.alias,
             session,
             &routed.provider,
             &self.model,

@@ -112,9 +112,10 @@ fn unknown_agents_and_dangling_grants_are_errors_perm2() {
     ));
     // A config built in code (not through validation) with a dangling grant is still refused.
     config.agents.get_mut("main").map(|a| {
-        a.workspace
-            .access
-            .insert("ghost".into(), warren_config::schema::AccessLevel::Read)
+        a.workspace.access.insert(
+            "ghost".parse().unwrap_or_else(|e| panic!("{e}")),
+            warren_config::schema::AccessLevel::Read,
+        )
     });
     let err = SecurityPolicy::for_agent(&config, &root, &alias("main"))
         .err()

@@ -38,7 +38,7 @@ impl Agents {
             pg = Some((url.to_string(), schema));
         }
         for a in ["alice", "bob"] {
-            config.agents.insert(a.into(), AgentConfig::default());
+            config.agents.insert(a.parse()?, AgentConfig::default());
         }
         let stores = MemoryStores::new(root);
         let mut tools = HashMap::new();

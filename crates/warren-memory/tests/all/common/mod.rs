@@ -37,12 +37,12 @@ pub struct Fixture {
 }
 
 pub fn grant(agent: &str) -> MemoryGrant {
-    MemoryGrant::All(agent.to_string())
+    MemoryGrant::All(agent.parse().unwrap_or_else(|e| panic!("{e}")))
 }
 
 pub fn cats(agent: &str, categories: &[&str]) -> MemoryGrant {
     MemoryGrant::Categories {
-        agent: agent.to_string(),
+        agent: agent.parse().unwrap_or_else(|e| panic!("{e}")),
         categories: categories.iter().map(|c| c.to_string()).collect(),
     }
 }
@@ -68,7 +68,9 @@ impl Fixture {
         for (alias, grants) in agents {
             let mut agent = AgentConfig::default();
             agent.memory.read_memory_from = grants.clone();
-            config.agents.insert((*alias).to_string(), agent);
+            config
+                .agents
+                .insert(alias.parse().unwrap_or_else(|e| panic!("{e}")), agent);
         }
         Ok(Self {
             stores: MemoryStores::new(root.clone()),
@@ -125,7 +127,7 @@ pub async fn seen(
         .recall(RecallQuery::new(text, limit))
         .await?
         .into_iter()
-        .map(|h| (h.entry.agent, h.entry.key))
+        .map(|h| (h.entry.agent.into(), h.entry.key))
         .collect();
     out.sort();
     Ok(out)
