@@ -138,7 +138,7 @@ impl Engine {
                 None
             }
         };
-        Ok(Arc::new(Self {
+        let engine = Arc::new(Self {
             root: root.clone(),
             host,
             store: Arc::new(store),
@@ -149,7 +149,24 @@ impl Engine {
             running: Mutex::new(HashMap::new()),
             parking: AtomicBool::new(false),
             changed: Notify::new(),
-        }))
+        });
+        // The leases of this engine's runs (the daemon's and a CLI process's alike): a live
+        // owner's runs are never taken over, however long an approval gate waits.
+        let weak = Arc::downgrade(&engine);
+        let every = Duration::from_millis(u64::try_from(engine.lease_ms() / 3).unwrap_or(10_000));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(engine) = weak.upgrade() else { break };
+                if engine.running() > 0 {
+                    let store = Arc::clone(&engine.store);
+                    let (o, l) = (engine.owner.clone(), engine.lease_ms());
+                    drop(engine);
+                    let _ = blocking(move || store.renew(&o, l)).await;
+                }
+            }
+        });
+        Ok(engine)
     }
 
     pub fn store(&self) -> &Arc<SopStore> {
@@ -353,8 +370,8 @@ impl Engine {
         Ok(())
     }
 
-    /// The background work of a daemon generation: lease renewal, cancel requests from other
-    /// processes, and the triggers (cron expressions, MQTT topics). Stopping it parks the runs
+    /// The background work of a daemon generation: cancel requests from other processes, and
+    /// the triggers (cron expressions, MQTT topics). Stopping it parks the runs
     /// at their next step boundary (the next generation continues them).
     pub fn start(self: &Arc<Self>) -> RunningSubsystem {
         let (stop, mut stopped) = oneshot::channel::<()>();
@@ -362,22 +379,12 @@ impl Engine {
         let triggers = triggers::start(self);
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
-            let renew_every = u32::try_from((this.settings.lease_secs.max(3) * 1000 / 3) / 500)
-                .unwrap_or(20)
-                .max(1);
-            let mut ticks = 0u32;
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = &mut stopped => break,
                 }
-                ticks = ticks.wrapping_add(1);
                 this.serve_cancel_requests().await;
-                if ticks.is_multiple_of(renew_every) {
-                    let store = Arc::clone(&this.store);
-                    let (o, l) = (this.owner.clone(), this.lease_ms());
-                    let _ = blocking(move || store.renew(&o, l)).await;
-                }
             }
             for t in triggers {
                 t.abort();
