@@ -335,6 +335,14 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "POST",
+        path: "/admin/sops/runs/{id}/action",
+        access: Access::Admin,
+        summary: "The CLI's `warren sop approve|deny|cancel` while a daemon runs",
+        request: Some(r#"{"step": "gate", "approved": true, "who": "cli:ops"}"#),
+        handler: || post(crate::sop_api::admin_action),
+    },
+    Route {
+        method: "POST",
         path: "/admin/reload",
         access: Access::Admin,
         summary: "Re-read config.toml and rebuild every subsystem in this process; an invalid config keeps the running generation (400)",

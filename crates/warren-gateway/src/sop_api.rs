@@ -317,6 +317,55 @@ pub(crate) async fn cancel(
     Ok((StatusCode::ACCEPTED, Json(json!({"run": run}))).into_response())
 }
 
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdminAction {
+    #[serde(default)]
+    step: Option<String>,
+    #[serde(default)]
+    approved: Option<bool>,
+    #[serde(default)]
+    reason: Option<String>,
+    who: String,
+}
+
+/// The CLI's `warren sop approve|deny|cancel` while a daemon runs: the engine's store (which
+/// may be the in-memory one) takes the decision, recorded as the CLI's operator.
+pub(crate) async fn admin_action(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "POST /admin/sops/runs/{id}/action";
+    let a: AdminAction = crate::error::parse_json(ROUTE, &body)?;
+    let engine = engine(&state, ROUTE)?;
+    match (a.step, a.approved) {
+        (Some(step), Some(approved)) => {
+            engine
+                .decide(&id, &step, approved, &a.who, a.reason)
+                .await
+                .map_err(|e| sop_error(ROUTE, e))?;
+            Ok(Json(json!({"run": id, "step": step,
+                           "decision": if approved { "approved" } else { "denied" }})))
+        }
+        (None, None) => {
+            let run = engine
+                .cancel(&id, &a.who)
+                .await
+                .map_err(|e| sop_error(ROUTE, e))?;
+            Ok(Json(
+                json!({"run": run.id, "sop": run.sop, "owner_pid": run.owner_pid,
+                           "cancel_requested": true}),
+            ))
+        }
+        _ => Err(ApiError::bad_field(
+            ROUTE,
+            "approved",
+            "a decision names both step and approved; a cancel names neither",
+        )),
+    }
+}
+
 /// Request bodies in the OpenAPI document.
 pub(crate) fn openapi_paths(paths: &mut serde_json::Map<String, Value>) {
     let object = json!({"type": "object"});

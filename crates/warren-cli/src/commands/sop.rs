@@ -74,6 +74,15 @@ pub fn run(root: &InstallRoot, cmd: SopCommand, json: bool) -> anyhow::Result<Ex
         SopCommand::Approve { run, step, reason } => decide(root, &run, &step, true, reason, json),
         SopCommand::Deny { run, step, reason } => decide(root, &run, &step, false, reason, json),
         SopCommand::Cancel { run } => {
+            if let Some(body) = via_daemon(root, &run, json!({"who": who()}))? {
+                return report(json, &body, || {
+                    println!(
+                        "asked run {run} of '{}' to stop; its owner (pid {}) acts on it within a second",
+                        body["sop"].as_str().unwrap_or("?"),
+                        body["owner_pid"]
+                    )
+                });
+            }
             let store = SopStore::open(&root.sop_runs_db())?;
             let r = store.request_cancel(&run, &who())?;
             report(
@@ -88,6 +97,27 @@ pub fn run(root: &InstallRoot, cmd: SopCommand, json: bool) -> anyhow::Result<Ex
             )
         }
     }
+}
+
+/// Sends an approve/deny/cancel to the running daemon (`None` when none runs).
+fn via_daemon(root: &InstallRoot, run: &str, body: Value) -> anyhow::Result<Option<Value>> {
+    if !matches!(
+        warren_runtime::probe(root),
+        Ok(DaemonStatus::Running { .. })
+    ) {
+        return Ok(None);
+    }
+    let path = format!("/admin/sops/runs/{run}/action");
+    let (status, answer) =
+        warren_gateway::client::admin_call_json(root, "POST", &path, Some(&body))?;
+    if !(200..300).contains(&status) {
+        let message = answer["error"]["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| answer.to_string());
+        bail!("{message}");
+    }
+    Ok(Some(answer))
 }
 
 fn who() -> String {
@@ -297,12 +327,18 @@ fn decide(
     reason: Option<String>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    let word = if approved { "approved" } else { "denied" };
+    let body = json!({"step": step, "approved": approved, "reason": reason, "who": who()});
+    if let Some(answer) = via_daemon(root, run, body)? {
+        return report(json, &answer, || {
+            println!("{word} step '{step}' of run {run}")
+        });
+    }
     let store = open_existing(root)?
         .map(|_| SopStore::open(&root.sop_runs_db()))
         .transpose()?
         .ok_or_else(|| anyhow::anyhow!("no SOP run '{run}' (no run was ever stored)"))?;
     store.decide(run, step, approved, &who(), reason.as_deref())?;
-    let word = if approved { "approved" } else { "denied" };
     report(
         json,
         &json!({"run": run, "step": step, "decision": word}),

@@ -382,6 +382,27 @@ fn runs_on_the_in_memory_fallback_warn_everywhere_state10() -> R {
             .contains("IN MEMORY ONLY"),
         "{started}"
     );
+    // The CLI decides a gate of a run the daemon keeps in memory (through the daemon).
+    write_sop(
+        &root,
+        "gated",
+        "agent = \"main\"\n[[steps]]\nid = \"gate\"\nkind = \"approval\"\n",
+    )?;
+    let (code, started) = http(port, "POST", "/api/sops/gated/run", Some(&token), "{}")?;
+    assert_eq!(code, 202, "{started}");
+    let id = started["run"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let path = format!("/api/sops/runs/{id}");
+    wait_until("the gate", WAIT, || {
+        Ok(http(port, "GET", &path, Some(&token), "")?.1["run"]["status"] == "waiting")
+    })?;
+    let out = root.run(bin(), &["sop", "approve", &id, "gate"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    wait_until("the approved run to end", WAIT, || {
+        Ok(http(port, "GET", &path, Some(&token), "")?.1["run"]["status"] == "ok")
+    })?;
     Ok(())
 }
 
