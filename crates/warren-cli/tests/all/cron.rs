@@ -35,6 +35,12 @@ risk_profile = "careful"
 [risk_profiles.careful]
 autonomy = "supervised"
 approval_timeout_secs = 5
+max_cost_per_day_usd = 100000.0
+
+# The rates below are 1000x real ones, and each call first reserves its worst case (prompt +
+# 4096 output tokens) against the daily cap: the caps are raised to match (issue 16 §4).
+[risk_profiles.default]
+max_cost_per_day_usd = 100000.0
 
 [providers.fake]
 kind = "openai"
