@@ -58,7 +58,7 @@ fn sop_error(route: &str, e: SopError) -> ApiError {
 fn engine(state: &AppState, route: &str) -> Result<Arc<Engine>, ApiError> {
     state.host().sop().ok_or_else(|| {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::CONFLICT,
             "engine_off",
             format!("{route}: the SOP engine is not running in this daemon (see the log)"),
         )
