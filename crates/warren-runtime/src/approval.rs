@@ -29,7 +29,7 @@ use warren_tools::RiskClass;
 /// What the operator is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApprovalRequest {
-    pub agent: String,
+    pub agent: warren_core::AgentAlias,
     pub tool: String,
     pub arguments: serde_json::Value,
     /// Why approval is needed.
@@ -262,7 +262,7 @@ mod tests {
             }
         }
         let req = ApprovalRequest {
-            agent: "a".into(),
+            agent: "a".parse().unwrap(),
             tool: "t".into(),
             arguments: serde_json::json!({}),
             reason: "r".into(),

@@ -21,7 +21,7 @@ use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PendingView {
     pub id: String,
-    pub agent: String,
+    pub agent: warren_core::AgentAlias,
     pub tool: String,
     pub arguments: serde_json::Value,
     pub reason: String,
@@ -143,7 +143,7 @@ mod tests {
 
     fn request() -> ApprovalRequest {
         ApprovalRequest {
-            agent: "main".into(),
+            agent: "main".parse().unwrap(),
             tool: "file_write".into(),
             arguments: serde_json::json!({"path": "a"}),
             reason: "supervised".into(),

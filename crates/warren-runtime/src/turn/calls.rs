@@ -248,7 +248,7 @@ impl AgentRunner {
     ) -> Option<Option<CallResult>> {
         let (cancel, events) = (&io.cancel, &io.events);
         let request = ApprovalRequest {
-            agent: self.alias.to_string(),
+            agent: self.alias.clone(),
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
             reason: reason.clone(),
