@@ -171,10 +171,7 @@ fn query_parameters(path: &str) -> Vec<Value> {
             query("limit", bounded(1, 1000)),
         ],
         "/api/events" => vec![query("agent", string()), query("kind", string())],
-        "/api/turns/{id}" => vec![query(
-            "wait",
-            bounded(0, crate::turns_api::MAX_WAIT_SECS),
-        )],
+        "/api/turns/{id}" => vec![query("wait", bounded(0, crate::turns_api::MAX_WAIT_SECS))],
         _ => Vec::new(),
     }
 }

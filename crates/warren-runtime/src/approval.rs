@@ -166,11 +166,9 @@ pub fn capped(needed: Requirement, cap: Autonomy, tool: &str, risk: RiskClass) -
         (Autonomy::ReadOnly, _) if risk != RiskClass::Read => Requirement::Refuse(format!(
             "the session's mode is read_only: '{tool}' has side effects and is not run"
         )),
-        (Autonomy::Supervised, Requirement::Run) if risk == RiskClass::Write => {
-            Requirement::Ask(format!(
-                "the session's mode is supervised: '{tool}' changes files or state"
-            ))
-        }
+        (Autonomy::Supervised, Requirement::Run) if risk == RiskClass::Write => Requirement::Ask(
+            format!("the session's mode is supervised: '{tool}' changes files or state"),
+        ),
         (_, needed) => needed,
     }
 }

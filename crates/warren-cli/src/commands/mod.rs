@@ -9,9 +9,9 @@ mod gateway;
 mod logs;
 mod memory;
 mod runs;
-pub(crate) mod sop;
 mod security;
 mod sessions;
+pub(crate) mod sop;
 mod status;
 
 use std::io::Write;

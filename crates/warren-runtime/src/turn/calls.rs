@@ -101,9 +101,9 @@ impl AgentRunner {
                     let cancel = cancel.clone();
                     // The turn's tool context (an editor's files) goes with the call's task.
                     let context = warren_tools::ToolContext::current();
-                    set.spawn(context.scope(async move {
-                        (i, race(tool.execute(args), &cancel).await)
-                    }));
+                    set.spawn(
+                        context.scope(async move { (i, race(tool.execute(args), &cancel).await) }),
+                    );
                 }
             }
             while let Some(joined) = set.join_next().await {
