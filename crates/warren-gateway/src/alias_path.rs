@@ -20,7 +20,15 @@ impl<S: Send + Sync> FromRequestParts<S> for AliasPath {
         let route = format!("{} {}", parts.method, parts.uri.path());
         let params = RawPathParams::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::internal(&route, e.body_text()))?;
+            .map_err(|e| {
+                // A segment that is not UTF-8 (`%FF`) is the client's error; a route without
+                // parameters is ours.
+                if e.status().is_client_error() {
+                    ApiError::bad_field(&route, "path", e.body_text())
+                } else {
+                    ApiError::internal(&route, e.body_text())
+                }
+            })?;
         let raw = params
             .iter()
             .find_map(|(name, value)| (name == "alias").then_some(value))
