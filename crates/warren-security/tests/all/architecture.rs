@@ -247,6 +247,10 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
         "daemon.lock and daemon.json under data/",
     ),
     (
+        "crates/warren-runtime/src/sop/defs.rs",
+        "SOP definitions under <install>/shared/sops/, which the operator writes and no agent can (no sandbox root or grant reaches shared/)",
+    ),
+    (
         "crates/warren-runtime/src/lifecycle/",
         "the lifecycle journal under data/, archives under data/agents/_deleted/, and whole-workspace moves (see WORKSPACE_FS_ALLOWED)",
     ),
@@ -287,7 +291,16 @@ fn plain_fs(line: &str) -> Option<&'static str> {
         ".try_exists(",
     ]
     .into_iter()
-    .find(|p| code.contains(p))
+    .find(|p| {
+        // `fs::` as a path of its own, not the tail of a name (`defs::render`).
+        code.match_indices(p).any(|(at, _)| {
+            !p.starts_with(char::is_alphanumeric)
+                || !code[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+    })
 }
 
 /// Whether a line names a workspace path (`workspace`, `agent_workspace`, `ws`...).
