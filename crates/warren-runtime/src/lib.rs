@@ -22,6 +22,7 @@ pub mod sop;
 pub mod toolparse;
 pub mod trace;
 pub mod turn;
+mod unattended;
 
 pub use agent::{AgentError, AgentKit};
 pub use cancel::CancelToken;

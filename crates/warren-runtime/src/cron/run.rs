@@ -4,7 +4,7 @@
 //! event and the delivery (the session, or a webhook with retries whose failure is recorded on
 //! the run).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -14,37 +14,15 @@ use warren_store::cron::{Job, JobAfterRun, Run, RunResult, RunStatus, now_ms};
 use warren_store::timefmt;
 
 use super::{FAILPOINT_BEFORE_FINISH, FAILPOINT_RUN_STARTED, Scheduler, blocking, schedule_of};
-use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture, Requirement};
+use crate::approval::Requirement;
 use crate::cancel::CancelToken;
-use crate::host::TurnRequest;
-use crate::turn::{Channel, TurnError, TurnEvent};
+use crate::turn::TurnError;
 
 /// The session a run talks in: the job's named session, else `cron-<job>-<run>`.
 pub(super) fn session_of(job: &Job, run_id: &str) -> String {
     job.session
         .clone()
         .unwrap_or_else(|| format!("cron-{}-{run_id}", job.name))
-}
-
-/// Denies every approval and remembers the first reason: a scheduled run never runs a call
-/// unapproved; it fails with that reason. The turn is cancelled at the first ask.
-struct NoApprovals {
-    asked: Mutex<Option<String>>,
-    cancel: CancelToken,
-}
-
-impl Approver for NoApprovals {
-    fn ask(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
-        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
-        if asked.is_none() {
-            *asked = Some(format!(
-                "'{}' needs the operator's approval ({}); a scheduled run never runs it unapproved",
-                request.tool, request.reason
-            ));
-        }
-        self.cancel.cancel();
-        Box::pin(async { ApprovalDecision::Denied })
-    }
 }
 
 impl Scheduler {
@@ -170,37 +148,19 @@ impl Scheduler {
             Ok(s) => s,
             Err(e) => return failed(e.to_string()),
         };
-        let approver = Arc::new(NoApprovals {
-            asked: Mutex::new(None),
-            cancel: cancel.clone(),
-        });
-        let receipts = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&receipts);
-        let request = TurnRequest {
-            agent: agent.clone(),
-            session: Some(session),
-            channel: Channel::Cron,
-            input: message.to_string(),
-            approver: Arc::clone(&approver) as Arc<dyn Approver>,
-            cancel: cancel.clone(),
-            events: Arc::new(move |event| {
-                if let TurnEvent::ToolResult {
-                    receipt: Some(r), ..
-                } = event
-                {
-                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(r);
-                }
-            }),
-        };
-        let outcome = match self.host.submit(request).await {
-            Ok(turn) => turn.finish().await,
-            Err(e) => Err(e),
-        };
-        let asked = approver
-            .asked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let crate::unattended::Unattended {
+            outcome,
+            asked,
+            receipts,
+        } = crate::unattended::turn(
+            &self.host,
+            agent.clone(),
+            session,
+            message.to_string(),
+            cancel,
+            "a scheduled run never runs it unapproved",
+        )
+        .await;
         match outcome {
             Ok(outcome) => {
                 let cost = self.cost_of(
@@ -208,10 +168,6 @@ impl Scheduler {
                     outcome.usage.input_tokens,
                     outcome.usage.output_tokens,
                 );
-                let mut receipts: Vec<String> =
-                    receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                receipts.extend(outcome.receipts.iter().map(|(_, r)| r.clone()));
-                receipts.dedup();
                 RunResult {
                     status: if asked.is_some() {
                         RunStatus::Failed

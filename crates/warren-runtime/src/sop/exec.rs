@@ -2,7 +2,7 @@
 //! set on the run's revision), so a step whose receipt exists is never run again.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -12,10 +12,9 @@ use warren_core::{AgentAlias, SessionKey};
 use warren_store::sop::{SopRun, StepOutcome};
 
 use super::{Engine, FAILPOINT_STEP_RECORDED, blocking, defs};
-use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture, Requirement};
+use crate::approval::Requirement;
 use crate::cancel::CancelToken;
-use crate::host::TurnRequest;
-use crate::turn::{Channel, TurnError, TurnEvent};
+use crate::turn::TurnError;
 
 /// How a step ended.
 enum StepResult {
@@ -27,27 +26,6 @@ enum StepResult {
     End { status: &'static str, error: String },
     /// The generation stops: the run stays active for the next one.
     Park,
-}
-
-/// Denies every approval a turn step asks for, remembering the first: an SOP turn never runs
-/// a call unapproved (approval gates are the SOP's own steps).
-struct NoApprovals {
-    asked: Mutex<Option<String>>,
-    cancel: CancelToken,
-}
-
-impl Approver for NoApprovals {
-    fn ask(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
-        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
-        if asked.is_none() {
-            *asked = Some(format!(
-                "'{}' needs the operator's approval ({}); an SOP turn never runs it unapproved (add an approval step and allow the tool in the agent's profile)",
-                request.tool, request.reason
-            ));
-        }
-        self.cancel.cancel();
-        Box::pin(async { ApprovalDecision::Denied })
-    }
 }
 
 impl Engine {
@@ -364,49 +342,25 @@ impl Engine {
             Ok(s) => s,
             Err(e) => return failed(e.to_string()),
         };
-        let approver = Arc::new(NoApprovals {
-            asked: Mutex::new(None),
-            cancel: cancel.clone(),
-        });
-        let receipts = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&receipts);
-        let request = TurnRequest {
+        let crate::unattended::Unattended {
+            outcome,
+            asked,
+            receipts,
+        } = crate::unattended::turn(
+            &self.host,
             agent,
-            session: Some(session),
-            channel: Channel::Cron,
-            input: prompt.to_string(),
-            approver: Arc::clone(&approver) as Arc<dyn Approver>,
-            cancel: cancel.clone(),
-            events: Arc::new(move |event| {
-                if let TurnEvent::ToolResult {
-                    receipt: Some(r), ..
-                } = event
-                {
-                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(r);
-                }
-            }),
-        };
-        let outcome = match self.host.submit(request).await {
-            Ok(turn) => turn.finish().await,
-            Err(e) => Err(e),
-        };
-        let asked = approver
-            .asked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+            session,
+            prompt.to_string(),
+            cancel,
+            "an SOP turn never runs it unapproved (add an approval step and allow the tool in the agent's profile)",
+        )
+        .await;
         match (outcome, asked) {
             (_, Some(asked)) => failed(asked),
-            (Ok(outcome), None) => {
-                let mut all: Vec<String> =
-                    receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                all.extend(outcome.receipts.iter().map(|(_, r)| r.clone()));
-                all.dedup();
-                StepResult::Done {
-                    output: outcome.reply,
-                    receipt: (!all.is_empty()).then(|| all.join(",")),
-                }
-            }
+            (Ok(outcome), None) => StepResult::Done {
+                output: outcome.reply,
+                receipt: (!receipts.is_empty()).then(|| receipts.join(",")),
+            },
             (Err(TurnError::Cancelled), None) if self.is_parking() => StepResult::Park,
             (Err(TurnError::Cancelled), None) => StepResult::End {
                 status: "cancelled",
