@@ -4,6 +4,7 @@
 //! a streaming turn, `session/load` in a fresh process replays the history, a session belongs
 //! to one agent, and agent delete is refused while a server is live (SESS-3, SESS-4, LIFE-4).
 
+use crate::common::bin;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,10 +29,6 @@ use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 type Acp<T> = Result<T, agent_client_protocol::Error>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn config(fake: &FakeOpenAi) -> String {
     format!(

@@ -3,17 +3,13 @@
 //! leaves cost and trace records that `warren costs` and `warren logs` show (LOOP-1,
 //! STATE-13, STATE-14).
 
-use std::path::Path;
+use crate::common::bin;
 
 use serde_json::json;
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn ok(root: &TempRoot, args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
     let out = root.run(bin(), args)?;

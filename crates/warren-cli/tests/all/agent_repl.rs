@@ -3,8 +3,8 @@
 //! file, Ctrl-C clearing the line at the prompt and cancelling a running turn (its tool
 //! process killed, the session kept consistent, LOOP-7), and Ctrl-D exiting cleanly.
 
+use crate::common::bin;
 use std::io::{Read, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,10 +12,6 @@ use std::time::{Duration, Instant};
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// Turn 1 answers, turn 2 runs `sleep 30` through the shell tool, turn 3 answers.
 fn setup() -> Result<TempRoot, Box<dyn std::error::Error>> {

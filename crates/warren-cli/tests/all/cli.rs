@@ -1,17 +1,13 @@
 //! End-to-end: the real `warren` binary against temporary install roots. Each bad input of the
 //! foundation issue gets a clear one-line error, a non-zero exit and no change on disk.
 
+use crate::common::bin;
 use std::fs;
-use std::path::Path;
 
 use pretty_assertions::assert_eq;
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// Runs and expects failure: exit 1, stderr lines all `error: ...`, no panic/backtrace.
 fn fails(root: &TempRoot, args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {

@@ -7,7 +7,7 @@
 //!   `config validate`, by a starting daemon and by a reload, and the device registry keeps its
 //!   names and creation dates.
 
-use std::path::Path;
+use crate::common::bin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,10 +17,6 @@ use warren_config::{ConfigError, ConfigStore, InstallRoot, KeyPath};
 use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 const CLI_WRITERS: usize = 3;
 const STORE_WRITERS: usize = 3;

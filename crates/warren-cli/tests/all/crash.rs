@@ -2,8 +2,8 @@
 //! named failpoint of the save; what survives on disk must parse and be either the old or the
 //! new content, never torn or empty, and a fresh process must read a consistent value.
 
+use crate::common::bin;
 use std::fs;
-use std::path::Path;
 
 use pretty_assertions::assert_eq;
 use warren_config::failpoint::{CONFIG_DIR_SYNC_ERROR, CONFIG_SAVE};
@@ -12,10 +12,6 @@ use warren_testkit::{TempRoot, run_until_crash, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const OLD: &str = "# keep me\n[agents.main]\nmodel = \"m\"\n\n[gateway]\nport = 1111 # ops\n";
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 #[test]
 fn a_crash_at_any_save_step_leaves_old_or_new_never_torn() -> R {

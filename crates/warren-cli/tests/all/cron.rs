@@ -5,7 +5,7 @@
 //! is refused naming the holder; a turn that needs approval fails with that reason; a webhook
 //! delivery failure is recorded on the run; adding a job with no daemon says so.
 
-use std::path::Path;
+use crate::common::{bin, json_of, wait_until};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -15,10 +15,6 @@ use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
     format!(
@@ -60,37 +56,11 @@ port = {port}
     )
 }
 
-fn json_of(root: &TempRoot, args: &[&str]) -> Result<Value, Box<dyn std::error::Error>> {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = root.run(bin(), &all)?;
-    let (stdout, stderr) = text(&out);
-    if !out.status.success() {
-        return Err(format!("warren {args:?} failed: {stdout}{stderr}").into());
-    }
-    Ok(serde_json::from_str(&stdout)?)
-}
-
 fn runs(root: &TempRoot, job: &str) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
     Ok(json_of(root, &["cron", "runs", job, "--limit", "100"])?
         .as_array()
         .cloned()
         .unwrap_or_default())
-}
-
-fn wait_until(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>,
-) -> R {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if check()? {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!("timed out waiting for {what}").into())
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The daemon: one per install root (LAYOUT-4), reload on SIGHUP in the same process
 //! (STATE-19), clean exit on SIGTERM/SIGINT, legacy workspace migration (LAYOUT-2).
 
+use crate::common::bin;
 use std::fs;
-use std::path::Path;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
@@ -11,10 +11,6 @@ use warren_testkit::{DaemonChild, TempRoot, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn status(root: &TempRoot) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let out = root.run(bin(), &["status", "--json"])?;

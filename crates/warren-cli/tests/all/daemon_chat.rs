@@ -2,7 +2,7 @@
 //! health with the session store, and a reload that swaps the cost rates in place while the
 //! ledger keeps each old record's own rate (STATE-14, STATE-17..19; issue 7's rate reload).
 
-use std::path::Path;
+use crate::common::bin;
 use std::time::Duration;
 
 use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
@@ -10,10 +10,6 @@ use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 const SCRIPT: &str = r#"{"turns": [[{"text": "First.", "usage": {"input_tokens": 1000000, "output_tokens": 0}}],
                                     [{"text": "Second.", "usage": {"input_tokens": 1000000, "output_tokens": 0}}]]}"#;

@@ -6,8 +6,9 @@
 //! child; a child cannot widen its parent's grants, tools, budget or iterations (each axis
 //! named, nothing started); a `delegate_results` link the agent planted is not followed.
 
+use crate::common::bin;
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -21,10 +22,6 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The child's task text: the fake answers the child's request by it (the parent's requests
 /// end with other messages), so the concurrent parent and child get their own replies.
 const CHILD_TASK: &str = "CHILD-TASK: count the files";
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn config(fake: &FakeOpenAi, port: u16) -> String {
     format!(

@@ -3,7 +3,7 @@
 //! writes and own memory run without asking), its narration is separated around tool calls,
 //! and a call that still needs approval fails at once with a message naming the way out.
 
-use std::path::Path;
+use crate::common::bin;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -11,10 +11,6 @@ use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 const NEEDS_APPROVAL: &str = "needs approval: rerun in a terminal, or allow it in the profile";
 

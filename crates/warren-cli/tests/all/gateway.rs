@@ -3,7 +3,7 @@
 //! revoke through `warren tokens`, and neither the code nor the token reaches the logs
 //! (STATE-15, STATE-21).
 
-use std::path::Path;
+use crate::common::bin;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
@@ -12,10 +12,6 @@ use warren_testkit::{DaemonChild, TempRoot, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 use warren_testkit::{free_port, http};
 

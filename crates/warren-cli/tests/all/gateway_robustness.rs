@@ -3,9 +3,9 @@
 //! every error is JSON (§9), config edits made beside the daemon are picked up instead of
 //! refused (§3), and reloads drop no connection (§5). Real sockets, real `warren` binary.
 
+use crate::common::bin;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -18,10 +18,6 @@ use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn connect(port: u16) -> io::Result<TcpStream> {
     let stream = TcpStream::connect(("127.0.0.1", port))?;

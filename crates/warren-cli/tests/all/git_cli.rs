@@ -3,6 +3,7 @@
 //! the `warren` process the test starts, never in the test process. Each attack is first fired
 //! with plain `git` under the same variables.
 
+use crate::common::bin;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,10 +11,6 @@ use std::process::Command;
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn git(
     dir: &Path,

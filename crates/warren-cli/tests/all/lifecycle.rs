@@ -7,6 +7,7 @@
 //! everything an operator could observe, with the install path and operation timestamps
 //! normalised.
 
+use crate::common::bin;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -27,10 +28,6 @@ use warren_testkit::{DaemonChild, TempRoot, http, pair, run_until_crash, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// A grant graph: a reads b, b read-writes c (workspace and memory grants).
 const CONFIG: &str = r#"[agents.a]

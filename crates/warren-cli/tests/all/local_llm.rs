@@ -12,6 +12,7 @@
 //! `chat_format = "chatml-function-calling"`. Both are required: CI installs them (`.ci/run`);
 //! a missing one fails the test, naming the package.
 
+use crate::common::bin;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,10 +23,6 @@ use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::{TempRoot, free_port, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// `main` on provider `local` at `base_url`, writing without approval; `extra` goes into
 /// `[providers.local]`.

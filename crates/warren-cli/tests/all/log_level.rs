@@ -3,7 +3,7 @@
 //! not printed, at `info` they are, and a reload back to `warn` silences them again. An error
 //! (a refused reload) is printed at every level and marks how far the output was read.
 
-use std::path::Path;
+use crate::common::bin;
 use std::time::Duration;
 
 use warren_testkit::{DaemonChild, TempRoot};
@@ -12,10 +12,6 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(30);
 const READY: &str = "warren daemon ready";
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// The config with `level`, on the daemon's gateway `port`.
 fn config(level: &str, port: u16) -> String {

@@ -4,6 +4,7 @@ mod acp;
 mod agent;
 mod agent_repl;
 mod cli;
+mod common;
 mod config_faults;
 mod crash;
 mod cron;

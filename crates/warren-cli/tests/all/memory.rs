@@ -1,7 +1,7 @@
 //! `warren memory ...` end to end: the real binary over a real SQLite store whose rows were
 //! written through agents' scoped handles (MEM-1/2/3).
 
-use std::path::Path;
+use crate::common::bin;
 
 use pretty_assertions::assert_eq;
 use warren_config::{ConfigStore, InstallRoot};
@@ -10,10 +10,6 @@ use warren_memory::{MemoryStores, NewEntry, create_memory_for_agent};
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn ok(root: &TempRoot, args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
     let out = root.run(bin(), args)?;

@@ -6,6 +6,7 @@
 //! unknown model (404) and a revoked token (401).
 //! The Python client is required: CI installs it (`.ci/run`); a missing one fails the test.
 
+use crate::common::bin;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -17,10 +18,6 @@ use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn config(fake: &FakeOpenAi, port: u16) -> String {
     format!(

@@ -3,18 +3,14 @@
 //! provider's 401 body echoing derived forms of the key (stderr, the trace file, `warren logs`),
 //! and a trace written before redaction. Each case checks every 8-character piece of the secret.
 
+use crate::common::bin;
 use std::io::Write;
-use std::path::Path;
 use std::process::{Output, Stdio};
 
 use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// Every run of 8 characters of `secret` that appears in `haystack`.
 fn leaked<'a>(secret: &'a str, haystack: &str) -> Vec<&'a str> {

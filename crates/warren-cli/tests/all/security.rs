@@ -1,15 +1,11 @@
 //! `warren security posture` and `warren tools run`, end to end (PERM-2..6, SBX-1).
 
+use crate::common::bin;
 use std::fs;
-use std::path::Path;
 
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn json(
     root: &TempRoot,

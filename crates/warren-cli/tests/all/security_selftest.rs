@@ -2,15 +2,11 @@
 //! binary. The full sandbox reports 0 escapes and exits 0; an unrestricted noop agent reports
 //! escapes and exits 1.
 
-use std::path::Path;
+use crate::common::bin;
 
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 const CONFIG: &str = r#"
 [agents.main]

@@ -1,16 +1,12 @@
 //! `warren sessions list|show|search|delete` as a user runs them (SESS-1): JSON output, agent
 //! guard on delete, one-line errors.
 
-use std::path::Path;
+use crate::common::bin;
 
 use pretty_assertions::assert_eq;
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn json(root: &TempRoot, args: &[&str]) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let mut all = vec!["--json"];

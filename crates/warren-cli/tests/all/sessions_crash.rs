@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::common::bin;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,10 +18,6 @@ use warren_store::failpoints as fp;
 use warren_testkit::{TempRoot, run_until_crash, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// Sources of a legacy install: timestamps on some lines, a torn tail, an empty file.
 fn sources() -> BTreeMap<&'static str, String> {

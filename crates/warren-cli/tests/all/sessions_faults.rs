@@ -4,16 +4,13 @@
 //!   followed and the migration's progress line never passes 100 %;
 //! - a full disk during a JSONL append reads once (not doubled) and leaves no partial line.
 
+use crate::common::bin;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn sessions_dir(root: &TempRoot) -> PathBuf {
     root.path().join("data").join("sessions")

@@ -4,15 +4,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+use crate::common::bin;
 
 use warren_testkit::{TempRoot, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 /// A live JSONL file next to its staged import: the session store cannot be built.
 fn broken(root: &TempRoot, policy: &str) -> R {

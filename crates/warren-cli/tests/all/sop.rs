@@ -6,8 +6,8 @@
 //! every run started; the MQTT trigger (the real Mosquitto broker at 127.0.0.1:1883) and the
 //! webhook trigger start runs; `warren sop validate` names the file and key at fault.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use crate::common::{bin, json_of, wait_until};
+use std::time::Duration;
 
 use serde_json::Value;
 use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
@@ -16,10 +16,6 @@ use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_warren"))
-}
 
 fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
     format!(
@@ -70,17 +66,6 @@ fn write_sop(root: &TempRoot, name: &str, text: &str) -> R {
     Ok(())
 }
 
-fn json_of(root: &TempRoot, args: &[&str]) -> Result<Value, Box<dyn std::error::Error>> {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = root.run(bin(), &all)?;
-    let (stdout, stderr) = text(&out);
-    if !out.status.success() {
-        return Err(format!("warren {args:?} failed: {stdout}{stderr}").into());
-    }
-    Ok(serde_json::from_str(&stdout)?)
-}
-
 fn runs(root: &TempRoot, sop: &str) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
     Ok(json_of(root, &["sop", "runs", sop, "--limit", "100"])?
         .as_array()
@@ -90,21 +75,6 @@ fn runs(root: &TempRoot, sop: &str) -> Result<Vec<Value>, Box<dyn std::error::Er
 
 fn run_status(root: &TempRoot, id: &str) -> Result<Value, Box<dyn std::error::Error>> {
     json_of(root, &["sop", "status", id])
-}
-
-fn wait_until(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>,
-) -> R {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if check()? {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!("timed out waiting for {what}").into())
 }
 
 fn requests_containing(fake: &FakeOpenAi, needle: &str) -> usize {
