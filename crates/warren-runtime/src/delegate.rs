@@ -114,23 +114,6 @@ pub fn definitions() -> Vec<ToolDefinition> {
     ]
 }
 
-/// A new task id: `dlg-<UTC time>-<12 hex>`.
-pub fn new_task_id() -> String {
-    let mut bytes = [0u8; 6];
-    let _ = getrandom::fill(&mut bytes);
-    let t = time::OffsetDateTime::now_utc();
-    format!(
-        "dlg-{}{:02}{:02}T{:02}{:02}{:02}-{}",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        warren_core::hex::encode(&bytes)
-    )
-}
-
 /// Why a task id or its record is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum DelegateError {
@@ -304,7 +287,7 @@ mod tests {
 
     #[test]
     fn task_ids_of_this_tool_pass_and_paths_do_not() {
-        assert!(validate_task_id(&new_task_id()).is_ok());
+        assert!(validate_task_id(&crate::new_run_id("dlg-")).is_ok());
         for bad in [
             "",
             "dlg-",

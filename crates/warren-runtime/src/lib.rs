@@ -34,3 +34,22 @@ pub use host::{AgentHost, ProcessServices, Turn, TurnRequest, event_channel};
 pub use turn::{
     AgentRunner, Channel, Services, TurnError, TurnEvent, TurnEvents, TurnIo, TurnOutcome,
 };
+
+/// A new id for a run in the control plane: `<prefix><UTC time>-<12 hex>`, e.g.
+/// `dlg-20261201T063000-0a1b2c3d4e5f` (cron runs use no prefix, SOP runs `sop-`, background
+/// delegates `dlg-`). Text order is start order to the second.
+pub(crate) fn new_run_id(prefix: &str) -> String {
+    let mut bytes = [0u8; 6];
+    let _ = getrandom::fill(&mut bytes);
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{prefix}{}{:02}{:02}T{:02}{:02}{:02}-{}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        warren_core::hex::encode(&bytes)
+    )
+}

@@ -294,7 +294,7 @@ impl Scheduler {
         trigger: &str,
         next_fire: Option<Option<i64>>,
     ) -> Result<(String, tokio::task::JoinHandle<Option<Run>>), CronRunError> {
-        let run_id = new_run_id();
+        let run_id = crate::new_run_id("");
         let store = Arc::clone(&self.store);
         let (n, r, t, o) = (
             name.to_string(),
@@ -391,20 +391,4 @@ fn catch_up(store: &CronStore) -> Result<(), CronError> {
         tracing::info!(job = %job.name, "missed fire time skipped (catch_up = skip)");
     }
     Ok(())
-}
-
-fn new_run_id() -> String {
-    let mut bytes = [0u8; 6];
-    let _ = getrandom::fill(&mut bytes);
-    let t = time::OffsetDateTime::now_utc();
-    format!(
-        "{}{:02}{:02}T{:02}{:02}{:02}-{}",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        warren_core::hex::encode(&bytes)
-    )
 }

@@ -89,23 +89,6 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| SopError::Task(e.to_string()))
 }
 
-/// A run's new id: time then random hex.
-fn new_run_id() -> String {
-    let mut bytes = [0u8; 6];
-    let _ = getrandom::fill(&mut bytes);
-    let t = time::OffsetDateTime::now_utc();
-    format!(
-        "sop-{}{:02}{:02}T{:02}{:02}{:02}-{}",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        warren_core::hex::encode(&bytes)
-    )
-}
-
 /// Opens `data/sop/runs.db`, or the in-memory store with the reason (logged loudly).
 pub fn open_store(
     root: &InstallRoot,
@@ -211,7 +194,7 @@ impl Engine {
             .map_err(SopError::Definition)?;
         let def_json = serde_json::to_value(&definition.def)
             .map_err(|e| SopError::Definition(format!("{name}: {e}")))?;
-        let id = new_run_id();
+        let id = crate::new_run_id("sop-");
         let store = Arc::clone(&self.store);
         let (i, n, a, t, o) = (
             id.clone(),

@@ -16,9 +16,7 @@ use warren_tools::ToolOutput;
 use super::calls::CallResult;
 use super::{AgentRunner, TurnError, TurnIo, TurnOutcome};
 use crate::cancel::CancelToken;
-use crate::delegate::{
-    self, DelegateArgs, RESULT_TOOL, RUN_KIND, ResultRecord, TaskArgs, new_task_id,
-};
+use crate::delegate::{self, DelegateArgs, RESULT_TOOL, RUN_KIND, ResultRecord, TaskArgs};
 
 /// How often a background delegate looks for a cancel request on its control-plane row.
 const CANCEL_POLL: Duration = Duration::from_millis(500);
@@ -128,7 +126,7 @@ impl AgentRunner {
                     .into(),
             );
         };
-        let id = new_task_id();
+        let id = crate::new_run_id("dlg-");
         let owner = Owner::current();
         let agent = self.alias.to_string();
         let record = ResultRecord::running(&id, &agent, &args.task, &owner);
