@@ -237,13 +237,35 @@ pub fn estimate(request: &ChatRequest) -> Estimate {
             bytes += c.id.len() + c.name.len() + json_len(&c.arguments);
         }
     }
-    for t in request.tools.iter() {
-        bytes += 32 + t.name.len() + t.description.len() + json_len(&t.parameters);
-    }
+    bytes += tool_bytes(&request.tools);
     Estimate {
         prompt_tokens: (bytes as u64).div_ceil(3),
         max_tokens: request.max_tokens,
     }
+}
+
+/// The estimated size of a tool list. A runner sends the same list (one `Arc`) on every call of
+/// a turn, so the walk over its JSON schemas is done once per list and thread, not per call.
+fn tool_bytes(tools: &std::sync::Arc<Vec<warren_core::ToolDefinition>>) -> usize {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    type Measured = Option<(Arc<Vec<warren_core::ToolDefinition>>, usize)>;
+    thread_local! {
+        static LAST: RefCell<Measured> = const { RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        if let Some((list, bytes)) = &*last.borrow()
+            && Arc::ptr_eq(list, tools)
+        {
+            return *bytes;
+        }
+        let bytes = tools
+            .iter()
+            .map(|t| 32 + t.name.len() + t.description.len() + json_len(&t.parameters))
+            .sum();
+        *last.borrow_mut() = Some((Arc::clone(tools), bytes));
+        bytes
+    })
 }
 
 /// About the length of `v` as JSON text, without writing it.
@@ -492,7 +514,16 @@ impl CostTracker {
             .get(agent)
             .copied()
             .unwrap_or_default();
-        self.admit(agent, caps, &s, held, Amount::default(), true, now, "")
+        self.admit(
+            agent,
+            caps,
+            &s,
+            held,
+            Amount::default(),
+            true,
+            now,
+            &String::new,
+        )
     }
 
     /// Reserves the worst case of a call of `agent` to `model`, or refuses it (BEFORE the
@@ -520,20 +551,23 @@ impl CostTracker {
             tokens,
             unpriced: if rate.is_none() { tokens } else { 0 },
         };
-        let detail = format!(
-            "~{} prompt + {output} output tokens{}",
-            estimate.prompt_tokens,
-            if rate.is_some() {
-                format!(" at {model}'s rate")
-            } else {
-                format!(" of '{model}', which has no rate")
-            }
-        );
+        let priced = rate.is_some();
+        let detail = || {
+            format!(
+                "~{} prompt + {output} output tokens{}",
+                estimate.prompt_tokens,
+                if priced {
+                    format!(" at {model}'s rate")
+                } else {
+                    format!(" of '{model}', which has no rate")
+                }
+            )
+        };
         // Held across the check and the hold: a concurrent turn of the agent sees this one.
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let (s, now) = self.spent_now(agent);
         let already = held.get(agent).copied().unwrap_or_default();
-        self.admit(agent, caps, &s, already, want, rate.is_some(), now, &detail)?;
+        self.admit(agent, caps, &s, already, want, priced, now, &detail)?;
         let h = held.entry(agent.to_string()).or_default();
         *h = h.plus(want);
         Ok(Reservation {
@@ -554,7 +588,7 @@ impl CostTracker {
         want: Amount,
         priced: bool,
         now: OffsetDateTime,
-        detail: &str,
+        detail: &dyn Fn() -> String,
     ) -> Result<(), CostError> {
         let (daily_limit, monthly_limit) = *self.limits.lock().unwrap_or_else(|p| p.into_inner());
         let tomorrow = now.date().next_day().map(|d| d.midnight().assume_utc());
@@ -579,7 +613,7 @@ impl CostTracker {
                     estimate,
                     limit,
                     context: Box::new(LimitContext {
-                        detail: detail.to_string(),
+                        detail: detail(),
                         resets_at: at(if period == "daily" {
                             tomorrow
                         } else {
