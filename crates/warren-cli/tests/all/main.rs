@@ -20,6 +20,7 @@ mod local_llm;
 mod log_level;
 mod memory;
 mod openai_endpoint;
+mod readme_try;
 mod secrets_cli;
 mod security;
 mod security_selftest;
