@@ -134,7 +134,7 @@ impl Agent {
         match self.turn(message).await {
             Ok((key, outcome)) if self.json => print_outcome(&outcome, &key)?,
             Ok(_) => {}
-            Err(e) => eprintln!("error: {e:#}"),
+            Err(e) => eprintln!("error: {}", crate::chain_text(&e)),
         }
         Ok(())
     }
