@@ -8,6 +8,7 @@
 //! which claims the same lock row as scheduled runs (409 `run_in_progress` names the holder).
 //! Reads never create `data/cron/jobs.db` or `data/control_plane.db`.
 
+use crate::error::blocking;
 use std::sync::Arc;
 
 use axum::Json;
@@ -67,16 +68,6 @@ fn plane_error(route: &str, e: ControlPlaneError) -> ApiError {
         }
         ControlPlaneError::Db { .. } => ApiError::internal(route, e),
     }
-}
-
-/// Runs a store call on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    route: &'static str,
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(route, e))?
 }
 
 fn scheduler(state: &AppState) -> Option<Arc<Scheduler>> {

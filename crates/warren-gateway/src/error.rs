@@ -162,3 +162,13 @@ pub async fn log_server_errors(
 
 /// Parses a JSON body strictly (one value, nothing after it); see [`crate::json::parse`].
 pub use crate::json::parse as parse_json;
+
+/// Runs a store call on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    route: &'static str,
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(route, e))?
+}

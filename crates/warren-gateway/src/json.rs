@@ -168,5 +168,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     for (name, value) in &new_parts.headers {
         parts.headers.insert(name.clone(), value.clone());
     }
+    // The 5xx log layer reads what the error put in the extensions.
+    parts.extensions.extend(new_parts.extensions);
     Response::from_parts(parts, new_body)
 }

@@ -755,8 +755,8 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         warren_runtime::host::SessionsHealth::Error(e) => json!({"status": "error", "error": e}),
     };
     let starting = reports.is_none() || sessions["status"] == "starting";
-    let config_refused = inner.reload.as_ref().and_then(|r| r.refused()).is_some();
-    let all_ok = !config_refused
+    let config = config_health(&state);
+    let all_ok = config["status"] == "ok"
         && inner.process.devices.is_ok()
         && reports.is_some_and(|r| r.iter().all(|a| a.ok))
         && sessions["status"] == "ok";
@@ -766,7 +766,7 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         "uptime_secs": uptime_secs(inner.started_at),
         "components": {
             "gateway": {"status": "ok", "listening": inner.local_addr.map(|a| a.to_string())},
-            "config": config_health(&state),
+            "config": config,
             "devices": devices,
             "sessions": sessions,
             "agents": agents,

@@ -7,6 +7,7 @@
 //! Runs start through the generation's engine ([`warren_runtime::sop::Engine::start_run`]), the
 //! one start path of every trigger. Reads never create `data/sop/runs.db`.
 
+use crate::error::blocking;
 use std::sync::Arc;
 
 use axum::Json;
@@ -63,16 +64,6 @@ fn engine(state: &AppState, route: &str) -> Result<Arc<Engine>, ApiError> {
             format!("{route}: the SOP engine is not running in this daemon (see the log)"),
         )
     })
-}
-
-/// Runs a store call on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    route: &'static str,
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(route, e))?
 }
 
 /// The store to read: the engine's (it may be the in-memory fallback), else the file.

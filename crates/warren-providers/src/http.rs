@@ -16,8 +16,9 @@ pub(crate) struct Wire {
     pub api_key: Option<String>,
     pub agent: ureq::Agent,
     /// An agent that keeps no idle connection: for asking again after a stream the server
-    /// broke off (llama-cpp-python's server resets the pooled connection then).
-    pub fresh: ureq::Agent,
+    /// broke off (llama-cpp-python's server resets the pooled connection then). Built on the
+    /// first such retry: most providers never need it.
+    fresh: std::sync::OnceLock<ureq::Agent>,
 }
 
 impl Wire {
@@ -27,18 +28,12 @@ impl Wire {
             .timeout_global(Some(timeout))
             .build()
             .into();
-        let fresh: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .max_idle_connections(0)
-            .build()
-            .into();
         Self {
             name,
             timeout,
             api_key,
             agent,
-            fresh,
+            fresh: std::sync::OnceLock::new(),
         }
     }
 
@@ -97,7 +92,15 @@ impl Wire {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Result<(ureq::Body, bool), ProviderError> {
-        self.post_on(&self.fresh, url, headers, body)
+        let fresh = self.fresh.get_or_init(|| {
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(self.timeout))
+                .max_idle_connections(0)
+                .build()
+                .into()
+        });
+        self.post_on(fresh, url, headers, body)
     }
 
     fn post_on(

@@ -226,6 +226,11 @@ pub struct Estimate {
     pub max_tokens: Option<u32>,
 }
 
+/// What `input` and `output` tokens cost at `rate`, in USD.
+fn price(rate: &ModelRate, input: u64, output: u64) -> f64 {
+    (input as f64 * rate.input_per_mtok + output as f64 * rate.output_per_mtok) / 1_000_000.0
+}
+
 /// A conservative token estimate of `request`'s prompt: a token per 3 bytes of text (English
 /// averages about 4; code and JSON are denser) plus a few per message and tool. No tokenizer
 /// is used: the provider's count replaces this after the call.
@@ -306,10 +311,6 @@ impl Reservation<'_> {
     /// The USD held (0 for an unpriced model).
     pub fn usd(&self) -> f64 {
         self.amount.usd
-    }
-    /// The tokens held.
-    pub fn tokens(&self) -> u64 {
-        self.amount.tokens
     }
 }
 
@@ -543,11 +544,9 @@ impl CostTracker {
             .unwrap_or(UNKNOWN_MAX_OUTPUT_TOKENS);
         let tokens = estimate.prompt_tokens + u64::from(output);
         let want = Amount {
-            usd: rate.as_ref().map_or(0.0, |r| {
-                (estimate.prompt_tokens as f64 * r.input_per_mtok
-                    + f64::from(output) * r.output_per_mtok)
-                    / 1_000_000.0
-            }),
+            usd: rate
+                .as_ref()
+                .map_or(0.0, |r| price(r, estimate.prompt_tokens, u64::from(output))),
             tokens,
             unpriced: if rate.is_none() { tokens } else { 0 },
         };
@@ -691,11 +690,9 @@ impl CostTracker {
         rejected: bool,
     ) -> Result<CostRecord, CostError> {
         let rate = self.rate(model);
-        let cost_usd = rate.as_ref().map_or(0.0, |r| {
-            (usage.input_tokens as f64 * r.input_per_mtok
-                + usage.output_tokens as f64 * r.output_per_mtok)
-                / 1_000_000.0
-        });
+        let cost_usd = rate
+            .as_ref()
+            .map_or(0.0, |r| price(r, usage.input_tokens, usage.output_tokens));
         let now = OffsetDateTime::now_utc();
         let record = CostRecord {
             time: now,
@@ -826,7 +823,7 @@ impl CostTracker {
 }
 
 /// Crash points of the ledger rewrite of [`CostTracker::rename_agent`].
-pub const LEDGER_REWRITE_POINTS: warren_config::atomic::CrashPoints =
+const LEDGER_REWRITE_POINTS: warren_config::atomic::CrashPoints =
     warren_config::atomic::CrashPoints {
         after_temp_write: "lifecycle-ledger-after-temp-write",
         after_temp_fsync: "lifecycle-ledger-after-temp-fsync",

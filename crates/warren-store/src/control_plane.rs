@@ -148,22 +148,7 @@ impl ControlPlane {
         label: &str,
         owner: &Owner,
     ) -> Result<(), ControlPlaneError> {
-        self.conn()
-            .execute(
-                "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')",
-                params![
-                    id,
-                    kind,
-                    agent,
-                    label,
-                    owner.pid,
-                    owner.boot_id,
-                    timefmt::format(timefmt::now())
-                ],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
+        self.insert_running(id, kind, agent, label, owner, "")
     }
 
     /// Registers `id` for `owner` as running again, or anew: a run another process continues
@@ -176,12 +161,34 @@ impl ControlPlane {
         label: &str,
         owner: &Owner,
     ) -> Result<(), ControlPlaneError> {
+        self.insert_running(
+            id,
+            kind,
+            agent,
+            label,
+            owner,
+            "ON CONFLICT (id) DO UPDATE SET state = 'running', owner_pid = ?5,
+                 owner_boot = ?6, finished_at = NULL, error = NULL, cancel_requested = 0",
+        )
+    }
+
+    /// Inserts a `running` row of `owner`; `on_conflict` says what an existing `id` becomes
+    /// (empty: an existing id is an error).
+    fn insert_running(
+        &self,
+        id: &str,
+        kind: &str,
+        agent: &str,
+        label: &str,
+        owner: &Owner,
+        on_conflict: &str,
+    ) -> Result<(), ControlPlaneError> {
         self.conn()
             .execute(
-                "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')
-                 ON CONFLICT (id) DO UPDATE SET state = 'running', owner_pid = ?5,
-                     owner_boot = ?6, finished_at = NULL, error = NULL, cancel_requested = 0",
+                &format!(
+                    "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at, state)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running') {on_conflict}"
+                ),
                 params![
                     id,
                     kind,

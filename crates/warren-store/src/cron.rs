@@ -664,25 +664,18 @@ impl CronStore {
             mark_lost(&tx, id).map_err(|e| self.err(e))?;
         }
         // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
-        let locked: Vec<(String, u32, String)> = {
-            let mut stmt = tx
-                .prepare("SELECT name, lock_pid, lock_boot FROM jobs WHERE lock_run IS NOT NULL")
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(|e| self.err(e))?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err(e))?
-        };
-        for (name, pid, boot_id) in locked {
-            if !(Owner { pid, boot_id }).is_alive() {
-                tx.execute(
-                    "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                     locked_at = NULL WHERE name = ?1",
-                    params![name],
-                )
-                .map_err(|e| self.err(e))?;
-            }
+        let stale = crate::control_plane::gone_owners(
+            &tx,
+            "SELECT name, lock_pid, lock_boot FROM jobs WHERE lock_run IS NOT NULL",
+        )
+        .map_err(|e| self.err(e))?;
+        for name in stale {
+            tx.execute(
+                "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
+                 locked_at = NULL WHERE name = ?1",
+                params![name],
+            )
+            .map_err(|e| self.err(e))?;
         }
         tx.commit().map_err(|e| self.err(e))?;
         Ok(lost)

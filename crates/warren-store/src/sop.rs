@@ -185,9 +185,7 @@ pub struct SopStore {
     durable: bool,
 }
 
-pub fn now_ms() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1_000_000
-}
+pub use crate::cron::now_ms;
 
 fn stamp() -> String {
     timefmt::format(timefmt::now())

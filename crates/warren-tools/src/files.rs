@@ -54,11 +54,7 @@ fn off_worker(
     run: fn(&SecurityPolicy, serde_json::Value) -> Result<ToolOutput, ToolError>,
 ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
     let policy = policy.clone();
-    Box::pin(async move {
-        tokio::task::spawn_blocking(move || run(&policy, args))
-            .await
-            .map_err(|e| ToolError::Failed(format!("file tool task failed: {e}")))?
-    })
+    Box::pin(blocking(move || run(&policy, args)))
 }
 
 /// Runs blocking work (the policy decision, the confined check) off the async workers.
@@ -311,7 +307,9 @@ impl FileWrite {
             if !through(&resolved) {
                 return Self::write_disk(&resolved, &content).map(Err);
             }
-            match confined::read(&resolved, MAX_READ_BYTES) {
+            // Only the checks matter (file kind, link count on the opened inode): with a 0-byte
+            // limit a non-empty file stops at TooLarge before any byte is read.
+            match confined::read(&resolved, 0) {
                 Ok(_) | Err(ConfinedError::NotFound { .. } | ConfinedError::TooLarge { .. }) => {
                     Ok(Ok((resolved, content)))
                 }

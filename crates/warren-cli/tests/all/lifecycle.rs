@@ -1087,9 +1087,6 @@ fn the_cli_and_the_gateway_reach_the_same_end_state_life1() -> R {
     Ok(())
 }
 
-/// Delete and restore with memory on the real PostgreSQL server (skipped without
-/// WARREN_TEST_POSTGRES_URL): rows leave the server only after the export is archived and come
-/// back identical.
 /// How many descriptors process `pid` holds open on `db` (with its `-wal` and `-shm`).
 fn open_handles(pid: u32, db: &Path) -> usize {
     let prefix = db.display().to_string();
@@ -1105,7 +1102,7 @@ fn open_handles(pid: u32, db: &Path) -> usize {
 
 /// Issue 14 §6: a lifecycle rename inside a running daemon works on the running generation's
 /// stores. While the rename is inside its store cascade (held there by a `sleep` failpoint
-/// after the sessions step), the daemon holds exactly the descriptors of the session and ACP
+/// after the sessions and ACP steps), the daemon holds exactly the descriptors of the session and ACP
 /// databases it held before: no second SQLite writer, no second import.
 #[test]
 fn a_rename_inside_a_running_daemon_opens_no_second_session_writer_issue14() -> R {
@@ -1117,7 +1114,7 @@ fn a_rename_inside_a_running_daemon_opens_no_second_session_writer_issue14() -> 
     root.write_config(&format!("{text_cfg}\n[gateway]\nport = {port}\n"))?;
     let install = InstallRoot::at(root.path());
     let mut cmd = root.warren(bin(), &["daemon"]);
-    cmd.env("FAILPOINTS", "lifecycle-after-sessions=sleep(4000)");
+    cmd.env("FAILPOINTS", "lifecycle-after-acp=sleep(4000)");
     let mut daemon = DaemonChild::spawn(cmd)?;
     daemon.wait_for("chat sessions ready", WAIT)?;
     daemon.wait_for("warren daemon ready", WAIT)?;
@@ -1162,6 +1159,9 @@ fn a_rename_inside_a_running_daemon_opens_no_second_session_writer_issue14() -> 
     Ok(())
 }
 
+/// Delete and restore with memory on the real PostgreSQL server (skipped without
+/// WARREN_TEST_POSTGRES_URL): rows leave the server only after the export is archived and come
+/// back identical.
 #[test]
 fn delete_and_restore_on_postgres_memory_keep_the_rows_beyond1() -> R {
     let Some(url) = warren_testkit::postgres_url() else {

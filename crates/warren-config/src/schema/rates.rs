@@ -57,14 +57,6 @@ const BUILT_IN: &[(&str, f64, f64, u32)] = &[
     ("claude-3-opus", 15.00, 75.00, 4_096),
 ];
 
-/// The built-in table as rates (for listing).
-pub fn built_in() -> BTreeMap<&'static str, ModelRate> {
-    BUILT_IN
-        .iter()
-        .map(|&(m, i, o, max)| (m, rate(i, o, max)))
-        .collect()
-}
-
 fn rate(input: f64, output: f64, max: u32) -> ModelRate {
     ModelRate {
         input_per_mtok: input,

@@ -639,6 +639,21 @@ impl crate::Config {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_broker_url_with_credentials_is_refused_and_without_them_parses() {
+        let refused = mqtt_broker("mqtt://user:secret@127.0.0.1:1883");
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("credentials") && !e.contains("secret")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            mqtt_broker("mqtt://127.0.0.1:1883"),
+            Ok(("127.0.0.1".to_string(), 1883))
+        );
+    }
+
     const GOOD: &str = r#"
 agent = "main"
 [trigger]

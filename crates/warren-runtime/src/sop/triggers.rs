@@ -44,10 +44,6 @@ pub(super) fn start(engine: &Arc<Engine>) -> Vec<tokio::task::JoinHandle<()>> {
     tasks
 }
 
-fn now_ms() -> i64 {
-    warren_store::sop::now_ms()
-}
-
 async fn fire(engine: &Arc<Engine>, name: &str, trigger: &str, input: serde_json::Value) {
     match engine.start_run(name, trigger, input).await {
         Ok((run, _)) => tracing::info!(sop = %name, run = %run.id, trigger, "SOP triggered"),
@@ -57,10 +53,10 @@ async fn fire(engine: &Arc<Engine>, name: &str, trigger: &str, input: serde_json
 
 async fn cron_loop(engine: Arc<Engine>, name: String, schedule: Schedule) {
     loop {
-        let Some(next) = schedule.next_after(now_ms()) else {
+        let Some(next) = schedule.next_after(warren_store::cron::now_ms()) else {
             return;
         };
-        let wait = u64::try_from(next - now_ms()).unwrap_or(0);
+        let wait = u64::try_from(next - warren_store::cron::now_ms()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let input = serde_json::json!({"scheduled_at_ms": next});
         fire(&engine, &name, "cron", input).await;
