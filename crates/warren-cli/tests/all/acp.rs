@@ -1024,6 +1024,80 @@ fn acp_modes_lower_autonomy_and_never_raise_it_issue19() -> R {
     Ok(())
 }
 
+/// A background delegate started from a `read_only` session keeps that cap: its child task runs
+/// apart from the turn, and without the session's tool context it would write with the agent's
+/// configured `full` autonomy.
+#[test]
+fn acp_a_background_delegate_keeps_the_sessions_mode_issue19() -> R {
+    const CHILD: &str = "CHILD-BG: write bg.md";
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&format!("{}delegation_depth = 1\n", boss_config(&fake)))?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "d1",
+            "delegate",
+            json!({"task": CHILD, "background": true, "tools": ["file_write"]}),
+        )],
+    ));
+    fake.push_when(
+        CHILD,
+        FakeReply::calls(
+            "",
+            vec![FakeCall::new(
+                "w1",
+                "file_write",
+                json!({"path": "bg.md", "content": "from the child\n"}),
+            )],
+        ),
+    );
+    // The parent's and the child's last rounds, in whichever order they come.
+    fake.push(FakeReply::text("Started."));
+    fake.push(FakeReply::text("Done."));
+    let ws = workspace(root.path(), "boss");
+    let results = ws.join("delegate_results");
+    with_acp(root.path(), &["-a", "boss"], Arc::default(), async |cx| {
+        initialize(&cx).await?;
+        let new = new_session(&cx, Path::new("/")).await?;
+        let id = new.session_id.clone();
+        cx.send_request(SetSessionModeRequest::new(id.clone(), "read_only"))
+            .block_task()
+            .await?;
+        assert_eq!(prompt(&cx, &id, "delegate it").await?, StopReason::EndTurn);
+        // The child runs in this process: wait for its result record to end.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ended = std::fs::read_dir(&results)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .any(|t| !t.contains("\"running\""));
+            if ended {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the background child never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    })?;
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.body.to_string().contains(CHILD)),
+        "the child never ran"
+    );
+    assert!(
+        !ws.join("bg.md").exists(),
+        "the background child wrote despite the session's read_only mode"
+    );
+    Ok(())
+}
+
 #[test]
 fn acp_delete_through_a_daemon_is_refused_while_an_earlier_in_process_server_is_live_issue19() -> R
 {
