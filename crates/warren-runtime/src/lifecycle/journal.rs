@@ -51,6 +51,7 @@ pub(crate) fn export_points(name: &str) -> CrashPoints {
         "acp" => file_points!("lifecycle-export-acp"),
         "costs" => file_points!("lifecycle-export-costs"),
         "cron" => file_points!("lifecycle-export-cron"),
+        "sop" => file_points!("lifecycle-export-sop"),
         _ => file_points!("lifecycle-export-other"),
     }
 }
@@ -93,9 +94,9 @@ const PERSIST_STEPS: [&str; 10] = join(
 /// Every crash point of a rename, in the order it reaches them (tests kill a child at each):
 /// every write, fsync and rename of the journal, the config and the cost ledger, and the end
 /// of every follower.
-pub const RENAME_CRASH_POINTS: &[&str] = &join::<10, 11, 21>(
+pub const RENAME_CRASH_POINTS: &[&str] = &join::<10, 12, 22>(
     PERSIST_STEPS,
-    join::<6, 5, 11>(
+    join::<6, 6, 12>(
         [
             "lifecycle-after-workspace",
             "lifecycle-after-memory",
@@ -109,6 +110,7 @@ pub const RENAME_CRASH_POINTS: &[&str] = &join::<10, 11, 21>(
             "lifecycle-ledger-after-dir-sync",
             "lifecycle-after-costs",
             "lifecycle-after-cron",
+            "lifecycle-after-sop",
             "lifecycle-after-journal-clear",
         ],
     ),
@@ -131,15 +133,18 @@ macro_rules! export_steps {
 /// Every crash point of a delete, in order: journal and config as for a rename, the
 /// workspace move, each store's export (every step of its file) and purge, the manifest
 /// (every step: a kill at its rename must leave a restorable archive) and the journal clear.
-pub const DELETE_CRASH_POINTS: &[&str] = &join::<11, 36, 47>(
+pub const DELETE_CRASH_POINTS: &[&str] = &join::<11, 42, 53>(
     join::<10, 1, 11>(PERSIST_STEPS, ["lifecycle-after-workspace"]),
-    join::<30, 6, 36>(
-        join::<18, 12, 30>(
+    join::<36, 6, 42>(
+        join::<18, 18, 36>(
             join::<12, 6, 18>(
                 join::<6, 6, 12>(export_steps!("memory"), export_steps!("sessions")),
                 export_steps!("acp"),
             ),
-            join::<6, 6, 12>(export_steps!("costs"), export_steps!("cron")),
+            join::<12, 6, 18>(
+                join::<6, 6, 12>(export_steps!("costs"), export_steps!("cron")),
+                export_steps!("sop"),
+            ),
         ),
         join::<5, 1, 6>(
             join::<4, 1, 5>(
@@ -153,9 +158,9 @@ pub const DELETE_CRASH_POINTS: &[&str] = &join::<11, 36, 47>(
 
 /// Every crash point of a restore, in order: journal and config, the workspace move, every
 /// store, the `restored.json` marker (every step) and the journal clear.
-pub const RESTORE_CRASH_POINTS: &[&str] = &join::<10, 11, 21>(
+pub const RESTORE_CRASH_POINTS: &[&str] = &join::<10, 12, 22>(
     PERSIST_STEPS,
-    join::<6, 5, 11>(
+    join::<7, 5, 12>(
         [
             "lifecycle-after-workspace",
             "lifecycle-after-memory",
@@ -163,6 +168,7 @@ pub const RESTORE_CRASH_POINTS: &[&str] = &join::<10, 11, 21>(
             "lifecycle-after-acp",
             "lifecycle-after-costs",
             "lifecycle-after-cron",
+            "lifecycle-after-sop",
         ],
         join::<4, 1, 5>(
             file_steps!("lifecycle-restored"),
