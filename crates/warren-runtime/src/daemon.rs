@@ -336,6 +336,12 @@ pub async fn run(
     hooks: Vec<Arc<dyn GenerationHook>>,
 ) -> Result<(), DaemonError> {
     let lock = DaemonLock::acquire(&root)?;
+    // Handlers first: once the lock is held, `warren status` says "running" and a SIGHUP may
+    // come; before its handler exists the default action would end the daemon (a start-up
+    // that converges a lifecycle journal or reaps runs takes a while).
+    let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
     reload
         .0
         .attached
@@ -368,9 +374,6 @@ pub async fn run(
     }
     // STATE-11: runs of a previous daemon that died mid-run are `lost`, their locks cleared.
     crate::cron::reap(&root);
-    let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
-    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
     let started_at = SystemTime::now();
     let started = unix_now();
 

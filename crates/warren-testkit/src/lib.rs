@@ -233,6 +233,15 @@ impl DaemonChild {
         }
     }
 
+    /// Like [`DaemonChild::wait_for`], but a line already read counts too: for a line whose
+    /// order against another awaited one is not fixed (a trigger starting beside "ready").
+    pub fn saw_or_wait_for(&mut self, needle: &str, timeout: Duration) -> io::Result<String> {
+        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
+            return Ok(line.clone());
+        }
+        self.wait_for(needle, timeout)
+    }
+
     /// Sends `signal` (e.g. `libc::SIGHUP`) with the `kill` command.
     pub fn signal(&self, signal: &str) -> io::Result<()> {
         let status = Command::new("kill")

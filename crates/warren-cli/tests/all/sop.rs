@@ -456,7 +456,7 @@ fn an_mqtt_message_starts_a_run_against_the_real_broker_state10() -> R {
     fake.push_when("sensor boiler says 97", FakeReply::text("boiler checked"));
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
-    daemon.wait_for("SOP MQTT trigger listening", WAIT)?;
+    daemon.saw_or_wait_for("SOP MQTT trigger listening", WAIT)?;
     let published = std::process::Command::new("mosquitto_pub")
         .args(["-h", "127.0.0.1", "-p", "1883", "-q", "1", "-t", &topic])
         .args(["-m", r#"{"sensor": "boiler", "value": 97}"#])
