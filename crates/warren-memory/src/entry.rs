@@ -31,6 +31,98 @@ impl AgentId {
     }
 }
 
+/// How far a memory may be trusted, by who wrote it (issue 20 §3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trust {
+    /// Written by the operator (CLI, API).
+    Operator,
+    /// Written by an agent's tool in a turn that had read nothing untrusted.
+    #[default]
+    Agent,
+    /// Written in a turn that had read untrusted content (a web page, MCP output...).
+    Untrusted,
+}
+
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Operator => "operator",
+            Self::Agent => "agent",
+            Self::Untrusted => "untrusted",
+        }
+    }
+
+    /// Parses [`Trust::as_str`]; anything else is `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "operator" => Some(Self::Operator),
+            "agent" => Some(Self::Agent),
+            "untrusted" => Some(Self::Untrusted),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Trust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who wrote one version of a memory (issue 20 §3). Rows written before provenance existed
+/// read as `agent` trust with every other field empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Provenance {
+    pub trust: Trust,
+    /// The agent whose turn wrote it (`None` for operator writes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The chat session of that turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The channel the turn came in on (`cli`, `gateway`, `acp`, `cron`...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The model's tool call id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<String>,
+    /// The signed receipt of that tool call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
+}
+
+impl Provenance {
+    /// An operator write through `channel` (`cli`, `api`).
+    pub fn operator(channel: &str) -> Self {
+        Self {
+            trust: Trust::Operator,
+            channel: Some(channel.to_string()),
+            ..Self::default()
+        }
+    }
+
+    /// Values longer than [`MAX_KEY_BYTES`] or with control characters are dropped (never
+    /// stored, never an error: provenance is best effort metadata of a write).
+    pub(crate) fn sanitized(mut self) -> Self {
+        for f in [
+            &mut self.agent,
+            &mut self.session,
+            &mut self.channel,
+            &mut self.tool_call,
+            &mut self.receipt,
+        ] {
+            if f.as_deref()
+                .is_some_and(|s| s.is_empty() || s.len() > 1024 || s.chars().any(char::is_control))
+            {
+                *f = None;
+            }
+        }
+        self
+    }
+}
+
 /// One stored memory. Timestamps are UTC instants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryEntry {
@@ -46,7 +138,59 @@ pub struct MemoryEntry {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// Version of this key: 1 for the first write, +1 for every later write or undo of the key
+    /// (a key forgotten and stored again continues the count). 0 where a backend keeps none.
+    #[serde(default)]
+    pub version: u64,
+    /// Who wrote this version.
+    #[serde(default)]
+    pub provenance: Provenance,
 }
+
+/// What happened to a version kept in a key's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VersionState {
+    /// The live version.
+    Current,
+    /// Overwritten by a later version.
+    Replaced,
+    /// Removed by `forget` (or by a purge of one key).
+    Forgotten,
+}
+
+impl VersionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Current => "current",
+            Self::Replaced => "replaced",
+            Self::Forgotten => "forgotten",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "current" => Some(Self::Current),
+            "replaced" => Some(Self::Replaced),
+            "forgotten" => Some(Self::Forgotten),
+            _ => None,
+        }
+    }
+}
+
+/// One version of a key (issue 20 §4): the entry as it was, and when it stopped being current
+/// (`None` for the live version).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryVersion {
+    #[serde(flatten)]
+    pub entry: MemoryEntry,
+    pub state: VersionState,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub archived_at: Option<OffsetDateTime>,
+}
+
+/// Default number of earlier versions kept per key (`[memory] history_versions`).
+pub const DEFAULT_HISTORY_VERSIONS: u32 = 20;
 
 /// A recall result: the entry and its relevance (higher is better; 1.0 for recent-recall).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +209,11 @@ pub struct NewEntry {
     pub session: Option<String>,
     /// Vector of `key\ncontent` when an embedder is configured.
     pub embedding: Option<Vec<f32>>,
+    /// Who writes (default: an agent's tool, `agent` trust, nothing else known).
+    pub provenance: Provenance,
+    /// Compare-and-set: the write succeeds only if the key is at this version now (0: the key
+    /// must not exist). `None` writes whatever the version; the replaced one is still kept.
+    pub expected_version: Option<u64>,
 }
 
 impl NewEntry {
@@ -124,7 +273,21 @@ impl NewEntry {
             category,
             session,
             embedding: None,
+            provenance: Provenance::default(),
+            expected_version: None,
         })
+    }
+
+    /// This write with its provenance.
+    pub fn with_provenance(mut self, provenance: Provenance) -> Self {
+        self.provenance = provenance;
+        self
+    }
+
+    /// This write as a compare-and-set on `version` (0: the key must not exist yet).
+    pub fn expecting(mut self, version: Option<u64>) -> Self {
+        self.expected_version = version;
+        self
     }
 
     /// The text an embedder sees for this entry.

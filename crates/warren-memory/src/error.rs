@@ -26,6 +26,27 @@ pub enum MemoryError {
         grant: String,
         rule: String,
     },
+    /// A compare-and-set write lost: the key is not at the version the writer expected
+    /// (issue 20 §4). Nothing was written.
+    #[error(
+        "memory key '{key}' of agent '{agent}' is at version {actual}, not the expected {expected}: another write got there first; read it again and retry"
+    )]
+    Conflict {
+        agent: String,
+        key: String,
+        expected: u64,
+        actual: u64,
+    },
+    /// `undo` or `history` found no such version of the key.
+    #[error("memory key '{key}' of agent '{agent}': {message}")]
+    NoVersion {
+        agent: String,
+        key: String,
+        message: String,
+    },
+    /// The backend does not keep what was asked for (e.g. history in Markdown).
+    #[error("the {backend} memory backend {message}")]
+    Unsupported { backend: String, message: String },
     /// An agent rename or purge cannot proceed.
     #[error("memory of agent '{agent}': {message}")]
     Lifecycle { agent: String, message: String },

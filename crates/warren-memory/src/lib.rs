@@ -26,9 +26,10 @@ mod store;
 
 pub use embed::Embedder;
 pub use entry::{
-    AgentId, CORE_CATEGORY, ListQuery, MAX_CATEGORY_BYTES, MAX_CONTENT_BYTES, MAX_KEY_BYTES,
-    MAX_LIMIT, MAX_QUERY_BYTES, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule,
-    scope_allows, validate_category,
+    AgentId, CORE_CATEGORY, DEFAULT_HISTORY_VERSIONS, ListQuery, MAX_CATEGORY_BYTES,
+    MAX_CONTENT_BYTES, MAX_KEY_BYTES, MAX_LIMIT, MAX_QUERY_BYTES, MemoryEntry, MemoryVersion,
+    NewEntry, Provenance, RecallHit, RecallQuery, ScopeRule, Trust, VersionState, scope_allows,
+    validate_category,
 };
 pub use error::{MemoryError, redact_url};
 pub use factory::{MemoryStores, create_memory_for_agent, resolve_grants};

@@ -289,6 +289,8 @@ fn parse_line(line: &str, index: usize, file: &MemFile, alias: &AgentAlias) -> O
         session,
         created_at: created,
         updated_at: updated,
+        version: 0,
+        provenance: crate::entry::Provenance::default(),
     })
 }
 
@@ -522,6 +524,8 @@ impl MemoryStore for MarkdownStore {
                 session: entry.session,
                 created_at: created,
                 updated_at: at,
+                version: 0,
+                provenance: crate::entry::Provenance::default(),
             };
             lines.push(Line {
                 file: file.clone(),

@@ -41,6 +41,8 @@ impl MemoryStore for NoneStore {
                 session: entry.session,
                 created_at: at,
                 updated_at: at,
+                version: 0,
+                provenance: crate::entry::Provenance::default(),
             })
         })
     }

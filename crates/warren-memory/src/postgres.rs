@@ -378,6 +378,8 @@ impl PostgresStore {
                 session: r.try_get(5)?,
                 created_at: r.try_get::<_, OffsetDateTime>(6)?,
                 updated_at: r.try_get::<_, OffsetDateTime>(7)?,
+                version: 0,
+                provenance: crate::entry::Provenance::default(),
             })
         };
         get().map_err(|e| MemoryError::Corrupt {

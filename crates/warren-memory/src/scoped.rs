@@ -16,7 +16,9 @@ use warren_config::schema::MemoryBackendKind;
 use warren_core::AgentAlias;
 
 use crate::embed::Embedder;
-use crate::entry::{AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule};
+use crate::entry::{
+    AgentId, ListQuery, MemoryEntry, MemoryVersion, NewEntry, RecallHit, RecallQuery, ScopeRule,
+};
 use crate::error::MemoryError;
 use crate::store::{MemFuture, Memory, MemoryStore};
 
@@ -272,6 +274,35 @@ impl Memory for AgentScopedMemory {
                     Ok(n)
                 }
                 None => Ok(0),
+            }
+        })
+    }
+
+    fn history(&self, key: String) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(async move {
+            match self.own_id(false).await? {
+                Some(own) => Ok(self
+                    .store
+                    .history_for_agent(own, key.trim().to_string())
+                    .await?
+                    .into_iter()
+                    .filter(|v| v.entry.agent == self.alias.as_str())
+                    .collect()),
+                None => Ok(Vec::new()),
+            }
+        })
+    }
+
+    fn undo(&self, key: String, to: Option<u64>) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            let key = key.trim().to_string();
+            match self.own_id(false).await? {
+                Some(own) => self.store.undo_for_agent(own, key, to).await,
+                None => Err(MemoryError::NoVersion {
+                    agent: self.alias.to_string(),
+                    key,
+                    message: "the agent has no memory, so there is nothing to undo".into(),
+                }),
             }
         })
     }

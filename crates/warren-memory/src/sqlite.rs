@@ -248,6 +248,11 @@ impl SqliteStore {
             })?;
         }
         let mut conn = sqlite::open_wal(path, sqlite::Sync::Normal).map_err(err)?;
+        sqlite::migrate(&mut conn, path, SCHEMA_VERSION, |c| {
+            c.execute_batch(SCHEMA)?;
+            migrate(c)
+        })
+        .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
         migrate(&mut conn).map_err(err)?;
         Ok(Self {
@@ -365,6 +370,8 @@ fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryEntry> {
         session: r.get(5)?,
         created_at: instant(r.get(6)?)?,
         updated_at: instant(r.get(7)?)?,
+        version: 0,
+        provenance: crate::entry::Provenance::default(),
     })
 }
 
@@ -468,6 +475,8 @@ fn keyword_recall(
                 session: r.get(6)?,
                 created_at: instant(r.get(7)?)?,
                 updated_at: instant(r.get(8)?)?,
+                version: 0,
+                provenance: crate::entry::Provenance::default(),
             };
             Ok((seq, entry, r.get::<_, f64>(9)?))
         })

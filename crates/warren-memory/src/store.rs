@@ -8,7 +8,9 @@ use std::pin::Pin;
 use warren_config::schema::MemoryBackendKind;
 use warren_core::AgentAlias;
 
-use crate::entry::{AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule};
+use crate::entry::{
+    AgentId, ListQuery, MemoryEntry, MemoryVersion, NewEntry, RecallHit, RecallQuery, ScopeRule,
+};
 use crate::error::MemoryError;
 
 /// A boxed future, so both traits stay object safe (`Arc<dyn Memory>`).
@@ -40,6 +42,12 @@ pub trait Memory: Send + Sync {
     fn export(&self) -> MemFuture<'_, Vec<MemoryEntry>>;
     /// Deletes every entry of the bound agent; returns how many.
     fn purge(&self) -> MemFuture<'_, u64>;
+    /// Every kept version of the bound agent's `key`, newest first (the live one first when
+    /// the key exists).
+    fn history(&self, key: String) -> MemFuture<'_, Vec<MemoryVersion>>;
+    /// Makes version `to` (default: the newest kept earlier version) of the bound agent's `key`
+    /// current again, as a new version; the replaced one stays in the history.
+    fn undo(&self, key: String, to: Option<u64>) -> MemFuture<'_, MemoryEntry>;
 }
 
 /// An install-wide memory backend. Every row carries its agent; every read is filtered by an
@@ -50,6 +58,9 @@ pub trait MemoryStore: Send + Sync {
     fn location(&self) -> String;
     /// The backend id of `alias`; with `create`, registers the agent (first write).
     fn agent_id(&self, alias: &AgentAlias, create: bool) -> MemFuture<'_, Option<AgentId>>;
+    /// Stores `entry` as the next version of its key; the replaced version goes to the key's
+    /// history (bounded by `[memory] history_versions`). With `entry.expected_version`, fails
+    /// with [`MemoryError::Conflict`] unless the key is at that version (issue 20 §4).
     fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry>;
     fn get_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Option<MemoryEntry>>;
     /// Rows allowed by `scope` matching `query`, best first, at most `query.limit`.
@@ -61,7 +72,61 @@ pub trait MemoryStore: Send + Sync {
         query_vector: Option<Vec<f32>>,
     ) -> MemFuture<'_, Vec<RecallHit>>;
     fn list_for_agent(&self, agent: AgentId, query: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>>;
+    /// Deletes the key's live row; the row is kept in the key's history as `forgotten`.
     fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool>;
+    /// Every kept version of `key`, newest first: the live row (if any) and the history.
+    fn history_for_agent(
+        &self,
+        _agent: AgentId,
+        _key: String,
+    ) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(async move {
+            Err(MemoryError::Unsupported {
+                backend: format!("{:?}", self.kind()).to_lowercase(),
+                message: "keeps no history of memory versions".into(),
+            })
+        })
+    }
+    /// Restores version `to` of `key` (default: the newest version in the history) as a new
+    /// current version, with that version's content, category, session and provenance.
+    fn undo_for_agent(
+        &self,
+        _agent: AgentId,
+        _key: String,
+        _to: Option<u64>,
+    ) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            Err(MemoryError::Unsupported {
+                backend: format!("{:?}", self.kind()).to_lowercase(),
+                message: "keeps no history of memory versions, so nothing can be undone".into(),
+            })
+        })
+    }
+    /// Every history row (not the live rows) of `agent`, for lifecycle export.
+    fn export_history(&self, _agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// Puts exported history rows back under `alias` (after [`MemoryStore::import_agent`]);
+    /// rows already present (same key and version) are skipped. Returns how many were added.
+    fn import_history(
+        &self,
+        alias: AgentAlias,
+        versions: Vec<MemoryVersion>,
+    ) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            if versions.is_empty() {
+                return Ok(0);
+            }
+            Err(MemoryError::Lifecycle {
+                agent: alias.to_string(),
+                message: format!(
+                    "the {:?} memory backend keeps no history; {} archived versions cannot be restored",
+                    self.kind(),
+                    versions.len()
+                ),
+            })
+        })
+    }
     fn count_for_agent(&self, agent: AgentId) -> MemFuture<'_, u64>;
     /// Every row of `agent`, oldest first (lifecycle: archive before delete).
     fn export_agent(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryEntry>>;
