@@ -78,6 +78,7 @@ const SECRET_FIELDS: &[&[&str]] = &[
     &["memory", "embedder", "api_key"],
     &["memory", "postgres", "url"],
     &["gateway", "paired_tokens", "[]"],
+    &["secrets", "*", "value"],
 ];
 
 fn shape_matches(shape: &[&str], path: &[Segment], prefix_only: bool) -> bool {

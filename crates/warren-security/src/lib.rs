@@ -21,4 +21,4 @@ pub mod sandbox;
 
 pub use narrow::{NarrowRequest, NarrowViolation};
 pub use paths::{Denied, Resolved, Tier};
-pub use policy::{Grant, PolicyError, SecurityPolicy};
+pub use policy::{EgressPolicy, Grant, PolicyError, SecurityPolicy};

@@ -232,6 +232,9 @@ impl SecurityPolicy {
                 shell_timeout: Duration::from_secs(shell_timeout),
                 allowed_tools,
                 runtime_kind: p.runtime_kind,
+                // A child is tainted by the same rule and reaches no more hosts.
+                taint: p.taint,
+                egress: p.egress.clone(),
                 root_cache: Default::default(),
             }),
         })

@@ -72,7 +72,19 @@ pub(crate) struct Inner {
     pub shell_timeout: Duration,
     pub allowed_tools: Option<Vec<String>>,
     pub runtime_kind: RuntimeKind,
+    /// The risk profile's `taint` (issue 24 §4): untrusted content makes side effects ask.
+    pub taint: bool,
+    /// `[agents.<alias>.network]` and the response cap (issue 24).
+    pub egress: EgressPolicy,
     pub root_cache: RootCache,
+}
+
+/// Where the agent's network egress may go (`[agents.<alias>.network] allow`, as written; the
+/// runtime's egress module parses and matches it) and how much of a response it keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressPolicy {
+    pub allow: Vec<String>,
+    pub max_response_bytes: u64,
 }
 
 /// What the profile allows a child process: `unrestricted` (needed for a noop sandbox) and its
@@ -231,6 +243,11 @@ impl SecurityPolicy {
                 shell_timeout: Duration::from_secs(risk.shell_timeout_secs.max(1)),
                 allowed_tools: risk.allowed_tools.clone(),
                 runtime_kind: config.runtime.kind,
+                taint: risk.taint == warren_config::schema::TaintMode::On,
+                egress: EgressPolicy {
+                    allow: agent.network.allow.clone(),
+                    max_response_bytes: risk.max_response_kb.max(1).saturating_mul(1024),
+                },
                 root_cache: RootCache::default(),
             }),
         })
@@ -333,6 +350,15 @@ impl SecurityPolicy {
     pub fn approve_own_writes(&self) -> bool {
         self.inner.approve_own_writes
     }
+    /// Whether the taint rule is on (the risk profile's `taint`, default `on`): after untrusted
+    /// content, every call with side effects asks the operator (issue 24 §4).
+    pub fn taint(&self) -> bool {
+        self.inner.taint
+    }
+    /// Where the agent's `http_request` and shell proxy may connect, and the response cap.
+    pub fn egress(&self) -> &EgressPolicy {
+        &self.inner.egress
+    }
     /// How long an approval request waits for the operator before it counts as denied.
     pub fn approval_timeout(&self) -> Duration {
         self.inner.approval_timeout
@@ -380,6 +406,8 @@ impl SecurityPolicy {
             "always_ask": i.always_ask,
             "approval_timeout_secs": i.approval_timeout.as_secs(),
             "approve_own_writes": i.approve_own_writes,
+            "taint": i.taint,
+            "network_allow": i.egress.allow,
             "sandbox": i.sandbox,
             "fallback": i.fallback,
             "runtime": i.runtime_kind,

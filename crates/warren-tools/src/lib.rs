@@ -6,17 +6,21 @@
 mod context;
 mod files;
 mod git;
+mod http_request;
 mod memory;
 mod registry;
 mod shell;
+mod taint;
 mod tool;
 
 pub use context::{FileTransport, ToolContext};
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
+pub use http_request::{HttpCall, HttpEgress, HttpReply, HttpRequest};
 pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};
 pub use memory::{
     DEFAULT_RECALL_LIMIT, MemoryForgetTool, MemoryRecallTool, MemoryStoreTool, memory_tools,
 };
-pub use registry::agent_tools;
+pub use registry::{agent_tools, http_tool};
 pub use shell::{DEFAULT_OUTPUT_CAP, Shell};
+pub use taint::Taint;
 pub use tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, ToolSpec};

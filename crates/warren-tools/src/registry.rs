@@ -23,3 +23,14 @@ pub fn agent_tools(policy: &SecurityPolicy, sandbox: &Sandbox) -> Vec<Arc<dyn To
         .filter(|t| policy.tool_allowed(t.name()))
         .collect()
 }
+
+/// `http_request` bound to the agent's egress (built by the runtime, which owns the secrets),
+/// when the agent's network allowlist is not empty and its risk profile allows the tool.
+pub fn http_tool(
+    policy: &SecurityPolicy,
+    egress: Arc<dyn crate::http_request::HttpEgress>,
+) -> Option<Arc<dyn Tool>> {
+    let tool = crate::http_request::HttpRequest::new(egress);
+    (!policy.egress().allow.is_empty() && policy.tool_allowed(tool.name()))
+        .then(|| Arc::new(tool) as Arc<dyn Tool>)
+}

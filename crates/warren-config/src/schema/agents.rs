@@ -26,6 +26,8 @@ pub struct AgentConfig {
     pub memory: AgentMemoryConfig,
     /// `[agents.<alias>.heartbeat]` (STATE-9): a check first, the model only when it fires.
     pub heartbeat: Option<super::cron::HeartbeatDecl>,
+    /// `[agents.<alias>.network]`: hosts `http_request` and the shell's proxy may reach.
+    pub network: super::network::AgentNetworkConfig,
 }
 
 impl Default for AgentConfig {
@@ -38,6 +40,7 @@ impl Default for AgentConfig {
             workspace: AgentWorkspaceConfig::default(),
             memory: AgentMemoryConfig::default(),
             heartbeat: None,
+            network: Default::default(),
         }
     }
 }
@@ -172,6 +175,11 @@ pub struct RiskProfile {
     /// "workspace-write" mode). The shell, git writes and sibling workspaces still ask, and
     /// `always_ask` still wins. The starter config's `starter` profile sets it.
     pub approve_own_writes: bool,
+    /// Whether untrusted content in a turn makes every later call with side effects ask the
+    /// operator (issue 24 §4; default `on`).
+    pub taint: super::network::TaintMode,
+    /// The largest `http_request` response body kept, in KiB (the rest is cut).
+    pub max_response_kb: u64,
 }
 
 impl Default for RiskProfile {
@@ -203,6 +211,8 @@ impl Default for RiskProfile {
             always_ask: Vec::new(),
             approval_timeout_secs: 120,
             approve_own_writes: false,
+            taint: Default::default(),
+            max_response_kb: 256,
         }
     }
 }

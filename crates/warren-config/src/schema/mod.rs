@@ -7,6 +7,7 @@
 
 mod agents;
 pub mod cron;
+mod network;
 pub mod rates;
 mod sections;
 pub mod sop;
@@ -26,6 +27,7 @@ pub use sections::{
     ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
     SessionDurability, SessionStoreOnError, StreamMode,
 };
+pub use network::{AgentNetworkConfig, NamedSecret, TaintMode};
 pub use sop::SopConfig;
 
 use crate::secrets::Secret;
@@ -52,6 +54,9 @@ pub struct Config {
     pub sop: Option<SopConfig>,
     pub cost: CostConfig,
     pub log: LogConfig,
+    /// `[secrets.<name>]`: values the credential broker substitutes for `{{secret:<name>}}`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, NamedSecret>,
 }
 
 impl Config {
@@ -124,6 +129,12 @@ impl Config {
         for (i, token) in self.gateway.paired_tokens.iter_mut().enumerate() {
             out.push((format!("gateway.paired_tokens[{i}]"), token));
         }
+        for (name, secret) in &mut self.secrets {
+            out.push((
+                format!("secrets.{}.value", crate::keypath::quote(name)),
+                &mut secret.value,
+            ));
+        }
         out
     }
 }
@@ -151,6 +162,13 @@ mod tests {
         config.memory.embedder.api_key = Some(Secret::new("x"));
         config.memory.postgres.url = Some(Secret::new("x"));
         config.gateway.paired_tokens = vec![Secret::new("a"), Secret::new("b")];
+        config.secrets.insert(
+            "github".into(),
+            NamedSecret {
+                value: Secret::new("x"),
+                hosts: vec!["api.github.com".into()],
+            },
+        );
         let listed = config.secrets_mut().len();
 
         let value = toml::Value::try_from(&config).unwrap_or(toml::Value::Boolean(false));

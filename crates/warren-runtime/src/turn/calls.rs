@@ -22,14 +22,16 @@ use crate::history;
 impl AgentRunner {
     /// What this call needs: the policy's autonomy, `always_ask` and `approve_own_writes`.
     /// A turn whose context caps the autonomy (an ACP session's mode) never runs above it.
+    /// After untrusted content, a call with side effects asks (the taint rule, issue 24 §4).
     fn requirement(&self, call: &ToolCall, risk: RiskClass) -> Requirement {
         let needed = requirement_for(self.kit.policy(), &call.name, risk, &call.arguments);
-        match warren_tools::ToolContext::current().autonomy_cap {
+        let needed = match warren_tools::ToolContext::current().autonomy_cap {
             Some(cap) if cap < self.kit.policy().autonomy() => {
                 crate::approval::capped(needed, cap, &call.name, risk)
             }
             _ => needed,
-        }
+        };
+        super::taint::apply(self.kit.policy(), needed, call, risk)
     }
 
     /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
@@ -306,6 +308,9 @@ impl AgentRunner {
     ) -> CallResult {
         match result {
             Ok(out) => {
+                if let Some(source) = super::taint::untrusted_input(self.kit.policy(), call) {
+                    super::taint::Taint::mark(source);
+                }
                 let mut content = match out.content {
                     serde_json::Value::String(s) => s,
                     other => other.to_string(),

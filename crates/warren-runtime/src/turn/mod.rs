@@ -16,6 +16,7 @@
 mod calls;
 pub mod limits;
 mod subagent;
+pub mod taint;
 
 use std::sync::Arc;
 
@@ -481,9 +482,11 @@ impl AgentRunner {
             session_str,
             || json!({"chars": user_message.len()}),
         );
-        let result = self
-            .turn_inner(system, history, user_message, session_str, io, sink)
-            .await;
+        // Each turn starts untainted (issue 24 §4).
+        let result = taint::Taint::scope(
+            self.turn_inner(system, history, user_message, session_str, io, sink),
+        )
+        .await;
         // The turn's cost records, written as each request returned, made durable at once
         // (STATE-14). A failure here does not undo the turn: it is reported.
         if let Err(e) = self.services.costs.sync() {
