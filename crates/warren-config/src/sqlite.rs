@@ -73,8 +73,13 @@ pub fn open_wal(path: &Path, sync: Sync) -> rusqlite::Result<Connection> {
             .map(drop),
     };
     if let Err(e) = created {
+        let no_space = e.kind() == std::io::ErrorKind::StorageFull;
         return Err(failure(
-            rusqlite::ffi::SQLITE_CANTOPEN,
+            if no_space {
+                rusqlite::ffi::SQLITE_FULL
+            } else {
+                rusqlite::ffi::SQLITE_CANTOPEN
+            },
             format!("cannot create the database file: {e}"),
         ));
     }
@@ -201,6 +206,19 @@ pub fn full_disk_at(e: &rusqlite::Error, db: &Path) -> Option<PathBuf> {
     full.then(|| dir.to_path_buf())
 }
 
+/// The cause of a store's SQLite error `e` on `db`, as a store's error message carries it:
+/// "disk full at <dir> (free some space there and retry)" when a full disk caused it
+/// ([`full_disk_at`]), SQLite's own text otherwise (issue 15 §8).
+pub fn cause_text(e: &rusqlite::Error, db: &Path) -> String {
+    match full_disk_at(e, db) {
+        Some(dir) => format!(
+            "disk full at {} (free some space there and retry)",
+            dir.display()
+        ),
+        None => e.to_string(),
+    }
+}
+
 /// One store connection behind a mutex: the single access pattern of Warren's SQLite stores.
 /// Synchronous callers [`lock`](Self::lock) it; async callers go through [`run`](Self::run),
 /// which runs the closure on tokio's blocking pool. A poisoned lock is taken over (a panic in
@@ -226,8 +244,9 @@ impl SharedConn {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         }
-        let conn = open_wal(path, sync).map_err(|e| e.to_string())?;
-        conn.execute_batch(schema).map_err(|e| e.to_string())?;
+        let conn = open_wal(path, sync).map_err(|e| cause_text(&e, path))?;
+        conn.execute_batch(schema)
+            .map_err(|e| cause_text(&e, path))?;
         Ok(Self::new(path, conn))
     }
 
@@ -237,7 +256,7 @@ impl SharedConn {
         if !path.exists() {
             return Ok(None);
         }
-        let conn = open_read_only(path).map_err(|e| e.to_string())?;
+        let conn = open_read_only(path).map_err(|e| cause_text(&e, path))?;
         Ok(Some(Self::new(path, conn)))
     }
 

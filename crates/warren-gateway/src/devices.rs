@@ -63,7 +63,7 @@ impl Devices {
     pub fn open(path: &Path) -> Result<Self, DeviceError> {
         let err = |e: rusqlite::Error| DeviceError {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: sqlite::cause_text(&e, path),
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| DeviceError {
@@ -93,7 +93,7 @@ impl Devices {
     ) -> Result<R, DeviceError> {
         f(&mut self.conn.lock()).map_err(|e| DeviceError {
             path: self.path.clone(),
-            message: e.to_string(),
+            message: sqlite::cause_text(&e, &self.path),
         })
     }
 

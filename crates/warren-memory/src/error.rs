@@ -57,6 +57,9 @@ pub enum MemoryError {
         #[source]
         source: rusqlite::Error,
     },
+    /// A SQLite error a full disk caused, in words that say so (issue 15 §8).
+    #[error("SQLite memory store {path}: disk full at {dir} (free some space there and retry)")]
+    DiskFull { path: PathBuf, dir: PathBuf },
     /// PostgreSQL failed (connect, schema or query). `url` has no password.
     #[error("PostgreSQL memory store {url} (schema {schema}): {message}")]
     Postgres {

@@ -237,10 +237,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path` and its schema.
     pub fn open(path: &Path) -> Result<Self, MemoryError> {
-        let err = |source| MemoryError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        };
+        let err = |source| sql(path)(source);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| MemoryError::Io {
                 path: dir.to_path_buf(),
@@ -334,10 +331,18 @@ fn registered(conn: &Connection, path: &Path) -> Result<Vec<(String, String, u64
         .collect())
 }
 
+/// A SQLite error on the store file; one a full disk caused reads "disk full at <dir>"
+/// (issue 15 §8).
 fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> MemoryError + '_ {
-    move |source| MemoryError::Sqlite {
-        path: path.to_path_buf(),
-        source,
+    move |source| match sqlite::full_disk_at(&source, path) {
+        Some(dir) => MemoryError::DiskFull {
+            path: path.to_path_buf(),
+            dir,
+        },
+        None => MemoryError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        },
     }
 }
 

@@ -128,10 +128,11 @@ impl ControlPlane {
         Ok(conn.map(|conn| Self { conn }))
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> ControlPlaneError {
+    /// A SQLite error on this store; a full disk reads "disk full at <dir>" (issue 15 §8).
+    fn err(&self, e: rusqlite::Error) -> ControlPlaneError {
         ControlPlaneError::Db {
             path: self.conn.path().to_path_buf(),
-            cause: e.to_string(),
+            cause: warren_config::sqlite::cause_text(&e, self.conn.path()),
         }
     }
 

@@ -247,10 +247,11 @@ impl CronStore {
         self.conn.path()
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> CronError {
+    /// A SQLite error on this store; a full disk reads "disk full at <dir>" (issue 15 §8).
+    fn err(&self, e: rusqlite::Error) -> CronError {
         CronError::Db {
             path: self.conn.path().to_path_buf(),
-            cause: e.to_string(),
+            cause: warren_config::sqlite::cause_text(&e, self.conn.path()),
         }
     }
 

@@ -29,3 +29,4 @@ mod sessions_crash;
 mod sessions_faults;
 mod sessions_policy;
 mod sop;
+mod stores_disk_full;

@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common::bin;
+use crate::common::{Tmpfs, bin};
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use pretty_assertions::assert_eq;
@@ -248,50 +248,13 @@ fn a_crash_around_an_append_commit_keeps_messages_and_counts_consistent_sess1() 
     Ok(())
 }
 
-/// A small tmpfs mounted at a path for one test (needs root and mount rights), unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Option<Self> {
-        fs::create_dir_all(path).ok()?;
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(path)
-            .output()
-            .ok()?
-            .status
-            .success();
-        ok.then(|| Tmpfs(path.to_path_buf()))
-    }
-
-    fn remount_read_only(&self) -> bool {
-        Command::new("mount")
-            .args(["-o", "remount,ro"])
-            .arg(&self.0)
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_read_only_sessions_directory_fails_naming_the_file_and_loses_nothing() -> R {
     let root = TempRoot::new()?;
     let dir = sessions_dir(&root);
     // A real read-only filesystem where the test may mount one: SQLite cannot even open its
     // WAL there, and says which database.
-    if let Some(mount) = Tmpfs::mount(&dir, "4m") {
+    if let Ok(mount) = Tmpfs::mount(&dir, "4m") {
         seed(&root);
         if mount.remount_read_only() {
             let out = migrate(&root).output()?;
@@ -345,7 +308,7 @@ fn a_full_disk_during_the_import_restores_the_sources_and_a_later_run_succeeds()
             )
         })
         .collect();
-    let mount = Tmpfs::mount(&dir, "400k");
+    let mount = Tmpfs::mount(&dir, "400k").ok();
     fs::create_dir_all(&dir)?;
     fs::write(dir.join("big.jsonl"), &big)?;
     let out = if mount.is_some() {

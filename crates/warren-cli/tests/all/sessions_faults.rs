@@ -4,9 +4,9 @@
 //!   followed and the migration's progress line never passes 100 %;
 //! - a full disk during a JSONL append reads once (not doubled) and leaves no partial line.
 
-use crate::common::bin;
+use crate::common::{Tmpfs, bin};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use warren_testkit::{TempRoot, text};
 
@@ -176,50 +176,6 @@ fn a_full_disk_during_a_jsonl_append_reads_once_and_leaves_no_partial_line() -> 
         .collect();
     assert_eq!(said, ["first", "third"], "{stdout}");
     Ok(())
-}
-
-/// A real small tmpfs mounted over a test root, unmounted when dropped (tests run as root).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> std::io::Result<Self> {
-        fs::create_dir_all(at)?;
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(at)
-            .status()?;
-        if !status.success() {
-            return Err(std::io::Error::other(format!(
-                "mount -t tmpfs at {} failed ({status}); these tests run as root",
-                at.display()
-            )));
-        }
-        Ok(Self(at.to_path_buf()))
-    }
-
-    /// Fills the file system with `name` until a write fails with ENOSPC.
-    fn fill(&self, name: &str) -> std::io::Result<PathBuf> {
-        use std::io::Write;
-        let path = self.0.join(name);
-        let mut file = fs::File::create(&path)?;
-        let chunk = vec![0u8; 4096];
-        loop {
-            match file.write_all(&chunk) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return Ok(path),
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
 }
 
 /// On a really full disk (a small tmpfs), a SQLite session write says "disk full at <dir>"

@@ -1,5 +1,9 @@
 //! Helpers the warren-cli suites share: the binary under test, `--json` commands and polling.
 
+mod tmpfs;
+
+pub use tmpfs::Tmpfs;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
