@@ -280,6 +280,7 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
             )),
         );
     }
+    out.extend(crate::schema::memory_backends::validate(config));
     out.extend(crate::schema::cron::validate(
         &config.cron.jobs,
         &agent_names,

@@ -67,6 +67,13 @@ pub enum MemoryError {
         schema: String,
         message: String,
     },
+    /// The Qdrant server failed or refused a request. `url` has no credentials.
+    #[error("Qdrant memory store {url} (collection {collection}): {message}")]
+    Qdrant {
+        url: String,
+        collection: String,
+        message: String,
+    },
     /// File I/O on a Markdown memory file or the store directory.
     #[error("memory file {path}: {source}")]
     Io {

@@ -18,9 +18,11 @@ use warren_core::AgentAlias;
 
 use crate::embed::Embedder;
 use crate::error::MemoryError;
+use crate::lucid::LucidStore;
 use crate::markdown::MarkdownStore;
 use crate::none::NoneStore;
 use crate::postgres::PostgresStore;
+use crate::qdrant::QdrantStore;
 use crate::scoped::{AgentScopedMemory, Grant};
 use crate::sqlite::SqliteStore;
 use crate::store::{Memory, MemoryStore};
@@ -30,6 +32,8 @@ pub struct MemoryStores {
     root: InstallRoot,
     sqlite: OnceCell<Arc<SqliteStore>>,
     postgres: OnceCell<Arc<PostgresStore>>,
+    qdrant: OnceCell<Arc<QdrantStore>>,
+    lucid: OnceCell<Arc<LucidStore>>,
     markdown: Arc<MarkdownStore>,
 }
 
@@ -40,6 +44,8 @@ impl MemoryStores {
             root,
             sqlite: OnceCell::new(),
             postgres: OnceCell::new(),
+            qdrant: OnceCell::new(),
+            lucid: OnceCell::new(),
         }
     }
 
@@ -91,6 +97,76 @@ impl MemoryStores {
             .cloned()
     }
 
+    /// The Qdrant collection of `[memory.qdrant]`, with the configured embedder (points need
+    /// vectors). Nothing is contacted until the first memory call.
+    pub async fn qdrant(&self, config: &Config) -> Result<Arc<QdrantStore>, MemoryError> {
+        let embedder = crate::openai::from_config(config)?;
+        let qdrant = config.memory.qdrant.clone();
+        self.qdrant
+            .get_or_try_init(|| async move { Ok(Arc::new(QdrantStore::new(&qdrant, embedder)?)) })
+            .await
+            .cloned()
+    }
+
+    /// The SQLite store enriched by `[memory.lucid]`'s CLI; projects under
+    /// `data/memory/lucid/<alias>/`.
+    pub async fn lucid(&self, config: &Config) -> Result<Arc<LucidStore>, MemoryError> {
+        let sqlite = self.sqlite(config).await?;
+        let (lucid, projects) = (
+            config.memory.lucid.clone(),
+            self.root.memory_dir().join("lucid"),
+        );
+        self.lucid
+            .get_or_try_init(
+                || async move { Ok(Arc::new(LucidStore::new(sqlite, lucid, projects))) },
+            )
+            .await
+            .cloned()
+    }
+
+    /// `/api/health`'s `memory_backends` component: each external backend an agent of `config`
+    /// uses. Qdrant: its `/healthz` answers (`error` otherwise). Lucid: `warning` when the
+    /// command is missing or its last run failed (recall then uses SQLite only).
+    pub async fn health(&self, config: &Config) -> serde_json::Value {
+        use serde_json::json;
+        let uses = |kind: MemoryBackendKind| {
+            config
+                .agents()
+                .any(|(_, a)| config.memory_backend_of(a) == kind)
+        };
+        let mut out = serde_json::Map::new();
+        let mut status = "ok";
+        if uses(MemoryBackendKind::Qdrant) {
+            let v = match self.qdrant(config).await {
+                Ok(q) => match q.health().await {
+                    Ok(()) => json!({"status": "ok", "location": q.location()}),
+                    Err(e) => {
+                        json!({"status": "error", "location": q.location(), "error": e.to_string()})
+                    }
+                },
+                Err(e) => json!({"status": "error", "error": e.to_string()}),
+            };
+            if v["status"] != "ok" {
+                status = "error";
+            }
+            out.insert("qdrant".into(), v);
+        }
+        if uses(MemoryBackendKind::Lucid) {
+            let v = match self.lucid(config).await {
+                Ok(l) => l.health(),
+                Err(e) => json!({"status": "error", "error": e.to_string()}),
+            };
+            if v["status"] == "error" {
+                status = "error";
+            } else if v["status"] != "ok" && status == "ok" {
+                status = "warning";
+            }
+            out.insert("lucid".into(), v);
+        }
+        out.insert("status".into(), status.into());
+        serde_json::Value::Object(out)
+    }
+
     pub fn markdown(&self) -> Arc<MarkdownStore> {
         Arc::clone(&self.markdown)
     }
@@ -106,6 +182,8 @@ impl MemoryStores {
             MemoryBackendKind::Postgres => self.postgres(config).await?,
             MemoryBackendKind::Markdown => self.markdown(),
             MemoryBackendKind::None => Arc::new(NoneStore),
+            MemoryBackendKind::Qdrant => self.qdrant(config).await?,
+            MemoryBackendKind::Lucid => self.lucid(config).await?,
         })
     }
 }
@@ -125,9 +203,10 @@ pub async fn create_memory_for_agent(
     let grants = resolve_grants(config, alias)?;
     let store = stores.store(config, kind).await?;
     let mut embedder: Option<Arc<dyn Embedder>> = match kind {
-        MemoryBackendKind::Sqlite | MemoryBackendKind::Postgres => {
-            crate::openai::from_config(config)?
-        }
+        MemoryBackendKind::Sqlite
+        | MemoryBackendKind::Postgres
+        | MemoryBackendKind::Lucid
+        | MemoryBackendKind::Qdrant => crate::openai::from_config(config)?,
         _ => None,
     };
     if let Some(e) = &embedder {

@@ -4,7 +4,8 @@
 //!   [`create_memory_for_agent`] (MEM-1/6).
 //! - [`MemoryStore`]: an install-wide backend taking an explicit agent on every call: SQLite
 //!   ([`SqliteStore`], default), PostgreSQL ([`PostgresStore`]), Markdown ([`MarkdownStore`],
-//!   MEM-4) and None ([`NoneStore`]).
+//!   MEM-4), None ([`NoneStore`]), Qdrant ([`QdrantStore`], MEM-5, REST) and Lucid
+//!   ([`LucidStore`]: SQLite enriched by the `lucid` CLI).
 //! - Grants (`read_memory_from`) are resolved by the factory and enforced inside each backend's
 //!   query, before the limit (MEM-2/3/8); the backend lock of MEM-9 is in [`lock`].
 
@@ -15,10 +16,12 @@ mod factory;
 pub mod fts;
 mod hybrid;
 pub mod lock;
+pub mod lucid;
 mod markdown;
 mod none;
 mod openai;
 mod postgres;
+pub mod qdrant;
 
 mod scoped;
 mod sqlite;
@@ -34,10 +37,12 @@ pub use entry::{
 pub use error::{MemoryError, redact_url};
 pub use factory::{MemoryStores, create_memory_for_agent, resolve_grants};
 pub use lock::BackendLock;
+pub use lucid::LucidStore;
 pub use markdown::MarkdownStore;
 pub use none::NoneStore;
 pub use openai::OpenAiEmbedder;
 pub use postgres::PostgresStore;
+pub use qdrant::QdrantStore;
 pub use scoped::{AgentScopedMemory, Grant};
 pub use sqlite::{SqliteStore, registered_agents_at};
 pub use store::{BoxFuture, MemFuture, Memory, MemoryStore};

@@ -55,7 +55,12 @@ impl StateCheck for BackendLock {
         let mut out = Vec::new();
         for (alias, kind) in changed {
             for (held_kind, location, rows) in holdings.get(alias.as_str()).into_iter().flatten() {
-                if *held_kind == kind {
+                // Lucid keeps its rows in the SQLite store: the two share one set of rows.
+                let store_of = |k: MemoryBackendKind| match k {
+                    MemoryBackendKind::Lucid => MemoryBackendKind::Sqlite,
+                    k => k,
+                };
+                if store_of(*held_kind) == store_of(kind) {
                     continue;
                 }
                 out.push(
@@ -86,6 +91,8 @@ fn name(kind: MemoryBackendKind) -> &'static str {
         MemoryBackendKind::Postgres => "postgres",
         MemoryBackendKind::Markdown => "markdown",
         MemoryBackendKind::None => "none",
+        MemoryBackendKind::Qdrant => "qdrant",
+        MemoryBackendKind::Lucid => "lucid",
     }
 }
 

@@ -6,6 +6,7 @@
 //! explicitly (`WARREN_HOME` and `FAILPOINTS` removed unless a test sets them).
 
 pub mod fake_llm;
+pub mod qdrant;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};

@@ -81,6 +81,10 @@ pub enum MemoryBackendKind {
     Postgres,
     Markdown,
     None,
+    /// A Qdrant server: one shared collection, agent in the payload (MEM-5).
+    Qdrant,
+    /// The SQLite store enriched by the external `lucid` CLI (MEM-2).
+    Lucid,
 }
 
 /// One entry of `read_memory_from`.

@@ -7,6 +7,7 @@
 
 mod agents;
 pub mod cron;
+pub mod memory_backends;
 mod network;
 pub mod rates;
 mod sections;
@@ -126,6 +127,9 @@ impl Config {
         if let Some(url) = self.memory.postgres.url.as_mut() {
             out.push(("memory.postgres.url".to_string(), url));
         }
+        if let Some(key) = self.memory.qdrant.api_key.as_mut() {
+            out.push(("memory.qdrant.api_key".to_string(), key));
+        }
         for (i, token) in self.gateway.paired_tokens.iter_mut().enumerate() {
             out.push((format!("gateway.paired_tokens[{i}]"), token));
         }
@@ -161,6 +165,7 @@ mod tests {
         );
         config.memory.embedder.api_key = Some(Secret::new("x"));
         config.memory.postgres.url = Some(Secret::new("x"));
+        config.memory.qdrant.api_key = Some(Secret::new("x"));
         config.gateway.paired_tokens = vec![Secret::new("a"), Secret::new("b")];
         config.secrets.insert(
             "github".into(),
@@ -181,7 +186,7 @@ mod tests {
             }
         }
         assert_eq!(count(&value), listed);
-        assert_eq!(listed, 5);
+        assert_eq!(listed, 6);
     }
 
     #[test]

@@ -154,6 +154,8 @@ pub struct MemoryConfig {
     pub backend: MemoryBackendKind,
     pub embedder: EmbedderConfig,
     pub postgres: PostgresConfig,
+    pub qdrant: super::memory_backends::QdrantConfig,
+    pub lucid: super::memory_backends::LucidConfig,
 }
 
 impl Default for MemoryConfig {
@@ -162,6 +164,8 @@ impl Default for MemoryConfig {
             backend: MemoryBackendKind::Sqlite,
             embedder: EmbedderConfig::default(),
             postgres: PostgresConfig::default(),
+            qdrant: Default::default(),
+            lucid: Default::default(),
         }
     }
 }

@@ -8,6 +8,8 @@ mod grant_rules;
 mod hybrid;
 mod isolation;
 mod lifecycle;
+mod lucid;
 mod markdown_links;
+mod qdrant;
 mod scope_prop;
 mod vector_cache;

@@ -2,8 +2,9 @@
 //! category-limited, including unknown categories), upserts and queries. For every agent and
 //! query, recall returns EXACTLY the rows a simple model allows: never a forbidden row, always
 //! every own matching row; and with a small limit, a full page of allowed rows (forbidden rows
-//! never crowd allowed ones out before the limit). Run on SQLite and Markdown (plain grants, MEM-4), and on PostgreSQL
-//! when WARREN_TEST_POSTGRES_URL is set — equal to the model, hence to SQLite.
+//! never crowd allowed ones out before the limit). Run on SQLite and Markdown (plain grants, MEM-4), on Qdrant
+//! (Qdrant's own engine, see `qdrant`), and on PostgreSQL when WARREN_TEST_POSTGRES_URL is set
+//! — equal to the model, hence to SQLite.
 
 use crate::common;
 
@@ -209,5 +210,13 @@ proptest! {
         if postgres_url().is_some() {
             run(MemoryBackendKind::Postgres, &s)?;
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    #[test]
+    fn qdrant_recall_matches_the_grant_model_and_sqlite(s in scenario(true)) {
+        run(MemoryBackendKind::Qdrant, &s)?;
     }
 }

@@ -65,6 +65,9 @@ impl Fixture {
             config.memory.postgres.schema = schema.clone();
             pg_schema = Some((url, schema));
         }
+        if kind == MemoryBackendKind::Qdrant {
+            crate::qdrant::configure(&mut config)?;
+        }
         for (alias, grants) in agents {
             let mut agent = AgentConfig::default();
             agent.memory.read_memory_from = grants.clone();

@@ -1,0 +1,816 @@
+//! The Qdrant memory store (MEM-5): one shared collection on a Qdrant server, reached over its
+//! REST API with `ureq` (the HTTP client the workspace already builds; the official
+//! `qdrant-client` crate would add tonic/prost/hyper to a 2-core build for a dozen calls).
+//!
+//! - Each point is one entry: id = the entry id (a UUID), vector = the embedding of
+//!   `key\ncontent`, payload `agent_id` (the agent's alias), `key`, `category`, `session`,
+//!   `created_at`/`updated_at` (UTC microseconds), `content`, `version`, `provenance`.
+//! - Scoped recall (MEM-5) over-fetches and post-filters by payload: Qdrant is asked for a page
+//!   of the best candidates among the allowlist's agents (a payload filter that only narrows),
+//!   every candidate is checked against the exact allowlist (agent and category grant), and
+//!   further pages are fetched until `limit` allowed rows are found or the candidates are
+//!   exhausted, so forbidden rows never crowd out allowed ones.
+//! - A write upserts the NEW point first and only then deletes the older versions of the key
+//!   (crash point [`FAILPOINT_AFTER_UPSERT`] between the two): a crash leaves two versions,
+//!   never none. Readers take the newest version of each key, and the next write of the key
+//!   removes the leftover.
+//! - Keyword recall uses Qdrant's full-text payload index (`text_any` on `content` and `key`),
+//!   ranked by vector similarity; without a query vector (the embedder failed for this call)
+//!   the matching rows come newest first. A `word*` prefix term matches the whole word only.
+//!
+//! All HTTP runs on the blocking pool, never on an async worker.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use warren_config::schema::MemoryBackendKind;
+use warren_config::schema::memory_backends::QdrantConfig;
+use warren_core::AgentAlias;
+
+use crate::embed::Embedder;
+use crate::entry::{
+    AgentId, ListQuery, MemoryEntry, NewEntry, Provenance, RecallHit, RecallQuery, ScopeRule, now,
+    scope_allows,
+};
+use crate::error::MemoryError;
+use crate::store::{MemFuture, MemoryStore};
+
+/// Crash point between the upsert of a new version and the delete of the old ones.
+pub const FAILPOINT_AFTER_UPSERT: &str = "qdrant-store-after-upsert";
+
+/// Largest response body accepted.
+const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
+/// Points per scroll page (export, list scans).
+const SCROLL_PAGE: usize = 256;
+/// Payload indexes created with the collection: exact fields, the full-text fields and the
+/// integer fields that ranges and ordering use.
+const INDEXES: [(&str, &str); 8] = [
+    ("agent_id", "keyword"),
+    ("category", "keyword"),
+    ("session", "keyword"),
+    ("key", "text"),
+    ("content", "text"),
+    ("created_at", "integer"),
+    ("updated_at", "integer"),
+    ("version", "integer"),
+];
+
+/// The install's Qdrant collection.
+pub struct QdrantStore {
+    http: Arc<Http>,
+    embedder: Option<Arc<dyn Embedder>>,
+}
+
+struct Http {
+    base: String,
+    collection: String,
+    api_key: Option<String>,
+    vector_size: Option<usize>,
+    agent: ureq::Agent,
+    /// The collection exists (set once seen or created).
+    ready: OnceLock<()>,
+}
+
+impl QdrantStore {
+    /// A store for `[memory.qdrant]`; nothing is contacted until the first call.
+    pub fn new(
+        config: &QdrantConfig,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<Self, MemoryError> {
+        let url = config.url.as_deref().map(str::trim).unwrap_or("");
+        if url.is_empty() {
+            return Err(MemoryError::Config(
+                "an agent uses the qdrant memory backend but memory.qdrant.url is not set \
+                 (warren config set memory.qdrant.url http://127.0.0.1:6333)"
+                    .into(),
+            ));
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(MemoryError::Config(format!(
+                "memory.qdrant.url {url:?} must start with http:// or https://"
+            )));
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(config.timeout_secs.max(1))))
+            .build()
+            .into();
+        Ok(Self {
+            http: Arc::new(Http {
+                base: url.trim_end_matches('/').to_string(),
+                collection: config.collection.clone(),
+                api_key: config
+                    .api_key
+                    .as_ref()
+                    .map(|k| k.expose().to_string())
+                    .filter(|k| !k.is_empty()),
+                vector_size: config.vector_size.and_then(|v| usize::try_from(v).ok()),
+                agent,
+                ready: OnceLock::new(),
+            }),
+            embedder,
+        })
+    }
+
+    /// The server's URL and collection, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} (collection {})", self.http.base, self.http.collection)
+    }
+
+    /// The health check shown in `/api/health`: the server answers `/healthz`, and the
+    /// collection exists or can be created on first write.
+    pub async fn health(&self) -> Result<(), MemoryError> {
+        self.run(|h| {
+            h.call("GET", "/healthz", None)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Http) -> Result<T, MemoryError> + Send + 'static,
+    ) -> Result<T, MemoryError> {
+        let http = Arc::clone(&self.http);
+        tokio::task::spawn_blocking(move || f(&http))
+            .await
+            .map_err(|e| MemoryError::Worker(e.to_string()))?
+    }
+
+    async fn vector_of(&self, text: String) -> Result<Vec<f32>, MemoryError> {
+        let Some(embedder) = &self.embedder else {
+            return Err(MemoryError::Config(
+                "the qdrant memory backend stores vectors and needs [memory.embedder]".into(),
+            ));
+        };
+        let mut v = embedder.embed(vec![text]).await?;
+        match (v.pop(), v.is_empty()) {
+            (Some(x), true) if !x.is_empty() => Ok(x),
+            _ => Err(MemoryError::Embedder {
+                url: embedder.describe(),
+                message: "expected exactly one vector".into(),
+            }),
+        }
+    }
+}
+
+impl Http {
+    fn err(&self, message: impl Into<String>) -> MemoryError {
+        let mut message = message.into();
+        if let Some(key) = &self.api_key {
+            message = message.replace(key.as_str(), "[redacted]");
+        }
+        MemoryError::Qdrant {
+            url: crate::error::redact_url(&self.base),
+            collection: self.collection.clone(),
+            message,
+        }
+    }
+
+    /// One request; answers Qdrant's `result`. `Ok(None)` for 404.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Option<Value>, MemoryError> {
+        let url = format!("{}{path}", self.base);
+        let response = match (method, body) {
+            ("GET", _) => self.with_key(self.agent.get(&url)).call(),
+            ("DELETE", _) => self.with_key(self.agent.delete(&url)).call(),
+            (m, b) => {
+                let body = b.map(Value::to_string).unwrap_or_else(|| "{}".into());
+                let req = if m == "PUT" {
+                    self.agent.put(&url)
+                } else {
+                    self.agent.post(&url)
+                };
+                self.with_key(req)
+                    .header("Content-Type", "application/json")
+                    .send(body.as_bytes())
+            }
+        }
+        .map_err(|e| self.err(format!("{method} {path}: {e}")))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| self.err(format!("{method} {path}: reading the response: {e}")))?;
+        if status == 404 {
+            return Ok(None);
+        }
+        if status == 401 || status == 403 {
+            return Err(self.err(format!(
+                "{method} {path}: HTTP {status}: the server refused the API key (set memory.qdrant.api_key)"
+            )));
+        }
+        if !(200..300).contains(&status) {
+            let detail = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v["status"]["error"].as_str().map(String::from))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
+            return Err(self.err(format!("{method} {path}: HTTP {status}: {detail}")));
+        }
+        if path == "/healthz" {
+            return Ok(Some(Value::Null));
+        }
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| self.err(format!("{method} {path}: response is not JSON: {e}")))?;
+        Ok(Some(value["result"].clone()))
+    }
+
+    fn with_key<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.api_key {
+            Some(k) => req.header("api-key", k),
+            None => req,
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, MemoryError> {
+        self.request(method, path, body.as_ref())?
+            .ok_or_else(|| self.err(format!("{method} {path}: HTTP 404")))
+    }
+
+    fn points(&self, op: &str, body: Value) -> Result<Value, MemoryError> {
+        let path = format!("/collections/{}/points{op}", self.collection);
+        let method = if op.is_empty() { "PUT" } else { "POST" };
+        let wait = if matches!(op, "" | "/delete" | "/payload") {
+            "?wait=true"
+        } else {
+            ""
+        };
+        self.call(method, &format!("{path}{wait}"), Some(body))
+    }
+
+    /// Whether the collection exists; with `create_size`, creates it (and its payload
+    /// indexes) when missing.
+    fn ensure(&self, create_size: Option<usize>) -> Result<bool, MemoryError> {
+        if self.ready.get().is_some() {
+            return Ok(true);
+        }
+        let path = format!("/collections/{}", self.collection);
+        if let Some(info) = self.request("GET", &path, None)? {
+            let size = info["config"]["params"]["vectors"]["size"].as_u64();
+            let want = self.vector_size.or(create_size);
+            if let (Some(have), Some(want)) = (size, want)
+                && have != want as u64
+            {
+                return Err(self.err(format!(
+                    "the collection holds {have}-dimension vectors but the embedder makes {want} \
+                     (use another memory.qdrant.collection, or the embedder the collection was made with)"
+                )));
+            }
+            let _ = self.ready.set(());
+            return Ok(true);
+        }
+        let Some(size) = self.vector_size.or(create_size) else {
+            return Ok(false);
+        };
+        let created = self.request(
+            "PUT",
+            &path,
+            Some(&json!({ "vectors": { "size": size, "distance": "Cosine" } })),
+        );
+        if let Err(e) = created {
+            // Another process may have created it in the meantime.
+            if self.request("GET", &path, None)?.is_none() {
+                return Err(e);
+            }
+        }
+        for (field, schema) in INDEXES {
+            self.call(
+                "PUT",
+                &format!("{path}/index?wait=true"),
+                Some(json!({ "field_name": field, "field_schema": schema })),
+            )?;
+        }
+        let _ = self.ready.set(());
+        Ok(true)
+    }
+
+    /// Every point matching `filter` (payload only), in scroll order.
+    fn scroll_all(&self, filter: Value) -> Result<Vec<Value>, MemoryError> {
+        let mut out = Vec::new();
+        let mut offset = Value::Null;
+        loop {
+            let mut body = json!({ "filter": filter, "limit": SCROLL_PAGE, "with_payload": true });
+            if !offset.is_null() {
+                body["offset"] = offset;
+            }
+            let page = self.points("/scroll", body)?;
+            if let Some(points) = page["points"].as_array() {
+                out.extend(points.iter().cloned());
+            }
+            offset = page["next_page_offset"].clone();
+            if offset.is_null() {
+                return Ok(out);
+            }
+        }
+    }
+
+    fn count(&self, filter: Value) -> Result<u64, MemoryError> {
+        Ok(
+            self.points("/count", json!({ "filter": filter, "exact": true }))?["count"]
+                .as_u64()
+                .unwrap_or(0),
+        )
+    }
+
+    /// The newest version of `agent`'s `key` (see [`newer`]).
+    fn current(&self, agent: &AgentId, key: &str) -> Result<Option<Row>, MemoryError> {
+        let rows = self.scroll_all(key_filter(agent, key))?;
+        let mut best: Option<Row> = None;
+        for p in rows {
+            let row = self.row(&p)?;
+            if row.entry.key == key && best.as_ref().is_none_or(|b| newer(&row, b)) {
+                best = Some(row);
+            }
+        }
+        Ok(best)
+    }
+
+    fn row(&self, point: &Value) -> Result<Row, MemoryError> {
+        row_of(point).map_err(|m| MemoryError::Corrupt {
+            location: format!("{} (collection {})", self.base, self.collection),
+            message: m,
+        })
+    }
+}
+
+/// One decoded point.
+struct Row {
+    entry: MemoryEntry,
+    score: f64,
+}
+
+/// Whether `a` is a later version of its key than `b`: higher version, then later update,
+/// then the larger id (so every reader picks the same one of two equal writes).
+fn newer(a: &Row, b: &Row) -> bool {
+    (a.entry.version, a.entry.updated_at, &a.entry.id)
+        > (b.entry.version, b.entry.updated_at, &b.entry.id)
+}
+
+fn micros(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+fn instant(us: i64) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).map_err(|e| e.to_string())
+}
+
+fn row_of(point: &Value) -> Result<Row, String> {
+    let p = &point["payload"];
+    let text = |field: &str| {
+        p[field]
+            .as_str()
+            .map(String::from)
+            .ok_or_else(|| format!("point {} has no text field {field:?}", point["id"]))
+    };
+    let int = |field: &str| {
+        p[field]
+            .as_i64()
+            .ok_or_else(|| format!("point {} has no integer field {field:?}", point["id"]))
+    };
+    let id = match &point["id"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let agent = AgentAlias::new(text("agent_id")?).map_err(|e| e.to_string())?;
+    let provenance: Provenance =
+        serde_json::from_value(p["provenance"].clone()).unwrap_or_default();
+    Ok(Row {
+        entry: MemoryEntry {
+            id,
+            agent,
+            key: text("key")?,
+            content: text("content")?,
+            category: text("category")?,
+            session: p["session"].as_str().map(String::from),
+            created_at: instant(int("created_at")?)?,
+            updated_at: instant(int("updated_at")?)?,
+            version: p["version"].as_u64().unwrap_or(0),
+            provenance,
+        },
+        score: point["score"].as_f64().unwrap_or(1.0),
+    })
+}
+
+fn agent_filter(agent: &AgentId) -> Value {
+    json!({ "must": [ { "key": "agent_id", "match": { "value": agent.as_str() } } ] })
+}
+
+fn key_filter(agent: &AgentId, key: &str) -> Value {
+    json!({ "must": [
+        { "key": "agent_id", "match": { "value": agent.as_str() } },
+        { "key": "key", "match": { "value": key } }
+    ] })
+}
+
+/// The server-side part of a recall's filter: the allowlist's agents (narrowing only; the
+/// exact rules are checked on every candidate), the session and the time window, and for a
+/// keyword query the words on `content` or `key`.
+fn recall_filter(scope: &[ScopeRule], query: &RecallQuery) -> Result<Value, MemoryError> {
+    let agents: Vec<&str> = scope.iter().map(|r| r.agent.as_str()).collect();
+    let mut must = vec![json!({ "key": "agent_id", "match": { "any": agents } })];
+    if let Some(s) = &query.session {
+        must.push(json!({ "key": "session", "match": { "value": s } }));
+    }
+    let mut range = serde_json::Map::new();
+    if let Some(t) = query.since {
+        range.insert("gte".into(), json!(micros(t)));
+    }
+    if let Some(t) = query.until {
+        range.insert("lte".into(), json!(micros(t)));
+    }
+    if !range.is_empty() {
+        must.push(json!({ "key": "created_at", "range": range }));
+    }
+    let mut filter = json!({ "must": must });
+    if !query.is_recent() {
+        let words = crate::fts::words("", &query.text)?;
+        let text: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
+        let text = text.join(" ");
+        filter["should"] = json!([
+            { "key": "content", "match": { "text_any": text } },
+            { "key": "key", "match": { "text_any": text } }
+        ]);
+    }
+    Ok(filter)
+}
+
+fn payload(agent: &AgentId, e: &MemoryEntry) -> Value {
+    let mut p = json!({
+        "agent_id": agent.as_str(),
+        "key": e.key,
+        "content": e.content,
+        "category": e.category,
+        "created_at": micros(e.created_at),
+        "updated_at": micros(e.updated_at),
+        "version": e.version,
+        "provenance": e.provenance,
+    });
+    if let Some(s) = &e.session {
+        p["session"] = json!(s);
+    }
+    p
+}
+
+/// Upserts `entry` as a new point, then deletes the older versions of its key.
+fn write(
+    h: &Http,
+    agent: &AgentId,
+    entry: &MemoryEntry,
+    vector: &[f32],
+) -> Result<(), MemoryError> {
+    h.points(
+        "",
+        json!({ "points": [ { "id": entry.id, "vector": vector, "payload": payload(agent, entry) } ] }),
+    )?;
+    warren_config::failpoint::crash_point(FAILPOINT_AFTER_UPSERT);
+    let mut older = key_filter(agent, &entry.key);
+    older["must_not"] = json!([ { "has_id": [entry.id] } ]);
+    if let Some(must) = older["must"].as_array_mut() {
+        // Strictly older: a racing write of the same version is kept (readers pick one of the
+        // two by `newer`; the next write removes the other), never both deleted.
+        must.push(json!({ "key": "version", "range": { "lt": entry.version } }));
+    }
+    h.points("/delete", json!({ "filter": older }))?;
+    Ok(())
+}
+
+/// Keeps the newest version per `(agent, key)`, in first-seen order.
+fn newest_per_key(rows: Vec<Row>) -> Vec<Row> {
+    let mut at: HashMap<(String, String), usize> = HashMap::new();
+    let mut out: Vec<Row> = Vec::new();
+    for row in rows {
+        let k = (row.entry.agent.to_string(), row.entry.key.clone());
+        match at.get(&k) {
+            Some(&i) => {
+                if newer(&row, &out[i]) {
+                    out[i] = row;
+                }
+            }
+            None => {
+                at.insert(k, out.len());
+                out.push(row);
+            }
+        }
+    }
+    out
+}
+
+impl MemoryStore for QdrantStore {
+    fn kind(&self) -> MemoryBackendKind {
+        MemoryBackendKind::Qdrant
+    }
+
+    fn location(&self) -> String {
+        format!(
+            "{} (collection {})",
+            crate::error::redact_url(&self.http.base),
+            self.http.collection
+        )
+    }
+
+    /// Points carry the alias itself: nothing to register. Without `create`, an agent with no
+    /// point is `None`, as in the SQL stores.
+    fn agent_id(&self, alias: &AgentAlias, create: bool) -> MemFuture<'_, Option<AgentId>> {
+        let id = AgentId(alias.to_string());
+        Box::pin(self.run(move |h| {
+            if create {
+                return Ok(Some(id));
+            }
+            if !h.ensure(None)? || h.count(agent_filter(&id))? == 0 {
+                return Ok(None);
+            }
+            Ok(Some(id))
+        }))
+    }
+
+    fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            let vector = match entry.embedding.clone() {
+                Some(v) if !v.is_empty() => v,
+                _ => self.vector_of(entry.embedding_text()).await?,
+            };
+            self.run(move |h| {
+                h.ensure(Some(vector.len()))?;
+                let current = h.current(&agent, &entry.key)?;
+                let version = current.as_ref().map_or(0, |c| c.entry.version);
+                if let Some(expected) = entry.expected_version
+                    && expected != version
+                {
+                    return Err(MemoryError::Conflict {
+                        agent: agent.as_str().to_string(),
+                        key: entry.key,
+                        expected,
+                        actual: version,
+                    });
+                }
+                let at = now();
+                let stored = MemoryEntry {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    agent: AgentAlias::new(agent.as_str()).map_err(|e| h.err(e.to_string()))?,
+                    key: entry.key,
+                    content: entry.content,
+                    category: entry.category,
+                    session: entry.session,
+                    created_at: current.as_ref().map_or(at, |c| c.entry.created_at),
+                    updated_at: at,
+                    version: version + 1,
+                    provenance: entry.provenance.sanitized(),
+                };
+                write(h, &agent, &stored, &vector)?;
+                Ok(stored)
+            })
+            .await
+        })
+    }
+
+    fn get_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Option<MemoryEntry>> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(None);
+            }
+            Ok(h.current(&agent, &key)?.map(|r| r.entry))
+        }))
+    }
+
+    fn recall_for_agents(
+        &self,
+        scope: Vec<ScopeRule>,
+        query: RecallQuery,
+        query_vector: Option<Vec<f32>>,
+    ) -> MemFuture<'_, Vec<RecallHit>> {
+        Box::pin(self.run(move |h| {
+            if scope.is_empty() || !h.ensure(None)? {
+                return Ok(Vec::new());
+            }
+            let filter = recall_filter(&scope, &query)?;
+            let ranked = if query.is_recent() {
+                None
+            } else {
+                query_vector
+            };
+            // Over-fetch: a page several times the limit, then the next page while forbidden
+            // rows (or stale versions) left the result short (MEM-5).
+            let page = query.limit.saturating_mul(4).clamp(32, 512);
+            let mut offset = 0usize;
+            let mut kept: Vec<Row> = Vec::new();
+            loop {
+                let mut body = json!({
+                    "filter": filter,
+                    "limit": page,
+                    "offset": offset,
+                    "with_payload": true,
+                });
+                body["query"] = match &ranked {
+                    Some(v) => json!(v),
+                    None => json!({ "order_by": { "key": "updated_at", "direction": "desc" } }),
+                };
+                let result = h.points("/query", body)?;
+                let points = result["points"].as_array().cloned().unwrap_or_default();
+                let exhausted = points.len() < page;
+                for p in &points {
+                    let mut row = h.row(p)?;
+                    let id = AgentId(row.entry.agent.to_string());
+                    if !scope_allows(&scope, &id, &row.entry.category) {
+                        continue;
+                    }
+                    if ranked.is_none() {
+                        row.score = 1.0;
+                    }
+                    kept.push(row);
+                }
+                kept = newest_per_key(kept);
+                drop_stale(h, &mut kept)?;
+                if kept.len() >= query.limit || exhausted {
+                    break;
+                }
+                offset += page;
+            }
+            kept.truncate(query.limit);
+            Ok(kept
+                .into_iter()
+                .map(|r| RecallHit {
+                    entry: r.entry,
+                    score: r.score,
+                })
+                .collect())
+        }))
+    }
+
+    fn list_for_agent(&self, agent: AgentId, query: ListQuery) -> MemFuture<'_, Vec<MemoryEntry>> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(Vec::new());
+            }
+            let mut filter = agent_filter(&agent);
+            if let (Some(c), Some(must)) = (&query.category, filter["must"].as_array_mut()) {
+                must.push(json!({ "key": "category", "match": { "value": c } }));
+            }
+            let mut rows = Vec::new();
+            for p in h.scroll_all(filter)? {
+                rows.push(h.row(&p)?);
+            }
+            let mut rows = newest_per_key(rows);
+            rows.sort_by(|a, b| {
+                (b.entry.updated_at, &b.entry.id).cmp(&(a.entry.updated_at, &a.entry.id))
+            });
+            Ok(rows
+                .into_iter()
+                .skip(query.offset)
+                .take(query.limit)
+                .map(|r| r.entry)
+                .collect())
+        }))
+    }
+
+    fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(false);
+            }
+            let filter = key_filter(&agent, &key);
+            if h.count(filter.clone())? == 0 {
+                return Ok(false);
+            }
+            h.points("/delete", json!({ "filter": filter }))?;
+            Ok(true)
+        }))
+    }
+
+    fn count_for_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(0);
+            }
+            h.count(agent_filter(&agent))
+        }))
+    }
+
+    fn export_agent(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryEntry>> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(Vec::new());
+            }
+            let mut rows = Vec::new();
+            for p in h.scroll_all(agent_filter(&agent))? {
+                rows.push(h.row(&p)?);
+            }
+            let mut entries: Vec<MemoryEntry> =
+                newest_per_key(rows).into_iter().map(|r| r.entry).collect();
+            entries.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            Ok(entries)
+        }))
+    }
+
+    fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(0);
+            }
+            let n = h.count(agent_filter(&agent))?;
+            if n > 0 {
+                h.points("/delete", json!({ "filter": agent_filter(&agent) }))?;
+            }
+            Ok(n)
+        }))
+    }
+
+    fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(false);
+            }
+            let (from_id, to_id) = (AgentId(from.to_string()), AgentId(to.to_string()));
+            let held = h.count(agent_filter(&to_id))?;
+            if held > 0 {
+                return Err(MemoryError::Lifecycle {
+                    agent: from.to_string(),
+                    message: format!(
+                        "cannot rename to '{to}': '{to}' already owns {held} memory points in {} (collection {})",
+                        h.base, h.collection
+                    ),
+                });
+            }
+            if h.count(agent_filter(&from_id))? == 0 {
+                return Ok(false);
+            }
+            // One operation on the server: every point of `from` moves at once.
+            h.points(
+                "/payload",
+                json!({ "filter": agent_filter(&from_id), "payload": { "agent_id": to.as_str() } }),
+            )?;
+            Ok(true)
+        }))
+    }
+
+    fn import_agent(&self, alias: AgentAlias, entries: Vec<MemoryEntry>) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            let agent = AgentId(alias.to_string());
+            let mut inserted = 0;
+            for mut e in entries {
+                let vector = self.vector_of(format!("{}\n{}", e.key, e.content)).await?;
+                let agent = agent.clone();
+                let added = self
+                    .run(move |h| {
+                        h.ensure(Some(vector.len()))?;
+                        if h.current(&agent, &e.key)?.is_some() {
+                            return Ok(false);
+                        }
+                        e.version = e.version.max(1);
+                        write(h, &agent, &e, &vector)?;
+                        Ok(true)
+                    })
+                    .await?;
+                inserted += u64::from(added);
+            }
+            Ok(inserted)
+        })
+    }
+}
+
+/// Drops rows for which a newer version of the same key exists in the collection (a leftover
+/// of a write that crashed between its upsert and its delete, or of two racing writes).
+fn drop_stale(h: &Http, rows: &mut Vec<Row>) -> Result<(), MemoryError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let agents: Vec<&str> = rows.iter().map(|r| r.entry.agent.as_str()).collect();
+    let keys: Vec<&str> = rows.iter().map(|r| r.entry.key.as_str()).collect();
+    let points = h.scroll_all(json!({ "must": [
+        { "key": "agent_id", "match": { "any": agents } },
+        { "key": "key", "match": { "any": keys } }
+    ] }))?;
+    let mut newest: HashMap<(String, String), (u64, i64, String)> = HashMap::new();
+    for p in &points {
+        let pl = &p["payload"];
+        let (Some(a), Some(k)) = (pl["agent_id"].as_str(), pl["key"].as_str()) else {
+            continue;
+        };
+        let id = p["id"].as_str().unwrap_or_default().to_string();
+        let mark = (
+            pl["version"].as_u64().unwrap_or(0),
+            pl["updated_at"].as_i64().unwrap_or(0),
+            id,
+        );
+        let slot = newest
+            .entry((a.to_string(), k.to_string()))
+            .or_insert(mark.clone());
+        if mark > *slot {
+            *slot = mark;
+        }
+    }
+    rows.retain(|r| {
+        newest
+            .get(&(r.entry.agent.to_string(), r.entry.key.clone()))
+            .is_none_or(|(_, _, id)| *id == r.entry.id)
+    });
+    Ok(())
+}
