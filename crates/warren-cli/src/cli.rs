@@ -182,6 +182,9 @@ pub enum SecurityCommand {
     /// each protocol, host sockets, /proc, survivors, outside and sibling files, root, exec.
     /// Prints held/ESCAPE per row with the layer that stopped it; exits 1 on any escape
     Selftest { alias: Option<String> },
+    /// Show ALIAS's network egress: its allowlist ([agents.ALIAS.network] allow), the secrets
+    /// it may use at each host ([secrets.NAME] hosts) and its recent connections
+    Egress { alias: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -31,6 +31,9 @@ pub enum AgentError {
     Memory(#[from] MemoryError),
     #[error("subagent refused: {0} (PERM-7)")]
     Narrow(#[from] warren_security::NarrowViolation),
+    /// A bad `[agents.<alias>.network] allow` or `[secrets.<name>] hosts` entry (issue 24).
+    #[error("{0}")]
+    Egress(String),
 }
 
 /// An agent's policy, sandbox and tools, built together from config.
@@ -113,6 +116,27 @@ impl AgentKit {
             memory: self.memory.clone(),
             _sealed: (),
         })
+    }
+
+    /// Attaches the agent's network egress (issue 24): with a non-empty allowlist, the
+    /// `http_request` tool (the daemon makes the request, the broker fills secrets) and the
+    /// shell's egress proxy; connections go to `trace`.
+    pub(crate) fn attach_egress(
+        &mut self,
+        config: &Config,
+        trace: &Arc<crate::trace::Trace>,
+    ) -> Result<(), AgentError> {
+        if self.policy.egress().allow.is_empty() {
+            return Ok(());
+        }
+        let egress = crate::egress::AgentEgress::new(config, &self.policy, Arc::clone(trace))
+            .map_err(AgentError::Egress)?;
+        self.sandbox
+            .set_egress_proxy(crate::egress::proxy::ShellProxy::new(egress.clone()));
+        if let Some(tool) = warren_tools::http_tool(&self.policy, Arc::new(egress)) {
+            self.tools.push(tool);
+        }
+        Ok(())
     }
 
     /// The agent's scoped memory, when built with [`AgentKit::build_with_memory`].

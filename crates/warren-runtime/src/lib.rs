@@ -11,6 +11,7 @@ pub mod cost;
 pub mod cron;
 pub mod daemon;
 pub mod delegate;
+pub mod egress;
 pub mod history;
 pub mod host;
 pub mod lifecycle;

@@ -42,7 +42,67 @@ pub fn run(root: &InstallRoot, cmd: SecurityCommand, json: bool) -> anyhow::Resu
     match cmd {
         SecurityCommand::Posture { alias } => posture(root, &alias, json),
         SecurityCommand::Selftest { alias } => selftest(root, alias.as_deref(), json),
+        SecurityCommand::Egress { alias } => egress(root, &alias, json),
     }
+}
+
+/// `warren security egress ALIAS` (issue 24 §5).
+fn egress(root: &InstallRoot, alias: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let alias = AgentAlias::new(alias)?;
+    let store = super::load_checked(root)?;
+    let value = warren_runtime::egress::audit(store.snapshot().config(), root, &alias, 20)
+        .map_err(anyhow::Error::msg)?;
+    if json {
+        super::print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let list = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect()
+    };
+    let allow = list(&value["allow"]);
+    println!("agent:     {alias}");
+    if allow.is_empty() {
+        println!(
+            "allow:     (none: no http_request tool, no proxy; set [agents.{alias}.network] allow)"
+        );
+    } else {
+        println!("allow:     {}", allow.join(", "));
+    }
+    println!(
+        "taint:     {}",
+        if value["taint"] == true { "on" } else { "off" }
+    );
+    for s in value["secrets"].as_array().into_iter().flatten() {
+        println!(
+            "secret:    {{{{secret:{}}}}} usable at {}",
+            s["secret"].as_str().unwrap_or("?"),
+            s["host"].as_str().unwrap_or("?")
+        );
+    }
+    let recent = value["recent"].as_array().cloned().unwrap_or_default();
+    if recent.is_empty() {
+        println!("recent:    (no connections in the trace)");
+    }
+    for c in recent {
+        let outcome = match (c["status"].as_u64(), c["refused"].as_str()) {
+            (Some(s), _) => format!("status {s}"),
+            (None, Some(r)) => format!("REFUSED: {r}"),
+            _ => "failed".into(),
+        };
+        println!(
+            "{}  {:<12} {} {}:{}  {outcome}",
+            c["time"].as_str().unwrap_or("?"),
+            c["via"].as_str().unwrap_or("?"),
+            c["method"].as_str().unwrap_or("?"),
+            c["host"].as_str().unwrap_or("?"),
+            c["port"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `warren security selftest [ALIAS]`: the escape matrix against each agent's real sandbox.

@@ -315,7 +315,8 @@ impl AgentRunner {
             }
         };
         let route = warren_providers::build_route(config, root, &provider)?;
-        let kit = AgentKit::build_with_memory(config, root, alias, stores).await?;
+        let mut kit = AgentKit::build_with_memory(config, root, alias, stores).await?;
+        kit.attach_egress(config, &services.trace)?;
         let mut runner = Self::from_parts(
             alias.clone(),
             kit,
@@ -483,9 +484,14 @@ impl AgentRunner {
             || json!({"chars": user_message.len()}),
         );
         // Each turn starts untainted (issue 24 §4).
-        let result = taint::Taint::scope(
-            self.turn_inner(system, history, user_message, session_str, io, sink),
-        )
+        let result = taint::Taint::scope(self.turn_inner(
+            system,
+            history,
+            user_message,
+            session_str,
+            io,
+            sink,
+        ))
         .await;
         // The turn's cost records, written as each request returned, made durable at once
         // (STATE-14). A failure here does not undo the turn: it is reported.

@@ -2,4 +2,5 @@
 
 mod session_policy;
 mod subagent_limits;
+mod egress;
 mod turn;

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, make_bitflags,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, make_bitflags,
 };
 
 /// The rules of one child.
@@ -38,6 +38,9 @@ pub(crate) struct Rules {
     /// selftest probe.
     pub always_exec: Vec<std::path::PathBuf>,
     pub network: bool,
+    /// With the network off: the one TCP port the child may connect to (the egress proxy on
+    /// its own loopback, issue 24 §3).
+    pub proxy_port: Option<u16>,
 }
 
 const ABIS: [ABI; 7] = [
@@ -135,6 +138,13 @@ pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, String
             .map_err(|e| e.to_string())?;
     }
     let mut created = ruleset.create().map_err(|e| e.to_string())?;
+    if let (false, Some(port)) = (spec.network, spec.proxy_port)
+        && AccessNet::from_all(abi).contains(AccessNet::ConnectTcp)
+    {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(|e| e.to_string())?;
+    }
 
     let file_read = BitFlags::from(AccessFs::ReadFile) & all;
     let null_rw = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate}) & all;

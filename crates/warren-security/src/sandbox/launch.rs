@@ -59,6 +59,9 @@ pub(crate) struct Plan {
     /// does not exist yet when the daemon builds the ruleset.
     proc_read: Option<u64>,
     seccomp: Vec<Vec<libc::sock_filter>>,
+    /// The child's end of the egress socketpair: the launcher opens the proxy listener in the
+    /// new network namespace and sends it there (issue 24 §3, [`super::egress`]).
+    proxy: Option<libc::c_int>,
 }
 
 /// `struct landlock_path_beneath_attr` (packed).
@@ -264,6 +267,12 @@ impl Plan {
         self
     }
 
+    /// Opens the egress proxy listener in the new network namespace and sends it on `fd`.
+    pub(crate) fn proxy(mut self, fd: Option<libc::c_int>) -> Self {
+        self.proxy = fd;
+        self
+    }
+
     /// Installs the hook on `cmd`.
     pub(crate) fn install(self, cmd: &mut Command) {
         use std::os::unix::process::CommandExt;
@@ -287,6 +296,9 @@ impl Plan {
                     write_file(c"/proc/self/setgroups", c"deny")?;
                     write_file(c"/proc/self/uid_map", uid_map)?;
                     write_file(c"/proc/self/gid_map", gid_map)?;
+                }
+                if let Some(fd) = self.proxy {
+                    send_proxy_listener(fd)?;
                 }
                 if ns.pid {
                     reap_or_continue()?;
@@ -367,6 +379,68 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// In the new network namespace (capabilities still held): `lo` up, a TCP listener on
+/// `127.0.0.1:PROXY_PORT`, its descriptor sent to the daemon over `channel` (`SCM_RIGHTS`),
+/// then both closed here.
+unsafe fn send_proxy_listener(channel: libc::c_int) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Rights {
+        header: libc::cmsghdr,
+        fd: libc::c_int,
+    }
+    // SAFETY: raw system calls on stack data; see the module docs.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        check(s, c"socket for lo")?;
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        ifr.ifr_name[0] = b'l' as libc::c_char;
+        ifr.ifr_name[1] = b'o' as libc::c_char;
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        let up = libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr as *const libc::ifreq);
+        libc::close(s);
+        check(up, c"bring up lo")?;
+        let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        check(l, c"proxy socket")?;
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: super::egress::PROXY_PORT.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        check(
+            libc::bind(
+                l,
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ),
+            c"bind the proxy",
+        )?;
+        check(libc::listen(l, 64), c"listen")?;
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut rights: Rights = std::mem::zeroed();
+        rights.header.cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        rights.header.cmsg_level = libc::SOL_SOCKET;
+        rights.header.cmsg_type = libc::SCM_RIGHTS;
+        rights.fd = l;
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = (&mut rights as *mut Rights).cast();
+        msg.msg_controllen = std::mem::size_of::<Rights>() as _;
+        let sent = libc::sendmsg(channel, &msg, 0);
+        libc::close(l);
+        libc::close(channel);
+        check(if sent < 0 { -1 } else { 0 }, c"send the proxy listener")?;
+    }
+    Ok(())
 }
 
 /// Forks: the parent waits for the child and exits with its status; the child returns.

@@ -21,6 +21,7 @@
 //! plain `bwrap` on the CI machine. Doing the same system calls in a `pre_exec` hook with
 //! everything prepared in the daemon costs one `exec`: 2.6 ms (`benches/spawn.rs`).
 
+pub mod egress;
 mod landlock_rules;
 mod launch;
 mod owner;
@@ -40,6 +41,7 @@ use warren_config::schema::{SandboxFallback, SandboxKind};
 
 use crate::policy::SecurityPolicy;
 
+pub use egress::{EgressProxy, ExitWatch, PROXY_PORT};
 pub use landlock_rules::landlock_abi;
 
 /// Where a child's stdout and stderr go.
@@ -195,6 +197,8 @@ pub struct Sandbox {
     spec: Arc<OnceLock<Result<Arc<Base>, String>>>,
     /// Whether the roots were handed to the sandbox user (daemon as root).
     handed_over: Arc<OnceLock<Result<(), String>>>,
+    /// The daemon's egress proxy for this agent's children (issue 24 §3), shared by clones.
+    egress: Arc<OnceLock<Arc<dyn EgressProxy>>>,
 }
 
 impl Sandbox {
@@ -215,6 +219,7 @@ impl Sandbox {
             disabled: BTreeSet::new(),
             spec: Arc::default(),
             handed_over: Arc::default(),
+            egress: Arc::default(),
         };
         let unavailable = |reason: String| -> Result<Self, SandboxError> {
             if policy.fallback() == SandboxFallback::Noop {
@@ -256,6 +261,21 @@ impl Sandbox {
         self.disabled.insert(layer);
         self.spec = Arc::default();
         self
+    }
+
+    /// Sets the daemon's egress proxy (once; every clone of this sandbox shares it). Children
+    /// of an agent with a network allowlist and `allow_network = false` reach the network only
+    /// through it ([`egress`]).
+    pub fn set_egress_proxy(&self, proxy: Arc<dyn EgressProxy>) {
+        let _ = self.egress.set(proxy);
+    }
+
+    /// Whether children get the proxy listener in their empty network namespace.
+    pub fn proxied(&self) -> bool {
+        self.backend == Backend::Full
+            && !self.policy.allow_network()
+            && self.on(Layer::NetNamespace)
+            && !self.policy.egress().allow.is_empty()
     }
 
     fn on(&self, layer: Layer) -> bool {
@@ -327,6 +347,7 @@ impl Sandbox {
             "carries_sibling_roots": matches!(self.backend, Backend::Full | Backend::Landlock),
             "network": match (self.backend, network) {
                 (Backend::Noop, _) | (_, true) => "allowed",
+                (Backend::Full, false) if self.proxied() => "only the allowlisted hosts, through the daemon's egress proxy (empty network namespace with the proxy on its loopback)",
                 (Backend::Full, false) => "denied (empty network namespace; seccomp allows only AF_UNIX sockets)",
                 (Backend::Landlock, false) => "denied (seccomp allows only AF_UNIX sockets)",
                 (Backend::Docker, false) => "denied (--network none)",
@@ -439,12 +460,42 @@ impl Sandbox {
                 if self.run_as().is_some() {
                     self.hand_over_roots()?;
                 }
-                self.plan(&base, program, probe_exe)?.install(&mut cmd);
+                let proxy = match (self.proxied(), self.egress.get()) {
+                    (true, Some(serve)) => {
+                        let pair =
+                            egress::channel().map_err(|e| self.prepare_err(e.to_string()))?;
+                        cmd.envs(egress::env());
+                        Some((pair, Arc::clone(serve)))
+                    }
+                    _ => None,
+                };
+                let child_end = proxy
+                    .as_ref()
+                    .map(|((_, theirs), _)| std::os::fd::AsRawFd::as_raw_fd(theirs));
+                self.plan(&base, program, probe_exe)?
+                    .proxy(child_end)
+                    .install(&mut cmd);
                 // From one long-lived thread: the parent-death signal follows the spawning thread.
-                spawner()
+                let mut child = spawner()
                     .spawn(cmd)
                     .map_err(|e| self.prepare_err(e))?
-                    .map_err(spawn_err)
+                    .map_err(spawn_err)?;
+                if let Some(((ours, theirs), serve)) = proxy {
+                    drop(theirs);
+                    let served =
+                        egress::receive(&ours).and_then(|l| Ok((l, egress::pidfd(child.id())?)));
+                    match served {
+                        Ok((listener, exited)) => serve.serve(listener, exited),
+                        Err(e) => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            return Err(
+                                self.prepare_err(format!("the egress proxy could not start: {e}"))
+                            );
+                        }
+                    }
+                }
+                Ok(child)
             }
         }
     }
@@ -494,9 +545,11 @@ impl Sandbox {
                 },
                 always_exec: Vec::new(),
                 network: p.allow_network(),
+                proxy_port: self.proxied().then_some(PROXY_PORT),
             },
             seccomp: if self.on(Layer::Seccomp) {
-                seccomp::packed(p.allow_network())?
+                // Proxied: inet sockets, in a namespace where only the proxy listens.
+                seccomp::packed(p.allow_network() || self.proxied())?
             } else {
                 Vec::new()
             },

@@ -1,0 +1,193 @@
+//! Per-agent network egress (issue 24, SPEC PERM-2, CFG-6, SBX-2): the daemon owns the secrets
+//! and every connection an agent makes leaves through here.
+//!
+//! - [`allow`]: the `[agents.<alias>.network] allow` list and the address rule (no SSRF by DNS).
+//! - [`broker`]: `{{secret:NAME}}` placeholders filled only for the secret's hosts; replies and
+//!   errors scrubbed of every secret and its derived forms.
+//! - `http`: the `http_request` tool's client (runs in the daemon, not the sandbox).
+//! - [`proxy`]: the shell's HTTP CONNECT proxy, served on a listener that lives in the
+//!   sandbox's own network namespace (see `proxy` for the design).
+//!
+//! Every connection, allowed or refused, is an `egress` trace event (`via`, `host`, `port`,
+//! `method`, `status` or `refused`); `warren security egress ALIAS` reads them back.
+
+pub mod allow;
+pub mod broker;
+mod http;
+pub mod proxy;
+
+use std::sync::Arc;
+
+use serde_json::json;
+use warren_config::Config;
+use warren_core::AgentAlias;
+use warren_security::SecurityPolicy;
+use warren_tools::{BoxFuture, HttpCall, HttpEgress, HttpReply};
+
+pub use allow::{Allowlist, Refused};
+pub use broker::Broker;
+
+use crate::trace::Trace;
+
+/// One agent's egress: its allowlist, the install's broker, its response cap, the trace.
+#[derive(Clone)]
+pub struct AgentEgress {
+    alias: AgentAlias,
+    allow: Arc<Allowlist>,
+    broker: Arc<Broker>,
+    max_response_bytes: u64,
+    trace: Arc<Trace>,
+    via: &'static str,
+}
+
+impl std::fmt::Debug for AgentEgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentEgress")
+            .field("alias", &self.alias)
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentEgress {
+    /// The egress of the agent `policy` belongs to. A bad allowlist or `[secrets.*]` hosts
+    /// entry is an error naming it.
+    pub fn new(
+        config: &Config,
+        policy: &SecurityPolicy,
+        trace: Arc<Trace>,
+    ) -> Result<Self, String> {
+        let alias = policy.alias().clone();
+        let allow = Allowlist::parse(&policy.egress().allow)
+            .map_err(|e| format!("[agents.{alias}.network] allow: {e}"))?;
+        Ok(Self {
+            alias,
+            allow: Arc::new(allow),
+            broker: Arc::new(Broker::from_config(config)?),
+            max_response_bytes: policy.egress().max_response_bytes,
+            trace,
+            via: "http_request",
+        })
+    }
+
+    pub fn allowlist(&self) -> &Allowlist {
+        &self.allow
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// One `egress` trace event.
+    fn log(&self, host: &str, port: u16, method: &str, status: Option<u16>, refused: Option<&str>) {
+        self.trace
+            .emit_with("egress", self.alias.as_str(), None, || {
+                let mut data =
+                    json!({"via": self.via, "host": host, "port": port, "method": method});
+                if let Some(s) = status {
+                    data["status"] = json!(s);
+                }
+                if let Some(r) = refused {
+                    data["refused"] = json!(self.broker.scrub(r));
+                }
+                data
+            });
+    }
+}
+
+impl HttpEgress for AgentEgress {
+    fn send(&self, call: HttpCall) -> BoxFuture<'_, Result<HttpReply, String>> {
+        let me = self.clone();
+        Box::pin(async move {
+            let result = tokio::task::spawn_blocking(move || {
+                let r = http::send(&me, &call);
+                (me, r)
+            })
+            .await;
+            let (me, result) = match result {
+                Ok(pair) => pair,
+                Err(e) => return Err(format!("the request stopped: {e}")),
+            };
+            // Nothing leaves the daemon unscrubbed: the model, session, memory and trace see
+            // only what passes here.
+            match result {
+                Ok(mut reply) => {
+                    reply.url = me.broker.scrub(&reply.url);
+                    reply.body = me.broker.scrub(&reply.body);
+                    for (_, v) in &mut reply.headers {
+                        *v = me.broker.scrub(v);
+                    }
+                    Ok(reply)
+                }
+                Err(e) => Err(me.broker.scrub(&e)),
+            }
+        })
+    }
+}
+
+/// The recent `egress` events of `alias` in `trace` (newest last, at most `limit`).
+pub fn recent_connections(
+    trace: &std::path::Path,
+    alias: &str,
+    limit: usize,
+) -> Vec<crate::trace::TraceEvent> {
+    let mut events: Vec<_> = crate::trace::read_trace(trace)
+        .into_iter()
+        .filter(|e| e.kind == "egress" && e.agent == alias)
+        .collect();
+    let skip = events.len().saturating_sub(limit);
+    events.drain(..skip);
+    events
+}
+
+/// `warren security egress ALIAS`: the agent's allowlist, the brokered secrets it may use at
+/// each host it can reach, and its recent connections (from the trace, newest last).
+pub fn audit(
+    config: &Config,
+    root: &warren_config::InstallRoot,
+    alias: &AgentAlias,
+    recent: usize,
+) -> Result<serde_json::Value, String> {
+    let policy = SecurityPolicy::for_agent(config, root, alias).map_err(|e| e.to_string())?;
+    let allow = Allowlist::parse(&policy.egress().allow)
+        .map_err(|e| format!("[agents.{alias}.network] allow: {e}"))?;
+    let broker = Broker::from_config(config)?;
+    let mut per_host: Vec<serde_json::Value> = Vec::new();
+    for (name, hosts) in broker.hosts() {
+        for host in hosts {
+            // A secret's host pattern is usable when the agent may reach it: the same entry
+            // is listed, or the named host (at its port, or 443/80) is allowed.
+            let (h, port) = match host.rsplit_once(':') {
+                Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_string(), p.parse().ok()),
+                _ => (host.clone(), None),
+            };
+            let reachable = allow.entries().contains(&host)
+                || (!h.starts_with("*.")
+                    && match port {
+                        Some(p) => allow.allows(&h, p),
+                        None => allow.allows(&h, 443) || allow.allows(&h, 80),
+                    });
+            if reachable {
+                per_host.push(json!({"host": host, "secret": name}));
+            }
+        }
+    }
+    let connections: Vec<serde_json::Value> =
+        recent_connections(&root.runtime_trace(), alias.as_str(), recent)
+            .into_iter()
+            .map(|e| {
+                let mut d = e.data;
+                d["time"] = json!(e.time);
+                d
+            })
+            .collect();
+    Ok(json!({
+        "agent": alias,
+        "allow": allow.entries(),
+        "allow_network": policy.allow_network(),
+        "taint": policy.taint(),
+        "max_response_bytes": policy.egress().max_response_bytes,
+        "secrets": per_host,
+        "recent": connections,
+    }))
+}
