@@ -186,7 +186,7 @@ mod tests {
             }
         }
         assert_eq!(count(&value), listed);
-        assert_eq!(listed, 6);
+        assert_eq!(listed, 7);
     }
 
     #[test]
