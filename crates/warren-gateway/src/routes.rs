@@ -760,6 +760,13 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         && inner.process.devices.is_ok()
         && reports.is_some_and(|r| r.iter().all(|a| a.ok))
         && sessions["status"] == "ok";
+    // Qdrant down is an error; a missing or failing lucid only a warning (SQLite still answers).
+    let memory_backends = inner
+        .host
+        .memory_stores()
+        .health(inner.host.snapshot().config())
+        .await;
+    let all_ok = all_ok && memory_backends["status"] != "error";
     Json(json!({
         "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
@@ -772,6 +779,7 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
             "agents": agents,
             "cron": crate::cron_api::health(&state).await,
             "sop": crate::sop_api::health(&state).await,
+            "memory_backends": memory_backends,
         },
     }))
 }

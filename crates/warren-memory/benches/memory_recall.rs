@@ -9,6 +9,10 @@
 //!    p50 ≤ 2 ms at 10k rows over 20 agents; the worst case (one agent owning all 10k rows,
 //!    every vector in scope) is printed for information.
 //! 3. Store throughput through the scoped handle vs raw autocommit INSERTs into the same schema.
+//! 4. Qdrant recall (issue 20 §5): the same 10k rows and vectors in a Qdrant collection (Qdrant's
+//!    own engine from `qdrant-edge-py`, behind the test kit's local REST front), keyword top-10
+//!    through `AgentScopedMemory` over `QdrantStore`, p50 beside SQLite's hybrid p50 of part 2
+//!    (printed for information: the front is a Python HTTP server, not a Qdrant server).
 //!
 //! Run: `cargo bench -p warren-memory --bench memory_recall`. Exits 1 when a target is missed.
 
@@ -19,8 +23,8 @@ use rusqlite::{Connection, params};
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 use warren_memory::{
-    AgentScopedMemory, Embedder, Grant, MemFuture, Memory, MemoryStore, NewEntry, RecallQuery,
-    SqliteStore,
+    AgentScopedMemory, Embedder, Grant, MemFuture, Memory, MemoryStore, NewEntry, QdrantStore,
+    RecallQuery, SqliteStore,
 };
 
 const DIMS: usize = 384;
@@ -148,6 +152,48 @@ fn scoped(
         },
     ];
     Ok(AgentScopedMemory::new(store, alias(0)?, grants, embedder))
+}
+
+/// Bulk-loads the rows `seed` would make (same generator) into the Qdrant collection, in the
+/// payload layout of `QdrantStore`.
+fn seed_qdrant(
+    url: &str,
+    collection: &str,
+    rows: usize,
+    rng: &mut Rng,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into();
+    let mut batch = Vec::new();
+    for n in 0..rows {
+        let content: Vec<String> = (0..12).map(|_| rng.word()).collect();
+        let at = 1_700_000_000_000_000_i64 + n as i64;
+        let category = ["c1", "c2", "core"][n % 3];
+        batch.push(serde_json::json!({
+            "id": uuid::Uuid::new_v4().to_string(),
+            "vector": rng.vector(),
+            "payload": {
+                "agent_id": format!("a{}", n % AGENTS),
+                "key": format!("k{n}"),
+                "content": content.join(" "),
+                "category": category,
+                "created_at": at,
+                "updated_at": at,
+                "version": 1,
+                "provenance": {},
+            }
+        }));
+        if batch.len() == 500 || n + 1 == rows {
+            let body = serde_json::json!({ "points": std::mem::take(&mut batch) }).to_string();
+            agent
+                .put(&format!("{url}/collections/{collection}/points?wait=true"))
+                .header("Content-Type", "application/json")
+                .send(body.as_bytes())?;
+        }
+    }
+    Ok(())
 }
 
 struct Report {
@@ -280,6 +326,74 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ms(sa)
             );
         }
+    }
+
+    // 4. Qdrant recall at 10k rows, beside SQLite's hybrid recall on the same rows.
+    let (sqlite_p50, qv) = {
+        let dir = tempfile::tempdir_in(&base)?;
+        let root = InstallRoot::at(dir.path());
+        let path = root.memory_db();
+        let store = Arc::new(SqliteStore::open(&path)?);
+        let mut seed_rng = Rng(0x5eed);
+        rt.block_on(seed(&store, &path, 10_000, AGENTS, true, &mut seed_rng))?;
+        let qv = rng.vector();
+        let mem = scoped(store, Some(Arc::new(FixedEmbedder(qv.clone()))))?;
+        rt.block_on(mem.recall(RecallQuery::new("w40 w41", 10)))?;
+        let mut a = Vec::new();
+        for _ in 0..ITER {
+            let t = Instant::now();
+            rt.block_on(mem.recall(RecallQuery::new("w40 w41", 10)))?;
+            a.push(t.elapsed());
+        }
+        (p50(a), qv)
+    };
+    {
+        let engine = warren_testkit::qdrant::QdrantEngine::start(None)?;
+        let config = warren_config::schema::memory_backends::QdrantConfig {
+            url: Some(engine.url()),
+            ..Default::default()
+        };
+        let embedder: Arc<dyn Embedder> = Arc::new(FixedEmbedder(qv.clone()));
+        let store = Arc::new(QdrantStore::new(&config, Some(Arc::clone(&embedder)))?);
+        // The first write creates the collection and its payload indexes; the rest is bulk.
+        let first = rt
+            .block_on(store.agent_id(&alias(0)?, true))?
+            .ok_or("no id")?;
+        rt.block_on(
+            store.store_with_agent(first, NewEntry::new("a0", "seed", "seed", None, None)?),
+        )?;
+        let mut seed_rng = Rng(0x5eed);
+        seed_qdrant(&engine.url(), &config.collection, 10_000, &mut seed_rng)?;
+        let mem = AgentScopedMemory::new(
+            store,
+            alias(0)?,
+            vec![
+                Grant {
+                    agent: alias(1)?,
+                    categories: None,
+                },
+                Grant {
+                    agent: alias(2)?,
+                    categories: Some(vec!["c1".into()]),
+                },
+            ],
+            Some(embedder),
+        );
+        rt.block_on(mem.recall(RecallQuery::new("w40 w41", 10)))?;
+        let mut a = Vec::new();
+        for _ in 0..ITER / 4 {
+            let t = Instant::now();
+            let hits = rt.block_on(mem.recall(RecallQuery::new("w40 w41", 10)))?;
+            a.push(t.elapsed());
+            assert!(!hits.is_empty());
+        }
+        let qa = p50(a);
+        println!(
+            "qdrant top-10, 10k rows / {AGENTS} agents (engine behind a local Python REST front): p50 {:.3} ms; SQLite hybrid p50 {:.3} ms on the same rows; ratio {:.1}x (no target)",
+            ms(qa),
+            ms(sqlite_p50),
+            qa.as_secs_f64() / sqlite_p50.as_secs_f64()
+        );
     }
 
     // 3. Store throughput.
