@@ -3,6 +3,7 @@
 mod alias_paths;
 mod chat;
 mod common;
+mod memory_backends;
 mod openai_api;
 mod routes;
 mod sqlite_stores;
