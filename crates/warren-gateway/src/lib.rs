@@ -11,6 +11,7 @@ mod alias_path;
 pub mod client;
 mod config_api;
 mod cron_api;
+pub mod dashboard;
 pub mod devices;
 pub mod error;
 pub mod json;

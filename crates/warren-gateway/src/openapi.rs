@@ -246,6 +246,7 @@ fn success_schema(method: &str, path: &str) -> Value {
         ("POST", "/admin/reload") => obj(&[("reloaded", "boolean"), ("generation", "integer")]),
         ("POST", "/admin/paircode") => obj(&[("code", "string"), ("expires_in_secs", "integer")]),
         ("GET", "/api/agents") => obj(&[("count", "integer"), ("agents", "array")]),
+        ("GET", "/api/agents/restore") => obj(&[("count", "integer"), ("archives", "array")]),
         ("POST", "/api/agents") => obj(&[
             ("alias", "string"),
             ("config_generation", "integer"),

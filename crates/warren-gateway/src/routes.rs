@@ -156,6 +156,14 @@ pub const ROUTES: &[Route] = &[
         handler: || post(crate::lifecycle_api::restore),
     },
     Route {
+        method: "GET",
+        path: "/api/agents/restore",
+        access: Access::Token,
+        summary: "Delete archives a restore can name (data/agents/_deleted/), newest first, with alias, time and whether restored (the dashboard's restore list)",
+        request: None,
+        handler: || get(crate::dashboard::archives),
+    },
+    Route {
         method: "POST",
         path: "/admin/agents/lifecycle",
         access: Access::Admin,
@@ -502,6 +510,7 @@ pub fn router_with_limits(state: AppState, limits: TimeLimits) -> Router {
         router = router.route(route.path, handler);
     }
     let router = crate::openai_api::register(router, &state, limits);
+    let router = crate::dashboard::register(router);
     router
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -5,6 +5,7 @@
 //! Nothing here mutates the test process's environment: every child gets its environment
 //! explicitly (`WARREN_HOME` and `FAILPOINTS` removed unless a test sets them).
 
+pub mod browser;
 pub mod fake_llm;
 pub mod qdrant;
 

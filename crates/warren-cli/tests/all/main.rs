@@ -10,6 +10,7 @@ mod crash;
 mod cron;
 mod daemon;
 mod daemon_chat;
+mod dashboard;
 mod delegate;
 mod first_run;
 mod gateway;
