@@ -11,6 +11,7 @@ mod cron;
 mod daemon;
 mod daemon_chat;
 mod dashboard;
+mod egress;
 mod delegate;
 mod first_run;
 mod gateway;
