@@ -82,6 +82,12 @@ pub enum Command {
     /// SOPs (shared/sops/<name>.toml): list, show, validate, run, runs, status, approve, deny, cancel
     #[command(subcommand)]
     Sop(crate::commands::sop::SopCommand),
+    /// An agent's MCP servers (started in its sandbox): list, test
+    #[command(subcommand)]
+    Mcp(crate::commands::mcp::McpCommand),
+    /// Shared skill bundles (shared/skills/<bundle>/SKILL.md): list, show
+    #[command(subcommand)]
+    Skills(crate::commands::skills::SkillsCommand),
     /// Show the cost ledger (data/state/costs.jsonl), totalled per agent and model
     Costs {
         #[arg(long, value_name = "ALIAS")]

@@ -98,6 +98,7 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
                 );
             }
         }
+        out.extend(crate::schema::mcp::problems(config, agent, &at));
         let (_, refused) = crate::grants::memory_grants(config, name);
         for p in refused {
             out.push(

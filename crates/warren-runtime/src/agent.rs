@@ -31,6 +31,8 @@ pub enum AgentError {
     Memory(#[from] MemoryError),
     #[error("subagent refused: {0} (PERM-7)")]
     Narrow(#[from] warren_security::NarrowViolation),
+    #[error(transparent)]
+    Mcp(#[from] warren_tools::mcp::McpConfigError),
     /// A bad `[agents.<alias>.network] allow` or `[secrets.<name>] hosts` entry (issue 24).
     #[error("{0}")]
     Egress(String),
@@ -42,6 +44,8 @@ pub struct AgentKit {
     sandbox: Sandbox,
     tools: Vec<Arc<dyn Tool>>,
     memory: Option<Arc<dyn Memory>>,
+    /// The agent's own MCP servers (issue 23); subagents get none (PERM-7).
+    mcp: Option<warren_tools::mcp::AgentMcp>,
     _sealed: (),
 }
 
@@ -65,12 +69,18 @@ impl AgentKit {
         let policy = SecurityPolicy::for_agent(config, root, alias)?;
         policy.ensure_workspace()?; // PERM-1: created when the agent starts
         let sandbox = Sandbox::for_policy(&policy)?;
-        let tools = warren_tools::agent_tools(&policy, &sandbox);
+        let mut tools = warren_tools::agent_tools(&policy, &sandbox);
+        if let Some(skills) = crate::skills::SkillRead::for_agent(config, root, alias)
+            && policy.tool_allowed(crate::skills::SKILL_READ)
+        {
+            tools.push(Arc::new(skills));
+        }
         Ok(Self {
             policy,
             sandbox,
             tools,
             memory: None,
+            mcp: None,
             _sealed: (),
         })
     }
@@ -114,8 +124,22 @@ impl AgentKit {
             sandbox,
             tools,
             memory: self.memory.clone(),
+            mcp: None,
             _sealed: (),
         })
+    }
+
+    /// Attaches the agent's MCP servers (started by its first turn, or now when `eager`),
+    /// their events going to `trace`.
+    pub(crate) fn attach_mcp(
+        &mut self,
+        config: &Config,
+        root: &InstallRoot,
+        alias: &AgentAlias,
+        trace: &Arc<crate::trace::Trace>,
+    ) -> Result<(), AgentError> {
+        self.mcp = crate::mcp::for_agent(config, root, alias, &self.sandbox, trace)?;
+        Ok(())
     }
 
     /// Attaches the agent's network egress (issue 24): with a non-empty allowlist, the
@@ -137,6 +161,11 @@ impl AgentKit {
             self.tools.push(tool);
         }
         Ok(())
+    }
+
+    /// The agent's MCP servers, if it has any.
+    pub fn mcp(&self) -> Option<&warren_tools::mcp::AgentMcp> {
+        self.mcp.as_ref()
     }
 
     /// The agent's scoped memory, when built with [`AgentKit::build_with_memory`].

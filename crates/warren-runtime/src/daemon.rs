@@ -431,6 +431,9 @@ pub async fn run(
                     generation_since_unix: unix_now(),
                 },
             );
+            // Issue 23: servers of deleted agents and changed server configs stop; eager ones start.
+            crate::mcp::reconcile(&root, snapshot.config());
+            crate::mcp::start_eager(&generation_host);
             // The session stores (legacy import included) open now, off the start path.
             generation_host.open_sessions().await;
             // STATE-9/19: the scheduler of this generation (declared jobs reconciled, missed

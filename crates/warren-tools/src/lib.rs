@@ -6,6 +6,7 @@
 mod context;
 mod files;
 mod git;
+pub mod mcp;
 mod http_request;
 mod memory;
 mod registry;

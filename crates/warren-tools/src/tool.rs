@@ -76,8 +76,9 @@ pub enum ToolError {
 
 /// A tool bound to one agent's capabilities.
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    /// Built-in tools answer a fixed name; an MCP server's tools answer `mcp__<server>__<tool>`.
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     /// JSON Schema of the arguments object.
     fn parameters(&self) -> serde_json::Value;
     fn risk(&self) -> RiskClass;

@@ -7,10 +7,12 @@ mod costs;
 mod cron;
 mod gateway;
 mod logs;
+pub(crate) mod mcp;
 mod memory;
 mod runs;
 mod security;
 mod sessions;
+pub(crate) mod skills;
 pub(crate) mod sop;
 mod status;
 
@@ -72,6 +74,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cron(cmd) => cron::run(&root, cmd, cli.json),
         Command::Runs(cmd) => runs::run(&root, cmd, cli.json),
         Command::Sop(cmd) => sop::run(&root, cmd, cli.json),
+        Command::Mcp(cmd) => mcp::run(&root, cmd, cli.json),
+        Command::Skills(cmd) => skills::run(&root, cmd, cli.json),
         Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
         Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

@@ -28,6 +28,10 @@ pub struct AgentConfig {
     pub heartbeat: Option<super::cron::HeartbeatDecl>,
     /// `[agents.<alias>.network]`: hosts `http_request` and the shell's proxy may reach.
     pub network: super::network::AgentNetworkConfig,
+    /// `[agents.<alias>.mcp]` (issue 23): the agent's own MCP servers.
+    pub mcp: super::mcp::AgentMcpConfig,
+    /// Shared skill bundles (`<install>/shared/skills/<bundle>/`) this agent uses (STATE-4).
+    pub skills: Vec<String>,
 }
 
 impl Default for AgentConfig {
@@ -41,6 +45,8 @@ impl Default for AgentConfig {
             memory: AgentMemoryConfig::default(),
             heartbeat: None,
             network: Default::default(),
+            mcp: Default::default(),
+            skills: Vec::new(),
         }
     }
 }

@@ -7,6 +7,7 @@
 
 mod agents;
 pub mod cron;
+pub mod mcp;
 pub mod memory_backends;
 mod network;
 pub mod rates;
@@ -30,6 +31,7 @@ pub use sections::{
 };
 pub use network::{AgentNetworkConfig, NamedSecret, TaintMode};
 pub use sop::SopConfig;
+pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
 
 use crate::secrets::Secret;
 

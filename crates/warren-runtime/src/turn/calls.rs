@@ -62,7 +62,7 @@ impl AgentRunner {
         if call.name == DELEGATE_TOOL {
             return true; // a child turn may ask; never run it inside a parallel batch
         }
-        match self.kit.tool(&call.name) {
+        match self.tool(&call.name) {
             Ok(tool) => {
                 tool.risk() == RiskClass::Execute
                     || matches!(self.requirement(call, tool.risk()), Requirement::Ask(_))
@@ -93,12 +93,11 @@ impl AgentRunner {
         if parallel {
             let mut set = tokio::task::JoinSet::new();
             for (i, call) in calls.iter().enumerate() {
-                if let Ok(tool) = self.kit.tool(&call.name) {
+                if let Ok(tool) = self.tool(&call.name) {
                     if let Err(refused) = self.admit_action(call, session) {
                         results[i] = Some(refused);
                         continue;
                     }
-                    let tool = Arc::clone(tool);
                     let args = call.arguments.clone();
                     let cancel = cancel.clone();
                     // The turn's tool context (an editor's files) goes with the call's task.
@@ -114,7 +113,7 @@ impl AgentRunner {
                 }
             }
             for (i, call) in calls.iter().enumerate() {
-                if results[i].is_none() && self.kit.tool(&call.name).is_err() {
+                if results[i].is_none() && self.tool(&call.name).is_err() {
                     results[i] = Some(self.unknown_tool(call));
                 }
             }
@@ -169,7 +168,7 @@ impl AgentRunner {
     }
 
     pub(super) fn unknown_tool(&self, call: &ToolCall) -> CallResult {
-        let msg = match self.kit.tool(&call.name) {
+        let msg = match self.tool(&call.name) {
             Err(e) => e.to_string(),
             Ok(_) => String::new(),
         };
@@ -194,8 +193,8 @@ impl AgentRunner {
         if matches!(call.name.as_str(), STATUS_TOOL | RESULT_TOOL) && self.can_delegate() {
             return Some(self.delegate_lookup(call).await);
         }
-        let tool = match self.kit.tool(&call.name) {
-            Ok(t) => Arc::clone(t),
+        let tool = match self.tool(&call.name) {
+            Ok(t) => t,
             Err(_) => return Some(self.unknown_tool(call)),
         };
         let mut approved = false;

@@ -279,6 +279,19 @@ pub struct AgentRunner {
     /// `data/control_plane.db` of the install (set by [`AgentRunner::build`]); background
     /// delegates register there (issue 18 §3). `None`: no background delegation.
     control_plane: Option<std::path::PathBuf>,
+    /// The agent's MCP tools as of its last turn, with the definitions of every tool (issue 23).
+    mcp_tools: std::sync::Mutex<Option<McpSnapshot>>,
+    /// The install and the selected skill bundles, listed in each turn's prompt (STATE-4).
+    skills: Option<(InstallRoot, Vec<String>)>,
+}
+
+/// The tools of an agent's MCP servers at one generation of their lists.
+#[derive(Clone)]
+struct McpSnapshot {
+    generation: u64,
+    tools: Arc<Vec<Arc<dyn warren_tools::Tool>>>,
+    definitions: Arc<Vec<ToolDefinition>>,
+    known: Arc<Vec<String>>,
 }
 
 impl AgentRunner {
@@ -317,6 +330,8 @@ impl AgentRunner {
         let route = warren_providers::build_route(config, root, &provider)?;
         let mut kit = AgentKit::build_with_memory(config, root, alias, stores).await?;
         kit.attach_egress(config, &services.trace)?;
+        kit.attach_mcp(config, root, alias, &services.trace)?;
+        let skills = agent.skills.clone();
         let mut runner = Self::from_parts(
             alias.clone(),
             kit,
@@ -326,6 +341,12 @@ impl AgentRunner {
             services,
         );
         runner.control_plane = Some(root.control_plane_db());
+        if !skills.is_empty() {
+            runner.skills = Some((root.clone(), skills));
+        }
+        if let Some(mcp) = runner.kit.mcp() {
+            mcp.start_eager();
+        }
         Ok(runner)
     }
 
@@ -362,6 +383,8 @@ impl AgentRunner {
             definitions: Arc::new(Vec::new()),
             known: Vec::new(),
             control_plane: None,
+            mcp_tools: std::sync::Mutex::new(None),
+            skills: None,
         };
         runner.definitions = Arc::new(runner.build_definitions());
         runner.known = runner.definitions.iter().map(|t| t.name.clone()).collect();
@@ -396,6 +419,56 @@ impl AgentRunner {
             defs.extend(delegate::definitions());
         }
         defs
+    }
+
+    /// This turn's tool definitions and known names: the built-in ones, plus the tools of the
+    /// agent's MCP servers (started here on the first turn; listed again after a change).
+    async fn turn_tools(&self) -> (Arc<Vec<ToolDefinition>>, Arc<Vec<String>>) {
+        let Some(mcp) = self.kit.mcp() else {
+            return (Arc::clone(&self.definitions), Arc::new(self.known.clone()));
+        };
+        let tools = mcp.tools().await;
+        let generation = mcp.generation();
+        let mut cached = self.mcp_tools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(snap) = cached.as_ref()
+            && snap.generation == generation
+            && snap.tools.len() == tools.len()
+        {
+            return (Arc::clone(&snap.definitions), Arc::clone(&snap.known));
+        }
+        let policy = self.kit.policy();
+        let tools: Vec<_> = tools
+            .into_iter()
+            .filter(|t| policy.tool_allowed(t.name()))
+            .collect();
+        let mut definitions = (*self.definitions).clone();
+        definitions.extend(tools.iter().map(|t| ToolDefinition {
+            name: t.name().to_string(),
+            description: t.description().to_string(),
+            parameters: t.parameters(),
+        }));
+        let snap = McpSnapshot {
+            generation,
+            known: Arc::new(definitions.iter().map(|d| d.name.clone()).collect()),
+            definitions: Arc::new(definitions),
+            tools: Arc::new(tools),
+        };
+        *cached = Some(snap.clone());
+        (snap.definitions, snap.known)
+    }
+
+    /// The tool named `name`: a built-in one, or one of the agent's MCP tools as of this turn.
+    pub(crate) fn tool(&self, name: &str) -> Result<Arc<dyn warren_tools::Tool>, AgentError> {
+        match self.kit.tool(name) {
+            Ok(t) => Ok(Arc::clone(t)),
+            Err(e) => self
+                .mcp_tools
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .and_then(|snap| snap.tools.iter().find(|t| t.name() == name).cloned())
+                .ok_or(e),
+        }
     }
 
     /// PERM-7: the `delegate` tool exists only with delegation depth left and when the risk
@@ -458,6 +531,14 @@ impl AgentRunner {
     /// protocol appended when the route has no native tools.
     async fn system_prompt(&self, user_message: &str) -> String {
         let mut system = system_prompt(&self.identity, self.kit.memory(), user_message).await;
+        if let Some((root, bundles)) = &self.skills {
+            let (root, bundles) = (root.clone(), bundles.clone());
+            let listed =
+                tokio::task::spawn_blocking(move || crate::skills::prompt_section(&root, &bundles))
+                    .await
+                    .unwrap_or_default();
+            system.push_str(&listed);
+        }
         if !self.route.capabilities().native_tools {
             system.push('\n');
             system.push_str(&protocol_instructions(&self.definitions));
@@ -529,7 +610,7 @@ impl AgentRunner {
         let agent = self.alias.as_str();
         let mut outcome = TurnOutcome::default();
         let caps = self.route.capabilities();
-        let tools = Arc::clone(&self.definitions);
+        let (tools, known) = self.turn_tools().await;
         let no_tools = Arc::new(Vec::new());
 
         // LOOP-3/4: single-tool rounds only when every member of the route supports them.
@@ -588,7 +669,7 @@ impl AgentRunner {
             let mut calls = response.tool_calls;
             let mut text = response.text;
             if calls.is_empty() {
-                let (recovered, rest) = recover_tool_calls(&text, &self.known);
+                let (recovered, rest) = recover_tool_calls(&text, &known);
                 if !recovered.is_empty() {
                     calls = recovered;
                     text = rest;
@@ -638,7 +719,7 @@ impl AgentRunner {
         let (response, _) = self
             .call_provider(&request, session, io, &text_sink, &mut outcome)
             .await?;
-        let (_, text) = recover_tool_calls(&response.text, &self.known);
+        let (_, text) = recover_tool_calls(&response.text, &known);
         let answer = ChatMessage::assistant(text);
         sink.push(&answer).await?;
         outcome.reply.clone_from(&answer.content);

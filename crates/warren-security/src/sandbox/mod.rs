@@ -49,13 +49,23 @@ pub use landlock_rules::landlock_abi;
 pub enum ChildIo {
     Piped,
     Null,
+    /// stdin, stdout and stderr piped: a long-lived child spoken to over its stdio (an MCP
+    /// server, issue 23).
+    Duplex,
 }
 
 impl ChildIo {
     fn stdio(self) -> Stdio {
         match self {
-            Self::Piped => Stdio::piped(),
+            Self::Piped | Self::Duplex => Stdio::piped(),
             Self::Null => Stdio::null(),
+        }
+    }
+
+    fn stdin(self) -> Stdio {
+        match self {
+            Self::Duplex => Stdio::piped(),
+            Self::Piped | Self::Null => Stdio::null(),
         }
     }
 }
@@ -446,7 +456,7 @@ impl Sandbox {
             cmd.env(key, value);
         }
         cmd.current_dir(self.policy.workspace())
-            .stdin(Stdio::null())
+            .stdin(io.stdin())
             .stdout(io.stdio())
             .stderr(io.stdio());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

@@ -1,0 +1,578 @@
+//! Per-agent MCP servers (issue 23) end to end: the real `warren` binary, the fake OpenAI
+//! server driving the tool calls, and a stdio MCP server written on the official `mcp` package
+//! from PyPI (`mcp_server/server.py`, run by Debian's /usr/bin/python3; `.ci/run` installs the
+//! package — without it every test here fails, none skips).
+//!
+//! What is shown: agent A calls its server's tool after the operator approved it on the
+//! terminal, and agent B neither sees nor can call it; from inside the server the sandbox
+//! probes (a sibling's workspace, the network) fail, and succeed for an agent granted both (so
+//! the denial is the sandbox's); a crashed server is restarted and a call meanwhile fails with
+//! a clear reason; a secret reaches the server's environment but never the model, the session
+//! or the trace.
+
+use crate::common::bin;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sha2::Digest;
+use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
+use warren_testkit::{TempRoot, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const SERVER: &str = include_str!("mcp_server/server.py");
+/// The interpreter the server runs on inside the sandbox (it sees /usr, not a user's home).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// A root with `agents` (alias → extra TOML for its table and profile), the fake provider, and
+/// the test server copied into each agent's workspace as `server.py`.
+fn setup(fake: &FakeOpenAi, extra: &str) -> Result<TempRoot, Box<dyn std::error::Error>> {
+    let root = TempRoot::new()?;
+    root.write_config(&format!(
+        r#"
+[providers.fake]
+kind = "openai"
+base_url = "{}"
+api_key = "sk-mcp-test-key"
+retry_backoff_ms = 1
+{extra}
+"#,
+        fake.base_url()
+    ))?;
+    for alias in ["a", "b", "c"] {
+        let ws = root.path().join(format!("agents/{alias}/workspace"));
+        std::fs::create_dir_all(&ws)?;
+        std::fs::write(ws.join("server.py"), SERVER)?;
+    }
+    Ok(root)
+}
+
+/// `risk = "low"`: the probe tools act as reads, so several calls of one round run without
+/// the taint rule asking after the first MCP result.
+const LOW: &str = r#"risk = "low""#;
+
+fn server_table(alias: &str, extra: &str) -> String {
+    format!(
+        r#"
+[agents.{alias}.mcp.servers.t]
+command = "{PYTHON}"
+args = ["server.py"]
+{extra}
+"#
+    )
+}
+
+fn run_agent(
+    root: &TempRoot,
+    alias: &str,
+    message: &str,
+) -> Result<(String, String), Box<dyn std::error::Error>> {
+    let out = root.run(bin(), &["agent", "-a", alias, "-m", message])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "warren agent -a {alias}: {stderr}");
+    Ok((stdout, stderr))
+}
+
+/// The names of the tools a provider request offered.
+fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The text of the tool results in a provider request, joined.
+fn tool_results(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn trace(root: &TempRoot) -> String {
+    std::fs::read_to_string(root.path().join("data/state/runtime-trace.jsonl")).unwrap_or_default()
+}
+
+/// The output of `warren ARGS` run on a pty (util-linux `script`), collected as it arrives.
+struct Pty {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    seen: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Pty {
+    fn spawn(root: &TempRoot, args: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let mut child = Command::new("script")
+            .args([
+                "-qec",
+                &format!("exec \"$WARREN_BIN\" --config-dir \"$WARREN_ROOT\" {args}"),
+            ])
+            .arg("/dev/null")
+            .env("WARREN_BIN", bin())
+            .env("WARREN_ROOT", root.path())
+            .env_remove("WARREN_HOME")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("util-linux `script` runs warren on a pty: {e}"))?;
+        let input = child.stdin.take().ok_or("no stdin")?;
+        let mut output = child.stdout.take().ok_or("no stdout")?;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = output.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().map(|mut s| s.extend_from_slice(&buf[..n])).ok();
+            }
+        });
+        Ok(Self { child, input, seen })
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().map(|s| s.clone()).unwrap_or_default())
+            .into_owned()
+    }
+
+    fn wait_for(&self, needle: &str) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if self.text().contains(needle) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("{needle:?} never printed:\n{}", self.text()))
+    }
+
+    fn send(&mut self, keys: &str) -> Result<(), Box<dyn std::error::Error>> {
+        self.input.write_all(keys.as_bytes())?;
+        self.input.flush()?;
+        Ok(())
+    }
+}
+
+/// Agent A (supervised: a `medium` MCP tool asks) calls `mcp__t__echo` once the operator
+/// answered `y` on the terminal; the result reaches the model marked untrusted, with a
+/// receipt. Agent B, in the same install, is offered no MCP tool and cannot call A's.
+#[test]
+fn agent_a_calls_its_mcp_tool_after_approval_and_agent_b_does_not_see_it() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = format!(
+        r#"
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "ask"
+{}
+[agents.b]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+
+[risk_profiles.ask]
+autonomy = "supervised"
+
+[risk_profiles.hands]
+autonomy = "full"
+"#,
+        server_table("a", "")
+    );
+    let root = setup(&fake, &extra)?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c1",
+            "mcp__t__echo",
+            json!({"text": "hello mcp"}),
+        )],
+    ));
+    fake.push(FakeReply::text("A is done."));
+    let mut pty = Pty::spawn(&root, "agent -a a -m 'call echo'")?;
+    pty.wait_for("[y/N]")?;
+    assert!(pty.text().contains("mcp__t__echo"), "{}", pty.text());
+    pty.send("y\r")?;
+    pty.wait_for("A is done.")?;
+    let status = pty.child.wait()?;
+    assert!(status.success(), "{}", pty.text());
+
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let tools = offered(&reqs[0].body);
+    assert!(
+        tools.iter().any(|t| t == "mcp__t__echo") && tools.iter().any(|t| t == "file_read"),
+        "{tools:?}"
+    );
+    let result = tool_results(&reqs[1].body);
+    assert!(result.contains("echo: hello mcp"), "{result}");
+    assert!(result.contains("[untrusted:"), "{result}");
+    assert!(result.contains("[receipt: "), "{result}");
+    let t = trace(&root);
+    assert!(
+        t.contains(r#""event":"started""#) && t.contains(r#""decision":"approved""#),
+        "{t}"
+    );
+
+    // Agent B: no MCP tool offered, and A's tool is unknown to it.
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c2",
+            "mcp__t__echo",
+            json!({"text": "from b"}),
+        )],
+    ));
+    fake.push(FakeReply::text("B is done."));
+    run_agent(&root, "b", "try a's tool")?;
+    let reqs = fake.requests();
+    assert!(
+        !offered(&reqs[2].body)
+            .iter()
+            .any(|t| t.starts_with("mcp__")),
+        "{:?}",
+        offered(&reqs[2].body)
+    );
+    let result = tool_results(&reqs[3].body);
+    assert!(
+        result.contains("has no tool 'mcp__t__echo'") && !result.contains("echo: from b"),
+        "{result}"
+    );
+    Ok(())
+}
+
+/// From inside agent A's server: reading sibling B's workspace and opening a TCP connection
+/// both fail (sandbox: B's workspace is not in A's root; no network without `allow_network`).
+/// Agent C runs the same server with a Read grant on B and `allow_network = true`: the same
+/// probes succeed, so the probes are live and the refusal is the sandbox's.
+#[test]
+fn server_probes_cannot_read_a_sibling_or_reach_the_network_perm2_sbx() -> R {
+    let fake = FakeOpenAi::start()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    let extra = format!(
+        r#"
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+{}
+[agents.b]
+provider = "fake"
+model = "m"
+
+[agents.c]
+provider = "fake"
+model = "m"
+risk_profile = "net"
+{}
+[agents.c.workspace.access]
+b = "Read"
+
+[risk_profiles.hands]
+autonomy = "full"
+
+[risk_profiles.net]
+autonomy = "full"
+allow_network = true
+"#,
+        server_table("a", LOW),
+        server_table("c", LOW)
+    );
+    let root = setup(&fake, &extra)?;
+    let secret = root.path().join("agents/b/workspace/notes.txt");
+    std::fs::write(&secret, "b's private notes")?;
+    let probes = || {
+        FakeReply::calls(
+            "",
+            vec![
+                FakeCall::new(
+                    "r",
+                    "mcp__t__read_file",
+                    json!({"path": secret.to_string_lossy()}),
+                ),
+                FakeCall::new(
+                    "n",
+                    "mcp__t__connect",
+                    json!({"host": "127.0.0.1", "port": port}),
+                ),
+            ],
+        )
+    };
+    fake.push(probes());
+    fake.push(FakeReply::text("probed"));
+    run_agent(&root, "a", "probe")?;
+    let result = tool_results(&fake.requests()[1].body);
+    assert!(
+        !result.contains("b's private notes") && result.contains("ERR: "),
+        "A's server read B's workspace: {result}"
+    );
+    assert!(
+        !result.contains("connected") && result.matches("ERR: ").count() == 2,
+        "A's server reached the network: {result}"
+    );
+
+    fake.push(probes());
+    fake.push(FakeReply::text("probed"));
+    run_agent(&root, "c", "probe")?;
+    let result = tool_results(&fake.requests()[3].body);
+    assert!(
+        result.contains("READ: b's private notes") && result.contains("connected"),
+        "the probes work where the sandbox allows them: {result}"
+    );
+    Ok(())
+}
+
+/// A server that dies is restarted with backoff; a call while it is down fails at once and
+/// says so (no hang, no crash of the turn), and a later turn of the same process uses the
+/// restarted server. The death and both starts are in the trace.
+#[test]
+fn a_crashed_server_is_restarted_and_calls_meanwhile_fail_cleanly() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = format!(
+        r#"
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+{}
+[risk_profiles.hands]
+autonomy = "full"
+"#,
+        server_table("a", "")
+    );
+    let root = setup(&fake, &extra)?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("c1", "mcp__t__crash", json!({})),
+            FakeCall::new("c2", "mcp__t__echo", json!({"text": "meanwhile"})),
+        ],
+    ));
+    fake.push(FakeReply::text("first turn over"));
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c3",
+            "mcp__t__echo",
+            json!({"text": "again"}),
+        )],
+    ));
+    fake.push(FakeReply::text("second turn over"));
+    // Two turns of one process (the REPL over a pipe), the second after the restart.
+    let mut child = root
+        .warren(bin(), &["agent", "-a", "a", "--session", "crash"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    stdin.write_all(b"crash it\n")?;
+    stdin.flush()?;
+    crate::common::wait_until("the first turn", Duration::from_secs(60), || {
+        Ok(fake.requests().len() >= 2)
+    })?;
+    crate::common::wait_until("the restart", Duration::from_secs(30), || {
+        Ok(trace(&root).matches(r#""event":"started""#).count() >= 2)
+    })?;
+    stdin.write_all(b"again\n")?;
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("second turn over"), "{stdout}{stderr}");
+
+    let reqs = fake.requests();
+    let first = tool_results(&reqs[1].body);
+    assert_eq!(
+        first.matches("Error: MCP server 't'").count(),
+        2,
+        "both calls failed with the server named: {first}"
+    );
+    assert!(!first.contains("echo: meanwhile"), "{first}");
+    let second = tool_results(&reqs[3].body);
+    assert!(second.contains("echo: again"), "{second}");
+    let t = trace(&root);
+    assert!(
+        t.contains(r#""event":"died""#) && t.contains("crashing on request"),
+        "death and the server's stderr are traced: {t}"
+    );
+    Ok(())
+}
+
+/// `env = { TOKEN = { secret = "gh" } }`: the server gets the secret (its SHA-256 matches),
+/// but the model never sees it — not in tool results (redacted even when the server echoes
+/// it), not in the session, not in the trace (the server logs it to stderr: redacted there).
+#[test]
+fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = format!(
+        r#"
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+{}
+[risk_profiles.hands]
+autonomy = "full"
+"#,
+        server_table("a", LOW)
+    );
+    let root = setup(&fake, &extra)?;
+    const SECRET: &str = "ghp-mcp-test-secret-0123456789";
+    let mut set = root
+        .warren(bin(), &["config", "set", "secrets.gh.value", "--secret"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    set.stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(SECRET.as_bytes())?;
+    let out = set.wait_with_output()?;
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(!root.read_config()?.contains(SECRET), "stored encrypted");
+    // Now the server may name it (config refuses a reference to a secret that is not set).
+    let config = root.read_config()?.replace(
+        "args = [\"server.py\"]",
+        "args = [\"server.py\"]\nenv = { TOKEN = { secret = \"gh\" }, PLAIN = \"visible\" }",
+    );
+    root.write_config(&config)?;
+
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("h", "mcp__t__env_sha256", json!({"name": "TOKEN"})),
+            FakeCall::new("e", "mcp__t__env", json!({"name": "TOKEN"})),
+            FakeCall::new("p", "mcp__t__env", json!({"name": "PLAIN"})),
+            FakeCall::new("n", "mcp__t__env_names", json!({})),
+        ],
+    ));
+    fake.push(FakeReply::text("checked"));
+    run_agent(&root, "a", "check the token")?;
+    let reqs = fake.requests();
+    let result = tool_results(&reqs[1].body);
+    let digest: String = sha2::Sha256::digest(SECRET.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        result.contains(&digest),
+        "the server had the secret: {result}"
+    );
+    assert!(result.contains("visible"), "{result}");
+    assert!(result.contains("[redacted]"), "{result}");
+    // Its environment is the sandbox's fixed set plus exactly what the config names.
+    assert!(
+        result.contains("HOME,LANG,PATH,PLAIN,TERM,TMPDIR,TOKEN"),
+        "{result}"
+    );
+    for r in &reqs {
+        assert!(
+            !r.body.to_string().contains(SECRET),
+            "the model saw the secret"
+        );
+    }
+    let t = trace(&root);
+    assert!(t.contains("test-mcp-server TOKEN=[redacted]"), "{t}");
+    assert!(!t.contains(SECRET), "the trace holds the secret");
+    let session = root.run(bin(), &["sessions", "show", "cli-a"])?;
+    assert!(!text(&session).0.contains(SECRET));
+    Ok(())
+}
+
+/// `warren mcp test ALIAS SERVER` starts the server in the agent's sandbox and lists its
+/// tools; `warren mcp list` does it for every server, and a broken server fails with its
+/// reason and stderr; a tool added at run time (`notifications/tools/list_changed`) is offered
+/// by the next turn.
+#[test]
+fn mcp_cli_lists_and_tests_servers_and_a_changed_tool_list_is_picked_up() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = format!(
+        r#"
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+{}
+[agents.a.mcp.servers.broken]
+command = "{PYTHON}"
+args = ["-c", "import sys; print('no such server here', file=sys.stderr); sys.exit(2)"]
+startup_timeout_secs = 10
+
+[risk_profiles.hands]
+autonomy = "full"
+"#,
+        server_table("a", "")
+    );
+    let root = setup(&fake, &extra)?;
+    let out = root.run(bin(), &["mcp", "test", "a", "t"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("t  [stdio]  running") && stdout.contains("mcp__t__echo"),
+        "{stdout}"
+    );
+
+    let out = root.run(bin(), &["mcp", "list", "a"])?;
+    let (stdout, _) = text(&out);
+    assert!(!out.status.success());
+    assert!(stdout.contains("broken  [stdio]  down"), "{stdout}");
+    assert!(stdout.contains("no such server here"), "{stdout}");
+
+    let out = root.run(bin(), &["mcp", "test", "a", "nope"])?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("has no MCP server 'nope'"),
+        "{}",
+        text(&out).1
+    );
+
+    // grow adds `late` and announces it; the next turn of the same process offers it.
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new("g", "mcp__t__grow", json!({}))],
+    ));
+    fake.push(FakeReply::text("grown"));
+    fake.push(FakeReply::text("second"));
+    let mut child = root
+        .warren(bin(), &["agent", "-a", "a", "--session", "grow"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    stdin.write_all(b"grow\n")?;
+    stdin.flush()?;
+    crate::common::wait_until("the first turn", Duration::from_secs(60), || {
+        Ok(fake.requests().len() >= 2)
+    })?;
+    std::thread::sleep(Duration::from_millis(300));
+    stdin.write_all(b"again\n")?;
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let reqs = fake.requests();
+    assert!(!offered(&reqs[0].body).iter().any(|t| t == "mcp__t__late"));
+    assert!(
+        offered(&reqs[2].body).iter().any(|t| t == "mcp__t__late"),
+        "{:?}",
+        offered(&reqs[2].body)
+    );
+    Ok(())
+}

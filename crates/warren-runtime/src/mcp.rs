@@ -1,0 +1,205 @@
+//! The process's MCP servers (issue 23): one [`AgentMcp`] per agent (keyed by the agent's
+//! workspace, so two agents never share a server), kept across reloads while the agent's server
+//! config and policy are unchanged, stopped when either changed or the agent was deleted
+//! ([`reconcile`], called by the daemon for each new generation). Server events (start, death
+//! and restart, stderr lines, tool-list changes) go to the current generation's trace as
+//! `mcp` events.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::json;
+use warren_config::{Config, InstallRoot};
+use warren_core::AgentAlias;
+use warren_security::sandbox::Sandbox;
+use warren_tools::mcp::{AgentMcp, McpConfigError, McpEvent, McpEvents, specs_for};
+
+pub use warren_tools::mcp::{ServerState, ServerStatus};
+
+use crate::trace::Trace;
+
+struct Entry {
+    root: PathBuf,
+    alias: AgentAlias,
+    /// The policy the servers were started under (`describe()`): a change restarts them.
+    policy: String,
+    mcp: AgentMcp,
+}
+
+fn registry() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Entry>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<PathBuf, Entry>>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// The trace sink of a generation's servers.
+fn events(trace: &Arc<Trace>) -> McpEvents {
+    let trace = Arc::clone(trace);
+    Arc::new(move |agent: &str, server: &str, event: McpEvent| {
+        let data = match event {
+            McpEvent::Started { pid, tools, millis } => {
+                json!({"server": server, "event": "started", "pid": pid, "tools": tools, "start_ms": millis})
+            }
+            McpEvent::Died { reason, retry_in } => {
+                json!({"server": server, "event": "died", "reason": reason, "restart_in_ms": retry_in.as_millis() as u64})
+            }
+            McpEvent::Stderr(line) => json!({"server": server, "event": "stderr", "line": line}),
+            McpEvent::ToolsChanged => json!({"server": server, "event": "tools_changed"}),
+            McpEvent::Stopped => json!({"server": server, "event": "stopped"}),
+        };
+        trace.emit("mcp", agent, None, data);
+    })
+}
+
+/// The MCP servers of the agent whose sandbox is `sandbox` (`None`: it has none): the running
+/// ones when config and policy are unchanged, else new ones (the old ones stopped). Nothing
+/// starts here.
+pub(crate) fn for_agent(
+    config: &Config,
+    root: &InstallRoot,
+    alias: &AgentAlias,
+    sandbox: &Sandbox,
+    trace: &Arc<Trace>,
+) -> Result<Option<AgentMcp>, McpConfigError> {
+    let specs = specs_for(config, alias)?;
+    let key = sandbox.policy().workspace().to_path_buf();
+    let policy = sandbox.policy().describe().to_string();
+    let mut map = registry();
+    if let Some(entry) = map.get(&key)
+        && !specs.is_empty()
+        && entry.policy == policy
+        && entry.mcp.same_specs(&specs)
+    {
+        entry.mcp.set_events(events(trace));
+        return Ok(Some(entry.mcp.clone()));
+    }
+    if let Some(old) = map.remove(&key) {
+        old.mcp.stop();
+    }
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let mcp = AgentMcp::new(sandbox, specs, events(trace));
+    map.insert(
+        key,
+        Entry {
+            root: root.root().to_path_buf(),
+            alias: alias.clone(),
+            policy,
+            mcp: mcp.clone(),
+        },
+    );
+    Ok(Some(mcp))
+}
+
+/// A new generation of `root` with `config`: stops the servers of deleted agents and of agents
+/// whose servers changed (they start again with the new config).
+pub fn reconcile(root: &InstallRoot, config: &Config) {
+    registry().retain(|_, entry| {
+        if entry.root != root.root() {
+            return true;
+        }
+        let keep = config.agent(&entry.alias).is_some()
+            && specs_for(config, &entry.alias).is_ok_and(|specs| entry.mcp.same_specs(&specs));
+        if !keep {
+            entry.mcp.stop();
+        }
+        keep
+    });
+}
+
+/// Stops every server of `root` (daemon shutdown).
+pub fn stop_all(root: &InstallRoot) {
+    registry().retain(|_, entry| {
+        if entry.root == root.root() {
+            entry.mcp.stop();
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// Resolves (in the background) every agent of `host`'s generation that has an `eager`
+/// server, which starts those servers.
+pub fn start_eager(host: &Arc<crate::host::AgentHost>) {
+    let config = host.snapshot().config();
+    let eager: Vec<AgentAlias> = config
+        .agents()
+        .filter(|(_, a)| a.mcp.servers.values().any(|s| s.eager))
+        .map(|(alias, _)| alias)
+        .collect();
+    if eager.is_empty() {
+        return;
+    }
+    let host = Arc::clone(host);
+    tokio::spawn(async move {
+        for alias in eager {
+            if let Err(e) = host.runner(&alias).await {
+                tracing::warn!(agent = %alias, "eager MCP servers not started: {e}");
+            }
+        }
+    });
+}
+
+/// What `warren mcp list|test` saw: each server's status and what it wrote to stderr.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Probe {
+    pub agent: String,
+    pub servers: Vec<warren_tools::mcp::ServerStatus>,
+    /// `(server, line)` in order.
+    pub stderr: Vec<(String, String)>,
+    /// Milliseconds from the start to the last server's tool list.
+    pub start_ms: u64,
+}
+
+/// Starts `alias`'s servers (only `only` when given) in its sandbox, as its first turn would,
+/// lists their tools and stops them (`warren mcp list` and `warren mcp test`).
+pub async fn probe(
+    config: &Config,
+    root: &InstallRoot,
+    alias: &AgentAlias,
+    only: Option<&str>,
+) -> Result<Probe, crate::AgentError> {
+    let kit = crate::AgentKit::build(config, root, alias)?;
+    let mut specs = specs_for(config, alias)?;
+    if let Some(name) = only {
+        specs.retain(|s| s.name == name);
+    }
+    let lines: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let sink = Arc::clone(&lines);
+    let events: McpEvents = Arc::new(move |_: &str, server: &str, event: McpEvent| {
+        let line = match event {
+            McpEvent::Stderr(line) => line,
+            McpEvent::Died { reason, .. } => format!("[warren] {reason}"),
+            _ => return,
+        };
+        sink.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((server.to_string(), line));
+    });
+    let mcp = AgentMcp::new(kit.sandbox(), specs, events);
+    let began = std::time::Instant::now();
+    let _ = mcp.tools().await;
+    let start_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+    // Give a failed server's last stderr lines a moment to arrive.
+    if mcp
+        .status()
+        .iter()
+        .any(|s| s.state != warren_tools::mcp::ServerState::Running)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let servers = mcp.status();
+    mcp.stop();
+    let stderr = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(Probe {
+        agent: alias.to_string(),
+        servers,
+        stderr,
+        start_ms,
+    })
+}
