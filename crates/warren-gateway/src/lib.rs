@@ -16,6 +16,7 @@ pub mod devices;
 pub mod error;
 pub mod json;
 pub mod lifecycle_api;
+mod metrics_api;
 mod listener;
 pub mod openai_api;
 pub mod openapi;

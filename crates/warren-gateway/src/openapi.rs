@@ -72,6 +72,7 @@ pub fn document() -> Value {
     crate::openai_api::openapi_paths(&mut paths);
     crate::cron_api::openapi_paths(&mut paths);
     crate::sop_api::openapi_paths(&mut paths);
+    crate::metrics_api::openapi_paths(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Warren gateway", "version": env!("CARGO_PKG_VERSION")},

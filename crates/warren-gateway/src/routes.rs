@@ -60,6 +60,14 @@ pub const ROUTES: &[Route] = &[
         handler: || get(health),
     },
     Route {
+        method: "GET",
+        path: "/metrics",
+        access: Access::Token,
+        summary: "Prometheus metrics (OpenMetrics text): turns, provider requests, tokens, cost, tool calls, approvals, denials, queue depth, cron runs, memory",
+        request: None,
+        handler: || get(crate::metrics_api::scrape),
+    },
+    Route {
         method: "POST",
         path: "/pair",
         access: Access::Public,
@@ -776,6 +784,8 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
         .health(inner.host.snapshot().config())
         .await;
     let all_ok = all_ok && memory_backends["status"] != "error";
+    let memory = warren_runtime::telemetry::memory_health();
+    let all_ok = all_ok && memory["status"] == "ok";
     Json(json!({
         "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
@@ -789,6 +799,7 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
             "cron": crate::cron_api::health(&state).await,
             "sop": crate::sop_api::health(&state).await,
             "memory_backends": memory_backends,
+            "resident_memory": memory,
         },
     }))
 }

@@ -122,6 +122,7 @@ impl GatewayHook {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the gateway listens beyond loopback; every /api route still needs a paired token");
         }
+        crate::metrics_api::listen(&snapshot.metrics).await; // issue 25: the token-less scrape port
         // After the bind: the first start opens the device registry here.
         let process = self.process(&generation.root)?;
 

@@ -431,6 +431,8 @@ pub async fn run(
                     generation_since_unix: unix_now(),
                 },
             );
+            // Issue 25: this generation's [metrics] and [telemetry] (span export, self-watch).
+            running.push(crate::telemetry::start(&snapshot));
             // Issue 23: servers of deleted agents and changed server configs stop; eager ones start.
             crate::mcp::reconcile(&root, snapshot.config());
             crate::mcp::start_eager(&generation_host);

@@ -342,6 +342,7 @@ impl AgentHost {
             .await
             .map_err(TurnError::SessionsUnavailable)?;
         // SESS-2: the session's slot first, then the claim (decided under the slot).
+        let queued = crate::metrics::queued(runner.alias().as_str());
         let slot = self.queue.acquire(&key).await?;
         let claimed =
             crate::sessions::claim(&sessions, &key, runner.alias(), channel.label()).await?;
@@ -362,9 +363,11 @@ impl AgentHost {
                 cancel,
                 events,
             };
-            let result = runner.chat(&sessions, &claimed, &input, &io).await;
+            let chat = runner.chat(&sessions, &claimed, &input, &io);
+            let (alias, label) = (runner.alias().as_str(), channel.label());
+            let result = crate::telemetry::turn(alias, runner.model(), label, &input, chat).await;
             watch.abort();
-            drop(slot);
+            drop((slot, queued));
             drop(host); // the generation's stores live until the turn ends
             result
         }));

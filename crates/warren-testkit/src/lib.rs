@@ -8,6 +8,7 @@
 pub mod browser;
 pub mod fake_llm;
 pub mod qdrant;
+pub mod otlp;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};

@@ -21,6 +21,7 @@ mod lifecycle;
 mod local_llm;
 mod log_level;
 mod memory;
+mod metrics;
 mod openai_endpoint;
 mod readme_try;
 mod secrets_cli;

@@ -13,6 +13,7 @@ mod network;
 pub mod rates;
 mod sections;
 pub mod sop;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
 
@@ -32,6 +33,7 @@ pub use sections::{
 pub use network::{AgentNetworkConfig, NamedSecret, TaintMode};
 pub use sop::SopConfig;
 pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
+pub use telemetry::{MetricsConfig, TelemetryConfig};
 
 use crate::secrets::Secret;
 
@@ -57,6 +59,10 @@ pub struct Config {
     pub sop: Option<SopConfig>,
     pub cost: CostConfig,
     pub log: LogConfig,
+    /// `[metrics]`: Prometheus metrics (issue 25).
+    pub metrics: MetricsConfig,
+    /// `[telemetry]`: OpenTelemetry traces and the memory self-watch (issue 25).
+    pub telemetry: TelemetryConfig,
     /// `[secrets.<name>]`: values the credential broker substitutes for `{{secret:<name>}}`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, NamedSecret>,

@@ -86,6 +86,7 @@ impl Scheduler {
             result.error.clone(),
         );
         let _ = blocking(move || control.finish(&id, state, error.as_deref())).await;
+        crate::metrics::cron_run(&job.name, result.status.as_str());
         self.host.trace().emit(
             "cron_run",
             &job.agent,

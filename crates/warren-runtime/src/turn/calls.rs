@@ -90,6 +90,8 @@ impl AgentRunner {
             && calls.len() > 1
             && !calls.iter().any(|c| self.may_need_approval(c));
         let mut results: Vec<Option<CallResult>> = vec![None; calls.len()];
+        // Each call's start and end (its `execute_tool` span).
+        let mut times = vec![(0, 0); calls.len()];
         if parallel {
             let mut set = tokio::task::JoinSet::new();
             for (i, call) in calls.iter().enumerate() {
@@ -102,13 +104,15 @@ impl AgentRunner {
                     let cancel = cancel.clone();
                     // The turn's tool context (an editor's files) goes with the call's task.
                     let context = warren_tools::ToolContext::current();
-                    set.spawn(
-                        context.scope(async move { (i, race(tool.execute(args), &cancel).await) }),
-                    );
+                    set.spawn(context.scope(async move {
+                        let start = crate::telemetry::now_ns();
+                        (i, start, race(tool.execute(args), &cancel).await)
+                    }));
                 }
             }
             while let Some(joined) = set.join_next().await {
-                if let Ok((i, Some(r))) = joined {
+                if let Ok((i, start, Some(r))) = joined {
+                    times[i] = (start, crate::telemetry::now_ns());
                     results[i] = Some(self.finish_call(&calls[i], r));
                 }
             }
@@ -122,17 +126,34 @@ impl AgentRunner {
                 if cancel.is_cancelled() {
                     break;
                 }
+                let start = crate::telemetry::now_ns();
                 results[i] = self.run_one(call, session, io).await;
+                times[i] = (start, crate::telemetry::now_ns());
             }
         }
         let mut out = Vec::with_capacity(calls.len());
-        for (call, result) in calls.iter().zip(results) {
+        for ((call, result), times) in calls.iter().zip(results).zip(times) {
             let r = result.unwrap_or(CallResult {
                 ok: false,
                 content: history::INTERRUPTED.to_string(),
                 receipt: None,
             });
             outcome.tool_calls += 1;
+            // A name the model made up is `unknown` (metric labels stay bounded).
+            let tool = self
+                .known
+                .iter()
+                .find(|k| **k == call.name)
+                .map_or("unknown", |k| k);
+            crate::telemetry::tool_call(
+                self.alias.as_str(),
+                tool,
+                &call.id,
+                times,
+                r.ok,
+                &call.arguments,
+                &r.content,
+            );
             self.services
                 .trace
                 .emit_with("tool_call", self.alias.as_str(), session, || {
@@ -200,6 +221,7 @@ impl AgentRunner {
         let mut approved = false;
         match self.requirement(call, tool.risk()) {
             Requirement::Refuse(reason) => {
+                crate::metrics::denial(self.alias.as_str(), "autonomy");
                 return Some(CallResult {
                     ok: false,
                     content: format!("Error: refused by the runtime: {reason}"),
@@ -279,6 +301,7 @@ impl AgentRunner {
             session,
             json!({"tool": call.name, "id": call.id, "decision": decision}),
         );
+        crate::metrics::approval_decision(self.alias.as_str(), decision);
         Some(match decision {
             ApprovalDecision::Approved => None,
             ApprovalDecision::Denied => Some(CallResult {
@@ -332,11 +355,16 @@ impl AgentRunner {
                     receipt: Some(receipt),
                 }
             }
-            Err(e) => CallResult {
-                ok: false,
-                content: format!("Error: {e}"),
-                receipt: None,
-            },
+            Err(e) => {
+                if matches!(e, ToolError::Denied(_)) {
+                    crate::metrics::denial(self.alias.as_str(), "policy");
+                }
+                CallResult {
+                    ok: false,
+                    content: format!("Error: {e}"),
+                    receipt: None,
+                }
+            }
         }
     }
 }

@@ -399,6 +399,11 @@ impl AgentRunner {
         &self.kit
     }
 
+    /// The model every request of this agent names.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
     /// The tool definitions every request of this agent carries.
     pub fn tool_definitions(&self) -> &Arc<Vec<ToolDefinition>> {
         &self.definitions
@@ -754,6 +759,7 @@ impl AgentRunner {
             &self.model,
             crate::cost::estimate(request),
         )?;
+        let started = crate::telemetry::now_ns();
         let call = self.route.chat(Arc::clone(request), Arc::clone(text_sink));
         let routed = tokio::select! {
             biased;
@@ -764,12 +770,15 @@ impl AgentRunner {
             Ok(r) => r,
             Err(ProviderError::Cancelled) => return Err(TurnError::Cancelled),
             Err(e) => {
+                let primary = self.route.names().into_iter().next().unwrap_or_default();
+                crate::telemetry::provider_failed(&primary, &self.model, started, "provider");
                 self.empty_answer_notice(&e, session, io);
                 return Err(e.into());
             }
         };
         let trace = &self.services.trace;
         for failed in &routed.failed_attempts {
+            crate::telemetry::provider_failed(&failed.provider, &self.model, started, "provider");
             trace.emit(
                 "provider_call",
                 agent,
@@ -797,6 +806,17 @@ impl AgentRunner {
             false,
         )?;
         drop(reservation);
+        let (provider, response) = (&routed.provider, &routed.response);
+        crate::telemetry::provider_call(
+            agent,
+            provider,
+            &self.model,
+            started,
+            usage,
+            record.cost_usd,
+            request,
+            response,
+        );
         if let Some(notice) =
             self.services
                 .costs

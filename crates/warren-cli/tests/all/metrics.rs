@@ -1,0 +1,549 @@
+//! Observability (issue 25; STATE-13, STATE-14, STATE-17) checked against real parts: Debian's
+//! `prometheus` server scrapes a live `warren daemon` (through the gateway with a bearer token,
+//! and through the token-less `[metrics] port` listener), and PromQL over Prometheus's HTTP API
+//! returns the turn, token and tool-call counts of a chat over the fake OpenAI server; the
+//! OTLP/HTTP exporter sends real protobuf to the test kit's receiver, with GenAI attributes and
+//! no message text unless `capture_content = true` (and never a configured secret); the memory
+//! self-watch warns once past its ceiling.
+//!
+//! The `prometheus` binary is required: CI installs it (`.ci/run`); a missing one fails.
+
+use crate::common::{bin, wait_until};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
+use warren_testkit::otlp::{OtlpReceiver, ReceivedSpan};
+use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(30);
+const KEY: &str = "sk-metrics-e2e-secret-4f9a2b7c";
+const NOTE: &str = "the note says NOTE-BODY-7731";
+
+fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
+    format!(
+        r#"
+[agents.main]
+provider = "fake"
+model = "gpt-test"
+
+[providers.fake]
+kind = "openai"
+base_url = "{}"
+api_key = "{KEY}"
+retry_backoff_ms = 1
+
+[cost.rates."gpt-test"]
+input_per_mtok = 1.0
+output_per_mtok = 2.0
+
+[gateway]
+port = {port}
+{extra}
+"#,
+        fake.base_url()
+    )
+}
+
+/// One tool round (`file_read` of the note), then the answer: 300 input and 30 output tokens.
+fn push_chat(fake: &FakeOpenAi, reply: &str) {
+    fake.push(
+        FakeReply::calls(
+            "",
+            vec![FakeCall::new(
+                "call-1",
+                "file_read",
+                json!({"path": "note.md"}),
+            )],
+        )
+        .with_usage(100, 10),
+    );
+    fake.push(FakeReply::text(reply).with_usage(200, 20));
+}
+
+/// The agent's workspace with the note the tool reads (it also holds the provider key, so a
+/// captured tool result would carry it if spans were not redacted).
+fn write_note(root: &TempRoot) -> std::io::Result<()> {
+    let ws = root.path().join("agents/main/workspace");
+    std::fs::create_dir_all(&ws)?;
+    std::fs::write(ws.join("note.md"), format!("{NOTE}; key {KEY}\n"))
+}
+
+/// `GET path` on `port` as raw text (status, content type, body).
+fn get_text(port: u16, path: &str, token: Option<&str>) -> std::io::Result<(u16, String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(WAIT))?;
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-type:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    Ok((status, content_type, body.to_string()))
+}
+
+/// A Prometheus server (Debian's `prometheus`) killed when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    fn start(dir: &Path, scrape_config: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let port = free_port()?;
+        let config = dir.join("prometheus.yml");
+        std::fs::write(&config, scrape_config)?;
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("the `prometheus` server could not be started ({e}); install Debian's `prometheus` package (.ci/run does)")
+            })?;
+        let p = Self { child, port };
+        wait_until("prometheus ready", WAIT, || {
+            Ok(get_text(p.port, "/-/ready", None).is_ok_and(|(s, _, _)| s == 200))
+        })?;
+        Ok(p)
+    }
+
+    /// An instant PromQL query over the HTTP API: the vector's samples as (labels, value).
+    fn query(&self, promql: &str) -> Result<Vec<(Value, f64)>, Box<dyn std::error::Error>> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (status, body) = http(
+            self.port,
+            "GET",
+            &format!("/api/v1/query?query={encoded}"),
+            None,
+            "",
+        )?;
+        if status != 200 || body["status"] != "success" {
+            return Err(format!("query {promql}: {status} {body}").into());
+        }
+        Ok(body["data"]["result"]
+            .as_array()
+            .ok_or("no result")?
+            .iter()
+            .map(|s| {
+                let v = s["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (s["metric"].clone(), v)
+            })
+            .collect())
+    }
+
+    /// The single value of `promql`, once Prometheus has it.
+    fn value(&self, promql: &str) -> Result<f64, Box<dyn std::error::Error>> {
+        match self.query(promql)?.as_slice() {
+            [(_, v)] => Ok(*v),
+            other => Err(format!("{promql}: expected one sample, got {other:?}").into()),
+        }
+    }
+}
+
+#[test]
+fn prometheus_scrapes_turn_token_and_tool_counts_after_a_chat_issue25() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    let open_port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        &format!("\n[metrics]\nport = {open_port}\n"),
+    ))?;
+    write_note(&root)?;
+    push_chat(&fake, "The note is read.");
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "prometheus")?;
+
+    // The gateway's /metrics needs the token; the separate listener does not, and serves
+    // nothing else.
+    let (status, _, _) = get_text(port, "/metrics", None)?;
+    assert_eq!(status, 401);
+    let (status, _, _) = get_text(open_port, "/api/health", None)?;
+    assert_eq!(status, 404, "the metrics port serves only /metrics");
+
+    let (status, chat) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        Some(&token),
+        r#"{"message": "read note.md", "session": "private-session-key-9123"}"#,
+    )?;
+    assert_eq!(
+        (status, chat["tool_calls"].clone()),
+        (200, json!(1)),
+        "{chat}"
+    );
+
+    let dir = tempfile::tempdir()?;
+    let prometheus = Prometheus::start(
+        dir.path(),
+        &format!(
+            r#"global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: warren
+    metrics_path: /metrics
+    authorization:
+      credentials: "{token}"
+    static_configs:
+      - targets: ["127.0.0.1:{port}"]
+  - job_name: warren-open
+    metrics_path: /metrics
+    static_configs:
+      - targets: ["127.0.0.1:{open_port}"]
+"#
+        ),
+    )?;
+    wait_until("both targets scraped", WAIT, || {
+        Ok(prometheus
+            .query(r#"warren_turns_total{agent="main",channel="gateway",outcome="ok"}"#)?
+            .len()
+            == 2)
+    })?;
+    for job in ["warren", "warren-open"] {
+        let q = |metric: &str| metric.replace("JOB", job);
+        assert_eq!(prometheus.value(&q(r#"up{job="JOB"}"#))?, 1.0);
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_turns_total{job="JOB",agent="main",channel="gateway",outcome="ok"}"#
+            ))?,
+            1.0
+        );
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_turn_duration_seconds_count{job="JOB",agent="main"}"#
+            ))?,
+            1.0
+        );
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_provider_requests_total{job="JOB",provider="fake",model="gpt-test",status="ok"}"#
+            ))?,
+            2.0
+        );
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_provider_tokens_total{job="JOB",agent="main",model="gpt-test",direction="input"}"#
+            ))?,
+            300.0
+        );
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_provider_tokens_total{job="JOB",agent="main",model="gpt-test",direction="output"}"#
+            ))?,
+            30.0
+        );
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_tool_calls_total{job="JOB",agent="main",tool="file_read",outcome="ok"}"#
+            ))?,
+            1.0
+        );
+        // 300 input tokens at $1/Mtok + 30 output at $2/Mtok.
+        let cost = prometheus.value(&q(r#"warren_cost_usd_total{job="JOB",agent="main"}"#))?;
+        assert!((cost - 0.00036).abs() < 1e-9, "cost {cost}");
+        assert_eq!(
+            prometheus.value(&q(r#"warren_session_queue_depth{job="JOB",agent="main"}"#))?,
+            0.0,
+            "the turn left the queue"
+        );
+        let rss = prometheus.value(&q(r#"warren_process_resident_memory_bytes{job="JOB"}"#))?;
+        assert!(rss > 1_000_000.0, "rss {rss}");
+        let build = prometheus.query(&q(r#"warren_build_info{job="JOB"}"#))?;
+        assert_eq!(
+            build.first().map(|(m, v)| (m["version"].clone(), *v)),
+            Some((json!(env!("CARGO_PKG_VERSION")), 1.0))
+        );
+    }
+    // Bounded labels: the session key and the message text are no label value anywhere.
+    let (status, content_type, text) = get_text(port, "/metrics", Some(&token))?;
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    for private in ["private-session-key-9123", "read note.md", KEY] {
+        assert!(!text.contains(private), "{private} in /metrics:\n{text}");
+    }
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+fn attr<'a>(span: &'a ReceivedSpan, key: &str) -> &'a Value {
+    span.attributes.get(key).unwrap_or(&Value::Null)
+}
+
+/// The spans of the first trace that has a finished turn with a tool call.
+fn turn_spans(spans: &[ReceivedSpan]) -> Option<(ReceivedSpan, Vec<ReceivedSpan>)> {
+    let turn = spans.iter().find(|s| s.name == "invoke_agent main")?;
+    let children: Vec<ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.trace_id == turn.trace_id && s.parent_span_id == turn.span_id)
+        .cloned()
+        .collect();
+    (children.len() >= 3).then(|| (turn.clone(), children))
+}
+
+#[test]
+fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let receiver = OtlpReceiver::start()?;
+    let port = free_port()?;
+    let telemetry = |capture: bool| {
+        format!(
+            "\n[telemetry]\notlp_endpoint = \"{}\"\nexport_interval_ms = 200\ncapture_content = {capture}\nservice_name = \"warren-e2e\"\n",
+            receiver.endpoint()
+        )
+    };
+    root.write_config(&config(&fake, port, &telemetry(false)))?;
+    write_note(&root)?;
+    push_chat(&fake, "REPLY-TEXT-5521");
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "otel")?;
+    let (status, chat) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        Some(&token),
+        r#"{"message": "PROMPT-TEXT-8812 read note.md", "session": "otel-a"}"#,
+    )?;
+    assert_eq!(status, 200, "{chat}");
+
+    let spans = receiver.wait_for(WAIT, |s| turn_spans(s).is_some());
+    assert_eq!(receiver.errors(), Vec::<String>::new());
+    let (turn, children) =
+        turn_spans(&spans).ok_or(format!("no turn with children: {spans:#?}"))?;
+    assert_eq!(turn.service_name.as_deref(), Some("warren-e2e"));
+    assert_eq!(turn.parent_span_id, "", "the turn is the trace's root");
+    assert_eq!(turn.status_code, 1, "OK");
+    for (k, v) in [
+        ("gen_ai.operation.name", json!("invoke_agent")),
+        ("gen_ai.agent.name", json!("main")),
+        ("gen_ai.request.model", json!("gpt-test")),
+        ("gen_ai.usage.input_tokens", json!(300)),
+        ("gen_ai.usage.output_tokens", json!(30)),
+        ("warren.channel", json!("gateway")),
+    ] {
+        assert_eq!(attr(&turn, k), &v, "{k} of {turn:#?}");
+    }
+    let chats: Vec<&ReceivedSpan> = children
+        .iter()
+        .filter(|s| s.name == "chat gpt-test")
+        .collect();
+    assert_eq!(chats.len(), 2, "{children:#?}");
+    let mut usage: Vec<(Value, Value)> = chats
+        .iter()
+        .map(|c| {
+            assert_eq!(c.kind, 3, "a provider call is a CLIENT span");
+            assert_eq!(attr(c, "gen_ai.operation.name"), "chat");
+            assert_eq!(attr(c, "gen_ai.provider.name"), "fake");
+            assert_eq!(attr(c, "gen_ai.system"), "fake");
+            assert_eq!(attr(c, "gen_ai.request.model"), "gpt-test");
+            assert!(c.start_time_unix_nano >= turn.start_time_unix_nano);
+            assert!(c.end_time_unix_nano <= turn.end_time_unix_nano);
+            (
+                attr(c, "gen_ai.usage.input_tokens").clone(),
+                attr(c, "gen_ai.usage.output_tokens").clone(),
+            )
+        })
+        .collect();
+    usage.sort_by_key(|(i, _)| i.as_i64());
+    assert_eq!(usage, [(json!(100), json!(10)), (json!(200), json!(20))]);
+    let tool = children
+        .iter()
+        .find(|s| s.name == "execute_tool file_read")
+        .ok_or(format!("no tool span: {children:#?}"))?;
+    assert_eq!(attr(tool, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(attr(tool, "gen_ai.tool.name"), "file_read");
+    assert_eq!(attr(tool, "gen_ai.tool.call.id"), "call-1");
+    // Default: no prompt, completion, tool argument or result text; never the key.
+    let content_keys = [
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    ];
+    for s in &spans {
+        for k in content_keys {
+            assert!(
+                !s.attributes.contains_key(k),
+                "{k} exported by default: {s:#?}"
+            );
+        }
+    }
+    let all: Vec<u8> = receiver.bodies().concat();
+    let raw = String::from_utf8_lossy(&all);
+    for private in [
+        "PROMPT-TEXT-8812",
+        "REPLY-TEXT-5521",
+        "NOTE-BODY-7731",
+        "note.md",
+        KEY,
+    ] {
+        assert!(!raw.contains(private), "{private} exported by default");
+    }
+
+    // capture_content = true (reload): the text is exported, the key still is not.
+    let out = root.run(
+        bin(),
+        &["config", "set", "telemetry.capture_content", "true"],
+    )?;
+    assert!(out.status.success(), "{:?}", warren_testkit::text(&out));
+    let (status, reloaded) = http(port, "POST", "/admin/reload", Some(&token), "")?;
+    assert_eq!(status, 200, "{reloaded}");
+    daemon.wait_for("gateway listening", WAIT)?;
+    push_chat(&fake, "CAPTURED-REPLY-3390");
+    let (status, chat) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        Some(&token),
+        r#"{"message": "CAPTURED-PROMPT-4471 read note.md", "session": "otel-b"}"#,
+    )?;
+    assert_eq!(status, 200, "{chat}");
+    let captured = |s: &[ReceivedSpan]| {
+        s.iter().any(|t| {
+            t.name == "execute_tool file_read"
+                && t.attributes.contains_key("gen_ai.tool.call.result")
+        }) && s.iter().any(|t| {
+            t.name == "invoke_agent main"
+                && attr(t, "gen_ai.output.messages")
+                    .as_str()
+                    .is_some_and(|m| m.contains("CAPTURED-REPLY-3390"))
+        })
+    };
+    let spans = receiver.wait_for(WAIT, captured);
+    assert!(captured(&spans), "no captured content: {spans:#?}");
+    let text_of = |name: &str, key: &str| -> String {
+        spans
+            .iter()
+            .filter(|s| s.name == name)
+            .filter_map(|s| s.attributes.get(key).and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(text_of("invoke_agent main", "gen_ai.input.messages").contains("CAPTURED-PROMPT-4471"));
+    assert!(text_of("chat gpt-test", "gen_ai.input.messages").contains("CAPTURED-PROMPT-4471"));
+    let result = text_of("execute_tool file_read", "gen_ai.tool.call.result");
+    assert!(result.contains("NOTE-BODY-7731"), "{result}");
+    assert!(
+        result.contains("[redacted]"),
+        "the key is redacted: {result}"
+    );
+    assert!(text_of("execute_tool file_read", "gen_ai.tool.call.arguments").contains("note.md"));
+    let all: Vec<u8> = receiver.bodies().concat();
+    assert!(
+        !String::from_utf8_lossy(&all).contains(KEY),
+        "a configured secret left in a span"
+    );
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn resident_memory_past_the_ceiling_warns_once_in_the_log_and_in_health_issue25() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let receiver = OtlpReceiver::start()?;
+    let port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        &format!(
+            "\n[telemetry]\nrss_ceiling_mb = 1\nrss_interval_secs = 1\nexport_interval_ms = 200\notlp_endpoint = \"{}\"\n",
+            receiver.endpoint()
+        ),
+    ))?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "ops")?;
+    daemon.saw_or_wait_for("rss_ceiling_mb", WAIT)?;
+    // A reading every second goes into the trace; still one warning.
+    let readings = receiver.wait_for(WAIT, |s| {
+        s.iter().filter(|t| t.name == "self_watch").count() >= 3
+    });
+    let rss: Vec<i64> = readings
+        .iter()
+        .filter(|t| t.name == "self_watch")
+        .filter_map(|t| attr(t, "process.memory.usage").as_i64())
+        .collect();
+    assert!(
+        rss.len() >= 3 && rss.iter().all(|b| *b > 1024 * 1024),
+        "{rss:?}"
+    );
+    let (status, health) = http(port, "GET", "/api/health", Some(&token), "")?;
+    assert_eq!(status, 200);
+    let memory = &health["components"]["resident_memory"];
+    assert_eq!(memory["status"], "warning", "{health}");
+    assert_eq!(memory["ceiling_bytes"], 1024 * 1024);
+    assert!(
+        memory["rss_bytes"].as_u64().unwrap_or(0) > 1024 * 1024,
+        "{health}"
+    );
+    assert!(
+        memory["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("rss_ceiling_mb")),
+        "{health}"
+    );
+    assert_eq!(health["status"], "degraded", "{health}");
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
+    // Read the rest of its stderr (the needle never comes; the pipe ends).
+    let _ = daemon.wait_for("\u{0}", Duration::from_secs(2));
+    let warnings = daemon
+        .stderr_seen()
+        .iter()
+        .filter(|l| l.contains("rss_ceiling_mb"))
+        .count();
+    assert_eq!(warnings, 1, "{:?}", daemon.stderr_seen());
+    Ok(())
+}
