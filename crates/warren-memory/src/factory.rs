@@ -56,10 +56,14 @@ impl MemoryStores {
     /// The SQLite store (`data/memory/memory.db`), opened off the async workers.
     pub async fn sqlite(&self, config: &Config) -> Result<Arc<SqliteStore>, MemoryError> {
         let path = self.root.memory_db();
-        let weight = config.memory.embedder.vector_weight;
+        let (weight, history) = (
+            config.memory.embedder.vector_weight,
+            config.memory.history_versions,
+        );
         self.sqlite
             .get_or_try_init(|| async move {
-                let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+                let open = move || SqliteStore::open(&path).map(|s| s.with_history_limit(history));
+                let store = tokio::task::spawn_blocking(open)
                     .await
                     .map_err(|e| MemoryError::Worker(e.to_string()))??;
                 let store = match weight {
@@ -84,10 +88,13 @@ impl MemoryStores {
             ));
         };
         let (url, schema) = (url.expose().to_string(), pg.schema.clone());
-        let weight = config.memory.embedder.vector_weight;
+        let (weight, history) = (
+            config.memory.embedder.vector_weight,
+            config.memory.history_versions,
+        );
         self.postgres
             .get_or_try_init(|| async move {
-                let store = PostgresStore::new(&url, &schema)?;
+                let store = PostgresStore::new(&url, &schema)?.with_history_limit(history);
                 Ok(Arc::new(match weight {
                     Some(w) => store.with_vector_weight(w),
                     None => store,

@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, NoTls, Row, Transaction};
 use uuid::Uuid;
 use warren_config::schema::MemoryBackendKind;
 use warren_core::AgentAlias;
 
 use crate::entry::{
-    AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule, now,
+    AgentId, DEFAULT_HISTORY_VERSIONS, ListQuery, MemoryEntry, MemoryVersion, NewEntry, Provenance,
+    RecallHit, RecallQuery, ScopeRule, Trust, VersionState, now,
 };
 use crate::error::{MemoryError, redact_url};
 use crate::fts;
@@ -31,8 +32,16 @@ use crate::store::{MemFuture, MemoryStore};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Columns of an entry query over `t` (memories) joined with `a` (agents).
-const ENTRY_COLUMNS: &str =
-    "t.id, a.alias, t.key, t.content, t.category, t.session, t.created_at, t.updated_at";
+const ENTRY_COLUMNS: &str = "t.id, a.alias, t.key, t.content, t.category, t.session, t.created_at, t.updated_at, \
+     t.version, t.trust, t.prov_agent, t.prov_session, t.prov_channel, t.prov_tool_call, \
+     t.prov_receipt, t.seq";
+
+/// How many columns [`ENTRY_COLUMNS`] selects (`t.seq` last).
+const ENTRY_COLUMN_COUNT: usize = 16;
+
+/// Provenance and version columns shared by `memories` and `memory_versions` (issue 20).
+const PROVENANCE_COLUMNS: &str =
+    "trust, prov_agent, prov_session, prov_channel, prov_tool_call, prov_receipt";
 
 /// The install-wide PostgreSQL store.
 pub struct PostgresStore {
@@ -46,6 +55,11 @@ pub struct PostgresStore {
     /// agent another process wrote since (see the trigger in the schema).
     versions: std::sync::Mutex<HashMap<AgentId, i64>>,
     vector_weight: f64,
+    /// Earlier versions kept per key (`[memory] history_versions`).
+    history_limit: u32,
+    /// The connection versioned writes run their transactions on (one at a time per process;
+    /// an advisory lock per key orders them across processes).
+    writer: tokio::sync::Mutex<Option<Client>>,
 }
 
 type Param = Box<dyn ToSql + Sync + Send>;
@@ -82,7 +96,25 @@ impl PostgresStore {
             vectors: VectorIndex::default(),
             versions: std::sync::Mutex::new(HashMap::new()),
             vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
+            history_limit: DEFAULT_HISTORY_VERSIONS,
+            writer: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// How many earlier versions of each key are kept (`[memory] history_versions`).
+    pub fn with_history_limit(mut self, versions: u32) -> Self {
+        self.history_limit = versions;
+        self
+    }
+
+    /// The writer connection, (re)made when absent or closed; the schema exists after it.
+    async fn writer(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Client>>, MemoryError> {
+        self.client().await?;
+        let mut guard = self.writer.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(self.fresh().await?);
+        }
+        Ok(guard)
     }
 
     /// Weight of the vector score in hybrid recall (0..=1; the keyword score gets the rest).
@@ -104,7 +136,7 @@ impl PostgresStore {
         let pred = self.predicate(&mut params, scope, query)?;
         params.push(limit_param(limit));
         let sql = format!(
-            r#"SELECT {ENTRY_COLUMNS}, ts_rank_cd(t.tsv, q)::float8 AS score, t.seq
+            r#"SELECT {ENTRY_COLUMNS}, ts_rank_cd(t.tsv, q)::float8 AS score
                FROM "{s}".memories t JOIN "{s}".agents a ON a.id = t.agent_id,
                     to_tsquery('simple', $1) q
                WHERE t.tsv @@ q AND {pred}
@@ -114,8 +146,8 @@ impl PostgresStore {
         let rows = self.query(&sql, &params).await?;
         let mut hits = Vec::with_capacity(rows.len());
         for r in &rows {
-            let score: f64 = r.try_get(8).map_err(|e| self.pg(e))?;
-            let seq: i64 = r.try_get(9).map_err(|e| self.pg(e))?;
+            let score: f64 = r.try_get(ENTRY_COLUMN_COUNT).map_err(|e| self.pg(e))?;
+            let seq: i64 = r.try_get(ENTRY_COLUMN_COUNT - 1).map_err(|e| self.pg(e))?;
             hits.push((seq, self.entry(r)?, score));
         }
         Ok(hits)
@@ -319,6 +351,38 @@ impl PostgresStore {
                     END IF;
                 END
                 $do$;
+                -- Version and provenance of each row (issue 20): added to existing tables,
+                -- whose rows read as version 1 written with `agent` trust.
+                ALTER TABLE "{s}".memories
+                    ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 1,
+                    ADD COLUMN IF NOT EXISTS trust TEXT NOT NULL DEFAULT 'agent',
+                    ADD COLUMN IF NOT EXISTS prov_agent TEXT,
+                    ADD COLUMN IF NOT EXISTS prov_session TEXT,
+                    ADD COLUMN IF NOT EXISTS prov_channel TEXT,
+                    ADD COLUMN IF NOT EXISTS prov_tool_call TEXT,
+                    ADD COLUMN IF NOT EXISTS prov_receipt TEXT;
+                -- Earlier versions of each key, newest `history_versions` per key.
+                CREATE TABLE IF NOT EXISTS "{s}".memory_versions (
+                    agent_id    UUID NOT NULL REFERENCES "{s}".agents(id),
+                    key         TEXT NOT NULL,
+                    version     BIGINT NOT NULL,
+                    id          UUID NOT NULL,
+                    content     TEXT NOT NULL,
+                    category    TEXT NOT NULL,
+                    session     TEXT,
+                    created_at  TIMESTAMPTZ NOT NULL,
+                    updated_at  TIMESTAMPTZ NOT NULL,
+                    embedding   REAL[],
+                    trust       TEXT NOT NULL,
+                    prov_agent  TEXT,
+                    prov_session TEXT,
+                    prov_channel TEXT,
+                    prov_tool_call TEXT,
+                    prov_receipt TEXT,
+                    state       TEXT NOT NULL,
+                    archived_at TIMESTAMPTZ NOT NULL,
+                    PRIMARY KEY (agent_id, key, version)
+                );
                 CREATE INDEX IF NOT EXISTS memories_tsv ON "{s}".memories USING GIN (tsv);
                 CREATE INDEX IF NOT EXISTS memories_agent_updated
                     ON "{s}".memories (agent_id, updated_at);
@@ -368,23 +432,54 @@ impl PostgresStore {
             .try_get::<_, String>(1)
             .map_err(|e| corrupt(e.to_string()))
             .and_then(|a| AgentAlias::new(a).map_err(|e| corrupt(e.to_string())))?;
-        let get = || -> Result<MemoryEntry, tokio_postgres::Error> {
-            Ok(MemoryEntry {
-                id: r.try_get::<_, Uuid>(0)?.to_string(),
-                agent,
-                key: r.try_get(2)?,
-                content: r.try_get(3)?,
-                category: r.try_get(4)?,
-                session: r.try_get(5)?,
-                created_at: r.try_get::<_, OffsetDateTime>(6)?,
-                updated_at: r.try_get::<_, OffsetDateTime>(7)?,
-                version: 0,
-                provenance: crate::entry::Provenance::default(),
-            })
+        let get = || -> Result<(MemoryEntry, String), tokio_postgres::Error> {
+            Ok((
+                MemoryEntry {
+                    id: r.try_get::<_, Uuid>(0)?.to_string(),
+                    agent,
+                    key: r.try_get(2)?,
+                    content: r.try_get(3)?,
+                    category: r.try_get(4)?,
+                    session: r.try_get(5)?,
+                    created_at: r.try_get::<_, OffsetDateTime>(6)?,
+                    updated_at: r.try_get::<_, OffsetDateTime>(7)?,
+                    version: u64::try_from(r.try_get::<_, i64>(8)?).unwrap_or(0),
+                    provenance: Provenance {
+                        trust: Trust::Agent,
+                        agent: r.try_get(10)?,
+                        session: r.try_get(11)?,
+                        channel: r.try_get(12)?,
+                        tool_call: r.try_get(13)?,
+                        receipt: r.try_get(14)?,
+                    },
+                },
+                r.try_get(9)?,
+            ))
         };
-        get().map_err(|e| MemoryError::Corrupt {
+        let (mut entry, trust) = get().map_err(|e| corrupt(e.to_string()))?;
+        entry.provenance.trust = Trust::parse(&trust)
+            .ok_or_else(|| corrupt(format!("unknown trust level {trust:?}")))?;
+        Ok(entry)
+    }
+
+    /// A `memory_versions` row selected as [`VERSION_COLUMNS`].
+    fn version(&self, r: &Row) -> Result<MemoryVersion, MemoryError> {
+        let entry = self.entry(r)?;
+        let corrupt = |message: String| MemoryError::Corrupt {
             location: self.location(),
-            message: e.to_string(),
+            message,
+        };
+        let state: String = r
+            .try_get(ENTRY_COLUMN_COUNT)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let archived_at: OffsetDateTime = r
+            .try_get(ENTRY_COLUMN_COUNT + 1)
+            .map_err(|e| corrupt(e.to_string()))?;
+        Ok(MemoryVersion {
+            entry,
+            state: VersionState::parse(&state)
+                .ok_or_else(|| corrupt(format!("unknown version state {state:?}")))?,
+            archived_at: Some(archived_at),
         })
     }
 
@@ -492,6 +587,190 @@ impl PostgresStore {
     }
 }
 
+/// A `memory_versions` row `v` (joined with `a`) in [`ENTRY_COLUMNS`] order, then state and
+/// archived_at.
+const VERSION_COLUMNS: &str = "v.id, a.alias, v.key, v.content, v.category, v.session, v.created_at, v.updated_at, \
+     v.version, v.trust, v.prov_agent, v.prov_session, v.prov_channel, v.prov_tool_call, \
+     v.prov_receipt, 0::BIGINT, v.state, v.archived_at";
+
+fn big(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Versioned writes (issue 20 §4): each runs in one transaction on the writer connection that
+/// first takes an advisory lock on the key, so writers of one key queue, in this process or
+/// another, and every replaced version is archived.
+impl PostgresStore {
+    /// Takes the key's lock; the live row's seq and version.
+    async fn lock_key(
+        &self,
+        tx: &Transaction<'_>,
+        agent: Uuid,
+        key: &str,
+    ) -> Result<Option<(i64, u64)>, MemoryError> {
+        let s = &self.schema;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[&format!("warren-memory/{s}/{agent}/{key}")],
+        )
+        .await
+        .map_err(|e| self.pg(e))?;
+        let row = tx
+            .query_opt(
+                &format!(
+                    r#"SELECT seq, version FROM "{s}".memories WHERE agent_id = $1 AND key = $2"#
+                ),
+                &[&agent, &key],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+        row.map(|r| {
+            Ok((
+                r.try_get(0).map_err(|e| self.pg(e))?,
+                u64::try_from(r.try_get::<_, i64>(1).map_err(|e| self.pg(e))?).unwrap_or(0),
+            ))
+        })
+        .transpose()
+    }
+
+    /// One above every version of the key still known (live or kept).
+    async fn next_version(
+        &self,
+        tx: &Transaction<'_>,
+        agent: Uuid,
+        key: &str,
+        current: u64,
+    ) -> Result<u64, MemoryError> {
+        let s = &self.schema;
+        let kept: i64 = tx
+            .query_one(
+                &format!(
+                    r#"SELECT COALESCE(MAX(version), 0)::BIGINT FROM "{s}".memory_versions
+                       WHERE agent_id = $1 AND key = $2"#
+                ),
+                &[&agent, &key],
+            )
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| self.pg(e))?;
+        Ok(current.max(u64::try_from(kept).unwrap_or(0)) + 1)
+    }
+
+    /// Copies the live row `seq` into the history as `state`.
+    async fn archive(
+        &self,
+        tx: &Transaction<'_>,
+        seq: i64,
+        state: VersionState,
+        at: OffsetDateTime,
+    ) -> Result<(), MemoryError> {
+        let s = &self.schema;
+        tx.execute(
+            &format!(
+                r#"INSERT INTO "{s}".memory_versions (agent_id, key, version, id, content, category,
+                     session, created_at, updated_at, embedding, {PROVENANCE_COLUMNS}, state, archived_at)
+                   SELECT agent_id, key, version, id, content, category, session, created_at,
+                     updated_at, embedding, {PROVENANCE_COLUMNS}, $2, $3
+                   FROM "{s}".memories WHERE seq = $1"#
+            ),
+            &[&seq, &state.as_str(), &at],
+        )
+        .await
+        .map_err(|e| self.pg(e))?;
+        Ok(())
+    }
+
+    /// Keeps the newest `history_limit` kept versions of the key.
+    async fn prune(&self, tx: &Transaction<'_>, agent: Uuid, key: &str) -> Result<(), MemoryError> {
+        let s = &self.schema;
+        tx.execute(
+            &format!(
+                r#"DELETE FROM "{s}".memory_versions WHERE agent_id = $1 AND key = $2 AND version <=
+                     (SELECT version FROM "{s}".memory_versions WHERE agent_id = $1 AND key = $2
+                      ORDER BY version DESC OFFSET $3 LIMIT 1)"#
+            ),
+            &[&agent, &key, &i64::from(self.history_limit)],
+        )
+        .await
+        .map_err(|e| self.pg(e))?;
+        Ok(())
+    }
+
+    async fn alias_in(&self, tx: &Transaction<'_>, agent: Uuid) -> Result<String, MemoryError> {
+        let s = &self.schema;
+        let row = tx
+            .query_opt(
+                &format!(r#"SELECT alias FROM "{s}".agents WHERE id = $1"#),
+                &[&agent],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+        Ok(match row {
+            Some(r) => r.try_get(0).map_err(|e| self.pg(e))?,
+            None => agent.to_string(),
+        })
+    }
+
+    /// The live entry of the key and its seq, read inside `tx`.
+    async fn live_in(
+        &self,
+        tx: &Transaction<'_>,
+        agent: Uuid,
+        key: &str,
+    ) -> Result<(i64, MemoryEntry), MemoryError> {
+        let s = &self.schema;
+        let rows = tx
+            .query(
+                &format!(
+                    r#"SELECT {ENTRY_COLUMNS} FROM "{s}".memories t JOIN "{s}".agents a ON a.id = t.agent_id
+                       WHERE t.agent_id = $1 AND t.key = $2"#
+                ),
+                &[&agent, &key],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+        match rows.first() {
+            Some(r) => Ok((
+                r.try_get(ENTRY_COLUMN_COUNT - 1).map_err(|e| self.pg(e))?,
+                self.entry(r)?,
+            )),
+            None => Err(MemoryError::Corrupt {
+                location: self.location(),
+                message: format!("key '{key}' vanished after its write"),
+            }),
+        }
+    }
+
+    /// Kept versions of `agent` (one key or all), newest first per key.
+    async fn kept(
+        &self,
+        agent: Uuid,
+        key: Option<String>,
+    ) -> Result<Vec<MemoryVersion>, MemoryError> {
+        let s = &self.schema;
+        let from = format!(
+            r#"SELECT {VERSION_COLUMNS} FROM "{s}".memory_versions v JOIN "{s}".agents a ON a.id = v.agent_id"#
+        );
+        let rows = match key {
+            Some(k) => {
+                self.query(
+                    &format!("{from} WHERE v.agent_id = $1 AND v.key = $2 ORDER BY v.version DESC"),
+                    &[Box::new(agent), Box::new(k)],
+                )
+                .await?
+            }
+            None => {
+                self.query(
+                    &format!("{from} WHERE v.agent_id = $1 ORDER BY v.key, v.version DESC"),
+                    &[Box::new(agent)],
+                )
+                .await?
+            }
+        };
+        rows.iter().map(|r| self.version(r)).collect()
+    }
+}
+
 fn limit_param(n: usize) -> Param {
     Box::new(i64::try_from(n).unwrap_or(i64::MAX))
 }
@@ -542,43 +821,74 @@ impl MemoryStore for PostgresStore {
         Box::pin(async move {
             let s = &self.schema;
             let at = now();
+            let id = self.uuid(&agent)?;
+            let p = entry.provenance.clone().sanitized();
             let embedding = entry.embedding.clone();
-            let rows = self
-                .query(
-                    &format!(
-                        r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding)
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
-                           ON CONFLICT (agent_id, key) DO UPDATE SET content = EXCLUDED.content,
-                             category = EXCLUDED.category, session = EXCLUDED.session,
-                             updated_at = EXCLUDED.updated_at, embedding = EXCLUDED.embedding
-                           RETURNING seq"#
-                    ),
-                    &[
-                        Box::new(Uuid::new_v4()),
-                        Box::new(self.uuid(&agent)?),
-                        Box::new(entry.key),
-                        Box::new(entry.content),
-                        Box::new(entry.category),
-                        Box::new(entry.session),
-                        Box::new(at),
-                        Box::new(entry.embedding),
-                    ],
-                )
+            let mut guard = self.writer().await?;
+            let client = guard
+                .as_mut()
+                .ok_or_else(|| self.err("no writer connection"))?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            let current = self.lock_key(&tx, id, &entry.key).await?;
+            let current_version = current.map_or(0, |(_, v)| v);
+            if let Some(expected) = entry.expected_version
+                && expected != current_version
+            {
+                let agent = self.alias_in(&tx, id).await?;
+                // Ended here, not on drop: a dropped transaction's ROLLBACK waits for the
+                // connection task, and the key's lock with it.
+                tx.rollback().await.map_err(|e| self.pg(e))?;
+                return Err(MemoryError::Conflict {
+                    agent,
+                    key: entry.key,
+                    expected,
+                    actual: current_version,
+                });
+            }
+            let next = self
+                .next_version(&tx, id, &entry.key, current_version)
                 .await?;
-            let seq: i64 = rows
-                .first()
-                .map(|r| r.try_get(0))
-                .transpose()
-                .map_err(|e| self.pg(e))?
-                .unwrap_or_default();
-            let stored = self
-                .entries("WHERE t.seq = $1", &[Box::new(seq)])
-                .await?
-                .pop()
-                .ok_or_else(|| MemoryError::Corrupt {
-                    location: self.location(),
-                    message: format!("row {seq} vanished after its write"),
-                })?;
+            if let Some((seq, _)) = current {
+                self.archive(&tx, seq, VersionState::Replaced, at).await?;
+            }
+            tx.execute(
+                &format!(
+                    r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at,
+                         updated_at, embedding, version, {PROVENANCE_COLUMNS})
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                       ON CONFLICT (agent_id, key) DO UPDATE SET content = EXCLUDED.content,
+                         category = EXCLUDED.category, session = EXCLUDED.session,
+                         updated_at = EXCLUDED.updated_at, embedding = EXCLUDED.embedding,
+                         version = EXCLUDED.version, trust = EXCLUDED.trust,
+                         prov_agent = EXCLUDED.prov_agent, prov_session = EXCLUDED.prov_session,
+                         prov_channel = EXCLUDED.prov_channel,
+                         prov_tool_call = EXCLUDED.prov_tool_call,
+                         prov_receipt = EXCLUDED.prov_receipt"#
+                ),
+                &[
+                    &Uuid::new_v4(),
+                    &id,
+                    &entry.key,
+                    &entry.content,
+                    &entry.category,
+                    &entry.session,
+                    &at,
+                    &entry.embedding,
+                    &big(next),
+                    &p.trust.as_str(),
+                    &p.agent,
+                    &p.session,
+                    &p.channel,
+                    &p.tool_call,
+                    &p.receipt,
+                ],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            self.prune(&tx, id, &entry.key).await?;
+            let (seq, stored) = self.live_in(&tx, id, &entry.key).await?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            drop(guard);
             let row = embedding.as_deref().and_then(|v| {
                 VecRow::new(
                     stored.category.clone(),
@@ -648,14 +958,14 @@ impl MemoryStore for PostgresStore {
                 let rows = self
                     .query(
                         &format!(
-                            r#"SELECT {ENTRY_COLUMNS}, t.seq FROM "{s}".memories t
+                            r#"SELECT {ENTRY_COLUMNS} FROM "{s}".memories t
                                JOIN "{s}".agents a ON a.id = t.agent_id WHERE t.seq = ANY($1)"#
                         ),
                         &[Box::new(missing)],
                     )
                     .await?;
                 for r in &rows {
-                    let seq: i64 = r.try_get(8).map_err(|e| self.pg(e))?;
+                    let seq: i64 = r.try_get(ENTRY_COLUMN_COUNT - 1).map_err(|e| self.pg(e))?;
                     extra.insert(seq, self.entry(r)?);
                 }
             }
@@ -691,19 +1001,30 @@ impl MemoryStore for PostgresStore {
     fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
         Box::pin(async move {
             let s = &self.schema;
-            let rows = self
-                .query(
-                    &format!(
-                        r#"DELETE FROM "{s}".memories WHERE agent_id = $1 AND key = $2 RETURNING seq"#
-                    ),
-                    &[Box::new(self.uuid(&agent)?), Box::new(key)],
-                )
+            let id = self.uuid(&agent)?;
+            let mut guard = self.writer().await?;
+            let client = guard
+                .as_mut()
+                .ok_or_else(|| self.err("no writer connection"))?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            let Some((seq, _)) = self.lock_key(&tx, id, &key).await? else {
+                tx.rollback().await.map_err(|e| self.pg(e))?;
+                return Ok(false);
+            };
+            self.archive(&tx, seq, VersionState::Forgotten, now())
                 .await?;
-            if let Some(seq) = rows.first().and_then(|r| r.try_get::<_, i64>(0).ok()) {
-                self.own_write(&agent, || self.vectors.update(&agent, seq, None))
-                    .await?;
-            }
-            Ok(!rows.is_empty())
+            tx.execute(
+                &format!(r#"DELETE FROM "{s}".memories WHERE seq = $1"#),
+                &[&seq],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            self.prune(&tx, id, &key).await?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            drop(guard);
+            self.own_write(&agent, || self.vectors.update(&agent, seq, None))
+                .await?;
+            Ok(true)
         })
     }
 
@@ -750,6 +1071,12 @@ impl MemoryStore for PostgresStore {
                 )
                 .await
                 .map_err(|e| self.pg(e))?;
+            tx.execute(
+                &format!(r#"DELETE FROM "{s}".memory_versions WHERE agent_id = $1"#),
+                &[&id],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
             tx.execute(
                 &format!(r#"DELETE FROM "{s}".agents WHERE id = $1"#),
                 &[&id],
@@ -836,14 +1163,17 @@ impl MemoryStore for PostgresStore {
                 .map_err(|e| self.pg(e))?;
             let insert = tx
                 .prepare(&format!(
-                    r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at, updated_at)
-                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"#
+                    r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at,
+                         updated_at, version, {PROVENANCE_COLUMNS})
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                       ON CONFLICT DO NOTHING"#
                 ))
                 .await
                 .map_err(|e| self.pg(e))?;
             let mut inserted = 0u64;
             for e in &rows {
                 let id = Uuid::parse_str(&e.id).unwrap_or_else(|_| Uuid::new_v4());
+                let p = e.provenance.clone().sanitized();
                 inserted += tx
                     .execute(
                         &insert,
@@ -856,6 +1186,214 @@ impl MemoryStore for PostgresStore {
                             &e.session,
                             &e.created_at,
                             &e.updated_at,
+                            // Archives from before versions existed carry none: version 1.
+                            &big(e.version.max(1)),
+                            &p.trust.as_str(),
+                            &p.agent,
+                            &p.session,
+                            &p.channel,
+                            &p.tool_call,
+                            &p.receipt,
+                        ],
+                    )
+                    .await
+                    .map_err(|e| self.pg(e))?;
+            }
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            Ok(inserted)
+        })
+    }
+
+    fn history_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(async move {
+            let id = self.uuid(&agent)?;
+            let mut out: Vec<MemoryVersion> = self
+                .entries(
+                    "WHERE t.agent_id = $1 AND t.key = $2",
+                    &[Box::new(id), Box::new(key.clone())],
+                )
+                .await?
+                .into_iter()
+                .map(|entry| MemoryVersion {
+                    entry,
+                    state: VersionState::Current,
+                    archived_at: None,
+                })
+                .collect();
+            out.extend(self.kept(id, Some(key)).await?);
+            Ok(out)
+        })
+    }
+
+    fn undo_for_agent(
+        &self,
+        agent: AgentId,
+        key: String,
+        to: Option<u64>,
+    ) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            let s = &self.schema;
+            let id = self.uuid(&agent)?;
+            let mut guard = self.writer().await?;
+            let client = guard
+                .as_mut()
+                .ok_or_else(|| self.err("no writer connection"))?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            let current = self.lock_key(&tx, id, &key).await?;
+            let kept: Vec<u64> = tx
+                .query(
+                    &format!(
+                        r#"SELECT version FROM "{s}".memory_versions WHERE agent_id = $1 AND key = $2
+                           ORDER BY version DESC"#
+                    ),
+                    &[&id, &key],
+                )
+                .await
+                .map_err(|e| self.pg(e))?
+                .iter()
+                .map(|r| r.try_get::<_, i64>(0).map(|v| u64::try_from(v).unwrap_or(0)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.pg(e))?;
+            let message = match to {
+                Some(v) if current.is_some_and(|(_, c)| c == v) => {
+                    Some(format!("version {v} is already the current one"))
+                }
+                Some(v) if !kept.contains(&v) => Some(if kept.is_empty() {
+                    format!("version {v} is not kept (no earlier versions are)")
+                } else {
+                    let list: Vec<String> = kept.iter().map(u64::to_string).collect();
+                    format!("version {v} is not kept (kept: {})", list.join(", "))
+                }),
+                None if kept.is_empty() && current.is_some() => {
+                    Some("no earlier version is kept".into())
+                }
+                None if kept.is_empty() => Some("no such key and no kept version of it".into()),
+                _ => None,
+            };
+            if let Some(message) = message {
+                let agent = self.alias_in(&tx, id).await?;
+                tx.rollback().await.map_err(|e| self.pg(e))?;
+                return Err(MemoryError::NoVersion {
+                    agent,
+                    key,
+                    message,
+                });
+            }
+            let target = big(to.or(kept.first().copied()).unwrap_or(0));
+            let current_version = current.map_or(0, |(_, v)| v);
+            let next = big(self.next_version(&tx, id, &key, current_version).await?);
+            let at = now();
+            match current {
+                Some((seq, _)) => {
+                    self.archive(&tx, seq, VersionState::Replaced, at).await?;
+                    tx.execute(
+                        &format!(
+                            r#"UPDATE "{s}".memories m SET content = v.content, category = v.category,
+                                 session = v.session, updated_at = $5, embedding = v.embedding,
+                                 version = $6, trust = v.trust, prov_agent = v.prov_agent,
+                                 prov_session = v.prov_session, prov_channel = v.prov_channel,
+                                 prov_tool_call = v.prov_tool_call, prov_receipt = v.prov_receipt
+                               FROM "{s}".memory_versions v
+                               WHERE m.seq = $1 AND v.agent_id = $2 AND v.key = $3 AND v.version = $4"#
+                        ),
+                        &[&seq, &id, &key, &target, &at, &next],
+                    )
+                    .await
+                    .map_err(|e| self.pg(e))?;
+                }
+                None => {
+                    tx.execute(
+                        &format!(
+                            r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session,
+                                 created_at, updated_at, embedding, version, {PROVENANCE_COLUMNS})
+                               SELECT id, agent_id, key, content, category, session, created_at, $4,
+                                 embedding, $5, {PROVENANCE_COLUMNS}
+                               FROM "{s}".memory_versions
+                               WHERE agent_id = $1 AND key = $2 AND version = $3"#
+                        ),
+                        &[&id, &key, &target, &at, &next],
+                    )
+                    .await
+                    .map_err(|e| self.pg(e))?;
+                }
+            }
+            self.prune(&tx, id, &key).await?;
+            let (_, restored) = self.live_in(&tx, id, &key).await?;
+            tx.commit().await.map_err(|e| self.pg(e))?;
+            drop(guard);
+            // The restored row's vector comes back with it: reload the agent's vectors.
+            self.vectors.forget_agent(&agent);
+            self.known().remove(&agent);
+            Ok(restored)
+        })
+    }
+
+    fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(async move { self.kept(self.uuid(&agent)?, None).await })
+    }
+
+    fn import_history(
+        &self,
+        alias: AgentAlias,
+        versions: Vec<MemoryVersion>,
+    ) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            let s = &self.schema;
+            self.client().await?;
+            let mut client = self.fresh().await?;
+            let tx = client.transaction().await.map_err(|e| self.pg(e))?;
+            tx.execute(
+                &format!(
+                    r#"INSERT INTO "{s}".agents (id, alias, backend, created_at) VALUES ($1, $2, 'postgres', $3)
+                       ON CONFLICT (alias) DO NOTHING"#
+                ),
+                &[&Uuid::new_v4(), &alias.as_str(), &now()],
+            )
+            .await
+            .map_err(|e| self.pg(e))?;
+            let agent: Uuid = tx
+                .query_one(
+                    &format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#),
+                    &[&alias.as_str()],
+                )
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(|e| self.pg(e))?;
+            let insert = tx
+                .prepare(&format!(
+                    r#"INSERT INTO "{s}".memory_versions (agent_id, key, version, id, content, category,
+                         session, created_at, updated_at, {PROVENANCE_COLUMNS}, state, archived_at)
+                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+                       ON CONFLICT DO NOTHING"#
+                ))
+                .await
+                .map_err(|e| self.pg(e))?;
+            let mut inserted = 0u64;
+            for v in versions.iter().filter(|v| v.state != VersionState::Current) {
+                let e = &v.entry;
+                let p = e.provenance.clone().sanitized();
+                let id = Uuid::parse_str(&e.id).unwrap_or_else(|_| Uuid::new_v4());
+                inserted += tx
+                    .execute(
+                        &insert,
+                        &[
+                            &agent,
+                            &e.key,
+                            &big(e.version),
+                            &id,
+                            &e.content,
+                            &e.category,
+                            &e.session,
+                            &e.created_at,
+                            &e.updated_at,
+                            &p.trust.as_str(),
+                            &p.agent,
+                            &p.session,
+                            &p.channel,
+                            &p.tool_call,
+                            &p.receipt,
+                            &v.state.as_str(),
+                            &v.archived_at.unwrap_or(e.updated_at),
                         ],
                     )
                     .await
@@ -895,6 +1433,7 @@ impl MemoryStore for PostgresStore {
                 .query_opt(
                     &format!(
                         r#"SELECT a.id, (SELECT COUNT(*) FROM "{s}".memories m WHERE m.agent_id = a.id)
+                             + (SELECT COUNT(*) FROM "{s}".memory_versions v WHERE v.agent_id = a.id)
                            FROM "{s}".agents a WHERE a.alias = $1"#
                     ),
                     &[&to.as_str()],
@@ -908,7 +1447,7 @@ impl MemoryStore for PostgresStore {
                     return Err(MemoryError::Lifecycle {
                         agent: from.to_string(),
                         message: format!(
-                            "cannot rename to '{to}': '{to}' already owns {rows} memory rows in {}",
+                            "cannot rename to '{to}': '{to}' already owns {rows} memory rows and earlier versions in {}",
                             self.location()
                         ),
                     });

@@ -24,7 +24,8 @@ use warren_config::sqlite::{self, SharedConn};
 use warren_core::AgentAlias;
 
 use crate::entry::{
-    AgentId, ListQuery, MemoryEntry, NewEntry, RecallHit, RecallQuery, ScopeRule, now,
+    AgentId, DEFAULT_HISTORY_VERSIONS, ListQuery, MemoryEntry, MemoryVersion, NewEntry, Provenance,
+    RecallHit, RecallQuery, ScopeRule, Trust, VersionState, now,
 };
 use crate::error::MemoryError;
 use crate::fts;
@@ -57,6 +58,29 @@ CREATE TABLE IF NOT EXISTS meta (
     value       TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS memories_agent_updated ON memories(agent_id, updated_at);
+-- Earlier versions of each key (issue 20 §4): the row as it was when an overwrite, undo or
+-- forget replaced it, newest `history_versions` per key.
+CREATE TABLE IF NOT EXISTS memory_versions (
+    agent_id    TEXT NOT NULL REFERENCES agents(id),
+    key         TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    id          TEXT NOT NULL,
+    content     TEXT NOT NULL,
+    category    TEXT NOT NULL,
+    session     TEXT,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    embedding   BLOB,
+    trust       TEXT NOT NULL,
+    prov_agent  TEXT,
+    prov_session TEXT,
+    prov_channel TEXT,
+    prov_tool_call TEXT,
+    prov_receipt TEXT,
+    state       TEXT NOT NULL,             -- replaced | forgotten
+    archived_at INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, key, version)
+);
 -- Per-agent write counter, bumped in the same transaction as every row change by any
 -- process (triggers), so a process's cached vectors can tell foreign writes (see
 -- `VectorSync`).
@@ -84,8 +108,21 @@ END;
 "#;
 
 /// Schema version kept in `meta` under `schema_version`. Version 2 made the FTS index
-/// scope-aware (see [`SCOPE_COLUMN`]); files without the key are version 1.
-const SCHEMA_VERSION: i64 = 2;
+/// scope-aware (see [`SCOPE_COLUMN`]); version 3 added each row's version and provenance
+/// ([`V3_COLUMNS`]); files without the key are version 1.
+const SCHEMA_VERSION: i64 = 3;
+
+/// The columns version 3 adds to `memories` (issue 20 §3/§4). Rows of older files read as
+/// version 1 with `agent` trust and no other provenance.
+const V3_COLUMNS: [(&str, &str); 7] = [
+    ("version", "INTEGER NOT NULL DEFAULT 1"),
+    ("trust", "TEXT NOT NULL DEFAULT 'agent'"),
+    ("prov_agent", "TEXT"),
+    ("prov_session", "TEXT"),
+    ("prov_channel", "TEXT"),
+    ("prov_tool_call", "TEXT"),
+    ("prov_receipt", "TEXT"),
+];
 
 /// The generated `memories.scope` column (MEM-2): two opaque FTS tokens per row, one for the
 /// agent and one for the agent and category, so a scoped MATCH intersects doclists inside FTS5
@@ -140,19 +177,29 @@ fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     if version >= SCHEMA_VERSION {
         return Ok(());
     }
-    let has_scope: bool = tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('memories') WHERE name = 'scope')",
-        [],
-        |r| r.get(0),
-    )?;
-    tx.execute_batch(
-        "DROP TRIGGER IF EXISTS memories_ai; DROP TRIGGER IF EXISTS memories_ad; \
-         DROP TRIGGER IF EXISTS memories_au; DROP TABLE IF EXISTS memories_fts;",
-    )?;
-    if !has_scope {
-        tx.execute_batch(&format!("ALTER TABLE memories ADD COLUMN {SCOPE_COLUMN};"))?;
+    let has_column = |name: &str| -> rusqlite::Result<bool> {
+        tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('memories') WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )
+    };
+    if version < 2 {
+        let has_scope = has_column("scope")?;
+        tx.execute_batch(
+            "DROP TRIGGER IF EXISTS memories_ai; DROP TRIGGER IF EXISTS memories_ad; \
+             DROP TRIGGER IF EXISTS memories_au; DROP TABLE IF EXISTS memories_fts;",
+        )?;
+        if !has_scope {
+            tx.execute_batch(&format!("ALTER TABLE memories ADD COLUMN {SCOPE_COLUMN};"))?;
+        }
+        tx.execute_batch(FTS_SCHEMA)?;
     }
-    tx.execute_batch(FTS_SCHEMA)?;
+    for (name, decl) in V3_COLUMNS {
+        if !has_column(name)? {
+            tx.execute_batch(&format!("ALTER TABLE memories ADD COLUMN {name} {decl};"))?;
+        }
+    }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', ?1) \
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -224,7 +271,11 @@ impl VectorSync {
 
 /// Columns every entry query selects, in [`entry_from_row`] order; `t` is the memories row.
 const ENTRY_COLUMNS: &str = "t.id, (SELECT alias FROM agents WHERE id = t.agent_id), t.key, \
-     t.content, t.category, t.session, t.created_at, t.updated_at";
+     t.content, t.category, t.session, t.created_at, t.updated_at, t.version, t.trust, \
+     t.prov_agent, t.prov_session, t.prov_channel, t.prov_tool_call, t.prov_receipt";
+
+/// How many columns [`ENTRY_COLUMNS`] selects.
+const ENTRY_COLUMN_COUNT: usize = 15;
 
 /// The install-wide SQLite store. Cheap to share (`Arc`); one [`SharedConn`].
 pub struct SqliteStore {
@@ -232,9 +283,14 @@ pub struct SqliteStore {
     vectors: Arc<VectorIndex>,
     sync: Arc<Mutex<VectorSync>>,
     vector_weight: f64,
+    /// Earlier versions kept per key (`[memory] history_versions`).
+    history_limit: u32,
 }
 
 impl SqliteStore {
+    /// The schema version of the file (`PRAGMA user_version`; `warren doctor`).
+    pub const SCHEMA_VERSION: i64 = SCHEMA_VERSION;
+
     /// Opens (creating if needed) the store at `path` and its schema.
     pub fn open(path: &Path) -> Result<Self, MemoryError> {
         let err = |source| sql(path)(source);
@@ -257,7 +313,14 @@ impl SqliteStore {
             vectors: Arc::new(VectorIndex::default()),
             sync: Arc::new(Mutex::new(VectorSync::default())),
             vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
+            history_limit: DEFAULT_HISTORY_VERSIONS,
         })
+    }
+
+    /// How many earlier versions of each key are kept (`[memory] history_versions`).
+    pub fn with_history_limit(mut self, versions: u32) -> Self {
+        self.history_limit = versions;
+        self
     }
 
     /// Weight of the vector score in hybrid recall (0..=1; the keyword score gets the rest).
@@ -366,17 +429,36 @@ fn alias_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<AgentAlias> {
 }
 
 fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryEntry> {
+    entry_at(r, 0)
+}
+
+/// The [`ENTRY_COLUMNS`] starting at column `b`.
+fn entry_at(r: &rusqlite::Row<'_>, b: usize) -> rusqlite::Result<MemoryEntry> {
+    let trust: String = r.get(b + 9)?;
     Ok(MemoryEntry {
-        id: r.get(0)?,
-        agent: alias_at(r, 1)?,
-        key: r.get(2)?,
-        content: r.get(3)?,
-        category: r.get(4)?,
-        session: r.get(5)?,
-        created_at: instant(r.get(6)?)?,
-        updated_at: instant(r.get(7)?)?,
-        version: 0,
-        provenance: crate::entry::Provenance::default(),
+        id: r.get(b)?,
+        agent: alias_at(r, b + 1)?,
+        key: r.get(b + 2)?,
+        content: r.get(b + 3)?,
+        category: r.get(b + 4)?,
+        session: r.get(b + 5)?,
+        created_at: instant(r.get(b + 6)?)?,
+        updated_at: instant(r.get(b + 7)?)?,
+        version: u64::try_from(r.get::<_, i64>(b + 8)?).unwrap_or(0),
+        provenance: Provenance {
+            trust: Trust::parse(&trust).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    b + 9,
+                    rusqlite::types::Type::Text,
+                    format!("unknown trust level {trust:?}").into(),
+                )
+            })?,
+            agent: r.get(b + 10)?,
+            session: r.get(b + 11)?,
+            channel: r.get(b + 12)?,
+            tool_call: r.get(b + 13)?,
+            receipt: r.get(b + 14)?,
+        },
     })
 }
 
@@ -471,19 +553,8 @@ fn keyword_recall(
     let rows = stmt
         .query_map(rusqlite::params_from_iter(params), |r| {
             let seq: i64 = r.get(0)?;
-            let entry = MemoryEntry {
-                id: r.get(1)?,
-                agent: alias_at(r, 2)?,
-                key: r.get(3)?,
-                content: r.get(4)?,
-                category: r.get(5)?,
-                session: r.get(6)?,
-                created_at: instant(r.get(7)?)?,
-                updated_at: instant(r.get(8)?)?,
-                version: 0,
-                provenance: crate::entry::Provenance::default(),
-            };
-            Ok((seq, entry, r.get::<_, f64>(9)?))
+            let entry = entry_at(r, 1)?;
+            Ok((seq, entry, r.get::<_, f64>(1 + ENTRY_COLUMN_COUNT)?))
         })
         .map_err(invalid)?
         .collect::<Result<Vec<_>, _>>()
@@ -532,6 +603,139 @@ fn entries(
         ))
         .map_err(sql(path))?;
     stmt.query_map(rusqlite::params_from_iter(params), entry_from_row)
+        .map_err(sql(path))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql(path))
+}
+
+/// The live row of `key`: its seq and version.
+fn current_row(
+    conn: &Connection,
+    path: &Path,
+    agent: &AgentId,
+    key: &str,
+) -> Result<Option<(i64, u64)>, MemoryError> {
+    conn.prepare_cached("SELECT seq, version FROM memories WHERE agent_id = ?1 AND key = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![agent.0, key], |r| {
+                Ok((r.get(0)?, u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+            })
+            .optional()
+        })
+        .map_err(sql(path))
+}
+
+fn alias_of(conn: &Connection, path: &Path, agent: &AgentId) -> Result<String, MemoryError> {
+    conn.query_row("SELECT alias FROM agents WHERE id = ?1", [&agent.0], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map(|a| a.unwrap_or_else(|| agent.0.clone()))
+    .map_err(sql(path))
+}
+
+/// The version the next write of `key` gets: one above everything the key ever had that is
+/// still known (live or kept), so a key forgotten and written again continues its count.
+fn next_version(
+    conn: &Connection,
+    path: &Path,
+    agent: &AgentId,
+    key: &str,
+    current: u64,
+) -> Result<u64, MemoryError> {
+    let kept: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(MAX(version), 0) FROM memory_versions WHERE agent_id = ?1 AND key = ?2",
+        )
+        .and_then(|mut s| s.query_row(params![agent.0, key], |r| r.get(0)))
+        .map_err(sql(path))?;
+    Ok(current.max(u64::try_from(kept).unwrap_or(0)) + 1)
+}
+
+/// Copies the live row `seq` into the history as `state`.
+fn archive(
+    conn: &Connection,
+    path: &Path,
+    seq: i64,
+    state: VersionState,
+    at: i64,
+) -> Result<(), MemoryError> {
+    conn.prepare_cached(
+        "INSERT INTO memory_versions (agent_id, key, version, id, content, category, session, \
+           created_at, updated_at, embedding, trust, prov_agent, prov_session, prov_channel, \
+           prov_tool_call, prov_receipt, state, archived_at) \
+         SELECT agent_id, key, version, id, content, category, session, created_at, updated_at, \
+           embedding, trust, prov_agent, prov_session, prov_channel, prov_tool_call, prov_receipt, \
+           ?2, ?3 FROM memories WHERE seq = ?1",
+    )
+    .and_then(|mut s| s.execute(params![seq, state.as_str(), at]))
+    .map_err(sql(path))?;
+    Ok(())
+}
+
+/// Keeps the newest `limit` kept versions of `key`.
+fn prune(
+    conn: &Connection,
+    path: &Path,
+    agent: &AgentId,
+    key: &str,
+    limit: u32,
+) -> Result<(), MemoryError> {
+    conn.prepare_cached(
+        "DELETE FROM memory_versions WHERE agent_id = ?1 AND key = ?2 AND version <= \
+           (SELECT version FROM memory_versions WHERE agent_id = ?1 AND key = ?2 \
+            ORDER BY version DESC LIMIT 1 OFFSET ?3)",
+    )
+    .and_then(|mut s| s.execute(params![agent.0, key, i64::from(limit)]))
+    .map_err(sql(path))?;
+    Ok(())
+}
+
+/// Columns of a `memory_versions` row `v` in [`ENTRY_COLUMNS`] order, then state and
+/// archived_at.
+const VERSION_COLUMNS: &str = "v.id, (SELECT alias FROM agents WHERE id = v.agent_id), v.key, \
+     v.content, v.category, v.session, v.created_at, v.updated_at, v.version, v.trust, \
+     v.prov_agent, v.prov_session, v.prov_channel, v.prov_tool_call, v.prov_receipt, v.state, \
+     v.archived_at";
+
+fn version_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryVersion> {
+    let state: String = r.get(ENTRY_COLUMN_COUNT)?;
+    Ok(MemoryVersion {
+        entry: entry_at(r, 0)?,
+        state: VersionState::parse(&state).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                ENTRY_COLUMN_COUNT,
+                rusqlite::types::Type::Text,
+                format!("unknown version state {state:?}").into(),
+            )
+        })?,
+        archived_at: Some(instant(r.get(ENTRY_COLUMN_COUNT + 1)?)?),
+    })
+}
+
+/// Kept versions of `agent` (one key, or every key), newest first per key.
+fn kept_versions(
+    conn: &Connection,
+    path: &Path,
+    agent: &AgentId,
+    key: Option<&str>,
+) -> Result<Vec<MemoryVersion>, MemoryError> {
+    let (clause, params) = match key {
+        Some(k) => (
+            "WHERE v.agent_id = ?1 AND v.key = ?2 ORDER BY v.version DESC",
+            vec![Value::Text(agent.0.clone()), Value::Text(k.to_string())],
+        ),
+        None => (
+            "WHERE v.agent_id = ?1 ORDER BY v.key, v.version DESC",
+            vec![Value::Text(agent.0.clone())],
+        ),
+    };
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {VERSION_COLUMNS} FROM memory_versions v {clause}"
+        ))
+        .map_err(sql(path))?;
+    stmt.query_map(rusqlite::params_from_iter(params), version_from_row)
         .map_err(sql(path))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql(path))
@@ -627,19 +831,44 @@ impl MemoryStore for SqliteStore {
     fn store_with_agent(&self, agent: AgentId, entry: NewEntry) -> MemFuture<'_, MemoryEntry> {
         let vectors = Arc::clone(&self.vectors);
         let vsync = Arc::clone(&self.sync);
+        let history_limit = self.history_limit;
         self.run(move |conn, path| {
             let at = micros(now());
             let blob = entry.embedding.as_deref().map(encode_vector);
+            let p = entry.provenance.clone().sanitized();
+            // Immediate: the version read below cannot change before this write commits, so
+            // concurrent writers (threads or processes) queue and each gets its own version.
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(sql(path))?;
+            let current = current_row(&tx, path, &agent, &entry.key)?;
+            let current_version = current.as_ref().map_or(0, |(_, v)| *v);
+            if let Some(expected) = entry.expected_version
+                && expected != current_version
+            {
+                return Err(MemoryError::Conflict {
+                    agent: alias_of(&tx, path, &agent)?,
+                    key: entry.key,
+                    expected,
+                    actual: current_version,
+                });
+            }
+            let next = next_version(&tx, path, &agent, &entry.key, current_version)?;
+            if let Some((seq, _)) = current {
+                archive(&tx, path, seq, VersionState::Replaced, at)?;
+            }
             let (seq, id): (i64, String) = tx
                 .prepare_cached(
-                    "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8) \
+                    "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding, \
+                       version, trust, prov_agent, prov_session, prov_channel, prov_tool_call, prov_receipt) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
                      ON CONFLICT (agent_id, key) DO UPDATE SET content = excluded.content, \
                        category = excluded.category, session = excluded.session, \
-                       updated_at = excluded.updated_at, embedding = excluded.embedding \
+                       updated_at = excluded.updated_at, embedding = excluded.embedding, \
+                       version = excluded.version, trust = excluded.trust, \
+                       prov_agent = excluded.prov_agent, prov_session = excluded.prov_session, \
+                       prov_channel = excluded.prov_channel, prov_tool_call = excluded.prov_tool_call, \
+                       prov_receipt = excluded.prov_receipt \
                      RETURNING seq, id",
                 )
                 .and_then(|mut s| {
@@ -652,12 +881,20 @@ impl MemoryStore for SqliteStore {
                             entry.category,
                             entry.session,
                             at,
-                            blob
+                            blob,
+                            i64::try_from(next).unwrap_or(i64::MAX),
+                            p.trust.as_str(),
+                            p.agent,
+                            p.session,
+                            p.channel,
+                            p.tool_call,
+                            p.receipt,
                         ],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                 })
                 .map_err(sql(path))?;
+            prune(&tx, path, &agent, &entry.key, history_limit)?;
             let stored = entries(&tx, path, "WHERE t.seq = ?1", &[Value::Integer(seq)])?
                 .pop()
                 .ok_or_else(|| MemoryError::Corrupt {
@@ -762,18 +999,18 @@ impl MemoryStore for SqliteStore {
     fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
         let vectors = Arc::clone(&self.vectors);
         let vsync = Arc::clone(&self.sync);
+        let history_limit = self.history_limit;
         self.run(move |conn, path| {
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(sql(path))?;
-            let seq: Option<i64> = tx
-                .query_row(
-                    "DELETE FROM memories WHERE agent_id = ?1 AND key = ?2 RETURNING seq",
-                    params![agent.0, key],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql(path))?;
+            let seq = current_row(&tx, path, &agent, &key)?.map(|(seq, _)| seq);
+            if let Some(seq) = seq {
+                archive(&tx, path, seq, VersionState::Forgotten, micros(now()))?;
+                tx.execute("DELETE FROM memories WHERE seq = ?1", [seq])
+                    .map_err(sql(path))?;
+                prune(&tx, path, &agent, &key, history_limit)?;
+            }
             let version = agent_version(&tx, path, &agent)?;
             tx.commit().map_err(sql(path))?;
             if let Some(seq) = seq {
@@ -818,6 +1055,11 @@ impl MemoryStore for SqliteStore {
             let n = tx
                 .execute("DELETE FROM memories WHERE agent_id = ?1", [&agent.0])
                 .map_err(sql(path))?;
+            tx.execute(
+                "DELETE FROM memory_versions WHERE agent_id = ?1",
+                [&agent.0],
+            )
+            .map_err(sql(path))?;
             tx.execute("DELETE FROM agents WHERE id = ?1", [&agent.0])
                 .map_err(sql(path))?;
             tx.commit().map_err(sql(path))?;
@@ -888,11 +1130,13 @@ impl MemoryStore for SqliteStore {
             {
                 let mut stmt = tx
                     .prepare_cached(
-                        "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
+                        "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at, \
+                           version, trust, prov_agent, prov_session, prov_channel, prov_tool_call, prov_receipt) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT DO NOTHING",
                     )
                     .map_err(sql(path))?;
                 for e in &rows {
+                    let p = e.provenance.clone().sanitized();
                     inserted += stmt
                         .execute(params![
                             e.id,
@@ -902,7 +1146,213 @@ impl MemoryStore for SqliteStore {
                             e.category,
                             e.session,
                             micros(e.created_at),
-                            micros(e.updated_at)
+                            micros(e.updated_at),
+                            // Archives from before versions existed carry none: version 1.
+                            i64::try_from(e.version.max(1)).unwrap_or(i64::MAX),
+                            p.trust.as_str(),
+                            p.agent,
+                            p.session,
+                            p.channel,
+                            p.tool_call,
+                            p.receipt,
+                        ])
+                        .map_err(sql(path))? as u64;
+                }
+            }
+            tx.commit().map_err(sql(path))?;
+            Ok(inserted)
+        })
+    }
+
+    fn history_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Vec<MemoryVersion>> {
+        self.run(move |conn, path| {
+            // One read transaction: the live row and the kept ones are the same instant's.
+            let tx = conn.transaction().map_err(sql(path))?;
+            let mut out: Vec<MemoryVersion> = entries(
+                &tx,
+                path,
+                "WHERE t.agent_id = ?1 AND t.key = ?2",
+                &[Value::Text(agent.0.clone()), Value::Text(key.clone())],
+            )?
+            .into_iter()
+            .map(|entry| MemoryVersion {
+                entry,
+                state: VersionState::Current,
+                archived_at: None,
+            })
+            .collect();
+            out.extend(kept_versions(&tx, path, &agent, Some(&key))?);
+            Ok(out)
+        })
+    }
+
+    fn undo_for_agent(
+        &self,
+        agent: AgentId,
+        key: String,
+        to: Option<u64>,
+    ) -> MemFuture<'_, MemoryEntry> {
+        let vectors = Arc::clone(&self.vectors);
+        let vsync = Arc::clone(&self.sync);
+        let history_limit = self.history_limit;
+        self.run(move |conn, path| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sql(path))?;
+            let current = current_row(&tx, path, &agent, &key)?;
+            let kept: Vec<u64> = tx
+                .prepare_cached(
+                    "SELECT version FROM memory_versions WHERE agent_id = ?1 AND key = ?2 \
+                     ORDER BY version DESC",
+                )
+                .and_then(|mut s| {
+                    s.query_map(params![agent.0, key], |r| r.get::<_, i64>(0))?
+                        .map(|v| v.map(|v| u64::try_from(v).unwrap_or(0)))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(sql(path))?;
+            let no_version = |message: String| -> Result<MemoryEntry, MemoryError> {
+                Err(MemoryError::NoVersion {
+                    agent: alias_of(&tx, path, &agent)?,
+                    key: key.clone(),
+                    message,
+                })
+            };
+            let target = match to {
+                Some(v) if current.is_some_and(|(_, c)| c == v) => {
+                    return no_version(format!("version {v} is already the current one"));
+                }
+                Some(v) if !kept.contains(&v) => {
+                    return no_version(if kept.is_empty() {
+                        format!("version {v} is not kept (no earlier versions are)")
+                    } else {
+                        let list: Vec<String> = kept.iter().map(u64::to_string).collect();
+                        format!("version {v} is not kept (kept: {})", list.join(", "))
+                    });
+                }
+                Some(v) => v,
+                None => match kept.first() {
+                    Some(v) => *v,
+                    None if current.is_some() => {
+                        return no_version("no earlier version is kept".into());
+                    }
+                    None => return no_version("no such key and no kept version of it".into()),
+                },
+            };
+            let current_version = current.map_or(0, |(_, v)| v);
+            let next = next_version(&tx, path, &agent, &key, current_version)?;
+            let at = micros(now());
+            let (next, target) = (
+                i64::try_from(next).unwrap_or(i64::MAX),
+                i64::try_from(target).unwrap_or(i64::MAX),
+            );
+            match current {
+                Some((seq, _)) => {
+                    archive(&tx, path, seq, VersionState::Replaced, at)?;
+                    tx.execute(
+                        "UPDATE memories SET content = v.content, category = v.category, \
+                           session = v.session, updated_at = ?5, embedding = v.embedding, \
+                           version = ?6, trust = v.trust, prov_agent = v.prov_agent, \
+                           prov_session = v.prov_session, prov_channel = v.prov_channel, \
+                           prov_tool_call = v.prov_tool_call, prov_receipt = v.prov_receipt \
+                         FROM memory_versions v \
+                         WHERE memories.seq = ?1 AND v.agent_id = ?2 AND v.key = ?3 AND v.version = ?4",
+                        params![seq, agent.0, key, target, at, next],
+                    )
+                    .map_err(sql(path))?;
+                }
+                None => {
+                    tx.execute(
+                        "INSERT INTO memories (id, agent_id, key, content, category, session, \
+                           created_at, updated_at, embedding, version, trust, prov_agent, \
+                           prov_session, prov_channel, prov_tool_call, prov_receipt) \
+                         SELECT id, agent_id, key, content, category, session, created_at, ?4, \
+                           embedding, ?5, trust, prov_agent, prov_session, prov_channel, \
+                           prov_tool_call, prov_receipt \
+                         FROM memory_versions WHERE agent_id = ?1 AND key = ?2 AND version = ?3",
+                        params![agent.0, key, target, at, next],
+                    )
+                    .map_err(sql(path))?;
+                }
+            }
+            prune(&tx, path, &agent, &key, history_limit)?;
+            let restored = entries(
+                &tx,
+                path,
+                "WHERE t.agent_id = ?1 AND t.key = ?2",
+                &[Value::Text(agent.0.clone()), Value::Text(key.clone())],
+            )?
+            .pop()
+            .ok_or_else(|| MemoryError::Corrupt {
+                location: path.display().to_string(),
+                message: format!("key '{key}' vanished after its undo"),
+            })?;
+            tx.commit().map_err(sql(path))?;
+            // The restored row's vector comes back with it: reload the agent's vectors.
+            vectors.forget_agent(&agent);
+            vsync
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .versions
+                .remove(&agent);
+            Ok(restored)
+        })
+    }
+
+    fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
+        self.run(move |conn, path| kept_versions(conn, path, &agent, None))
+    }
+
+    fn import_history(
+        &self,
+        alias: AgentAlias,
+        versions: Vec<MemoryVersion>,
+    ) -> MemFuture<'_, u64> {
+        self.run(move |conn, path| {
+            let tx = conn.transaction().map_err(sql(path))?;
+            tx.execute(
+                "INSERT INTO agents (id, alias, backend, created_at) VALUES (?1, ?2, 'sqlite', ?3) \
+                 ON CONFLICT(alias) DO NOTHING",
+                params![uuid::Uuid::new_v4().to_string(), alias.as_str(), micros(now())],
+            )
+            .map_err(sql(path))?;
+            let agent: String = tx
+                .query_row("SELECT id FROM agents WHERE alias = ?1", [alias.as_str()], |r| {
+                    r.get(0)
+                })
+                .map_err(sql(path))?;
+            let mut inserted = 0u64;
+            {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "INSERT INTO memory_versions (agent_id, key, version, id, content, category, \
+                           session, created_at, updated_at, trust, prov_agent, prov_session, \
+                           prov_channel, prov_tool_call, prov_receipt, state, archived_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+                         ON CONFLICT DO NOTHING",
+                    )
+                    .map_err(sql(path))?;
+                for v in versions.iter().filter(|v| v.state != VersionState::Current) {
+                    let (e, p) = (&v.entry, v.entry.provenance.clone().sanitized());
+                    inserted += stmt
+                        .execute(params![
+                            agent,
+                            e.key,
+                            i64::try_from(e.version).unwrap_or(i64::MAX),
+                            e.id,
+                            e.content,
+                            e.category,
+                            e.session,
+                            micros(e.created_at),
+                            micros(e.updated_at),
+                            p.trust.as_str(),
+                            p.agent,
+                            p.session,
+                            p.channel,
+                            p.tool_call,
+                            p.receipt,
+                            v.state.as_str(),
+                            micros(v.archived_at.unwrap_or(e.updated_at)),
                         ])
                         .map_err(sql(path))? as u64;
                 }
@@ -926,18 +1376,19 @@ impl MemoryStore for SqliteStore {
                 return Ok(false);
             };
             if let Some(to_id) = id_of(to.as_str())? {
-                let rows: i64 = tx
+                let (rows, versions): (i64, i64) = tx
                     .query_row(
-                        "SELECT COUNT(*) FROM memories WHERE agent_id = ?1",
+                        "SELECT (SELECT COUNT(*) FROM memories WHERE agent_id = ?1), \
+                                (SELECT COUNT(*) FROM memory_versions WHERE agent_id = ?1)",
                         [&to_id],
-                        |r| r.get(0),
+                        |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .map_err(sql(path))?;
-                if rows > 0 {
+                if rows > 0 || versions > 0 {
                     return Err(MemoryError::Lifecycle {
                         agent: from.to_string(),
                         message: format!(
-                            "cannot rename to '{to}': '{to}' already owns {rows} memory rows in {}",
+                            "cannot rename to '{to}': '{to}' already owns {rows} memory rows and {versions} earlier versions in {}",
                             path.display()
                         ),
                     });

@@ -156,6 +156,8 @@ pub struct MemoryConfig {
     pub postgres: PostgresConfig,
     pub qdrant: super::memory_backends::QdrantConfig,
     pub lucid: super::memory_backends::LucidConfig,
+    /// Earlier versions kept per memory key (overwrites and forgets; `warren memory undo`).
+    pub history_versions: u32,
 }
 
 impl Default for MemoryConfig {
@@ -166,6 +168,7 @@ impl Default for MemoryConfig {
             postgres: PostgresConfig::default(),
             qdrant: Default::default(),
             lucid: Default::default(),
+            history_versions: 20,
         }
     }
 }

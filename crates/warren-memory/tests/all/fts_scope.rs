@@ -291,7 +291,8 @@ async fn a_version_1_file_is_upgraded_in_place_with_rows_recall_and_attribution_
     integrity(&path)?;
     drop(store);
 
-    // Idempotent: a second open finds version 2 and keeps everything.
+    // Idempotent: a second open finds the current version (3: versions and provenance) and
+    // keeps everything.
     let store = SqliteStore::open(&path)?;
     let hits = store
         .recall_for_agents(scope.clone(), RecallQuery::new(QUERIES[0], 15), None)
@@ -303,7 +304,7 @@ async fn a_version_1_file_is_upgraded_in_place_with_rows_recall_and_attribution_
         [],
         |r| r.get(0),
     )?;
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
     let fts_sql: String = conn.query_row(
         "SELECT sql FROM sqlite_master WHERE name = 'memories_fts'",
         [],

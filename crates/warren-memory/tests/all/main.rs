@@ -13,3 +13,4 @@ mod markdown_links;
 mod qdrant;
 mod scope_prop;
 mod vector_cache;
+mod versions;
