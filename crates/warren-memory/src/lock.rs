@@ -1,7 +1,8 @@
 //! The backend lock (MEM-9): once an agent has written memory, its backend may not change
 //! until the rows are migrated or purged. The lock is the store itself: a registration in the
-//! SQLite or PostgreSQL `agents` table (made on the agent's first write), or entries in its
-//! Markdown files. No separate marker or cache can drift from the data.
+//! SQLite or PostgreSQL `agents` table (made on the agent's first write), entries in its
+//! Markdown files, or points in the Qdrant collection (Lucid's rows are SQLite's). No separate
+//! marker or cache can drift from the data.
 //!
 //! [`BackendLock`] is a [`StateCheck`] for [`warren_config::ConfigStore`]: on a write or
 //! reload it probes only agents whose effective backend changed; on `check_current` (config
@@ -144,6 +145,32 @@ pub fn holdings(
                 location.clone(),
                 rows,
             ));
+        }
+    }
+    // Qdrant: probed when an agent of either config is on it; like PostgreSQL, a server that
+    // does not answer is an error.
+    let qdrant = previous
+        .into_iter()
+        .chain(std::iter::once(config))
+        .rfind(|c| {
+            c.memory.qdrant.url.is_some()
+                && c.agents()
+                    .any(|(_, a)| c.memory_backend_of(a) == MemoryBackendKind::Qdrant)
+        });
+    if let Some(c) = qdrant {
+        let store = crate::qdrant::QdrantStore::new(&c.memory.qdrant, None)?;
+        let location = crate::store::MemoryStore::location(&store);
+        let mut aliases: Vec<AgentAlias> = config.agents().map(|(a, _)| a).collect();
+        if let Some(p) = previous {
+            aliases.extend(p.agents().map(|(a, _)| a));
+        }
+        aliases.sort();
+        aliases.dedup();
+        let found = block_on(async move { store.points_per_agent(aliases).await })??;
+        for (alias, rows) in found {
+            out.entry(alias)
+                .or_default()
+                .push((MemoryBackendKind::Qdrant, location.clone(), rows));
         }
     }
     Ok(out)

@@ -130,6 +130,27 @@ impl QdrantStore {
         .await
     }
 
+    /// How many points each of `aliases` has (those with none are left out): the MEM-9 probe.
+    pub async fn points_per_agent(
+        &self,
+        aliases: Vec<AgentAlias>,
+    ) -> Result<Vec<(String, u64)>, MemoryError> {
+        self.run(move |h| {
+            let mut out = Vec::new();
+            if !h.ensure(None)? {
+                return Ok(out);
+            }
+            for alias in aliases {
+                let n = h.count(agent_filter(&AgentId(alias.to_string())))?;
+                if n > 0 {
+                    out.push((alias.to_string(), n));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Http) -> Result<T, MemoryError> + Send + 'static,

@@ -450,3 +450,52 @@ async fn health_check_and_api_key_errors_name_the_key_not_its_value() -> R {
     );
     Ok(())
 }
+
+/// MEM-9 on Qdrant: an agent with points in the collection cannot leave the backend; the error
+/// names the server and collection. An agent without points may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_backend_of_an_agent_with_points_is_refused_mem9() -> R {
+    use std::sync::Arc;
+    use warren_config::{ConfigStore, InstallRoot, KeyPath};
+    let dir = tempfile::tempdir()?;
+    let root = InstallRoot::at(dir.path().join("w"));
+    root.ensure_layout()?;
+    let collection = format!("t_{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(
+        root.config_file(),
+        format!(
+            "[memory]\nbackend = \"qdrant\"\n\n[memory.qdrant]\nurl = \"{}\"\ncollection = \"{collection}\"\napi_key = \"{KEY}\"\n\n[memory.embedder]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"hash\"\n\n[agents.a]\n[agents.b]\n",
+            engine().url(),
+            embeddings().base_url()
+        ),
+    )?;
+    let config = ConfigStore::load(root.clone())?.snapshot();
+    let stores = MemoryStores::new(root.clone());
+    let a =
+        warren_memory::create_memory_for_agent(&stores, &config, &AgentAlias::new("a")?).await?;
+    a.store(entry("a", "k", "a fact", "core")).await?;
+
+    let set = |alias: &'static str, backend: &'static str| {
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = ConfigStore::load(root)?.with_check(Arc::new(warren_memory::BackendLock));
+            let mut txn = store.write_blocking()?;
+            let path: KeyPath = format!("agents.{alias}.memory.backend").parse()?;
+            txn.set_from_str(&path, backend)?;
+            txn.commit().map(|_| ())
+        })
+    };
+    let err = set("a", "sqlite")
+        .await?
+        .err()
+        .map(|e: warren_config::ConfigError| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("agents.a.memory.backend")
+            && err.contains("locked to qdrant (MEM-9)")
+            && err.contains(&collection),
+        "{err}"
+    );
+    set("b", "sqlite").await??;
+    Ok(())
+}
