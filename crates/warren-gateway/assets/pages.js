@@ -168,7 +168,7 @@ const agents = {
       if (plan.allowed) confirm.focus();
     };
     const restoreControl = (r) => {
-      const as = h('input', { 'aria-label': `Restore ${r.name} as (optional new alias)`, placeholder: 'as (optional)', size: 10 });
+      const as = h('input', { 'aria-label': `Restore ${r.name} as (optional new alias)`, 'data-archive-as': r.name, placeholder: 'as (optional)', size: 10 });
       return h('span', { class: 'actions' }, as, button('Restore', { 'data-archive': r.name }, panel, async () => {
         const body = { archive: r.name };
         if (as.value.trim()) body.as = as.value.trim();

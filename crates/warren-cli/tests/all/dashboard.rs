@@ -319,6 +319,20 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     no_console_errors(&b, "agents")?;
     b.screenshot(&shots.join("agents.png"))?;
 
+    // Restore it from the archive list, under a new alias.
+    let restore = b.find(&format!("button[data-archive=\"{archive}\"]"))?;
+    b.type_text(
+        &b.find(&format!("input[data-archive-as=\"{archive}\"]"))?,
+        "helper3",
+    )?;
+    b.click(&restore)?;
+    b.wait_for("#agent-result", Some("Restored"), WAIT)?;
+    let config = root.read_config()?;
+    assert!(config.contains("[agents.helper3]"), "{config}");
+    assert!(archives.join(&archive).join("restored.json").is_file());
+    b.wait_for("button[data-action=rename][data-alias=helper3]", None, WAIT)?;
+    no_console_errors(&b, "agents (restore)")?;
+
     // An error is shown as the API says it (the failed request is the only console error).
     let (status, refused) = http(
         port,
