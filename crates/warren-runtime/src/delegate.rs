@@ -146,7 +146,8 @@ pub fn validate_task_id(id: &str) -> Result<(), DelegateError> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResultRecord {
     pub task_id: String,
-    pub agent: String,
+    /// The agent that delegated (a record naming no valid alias does not read back).
+    pub agent: warren_core::AgentAlias,
     pub task: String,
     /// `running | ok | failed | cancelled` as written; `lost | timed_out` only as read back
     /// with the control plane's overlay.
@@ -170,10 +171,15 @@ pub struct ResultRecord {
 
 impl ResultRecord {
     /// A `running` record of `owner` started now.
-    pub fn running(task_id: &str, agent: &str, task: &str, owner: &Owner) -> Self {
+    pub fn running(
+        task_id: &str,
+        agent: &warren_core::AgentAlias,
+        task: &str,
+        owner: &Owner,
+    ) -> Self {
         Self {
             task_id: task_id.into(),
-            agent: agent.into(),
+            agent: agent.clone(),
             task: task.into(),
             status: "running".into(),
             started_at: now(),

@@ -111,7 +111,7 @@ pub enum SopStoreError {
 pub struct SopRun {
     pub id: String,
     pub sop: String,
-    pub agent: String,
+    pub agent: warren_core::AgentAlias,
     pub trigger: String,
     pub input: serde_json::Value,
     pub definition: serde_json::Value,
@@ -169,7 +169,7 @@ pub struct Approval {
 pub struct NewRun<'a> {
     pub id: &'a str,
     pub sop: &'a str,
-    pub agent: &'a str,
+    pub agent: &'a warren_core::AgentAlias,
     pub trigger: &'a str,
     pub input: &'a serde_json::Value,
     pub definition: &'a serde_json::Value,
@@ -293,7 +293,7 @@ impl SopStore {
                 params![
                     run.id,
                     run.sop,
-                    run.agent,
+                    run.agent.as_str(),
                     run.trigger,
                     run.input.to_string(),
                     run.definition.to_string(),
@@ -730,21 +730,28 @@ impl SopStore {
     }
 
     /// Repoints the runs of agent `from` to `to` (an agent rename).
-    pub fn rename_agent(&self, from: &str, to: &str) -> Result<usize, SopStoreError> {
+    pub fn rename_agent(
+        &self,
+        from: &warren_core::AgentAlias,
+        to: &warren_core::AgentAlias,
+    ) -> Result<usize, SopStoreError> {
         self.conn()
             .execute(
                 "UPDATE runs SET agent = ?2 WHERE agent = ?1",
-                params![from, to],
+                params![from.as_str(), to.as_str()],
             )
             .map_err(|e| self.err(e))
     }
 
     /// Every run of `agent` with its steps and events (an agent delete archives them).
-    pub fn export_agent(&self, agent: &str) -> Result<Vec<serde_json::Value>, SopStoreError> {
+    pub fn export_agent(
+        &self,
+        agent: &warren_core::AgentAlias,
+    ) -> Result<Vec<serde_json::Value>, SopStoreError> {
         let runs: Vec<SopRun> = self
             .list(None, u32::MAX)?
             .into_iter()
-            .filter(|r| r.agent == agent)
+            .filter(|r| &r.agent == agent)
             .collect();
         let mut out = Vec::new();
         for run in runs {
@@ -756,9 +763,9 @@ impl SopStore {
     }
 
     /// Deletes every run of `agent` (with its steps, events and approvals).
-    pub fn delete_agent(&self, agent: &str) -> Result<usize, SopStoreError> {
+    pub fn delete_agent(&self, agent: &warren_core::AgentAlias) -> Result<usize, SopStoreError> {
         self.conn()
-            .execute("DELETE FROM runs WHERE agent = ?1", params![agent])
+            .execute("DELETE FROM runs WHERE agent = ?1", params![agent.as_str()])
             .map_err(|e| self.err(e))
     }
 }
@@ -785,7 +792,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SopRun> {
     Ok(SopRun {
         id: r.get(0)?,
         sop: r.get(1)?,
-        agent: r.get(2)?,
+        agent: crate::sqlite_util::alias_column(r, 2)?,
         trigger: r.get(3)?,
         input: json(4)?,
         definition: json(5)?,
@@ -828,10 +835,12 @@ mod tests {
         def: &'a serde_json::Value,
         input: &'a serde_json::Value,
     ) -> NewRun<'a> {
+        static MAIN: std::sync::LazyLock<warren_core::AgentAlias> =
+            std::sync::LazyLock::new(|| "main".parse().unwrap_or_else(|e| panic!("{e}")));
         NewRun {
             id,
             sop: "triage",
-            agent: "main",
+            agent: &MAIN,
             trigger: "manual",
             input,
             definition: def,

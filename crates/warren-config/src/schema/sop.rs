@@ -60,7 +60,7 @@ impl Default for SopConfig {
 pub struct SopDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    pub agent: String,
+    pub agent: warren_core::AgentAlias,
     #[serde(default)]
     pub trigger: TriggerDef,
     /// Runs of this SOP active at once.
@@ -538,11 +538,7 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
 
 /// The agent a definition names exists in `config`.
 pub fn check_agent(file: &Path, def: &SopDef, config: &crate::Config) -> Result<(), DefProblem> {
-    if config
-        .agents
-        .keys()
-        .any(|k| k.as_str() == def.agent.as_str())
-    {
+    if config.agents.contains_key(&def.agent) {
         return Ok(());
     }
     Err(DefProblem {

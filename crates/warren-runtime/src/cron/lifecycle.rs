@@ -2,7 +2,11 @@
 //! LIFE-4, BEYOND-1): rename repoints the agent's jobs and runs (and its control-plane rows);
 //! delete exports jobs with their run history into the archive, then removes them; restore puts
 //! them back under the (possibly new) alias, every job disabled with a note until the operator
-//! resumes it. A store that does not exist yet holds nothing (never created by a count).
+//! resumes it. A store that does not exist yet holds nothing (never created by a count). Inside
+//! a daemon the stores are the running scheduler's (through [`StoreContext`]), never a second
+//! connection of the same process.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 use warren_core::AgentAlias;
@@ -27,24 +31,13 @@ impl CronState {
         Self { ctx }
     }
 
-    fn existing(&self) -> Result<Option<CronStore>, String> {
-        match CronStore::open_existing(&self.ctx.root.cron_db()) {
-            Ok(Some(_)) => CronStore::open(&self.ctx.root.cron_db())
-                .map(Some)
-                .map_err(|e| e.to_string()),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e.to_string()),
-        }
+    /// The cron store (the running scheduler's inside a daemon); `None` when there is none.
+    fn existing(&self) -> Result<Option<Arc<CronStore>>, String> {
+        self.ctx.cron(false)
     }
 
-    fn plane(&self) -> Result<Option<ControlPlane>, String> {
-        match ControlPlane::open_existing(&self.ctx.root.control_plane_db()) {
-            Ok(Some(_)) => ControlPlane::open(&self.ctx.root.control_plane_db())
-                .map(Some)
-                .map_err(|e| e.to_string()),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e.to_string()),
-        }
+    fn plane(&self) -> Result<Option<Arc<ControlPlane>>, String> {
+        self.ctx.control_plane()
     }
 }
 
@@ -110,7 +103,10 @@ impl AgentStateStore for CronState {
         if archive.jobs.is_empty() && archive.runs.is_empty() {
             return Ok(0);
         }
-        let store = CronStore::open(&self.ctx.root.cron_db()).map_err(|e| e.to_string())?;
+        let store = self
+            .ctx
+            .cron(true)?
+            .ok_or_else(|| "the cron store was not opened".to_string())?;
         let skipped = store
             .import_agent(&archive, alias, &restore_note(original))
             .map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@
 //! skips what is already there.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,9 +17,12 @@ use warren_config::{Config, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_memory::{MemoryEntry, MemoryStore, MemoryStores};
 use warren_store::acp::{AcpExport, AcpSessionStore};
+use warren_store::control_plane::ControlPlane;
+use warren_store::cron::CronStore;
 use warren_store::sessions::{
     ChatSessions, NewMessage, Page, SessionBackend, SessionInit, SessionState, open_chat_sessions,
 };
+use warren_store::sop::SopStore;
 
 use crate::cost::{CostRecord, CostTracker, read_ledger};
 use crate::host::AgentHost;
@@ -81,6 +84,9 @@ pub struct OwnStores {
     chat: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
     acp: OnceLock<Result<Arc<AcpSessionStore>, String>>,
     costs: OnceLock<CostTracker>,
+    cron: Mutex<Option<Arc<CronStore>>>,
+    control: Mutex<Option<Arc<ControlPlane>>>,
+    sop: Mutex<Option<Arc<SopStore>>>,
 }
 
 impl OwnStores {
@@ -90,8 +96,27 @@ impl OwnStores {
             chat: OnceLock::new(),
             acp: OnceLock::new(),
             costs: OnceLock::new(),
+            cron: Mutex::new(None),
+            control: Mutex::new(None),
+            sop: Mutex::new(None),
         }
     }
+}
+
+/// A SQLite store of this process, opened for writing at the first use that needs it: `None`
+/// while its file does not exist and `create` is false (a count or an export never creates a
+/// store), kept once opened.
+fn own_store<T>(
+    slot: &Mutex<Option<Arc<T>>>,
+    path: &std::path::Path,
+    create: bool,
+    open: impl FnOnce(&std::path::Path) -> Result<T, String>,
+) -> Result<Option<Arc<T>>, String> {
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if slot.is_none() && (create || path.exists()) {
+        *slot = Some(Arc::new(open(path)?));
+    }
+    Ok(slot.clone())
 }
 
 /// What the stores are opened from.
@@ -160,6 +185,77 @@ impl StoreContext {
                     .clone()?;
                 f(&store)
             }
+        }
+    }
+
+    /// The cron store: the running scheduler's (never a second connection inside the daemon),
+    /// else this process's. `None` when there is no store and `create` is false.
+    pub fn cron(&self, create: bool) -> Result<Option<Arc<CronStore>>, String> {
+        if let Some(scheduler) = self.host().and_then(|h| h.cron()) {
+            return Ok(Some(Arc::clone(scheduler.store())));
+        }
+        self.own_store(
+            |o| &o.cron,
+            &self.root.cron_db(),
+            create,
+            |p| CronStore::open(p).map_err(|e| e.to_string()),
+        )
+    }
+
+    /// The control plane: the running scheduler's or SOP engine's, else this process's.
+    /// `None` when there is none yet.
+    pub fn control_plane(&self) -> Result<Option<Arc<ControlPlane>>, String> {
+        if let Some(host) = self.host() {
+            let running = host
+                .cron()
+                .map(|s| Arc::clone(s.control()))
+                .or_else(|| host.sop().and_then(|e| e.control().cloned()));
+            if running.is_some() {
+                return Ok(running);
+            }
+        }
+        self.own_store(
+            |o| &o.control,
+            &self.root.control_plane_db(),
+            false,
+            |p| ControlPlane::open(p).map_err(|e| e.to_string()),
+        )
+    }
+
+    /// The SOP run store: the running engine's (durable or its in-memory fallback), else this
+    /// process's. `None` when there is none yet.
+    pub fn sop_runs(&self) -> Result<Option<Arc<SopStore>>, String> {
+        if let Some(engine) = self.host().and_then(|h| h.sop()) {
+            return Ok(Some(Arc::clone(engine.store())));
+        }
+        self.own_store(
+            |o| &o.sop,
+            &self.root.sop_runs_db(),
+            false,
+            |p| SopStore::open(p).map_err(|e| e.to_string()),
+        )
+    }
+
+    fn host(&self) -> Option<&Arc<AgentHost>> {
+        match &self.source {
+            StoreSource::Host(host) => Some(host),
+            StoreSource::Own(_) => None,
+        }
+    }
+
+    /// A store this process opens itself: once per [`super::Lifecycle`] without a daemon; inside
+    /// a daemon whose generation runs no scheduler or SOP engine (nothing else writes the
+    /// file then), for this call only.
+    fn own_store<T>(
+        &self,
+        slot: impl FnOnce(&OwnStores) -> &Mutex<Option<Arc<T>>>,
+        path: &std::path::Path,
+        create: bool,
+        open: impl FnOnce(&std::path::Path) -> Result<T, String>,
+    ) -> Result<Option<Arc<T>>, String> {
+        match &self.source {
+            StoreSource::Own(own) => own_store(slot(own), path, create, open),
+            StoreSource::Host(_) => own_store(&Mutex::new(None), path, create, open),
         }
     }
 
@@ -309,7 +405,7 @@ struct ArchivedMessage {
     seq: u64,
     role: Role,
     content: String,
-    agent: Option<String>,
+    agent: Option<AgentAlias>,
     #[serde(with = "time::serde::rfc3339")]
     created_at: OffsetDateTime,
 }
@@ -368,7 +464,7 @@ impl AgentStateStore for SessionState_ {
                         seq: m.seq,
                         role: m.role,
                         content: m.content,
-                        agent: m.agent.map(|a| a.to_string()),
+                        agent: m.agent,
                         created_at: m.created_at,
                     })
                     .collect(),
@@ -429,11 +525,10 @@ impl AgentStateStore for SessionState_ {
                 )
                 .map_err(|e| e.to_string())?;
             for m in &s.messages {
-                let agent = match m.agent.as_deref() {
-                    Some(a) if a == original.as_str() => Some(alias.clone()),
-                    Some(a) => AgentAlias::new(a).ok(),
-                    None => None,
-                };
+                let agent = m
+                    .agent
+                    .as_ref()
+                    .map(|a| if a == original { alias } else { a }.clone());
                 let mut msg = NewMessage::new(m.role, m.content.clone()).at(m.created_at);
                 msg.agent = agent;
                 backend.append(&key, &msg).map_err(|e| e.to_string())?;
@@ -535,7 +630,7 @@ impl CostState {
     fn records(&self, alias: &AgentAlias) -> Vec<CostRecord> {
         read_ledger(&self.ctx.root.costs_ledger())
             .into_iter()
-            .filter(|r| r.agent == alias.as_str())
+            .filter(|r| &r.agent == alias)
             .collect()
     }
 }
@@ -568,5 +663,155 @@ impl AgentStateStore for CostState {
         _: &WorkspaceMove,
     ) -> Result<u64, String> {
         Ok(0) // delete kept the ledger lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_config::ConfigStore;
+    use warren_store::control_plane::Owner;
+    use warren_store::sop::NewRun;
+
+    fn alias(s: &str) -> AgentAlias {
+        AgentAlias::new(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Issue 14 §6: inside a daemon, the cron, control-plane and SOP shares of a lifecycle
+    /// operation work on the running scheduler's and engine's own stores, never a second
+    /// connection. With SOP runs kept in memory (`durable_runs = false`) a rename repoints
+    /// those runs too: a store opened from disk (the old way) never sees them.
+    #[test]
+    fn inside_a_daemon_cron_and_sop_shares_borrow_the_running_stores_issue14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = InstallRoot::at(dir.path());
+        std::fs::write(
+            root.config_file(),
+            "[agents.b]\n[agents.b.memory]\nbackend = \"none\"\n\n[sop]\ndurable_runs = false\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let (b, bee) = (alias("b"), alias("bee"));
+            let store = ConfigStore::load(root.clone()).unwrap_or_else(|e| panic!("{e}"));
+            let config = store.snapshot().config().clone();
+            let generation = crate::daemon::Generation::detached(root.clone(), store)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let host = Arc::clone(&generation.host);
+            let scheduler = crate::cron::Scheduler::open(&root, Arc::clone(&host))
+                .unwrap_or_else(|e| panic!("{e}"));
+            host.set_cron(&scheduler);
+            let engine = crate::sop::Engine::open(&root, Arc::clone(&host))
+                .unwrap_or_else(|e| panic!("{e}"));
+            host.set_sop(&engine);
+            assert!(engine.fallback().is_some(), "runs are kept in memory");
+
+            let job = crate::cron::JobSpec {
+                every: Some("1h".into()),
+                message: Some("hi".into()),
+                ..crate::cron::JobSpec::new("nightly", b.clone())
+            }
+            .into_job(&config, "runtime")
+            .unwrap_or_else(|e| panic!("{e}"));
+            scheduler
+                .store()
+                .insert(&job)
+                .unwrap_or_else(|e| panic!("{e}"));
+            scheduler
+                .control()
+                .register("dlg-1", "delegate", &b, "x", &Owner::current())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let json = serde_json::json!({});
+            engine
+                .store()
+                .start(
+                    &NewRun {
+                        id: "sop-1",
+                        sop: "triage",
+                        agent: &b,
+                        trigger: "manual",
+                        input: &json,
+                        definition: &json,
+                        max_for_sop: 1,
+                        max_global: 1,
+                        lease_ms: 60_000,
+                    },
+                    &Owner::current(),
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+
+            let ctx = StoreContext {
+                root: root.clone(),
+                config: Arc::new(config),
+                memory_backend: MemoryBackendKind::None,
+                handle: tokio::runtime::Handle::current(),
+                source: StoreSource::Host(Arc::clone(&host)),
+            };
+            let (s, e) = (Arc::clone(&scheduler), Arc::clone(&engine));
+            tokio::task::spawn_blocking(move || {
+                let borrowed = |what: &str, same: bool| assert!(same, "{what} is not borrowed");
+                fn got<T>(r: Result<Option<Arc<T>>, String>) -> Arc<T> {
+                    r.unwrap_or_else(|e| panic!("{e}"))
+                        .unwrap_or_else(|| panic!("no store"))
+                }
+                borrowed("cron", Arc::ptr_eq(&got(ctx.cron(false)), s.store()));
+                borrowed(
+                    "control plane",
+                    Arc::ptr_eq(&got(ctx.control_plane()), s.control()),
+                );
+                borrowed("sop runs", Arc::ptr_eq(&got(ctx.sop_runs()), e.store()));
+                let ws = WorkspaceMove {
+                    from: PathBuf::from("/b"),
+                    to: PathBuf::from("/bee"),
+                };
+                let mut moved = std::collections::BTreeMap::new();
+                for share in registered(&ctx) {
+                    if ["cron", "sop"].contains(&share.name()) {
+                        let n = share
+                            .rename(&alias("b"), &alias("bee"), &ws)
+                            .unwrap_or_else(|e| panic!("{e}"));
+                        moved.insert(share.name(), n);
+                    }
+                }
+                assert_eq!(
+                    moved,
+                    std::collections::BTreeMap::from([("cron", 1), ("sop", 1)])
+                );
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+
+            assert_eq!(
+                vec![
+                    scheduler
+                        .store()
+                        .get("nightly")
+                        .ok()
+                        .flatten()
+                        .map(|j| j.agent)
+                        .unwrap_or_else(|| panic!("job gone")),
+                    scheduler
+                        .control()
+                        .get("dlg-1")
+                        .ok()
+                        .flatten()
+                        .map(|r| r.agent)
+                        .unwrap_or_else(|| panic!("run gone")),
+                    engine
+                        .store()
+                        .get("sop-1")
+                        .ok()
+                        .flatten()
+                        .map(|r| r.agent)
+                        .unwrap_or_else(|| panic!("sop run gone")),
+                ],
+                vec![bee.clone(), bee.clone(), bee],
+                "the job, the control-plane run and the in-memory SOP run follow the rename"
+            );
+        });
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use warren_config::InstallRoot;
 use warren_config::atomic::{self, CrashPoints};
 use warren_config::schema::sop::{self, DefProblem, SopDef};
+use warren_core::AgentAlias;
 
 /// Crash points of a definition file's atomic rewrite (an agent rename).
 const SAVE_POINTS: CrashPoints = CrashPoints {
@@ -123,7 +124,7 @@ pub fn find(
 
 /// The SOPs whose definition names `agent` (file names; a file that does not parse is read for
 /// its `agent` key alone, so a broken file still counts as a reference).
-pub fn naming_agent(root: &InstallRoot, agent: &str) -> Vec<(String, PathBuf)> {
+pub fn naming_agent(root: &InstallRoot, agent: &AgentAlias) -> Vec<(String, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir(root)) else {
         return Vec::new();
     };
@@ -135,8 +136,7 @@ pub fn naming_agent(root: &InstallRoot, agent: &str) -> Vec<(String, PathBuf)> {
             std::fs::read_to_string(p)
                 .ok()
                 .and_then(|t| t.parse::<toml_edit::DocumentMut>().ok())
-                .and_then(|d| d.get("agent").and_then(|a| a.as_str().map(str::to_string)))
-                .is_some_and(|a| a == agent)
+                .is_some_and(|d| d.get("agent").and_then(|a| a.as_str()) == Some(agent.as_str()))
         })
         .map(|p| {
             (
@@ -154,7 +154,11 @@ pub fn naming_agent(root: &InstallRoot, agent: &str) -> Vec<(String, PathBuf)> {
 
 /// Rewrites `agent = "<from>"` to `<to>` in every definition naming `from` (each file replaced
 /// atomically, comments and layout kept). Returns the SOP names rewritten.
-pub fn rename_agent(root: &InstallRoot, from: &str, to: &str) -> Result<Vec<String>, String> {
+pub fn rename_agent(
+    root: &InstallRoot,
+    from: &AgentAlias,
+    to: &AgentAlias,
+) -> Result<Vec<String>, String> {
     let mut done = Vec::new();
     for (name, path) in naming_agent(root, from) {
         let text = std::fs::read_to_string(&path)
@@ -162,7 +166,7 @@ pub fn rename_agent(root: &InstallRoot, from: &str, to: &str) -> Result<Vec<Stri
         let mut doc = text
             .parse::<toml_edit::DocumentMut>()
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        doc["agent"] = toml_edit::value(to);
+        doc["agent"] = toml_edit::value(to.as_str());
         atomic::write_durable_no_backup(&path, doc.to_string().as_bytes(), 0o600, SAVE_POINTS)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         done.push(name);

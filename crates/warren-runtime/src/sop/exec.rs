@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use warren_config::failpoint;
 use warren_config::schema::sop::{Branch, SopDef, Step, StepKind};
-use warren_core::{AgentAlias, SessionKey};
+use warren_core::SessionKey;
 use warren_store::sop::{SopRun, StepOutcome};
 
 use super::{Engine, FAILPOINT_STEP_RECORDED, blocking, defs};
@@ -334,10 +334,7 @@ impl Engine {
             status: "failed",
             error: e,
         };
-        let agent = match AgentAlias::new(def.agent.as_str()) {
-            Ok(a) => a,
-            Err(e) => return failed(e.to_string()),
-        };
+        let agent = def.agent.clone();
         let session = match SessionKey::sanitize(&format!("sop-{}-{}", run.sop, run.id)) {
             Ok(s) => s,
             Err(e) => return failed(e.to_string()),
@@ -382,11 +379,7 @@ impl Engine {
             status: "failed",
             error: e,
         };
-        let agent = match AgentAlias::new(def.agent.as_str()) {
-            Ok(a) => a,
-            Err(e) => return failed(e.to_string()),
-        };
-        let runner = match self.host.runner(&agent).await {
+        let runner = match self.host.runner(&def.agent).await {
             Ok(r) => r,
             Err(e) => return failed(e.to_string()),
         };

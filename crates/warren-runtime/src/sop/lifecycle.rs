@@ -3,7 +3,10 @@
 //! rename rewrites those definition files (each replaced atomically) and repoints the runs;
 //! delete archives the agent's run history (runs, steps, events) into the archive's
 //! `stores/sop.json`, then removes it. Restore leaves the history in the archive (a run is not
-//! resumed under another agent). A store that does not exist yet holds nothing.
+//! resumed under another agent). A store that does not exist yet holds nothing; inside a daemon
+//! the store is the running engine's (through [`StoreContext`]).
+
+use std::sync::Arc;
 
 use serde_json::Value;
 use warren_config::InstallRoot;
@@ -15,7 +18,7 @@ use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove};
 
 /// Why a delete of `alias` is refused: each SOP definition that names it.
 pub fn refusals(root: &InstallRoot, alias: &AgentAlias) -> Vec<String> {
-    defs::naming_agent(root, alias.as_str())
+    defs::naming_agent(root, alias)
         .into_iter()
         .map(|(name, path)| {
             format!(
@@ -35,13 +38,9 @@ impl SopState {
         Self { ctx }
     }
 
-    fn existing(&self) -> Result<Option<SopStore>, String> {
-        let path = self.ctx.root.sop_runs_db();
-        match SopStore::open_existing(&path) {
-            Ok(Some(_)) => SopStore::open(&path).map(Some).map_err(|e| e.to_string()),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e.to_string()),
-        }
+    /// The run store (the running engine's inside a daemon); `None` when there is none.
+    fn existing(&self) -> Result<Option<Arc<SopStore>>, String> {
+        self.ctx.sop_runs()
     }
 }
 
@@ -53,7 +52,7 @@ impl AgentStateStore for SopState {
     fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
         match self.existing()? {
             Some(store) => store
-                .export_agent(alias.as_str())
+                .export_agent(alias)
                 .map(|r| r.len() as u64)
                 .map_err(|e| e.to_string()),
             None => Ok(0),
@@ -62,9 +61,7 @@ impl AgentStateStore for SopState {
 
     fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
         let runs = match self.existing()? {
-            Some(store) => store
-                .export_agent(alias.as_str())
-                .map_err(|e| e.to_string())?,
+            Some(store) => store.export_agent(alias).map_err(|e| e.to_string())?,
             None => Vec::new(),
         };
         Ok((runs.len() as u64, Value::Array(runs)))
@@ -73,7 +70,7 @@ impl AgentStateStore for SopState {
     fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
         match self.existing()? {
             Some(store) => store
-                .delete_agent(alias.as_str())
+                .delete_agent(alias)
                 .map(|n| n as u64)
                 .map_err(|e| e.to_string()),
             None => Ok(0),
@@ -81,14 +78,12 @@ impl AgentStateStore for SopState {
     }
 
     fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        let files = defs::rename_agent(&self.ctx.root, from.as_str(), to.as_str())?;
+        let files = defs::rename_agent(&self.ctx.root, from, to)?;
         for name in &files {
             tracing::info!(sop = %name, "SOP definition now names agent '{to}'");
         }
         let runs = match self.existing()? {
-            Some(store) => store
-                .rename_agent(from.as_str(), to.as_str())
-                .map_err(|e| e.to_string())?,
+            Some(store) => store.rename_agent(from, to).map_err(|e| e.to_string())?,
             None => 0,
         };
         Ok((files.len() + runs) as u64)

@@ -160,6 +160,11 @@ impl Engine {
         &self.root
     }
 
+    /// The control plane its runs are registered in (`None` when it could not be opened).
+    pub fn control(&self) -> Option<&Arc<ControlPlane>> {
+        self.control.as_ref()
+    }
+
     pub fn host(&self) -> &Arc<AgentHost> {
         &self.host
     }

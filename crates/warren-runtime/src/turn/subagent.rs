@@ -129,7 +129,7 @@ impl AgentRunner {
         let id = crate::new_run_id("dlg-");
         let owner = Owner::current();
         let agent = self.alias.to_string();
-        let record = ResultRecord::running(&id, &agent, &args.task, &owner);
+        let record = ResultRecord::running(&id, &self.alias, &args.task, &owner);
         let workspace = self.kit.policy().workspace().to_path_buf();
         let label: String = format!(
             "delegate:{}",
