@@ -193,7 +193,20 @@ fn prometheus_scrapes_turn_token_and_tool_counts_after_a_chat_issue25() -> R {
         &format!("\n[metrics]\nport = {open_port}\n"),
     ))?;
     write_note(&root)?;
-    push_chat(&fake, "The note is read.");
+    // One round with the note, a path outside the workspace (refused by the policy) and a
+    // tool name the model made up (free text: it must not become a label value).
+    fake.push(
+        FakeReply::calls(
+            "",
+            vec![
+                FakeCall::new("call-1", "file_read", json!({"path": "note.md"})),
+                FakeCall::new("call-2", "file_read", json!({"path": "/etc/passwd"})),
+                FakeCall::new("call-3", "made_up_tool_9f3", json!({})),
+            ],
+        )
+        .with_usage(100, 10),
+    );
+    fake.push(FakeReply::text("The note is read.").with_usage(200, 20));
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
     let token = pair(&root, bin(), port, "prometheus")?;
@@ -214,7 +227,7 @@ fn prometheus_scrapes_turn_token_and_tool_counts_after_a_chat_issue25() -> R {
     )?;
     assert_eq!(
         (status, chat["tool_calls"].clone()),
-        (200, json!(1)),
+        (200, json!(3)),
         "{chat}"
     );
 
@@ -283,6 +296,22 @@ scrape_configs:
             ))?,
             1.0
         );
+        for (tool, outcome) in [("file_read", "error"), ("unknown", "error")] {
+            assert_eq!(
+                prometheus.value(&format!(
+                    r#"warren_tool_calls_total{{job="{job}",agent="main",tool="{tool}",outcome="{outcome}"}}"#
+                ))?,
+                1.0,
+                "{tool} {outcome}"
+            );
+        }
+        assert_eq!(
+            prometheus.value(&q(
+                r#"warren_sandbox_denials_total{job="JOB",agent="main",layer="policy"}"#
+            ))?,
+            1.0,
+            "the read outside the workspace was refused by the policy"
+        );
         // 300 input tokens at $1/Mtok + 30 output at $2/Mtok.
         let cost = prometheus.value(&q(r#"warren_cost_usd_total{job="JOB",agent="main"}"#))?;
         assert!((cost - 0.00036).abs() < 1e-9, "cost {cost}");
@@ -306,7 +335,13 @@ scrape_configs:
         content_type.starts_with("application/openmetrics-text"),
         "{content_type}"
     );
-    for private in ["private-session-key-9123", "read note.md", KEY] {
+    for private in [
+        "private-session-key-9123",
+        "read note.md",
+        "made_up_tool_9f3",
+        "/etc/passwd",
+        KEY,
+    ] {
         assert!(!text.contains(private), "{private} in /metrics:\n{text}");
     }
     daemon.signal("TERM")?;
