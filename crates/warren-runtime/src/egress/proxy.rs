@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,6 +28,8 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct ShellProxy {
     egress: AgentEgress,
+    /// Set when a connection is let through; taken by [`ShellProxy::take_used`].
+    used: Arc<AtomicBool>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -36,6 +39,7 @@ impl ShellProxy {
         egress.via = "proxy";
         Arc::new(Self {
             egress,
+            used: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
         })
     }
@@ -43,12 +47,16 @@ impl ShellProxy {
 
 impl warren_security::sandbox::EgressProxy for ShellProxy {
     fn serve(&self, listener: std::net::TcpListener, exited: ExitWatch) {
-        let egress = self.egress.clone();
+        let (egress, used) = (self.egress.clone(), Arc::clone(&self.used));
         self.runtime.spawn(async move {
-            if let Err(e) = serve(listener, exited, egress).await {
+            if let Err(e) = serve(listener, exited, egress, used).await {
                 tracing::warn!("the egress proxy stopped: {e}");
             }
         });
+    }
+
+    fn take_used(&self) -> bool {
+        self.used.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -56,6 +64,7 @@ async fn serve(
     listener: std::net::TcpListener,
     exited: ExitWatch,
     egress: AgentEgress,
+    used: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
@@ -66,7 +75,7 @@ async fn serve(
             _ = &mut exited => break,
             accepted = listener.accept() => {
                 if let Ok((client, _)) = accepted {
-                    connections.spawn(handle(client, egress.clone()));
+                    connections.spawn(handle(client, egress.clone(), Arc::clone(&used)));
                 }
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -102,7 +111,7 @@ fn parse_head(head: &[u8]) -> Result<(String, String, u16, Vec<u8>), String> {
     Ok((method.to_string(), host, port, forwarded))
 }
 
-async fn handle(mut client: TcpStream, egress: AgentEgress) {
+async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool>) {
     let mut buf = Vec::with_capacity(1024);
     let head_end = tokio::time::timeout(HEAD_TIMEOUT, async {
         let mut chunk = [0u8; 2048];
@@ -165,6 +174,7 @@ async fn handle(mut client: TcpStream, egress: AgentEgress) {
         return;
     };
     egress.log(&host, port, &method, Some(200), None);
+    used.store(true, Ordering::Release);
     let sent = if method == "CONNECT" {
         client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")

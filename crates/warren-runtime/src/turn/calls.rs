@@ -330,7 +330,9 @@ impl AgentRunner {
     ) -> CallResult {
         match result {
             Ok(out) => {
-                if let Some(source) = super::taint::untrusted_input(self.kit.policy(), call) {
+                if let Some(source) =
+                    super::taint::untrusted_input(self.kit.policy(), self.kit.sandbox(), call)
+                {
                     super::taint::Taint::mark(source);
                 }
                 let mut content = match out.content {

@@ -7,10 +7,12 @@
 //! and read it: an MCP tool marks its result, `memory_store` stores with trust `untrusted`
 //! after it). The runtime gives each turn a fresh marker and marks it after a call whose
 //! result is untrusted ([`untrusted_input`]): an `http_request` response, an MCP tool result
-//! (`mcp__*`), a file read from a sibling agent's workspace. An entry point whose input comes
+//! (`mcp__*`), a file read from a sibling agent's workspace, the output of a shell command that
+//! reached the network through the agent's egress proxy. An entry point whose input comes
 //! from a non-operator (a channel message) calls [`Taint::mark`] before the turn's first call.
 
 use warren_core::ToolCall;
+use warren_security::sandbox::Sandbox;
 use warren_security::{SecurityPolicy, Tier};
 use warren_tools::RiskClass;
 
@@ -24,10 +26,21 @@ pub const HTTP_TOOL: &str = "http_request";
 /// The prefix of MCP tools (`mcp__<server>__<tool>`, issue 23): their results are untrusted.
 pub const MCP_PREFIX: &str = "mcp__";
 
-/// What untrusted input the successful `call` brought into the turn, if any.
-pub fn untrusted_input(policy: &SecurityPolicy, call: &ToolCall) -> Option<String> {
+/// What untrusted input the successful `call` of the agent with `policy` and `sandbox` brought
+/// into the turn, if any.
+pub fn untrusted_input(
+    policy: &SecurityPolicy,
+    sandbox: &Sandbox,
+    call: &ToolCall,
+) -> Option<String> {
     let arg = |k: &str| call.arguments.get(k).and_then(|v| v.as_str());
     match call.name.as_str() {
+        "shell" => sandbox.take_egress_use().then(|| {
+            format!(
+                "the output of shell command '{}', which reached the network through the egress proxy",
+                arg("command").unwrap_or("?")
+            )
+        }),
         HTTP_TOOL => Some(format!(
             "the http_request response from {}",
             arg("url").unwrap_or("?")

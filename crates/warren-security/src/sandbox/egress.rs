@@ -24,6 +24,10 @@ pub trait EgressProxy: Send + Sync + std::fmt::Debug {
     /// Serves `listener` (in the sandbox's network namespace) until the child exits
     /// ([`ExitWatch::wait`] returns).
     fn serve(&self, listener: std::net::TcpListener, exited: ExitWatch);
+
+    /// Whether a connection was let through since the last call (the runtime's taint rule
+    /// treats the output of a shell command that reached the network as untrusted).
+    fn take_used(&self) -> bool;
 }
 
 /// Waits for a spawned child's exit (a pidfd: no race with the pid's reuse).

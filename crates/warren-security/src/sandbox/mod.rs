@@ -280,6 +280,11 @@ impl Sandbox {
         let _ = self.egress.set(proxy);
     }
 
+    /// Whether a child reached the network through the egress proxy since the last call.
+    pub fn take_egress_use(&self) -> bool {
+        self.egress.get().is_some_and(|p| p.take_used())
+    }
+
     /// Whether children get the proxy listener in their empty network namespace.
     pub fn proxied(&self) -> bool {
         self.backend == Backend::Full
