@@ -576,3 +576,79 @@ autonomy = "full"
     );
     Ok(())
 }
+
+/// The `mcp` trace events of `agent` with `event`, their pids in order.
+fn pids(root: &TempRoot, agent: &str, event: &str) -> Vec<u64> {
+    trace(root)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "mcp" && e["agent"] == agent && e["data"]["event"] == event)
+        .map(|e| e["data"]["pid"].as_u64().unwrap_or(0))
+        .collect()
+}
+
+fn alive(pid: u64) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// In the daemon: `eager` servers start with it; a reload stops (and restarts) only the agent
+/// whose server config changed, the other agent's server keeps its process; deleting an agent
+/// stops its server.
+#[test]
+fn daemon_starts_eager_servers_restarts_changed_ones_on_reload_and_stops_deleted_agents() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = format!(
+        r#"
+[agents.main]
+provider = "fake"
+model = "m"
+
+[agents.a]
+provider = "fake"
+model = "m"
+{}
+[agents.b]
+provider = "fake"
+model = "m"
+{}"#,
+        server_table("a", "eager = true"),
+        server_table("b", "eager = true")
+    );
+    let root = setup(&fake, &extra)?;
+    let config = root.read_config()?;
+    root.write_config_on_free_port(&config)?;
+    let wait = Duration::from_secs(60);
+    let mut daemon = warren_testkit::DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", wait)?;
+    crate::common::wait_until("both eager servers", wait, || {
+        Ok(pids(&root, "a", "started").len() == 1 && pids(&root, "b", "started").len() == 1)
+    })?;
+    let (a1, b1) = (
+        pids(&root, "a", "started")[0],
+        pids(&root, "b", "started")[0],
+    );
+    assert!(alive(a1) && alive(b1), "{a1} {b1}");
+
+    let edited = root.read_config()?.replacen(
+        "[agents.a.mcp.servers.t]\ncommand",
+        "[agents.a.mcp.servers.t]\nenv = { CHANGED = \"1\" }\ncommand",
+        1,
+    );
+    std::fs::write(root.config_path(), edited)?;
+    daemon.signal("HUP")?;
+    daemon.wait_for("config reloaded", wait)?;
+    crate::common::wait_until("a's server restarted", wait, || {
+        Ok(pids(&root, "a", "started").len() == 2)
+    })?;
+    crate::common::wait_until("a's old server gone", wait, || Ok(!alive(a1)))?;
+    assert!(alive(b1), "b's unchanged server keeps running");
+    assert_eq!(pids(&root, "b", "started").len(), 1, "b was not restarted");
+
+    let out = root.run(bin(), &["agents", "delete", "b", "--yes"])?;
+    assert!(out.status.success(), "{}", text(&out).1);
+    crate::common::wait_until("b's server stopped", wait, || Ok(!alive(b1)))?;
+    let a2 = pids(&root, "a", "started")[1];
+    assert!(alive(a2));
+    daemon.signal("TERM")?;
+    Ok(())
+}
