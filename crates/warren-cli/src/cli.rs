@@ -109,11 +109,46 @@ pub enum Command {
     /// List and revoke the gateway's paired bearer tokens
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Back up the install while it runs (`backup verify SRC` checks a backup)
+    Backup(BackupArgs),
+    /// Restore a backup (verified first) into the install root or --to DIR
+    Restore {
+        /// The backup directory
+        src: PathBuf,
+        /// Restore here instead of the install root
+        #[arg(long, value_name = "DIR")]
+        to: Option<PathBuf>,
+        /// Restore over a non-empty root: it is moved aside first (kept, never deleted)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Schema versions, pending migrations, pre-migration snapshots and disk use
+    Doctor,
     /// Print a shell completion script
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// `warren backup [DEST] [--encrypt]` and `warren backup verify SRC`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BackupArgs {
+    #[command(subcommand)]
+    pub command: Option<BackupCommand>,
+    /// The backup directory to create (default: ~/warren-backups/<UTC time>)
+    pub dest: Option<PathBuf>,
+    /// Encrypt every file with a passphrase ($WARREN_BACKUP_PASSPHRASE, else asked)
+    #[arg(long)]
+    pub encrypt: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Check a backup: every digest, every database (integrity_check), and that its key
+    /// decrypts the secrets of its config
+    Verify { src: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]

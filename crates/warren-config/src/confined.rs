@@ -21,7 +21,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
@@ -300,6 +300,37 @@ impl ConfinedDir {
             bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         }
         Ok(Some(bytes))
+    }
+
+    /// Opens the regular, single-link file `name` for streaming reads (a backup, issue 22),
+    /// with its metadata; `None` when absent. Links are refused as by [`Self::read`].
+    pub fn open_file(&self, name: impl AsRef<OsStr>) -> Result<Option<(File, FileMeta)>, DirError> {
+        let name = name.as_ref();
+        let err = |kind| DirError::new(self.path.join(name), kind);
+        let name = leaf(name).ok_or_else(|| err(DirErrorKind::BadName))?;
+        let fd = match rustix::fs::openat2(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+            RESOLVE,
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(err(DirErrorKind::from_errno(e))),
+        };
+        let meta = single_file(&fd).map_err(err)?;
+        Ok(Some((File::from(fd), meta)))
+    }
+
+    /// The target of the symbolic link `name` (the link itself is never followed).
+    pub fn read_link(&self, name: impl AsRef<OsStr>) -> Result<OsString, DirError> {
+        let name = name.as_ref();
+        let err = |kind| DirError::new(self.path.join(name), kind);
+        let name = leaf(name).ok_or_else(|| err(DirErrorKind::BadName))?;
+        rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .map(|t| OsString::from_vec(t.into_bytes()))
+            .map_err(|e| err(DirErrorKind::Io(e.into())))
     }
 
     /// Replaces (or creates) the file `name` with `bytes` atomically (see the module docs). A

@@ -244,7 +244,12 @@ impl SharedConn {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         }
-        let conn = open_wal(path, sync).map_err(|e| cause_text(&e, path))?;
+        let mut conn = open_wal(path, sync).map_err(|e| cause_text(&e, path))?;
+        // Version 1 of the file ([`migrate`]: a file without one is snapshotted first).
+        migrate(&mut conn, path, STORE_SCHEMA_VERSION, |c| {
+            c.execute_batch(schema)
+        })
+        .map_err(|e| cause_text(&e, path))?;
         conn.execute_batch(schema)
             .map_err(|e| cause_text(&e, path))?;
         Ok(Self::new(path, conn))
@@ -296,6 +301,203 @@ impl SharedConn {
             Err(e) => Err(joined(&self.path, e.to_string())),
         }
     }
+}
+
+// ---- snapshots and guarded migrations (issue 22; BEYOND-2, BEYOND-11) -----------------------
+
+/// Error injection: the migration step fails after it has run (and committed), before the
+/// check; the guard must put the snapshot back (`FAILPOINTS=sqlite-migration-fail=return`).
+pub const MIGRATION_FAIL: &str = "sqlite-migration-fail";
+
+/// Schema version of the stores opened by [`SharedConn::open_store`] (and `devices.db`).
+pub const STORE_SCHEMA_VERSION: i64 = 1;
+
+/// Pre-migration snapshots kept per database file (older ones are removed).
+pub const SNAPSHOTS_KEPT: usize = 3;
+
+/// Name of the directory, beside each database, holding its pre-migration snapshots.
+pub const SNAPSHOT_DIR: &str = ".pre-migration";
+
+/// Copies the database open on `src` into the new file `dest` (created 0600; it must not
+/// exist) through SQLite's online backup API, in one step: the copy is the database as of
+/// one read transaction, taken while writers go on (WAL), never the bytes of a file under a
+/// writer. The copy is left in rollback-journal mode, a single self-contained file.
+pub fn snapshot_into(src: &Connection, dest: &Path) -> rusqlite::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(DB_MODE)
+        .open(dest)
+        .map_err(|e| {
+            failure(
+                rusqlite::ffi::SQLITE_CANTOPEN,
+                format!("cannot create {}: {e}", dest.display()),
+            )
+        })?;
+    let mut out = Connection::open(dest)?;
+    copy_all(src, &mut out)?;
+    let _: String = out.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
+    Ok(())
+}
+
+/// Every page of `src` into `dst` (the backup API, all pages per step; retried while busy).
+fn copy_all(src: &Connection, dst: &mut Connection) -> rusqlite::Result<()> {
+    use rusqlite::backup::{Backup, StepResult};
+    let backup = Backup::new(src, dst)?;
+    let mut waited = Duration::ZERO;
+    loop {
+        match backup.step(-1)? {
+            StepResult::Done => return Ok(()),
+            StepResult::More => {}
+            StepResult::Busy | StepResult::Locked if waited < BUSY_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(20));
+                waited += Duration::from_millis(20);
+            }
+            _ => {
+                return Err(failure(
+                    rusqlite::ffi::SQLITE_BUSY,
+                    "the database stayed locked during the copy".to_string(),
+                ));
+            }
+        }
+    }
+}
+
+/// The schema version a store keeps in `PRAGMA user_version`.
+pub fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// The pre-migration snapshots of the database `path`, oldest first.
+pub fn snapshots_of(path: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}.v", name.to_string_lossy());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir.join(SNAPSHOT_DIR))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    // Names end in `.<unix ms>.db`: order by that number.
+    found.sort_by_key(|p| {
+        p.file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.rsplit('.').next())
+            .and_then(|n| n.parse::<u128>().ok())
+            .unwrap_or(0)
+    });
+    found
+}
+
+/// Brings the store at `path` (open on `conn`, in WAL mode) to schema `version` with `apply`,
+/// the one migration routine of every store (sessions, ACP, memory, cron, SOP, control plane,
+/// devices). A file at `version` is left alone; a newer one is refused (this build does not
+/// know its schema). A file with tables at an older version is first copied to
+/// `<dir>/.pre-migration/<file>.v<old>.<unix ms>.db` ([`snapshot_into`]; the newest
+/// [`SNAPSHOTS_KEPT`] are kept); then `apply` runs, the version is set and `PRAGMA
+/// quick_check` must answer `ok`. If any of that fails, the snapshot is copied back over the
+/// file (through SQLite, under its locks) and the error says so: the file keeps its old schema
+/// and the store can be opened read-only. Errors do not name the file; callers wrap them.
+pub fn migrate(
+    conn: &mut Connection,
+    path: &Path,
+    version: i64,
+    apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let found = schema_version(conn)?;
+    if found == version {
+        return Ok(());
+    }
+    if found > version {
+        return Err(failure(
+            rusqlite::ffi::SQLITE_ERROR,
+            format!(
+                "schema version {found} is newer than this warren knows ({version}); run the \
+                 warren that wrote it, or restore a backup made by this one"
+            ),
+        ));
+    }
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    let snapshot = if tables > 0 {
+        Some(take_snapshot(conn, path, found)?)
+    } else {
+        None
+    };
+    let run = |conn: &mut Connection| -> rusqlite::Result<()> {
+        apply(conn)?;
+        conn.execute_batch(&format!("PRAGMA user_version = {version}"))?;
+        if crate::failpoint::injected_error(MIGRATION_FAIL) {
+            return Err(failure(
+                rusqlite::ffi::SQLITE_ERROR,
+                format!("injected failure ({MIGRATION_FAIL})"),
+            ));
+        }
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        if check != "ok" {
+            return Err(failure(
+                rusqlite::ffi::SQLITE_CORRUPT,
+                format!("quick_check after the migration: {check}"),
+            ));
+        }
+        Ok(())
+    };
+    let Err(cause) = run(conn) else {
+        return Ok(());
+    };
+    let Some(snapshot) = snapshot else {
+        return Err(cause);
+    };
+    let restored = open_read_only(&snapshot).and_then(|snap| copy_all(&snap, conn));
+    let message = match restored {
+        Ok(()) => format!(
+            "migration from schema {found} to {version} failed ({cause}); the file was put back \
+             from its pre-migration snapshot {} and keeps schema {found} (read-only commands \
+             still work; `warren doctor` shows the state)",
+            snapshot.display()
+        ),
+        Err(e) => format!(
+            "migration from schema {found} to {version} failed ({cause}) and putting back the \
+             snapshot {} failed too ({e}); stop the daemon and copy the snapshot over the file",
+            snapshot.display()
+        ),
+    };
+    tracing::error!("{}: {message}", path.display());
+    Err(failure(rusqlite::ffi::SQLITE_ERROR, message))
+}
+
+/// [`snapshot_into`] the snapshot directory beside `path`, then prunes old snapshots.
+fn take_snapshot(conn: &Connection, path: &Path, found: i64) -> rusqlite::Result<PathBuf> {
+    let fail = |what: String| failure(rusqlite::ffi::SQLITE_CANTOPEN, what);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(fail("the database path has no directory".to_string()));
+    };
+    let snaps = dir.join(SNAPSHOT_DIR);
+    std::fs::create_dir_all(&snaps).map_err(|e| {
+        fail(format!(
+            "cannot create the snapshot directory {}: {e}",
+            snaps.display()
+        ))
+    })?;
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let dest = snaps.join(format!("{}.v{found}.{ms}.db", name.to_string_lossy()));
+    if let Err(e) = snapshot_into(conn, &dest) {
+        let _ = std::fs::remove_file(&dest);
+        return Err(fail(format!(
+            "cannot take the pre-migration snapshot {} (nothing was migrated): {e}",
+            dest.display()
+        )));
+    }
+    let all = snapshots_of(path);
+    for old in all.iter().take(all.len().saturating_sub(SNAPSHOTS_KEPT)) {
+        let _ = std::fs::remove_file(old);
+    }
+    Ok(dest)
 }
 
 #[cfg(test)]
@@ -354,5 +556,75 @@ mod tests {
             err.contains("journal_mode is delete, expected wal"),
             "{err}"
         );
+    }
+
+    /// A migration that commits half its work and then fails: the guard puts the snapshot
+    /// back (the dropped table and its rows return, the version stays old) and says where the
+    /// snapshot is. Without the guard the table would be gone.
+    #[test]
+    fn failed_migration_is_rolled_back_from_its_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut conn = open_wal(&path, Sync::Full).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE kept (v TEXT); INSERT INTO kept VALUES ('a'), ('b'); \
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        let err = migrate(&mut conn, &path, 2, |c| {
+            c.execute_batch("DROP TABLE kept")?;
+            Err(failure(rusqlite::ffi::SQLITE_ERROR, "step 2 broke".into()))
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("migration from schema 1 to 2 failed"), "{err}");
+        assert!(
+            err.contains("step 2 broke") && err.contains(SNAPSHOT_DIR),
+            "{err}"
+        );
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM kept", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!((rows, schema_version(&conn).unwrap()), (2, 1));
+        assert_eq!(snapshots_of(&path).len(), 1);
+
+        // A good migration then runs, and snapshots are bounded.
+        for v in 2..=6 {
+            migrate(&mut conn, &path, v, |c| {
+                c.execute_batch(&format!("INSERT INTO kept VALUES ('v{v}')"))
+            })
+            .unwrap();
+        }
+        assert_eq!(schema_version(&conn).unwrap(), 6);
+        assert_eq!(snapshots_of(&path).len(), SNAPSHOTS_KEPT);
+        // Same version: nothing runs; a newer file is refused.
+        migrate(&mut conn, &path, 6, |_| panic!("must not run")).unwrap();
+        let newer = migrate(&mut conn, &path, 5, |_| Ok(())).unwrap_err();
+        assert!(
+            newer.to_string().contains("newer than this warren"),
+            "{newer}"
+        );
+    }
+
+    /// A snapshot is a complete, self-contained copy taken while the source stays open.
+    #[test]
+    fn snapshot_copies_a_live_wal_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("live.db");
+        let conn = open_wal(&path, Sync::Normal).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1), (2), (3);")
+            .unwrap();
+        let dest = dir.path().join("copy.db");
+        snapshot_into(&conn, &dest).unwrap();
+        assert!(snapshot_into(&conn, &dest).is_err(), "never overwrites");
+        let copy = open_read_only(&dest).unwrap();
+        let sum: i64 = copy
+            .query_row("SELECT sum(v) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sum, 6);
+        let mode: String = copy
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete");
     }
 }

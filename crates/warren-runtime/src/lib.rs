@@ -6,6 +6,7 @@
 pub mod agent;
 mod appendfile;
 pub mod approval;
+pub mod backup;
 pub mod cancel;
 pub mod cost;
 pub mod cron;

@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS acp_transcript (
 );
 ";
 
-const SCHEMA_VERSION: i64 = 2;
+/// The schema version of `acp-sessions.db` (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 2;
 
 const COLUMNS: &str =
     "session_id, agent, cwd, mode, transcript, state, created_at, updated_at, closed_at";
@@ -206,15 +207,12 @@ impl AcpSessionStore {
     pub fn open(root: &InstallRoot) -> Result<Self, AcpError> {
         crate::sessions::ensure_sessions_dir(root)?;
         let path = root.acp_sessions_db();
-        let conn = sqlite_util::open_wal(&path, Sync::Full).map_err(err(&path, "open"))?;
+        let mut conn = sqlite_util::open_wal(&path, Sync::Full).map_err(err(&path, "open"))?;
         // The schema is written once (a write and an fsync); later opens only read the version.
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(err(&path, "read the schema version"))?;
-        if version < SCHEMA_VERSION {
-            conn.execute_batch(&format!("{SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};"))
-                .map_err(err(&path, "create the schema"))?;
-        }
+        sqlite_util::migrate(&mut conn, &path, SCHEMA_VERSION, |c| {
+            c.execute_batch(SCHEMA)
+        })
+        .map_err(err(&path, "create the schema"))?;
         Ok(Self {
             conn: SharedConn::new(&path, conn),
             path,

@@ -2,6 +2,7 @@
 
 mod agent;
 mod agents;
+mod backup;
 mod config;
 mod costs;
 mod cron;
@@ -78,6 +79,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Skills(cmd) => skills::run(&root, cmd, cli.json),
         Command::Costs { agent, since } => costs::run(&root, agent, since, cli.json),
         Command::Logs { follow, agent } => logs::run(&root, follow, agent, cli.json),
+        Command::Backup(args) => backup::backup(&root, args, cli.json),
+        Command::Restore { src, to, force } => backup::restore(&root, &src, to, force, cli.json),
+        Command::Doctor => backup::doctor(&root, cli.json),
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

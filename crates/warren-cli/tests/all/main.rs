@@ -3,6 +3,7 @@
 mod acp;
 mod agent;
 mod agent_repl;
+mod backup;
 mod cli;
 mod common;
 mod config_faults;

@@ -118,13 +118,19 @@ pub fn open_chat_sessions_for_reading(
         Err(e)
             if matches!(channels.session_backend, SessionBackendKind::Sqlite)
                 && root.sessions_db().is_file()
-                && warren_config::sqlite::disk_full(&root.sessions_dir()) =>
+                && (warren_config::sqlite::disk_full(&root.sessions_dir())
+                    || SqliteBackend::schema_behind(root)) =>
         {
+            let notice = if warren_config::sqlite::disk_full(&root.sessions_dir()) {
+                format!(
+                    "disk full at {}: sessions opened read-only (nothing imported or written)",
+                    root.sessions_dir().display()
+                )
+            } else {
+                // The schema migration failed and was rolled back (issue 22 §4).
+                format!("sessions opened read-only at their old schema: {e}")
+            };
             let backend = SqliteBackend::open_read_only(root).map_err(|_| e)?;
-            let notice = format!(
-                "disk full at {}: sessions opened read-only (nothing imported or written)",
-                root.sessions_dir().display()
-            );
             Ok((
                 ChatSessions::Durable(Arc::new(backend)),
                 Vec::new(),

@@ -83,6 +83,9 @@ CREATE TABLE IF NOT EXISTS jsonl_import_receipts (
 PRAGMA user_version = 1;
 ";
 
+/// The schema version of `sessions.db` (`PRAGMA user_version`, set by [`SCHEMA`] too).
+pub const SCHEMA_VERSION: i64 = 1;
+
 const META_COLUMNS: &str =
     "key, name, agent, channel, state, created_at, updated_at, message_count";
 const MESSAGE_COLUMNS: &str = "id, role, content, agent, created_at";
@@ -108,8 +111,12 @@ impl SqliteBackend {
             SessionDurability::Turn => Sync::Full,
             SessionDurability::Batched => Sync::Normal,
         };
-        let conn =
+        let mut conn =
             sqlite_util::open_wal(&path, sync).map_err(SessionError::sqlite(&path, "open"))?;
+        sqlite_util::migrate(&mut conn, &path, SCHEMA_VERSION, |c| {
+            c.execute_batch(SCHEMA)
+        })
+        .map_err(SessionError::sqlite(&path, "migrate the schema"))?;
         conn.execute_batch(SCHEMA)
             .map_err(SessionError::sqlite(&path, "create the schema"))?;
         // Checkpoints run on their own thread and connection (see `Checkpointer`); if that
@@ -145,6 +152,14 @@ impl SqliteBackend {
             writer,
             checkpointer,
         })
+    }
+
+    /// Whether `sessions.db` exists at an older schema than this build's (what a failed
+    /// migration leaves after its rollback): read-only commands can still open it.
+    pub fn schema_behind(root: &InstallRoot) -> bool {
+        sqlite_util::open_read_only(&root.sessions_db())
+            .and_then(|c| warren_config::sqlite::schema_version(&c))
+            .is_ok_and(|v| v < SCHEMA_VERSION)
     }
 
     /// Opens an existing `sessions.db` for reading only: no schema, no checkpoints, no import,
