@@ -280,6 +280,7 @@ impl Server {
             files: ClientFiles::new(cx.clone(), id.clone(), &fs)
                 .map(|f| Arc::new(f) as Arc<dyn FileTransport>),
             autonomy_cap: mode_autonomy(session.mode.as_deref()),
+            channel: None, // the door sets the turn's channel
         };
         let result: Result<TurnOutcome, TurnError> = context
             .scope(async {

@@ -308,17 +308,45 @@ pub enum MemoryCommand {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
-    /// Print one of the agent's memories in full
+    /// Print one of the agent's memories in full, with its version and who wrote it
     Show {
         #[command(flatten)]
         agent: AgentArg,
         key: String,
     },
-    /// Delete one of the agent's own memories
+    /// Store a memory for the agent as the operator (trust "operator")
+    Store {
+        #[command(flatten)]
+        agent: AgentArg,
+        key: String,
+        content: String,
+        #[arg(long)]
+        category: Option<String>,
+        /// Store only if the key is at this version now (0: only if it does not exist)
+        #[arg(long, value_name = "VERSION")]
+        expected_version: Option<u64>,
+    },
+    /// Delete one of the agent's own memories (the text is kept in its history for undo)
     Forget {
         #[command(flatten)]
         agent: AgentArg,
         key: String,
+    },
+    /// Every kept version of one of the agent's memories, newest first
+    History {
+        #[command(flatten)]
+        agent: AgentArg,
+        key: String,
+    },
+    /// Bring back an earlier version of a memory (default: the one before the current; also
+    /// brings back a forgotten key)
+    Undo {
+        #[command(flatten)]
+        agent: AgentArg,
+        key: String,
+        /// The version to restore (see `warren memory history`)
+        #[arg(long, value_name = "VERSION")]
+        to: Option<u64>,
     },
 }
 

@@ -349,7 +349,8 @@ impl AgentHost {
         let host = Arc::clone(self);
         // The submitter's tool context (an editor's files, a session mode's autonomy cap) is
         // the turn's (`warren_tools::ToolContext`).
-        let context = warren_tools::ToolContext::current();
+        let mut context = warren_tools::ToolContext::current();
+        context.channel = Some(channel.label()); // memory provenance (issue 20 §3)
         let done = tokio::spawn(context.scope(async move {
             // The generation's cancel (a reload's grace passed) stops the turn too.
             let generation = host.cancel.clone();

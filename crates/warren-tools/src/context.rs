@@ -44,6 +44,8 @@ pub struct ToolContext {
     pub files: Option<Arc<dyn FileTransport>>,
     /// The highest autonomy this turn's calls run at (the lower of it and the configured one).
     pub autonomy_cap: Option<Autonomy>,
+    /// The channel the turn came in on (`cli`, `gateway`, `cron`, `acp`), for provenance.
+    pub channel: Option<&'static str>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -51,12 +53,36 @@ impl std::fmt::Debug for ToolContext {
         f.debug_struct("ToolContext")
             .field("files", &self.files.is_some())
             .field("autonomy_cap", &self.autonomy_cap)
+            .field("channel", &self.channel)
             .finish()
     }
 }
 
 tokio::task_local! {
     static CONTEXT: ToolContext;
+    static ORIGIN: CallOrigin;
+}
+
+/// The call a tool is running for, set by the runtime around each execution: what records
+/// that keep provenance (memory writes, issue 20 §3) name as their origin.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallOrigin {
+    /// The chat session of the turn.
+    pub session: Option<String>,
+    /// The model's id of this tool call.
+    pub tool_call: Option<String>,
+}
+
+impl CallOrigin {
+    /// The origin of the running call (empty outside one).
+    pub fn current() -> Self {
+        ORIGIN.try_with(Clone::clone).unwrap_or_default()
+    }
+
+    /// Runs `future` (one tool execution) as this call.
+    pub async fn scope<F: Future>(self, future: F) -> F::Output {
+        ORIGIN.scope(self, future).await
+    }
 }
 
 impl ToolContext {

@@ -14,7 +14,7 @@ mod shell;
 mod taint;
 mod tool;
 
-pub use context::{FileTransport, ToolContext};
+pub use context::{CallOrigin, FileTransport, ToolContext};
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
 pub use http_request::{HttpCall, HttpEgress, HttpReply, HttpRequest};
 pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};

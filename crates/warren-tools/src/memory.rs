@@ -12,8 +12,10 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use warren_config::schema::MemoryBackendKind;
-use warren_memory::{MAX_LIMIT, Memory, MemoryError, NewEntry, RecallQuery};
+use warren_memory::{MAX_LIMIT, Memory, MemoryError, NewEntry, Provenance, RecallQuery, Trust};
 
+use crate::context::{CallOrigin, ToolContext};
+use crate::taint::Taint;
 use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput};
 
 /// Default number of recall results.
@@ -35,6 +37,42 @@ fn tool_error(e: MemoryError) -> ToolError {
         }
         other => ToolError::Failed(other.to_string()),
     }
+}
+
+/// Who writes through a memory tool (issue 20 §3): the bound agent, in the running turn's
+/// session and channel, as this tool call; `untrusted` once the turn has taken in untrusted
+/// content (the taint marker), else `agent`.
+pub fn tool_provenance(agent: &str) -> Provenance {
+    let origin = CallOrigin::current();
+    Provenance {
+        trust: if Taint::first().is_some() {
+            Trust::Untrusted
+        } else {
+            Trust::Agent
+        },
+        agent: Some(agent.to_string()),
+        session: origin.session,
+        channel: ToolContext::current().channel.map(str::to_string),
+        tool_call: origin.tool_call,
+        receipt: None,
+    }
+}
+
+/// Provenance as a recall result shows it.
+fn provenance_json(p: &Provenance) -> Value {
+    let mut out = json!({ "trust": p.trust.as_str() });
+    for (name, v) in [
+        ("agent", &p.agent),
+        ("session", &p.session),
+        ("channel", &p.channel),
+        ("tool_call", &p.tool_call),
+        ("receipt", &p.receipt),
+    ] {
+        if let Some(v) = v {
+            out[name] = json!(v);
+        }
+    }
+    out
 }
 
 fn obj(args: &Value) -> Result<&serde_json::Map<String, Value>, ToolError> {
@@ -94,8 +132,10 @@ impl Tool for MemoryStoreTool {
         "memory_store"
     }
     fn description(&self) -> &'static str {
-        "Remember something under a key (storing the same key again replaces it). Category \
-         defaults to \"core\" (long-term facts); use e.g. \"daily\" for notes of the day."
+        "Remember something under a key (storing the same key again replaces it; the earlier \
+         version is kept for undo). Category defaults to \"core\" (long-term facts); use e.g. \
+         \"daily\" for notes of the day. Pass expected_version (from memory_recall; 0 for a new \
+         key) to store only if nobody changed the key since you read it."
     }
     fn parameters(&self) -> Value {
         json!({
@@ -104,7 +144,8 @@ impl Tool for MemoryStoreTool {
                 "key": {"type": "string", "description": "Short unique name of the memory"},
                 "content": {"type": "string", "description": "What to remember (at most 64 KiB)"},
                 "category": {"type": "string", "description": "Category name, default \"core\""},
-                "session": {"type": "string", "description": "Session this belongs to, if any"}
+                "session": {"type": "string", "description": "Session this belongs to, if any"},
+                "expected_version": {"type": "integer", "minimum": 0, "description": "Store only if the key is at this version now (0: only if it does not exist)"}
             },
             "required": ["key", "content"],
             "additionalProperties": false
@@ -118,20 +159,33 @@ impl Tool for MemoryStoreTool {
             let args = obj(&args)?;
             let key = string(args, "key", true)?.unwrap_or_default();
             let content = string(args, "content", true)?.unwrap_or_default();
+            let expected = match args.get("expected_version") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_u64().ok_or_else(|| {
+                    ToolError::InvalidArguments(
+                        "'expected_version' must be an integer of 0 or more".into(),
+                    )
+                })?),
+            };
+            let agent = self.0.agent().as_str();
             let entry = NewEntry::new(
-                self.0.agent().as_str(),
+                agent,
                 key,
                 content,
                 string(args, "category", false)?,
                 string(args, "session", false)?,
             )
-            .map_err(tool_error)?;
+            .map_err(tool_error)?
+            .with_provenance(tool_provenance(agent))
+            .expecting(expected);
             let stored = self.0.store(entry).await.map_err(tool_error)?;
             let persisted = self.0.backend() != MemoryBackendKind::None;
             let mut out = json!({
                 "stored": persisted,
                 "key": stored.key,
                 "category": stored.category,
+                "version": stored.version,
+                "trust": stored.provenance.trust.as_str(),
             });
             if !persisted {
                 out["note"] =
@@ -204,6 +258,8 @@ impl Tool for MemoryRecallTool {
                         "category": h.entry.category,
                         "session": h.entry.session,
                         "updated_at": h.entry.updated_at.format(&Rfc3339).unwrap_or_default(),
+                        "version": h.entry.version,
+                        "provenance": provenance_json(&h.entry.provenance),
                         "score": h.score,
                     })
                 })

@@ -1,6 +1,7 @@
-//! `warren memory list|recall|show|forget --agent ALIAS`: the agent's scoped memory handle,
-//! exactly as its tools see it (MEM-1/2): list/show/forget touch only its own rows, recall
-//! also shows what its grants allow.
+//! `warren memory list|recall|show|store|forget|history|undo --agent ALIAS`: the agent's scoped
+//! memory handle, exactly as its tools see it (MEM-1/2): list/show/store/forget/history/undo
+//! touch only its own rows, recall also shows what its grants allow. `show` and `history` print
+//! each version's provenance (issue 20 §3); writes from here are the operator's.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,7 +10,9 @@ use anyhow::{Context, bail};
 use time::format_description::well_known::Rfc3339;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
-use warren_memory::{ListQuery, Memory, MemoryEntry, MemoryStores, RecallQuery};
+use warren_memory::{
+    ListQuery, Memory, MemoryEntry, MemoryStores, NewEntry, Provenance, RecallQuery,
+};
 
 use crate::cli::{AgentArg, MemoryCommand};
 
@@ -21,7 +24,10 @@ pub fn run(root: &InstallRoot, cmd: MemoryCommand, json: bool) -> anyhow::Result
         MemoryCommand::List { agent, .. }
         | MemoryCommand::Recall { agent, .. }
         | MemoryCommand::Show { agent, .. }
-        | MemoryCommand::Forget { agent, .. } => agent,
+        | MemoryCommand::Store { agent, .. }
+        | MemoryCommand::Forget { agent, .. }
+        | MemoryCommand::History { agent, .. }
+        | MemoryCommand::Undo { agent, .. } => agent,
     };
     let alias = resolve_agent(agent_arg, config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -89,7 +95,89 @@ async fn execute(
                 println!("session:  {}", entry.session.as_deref().unwrap_or("-"));
                 println!("created:  {}", entry.created_at.format(&Rfc3339)?);
                 println!("updated:  {}", entry.updated_at.format(&Rfc3339)?);
+                println!("version:  {}", entry.version);
+                print_provenance(&entry.provenance);
                 println!("\n{}", entry.content);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        MemoryCommand::Store {
+            key,
+            content,
+            category,
+            expected_version,
+            ..
+        } => {
+            let entry = NewEntry::new(
+                memory.agent().as_str(),
+                &key,
+                &content,
+                category.as_deref(),
+                None,
+            )?
+            .with_provenance(Provenance::operator("cli"))
+            .expecting(expected_version);
+            let stored = memory.store(entry).await?;
+            if json {
+                super::print_json(&serde_json::to_value(&stored)?)?;
+            } else {
+                println!(
+                    "stored '{}' of agent '{}' as version {}",
+                    stored.key,
+                    memory.agent(),
+                    stored.version
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        MemoryCommand::History { key, .. } => {
+            let versions = memory.history(key.clone()).await?;
+            if versions.is_empty() {
+                bail!(
+                    "agent '{}' has no memory with key '{key}' and no kept version of it",
+                    memory.agent()
+                );
+            }
+            if json {
+                super::print_json(&serde_json::to_value(&versions)?)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<8} {:<10} {:<10} {:<20} {:<24} CONTENT",
+                "VERSION", "STATE", "TRUST", "WRITTEN", "BY"
+            );
+            for v in &versions {
+                let e = &v.entry;
+                let content: String = e.content.replace('\n', " ").chars().take(50).collect();
+                let written = e.updated_at.format(&Rfc3339).unwrap_or_default();
+                let by = match (&e.provenance.agent, &e.provenance.channel) {
+                    (Some(a), Some(c)) => format!("{a} via {c}"),
+                    (Some(a), None) => a.clone(),
+                    (None, Some(c)) => format!("operator via {c}"),
+                    (None, None) => "-".into(),
+                };
+                println!(
+                    "{:<8} {:<10} {:<10} {:<20} {:<24} {content}",
+                    e.version,
+                    v.state.as_str(),
+                    e.provenance.trust.as_str(),
+                    written.get(..19).unwrap_or(&written),
+                    by
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        MemoryCommand::Undo { key, to, .. } => {
+            let restored = memory.undo(key.clone(), to).await?;
+            if json {
+                super::print_json(&serde_json::to_value(&restored)?)?;
+            } else {
+                println!(
+                    "restored '{key}' of agent '{}' as version {} ({} trust)",
+                    memory.agent(),
+                    restored.version,
+                    restored.provenance.trust
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -103,6 +191,21 @@ async fn execute(
                 println!("forgot '{key}' of agent '{}'", memory.agent());
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_provenance(p: &Provenance) {
+    println!("trust:    {}", p.trust);
+    for (name, v) in [
+        ("by", &p.agent),
+        ("channel", &p.channel),
+        ("turn in", &p.session),
+        ("call", &p.tool_call),
+        ("receipt", &p.receipt),
+    ] {
+        if let Some(v) = v {
+            println!("{:<10}{v}", format!("{name}:"));
         }
     }
 }

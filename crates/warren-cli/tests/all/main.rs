@@ -22,6 +22,7 @@ mod lifecycle;
 mod local_llm;
 mod log_level;
 mod memory;
+mod memory_versions;
 mod metrics;
 mod openai_endpoint;
 mod readme_try;

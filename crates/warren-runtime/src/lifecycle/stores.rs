@@ -15,7 +15,7 @@ use time::OffsetDateTime;
 use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
-use warren_memory::{MemoryEntry, MemoryStore, MemoryStores};
+use warren_memory::{MemoryEntry, MemoryStore, MemoryStores, MemoryVersion};
 use warren_store::acp::{AcpExport, AcpSessionStore};
 use warren_store::control_plane::ControlPlane;
 use warren_store::cron::CronStore;
@@ -341,13 +341,17 @@ impl AgentStateStore for MemoryState {
     }
     fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
         let store = self.store()?;
-        let rows = match self.block(store.agent_id(alias, false))? {
-            Some(id) => self.block(store.export_agent(id))?,
-            None => Vec::new(),
+        let (rows, history) = match self.block(store.agent_id(alias, false))? {
+            Some(id) => (
+                self.block(store.export_agent(id.clone()))?,
+                // Earlier versions of each key travel with the rows (issue 20 §4).
+                self.block(store.export_history(id))?,
+            ),
+            None => (Vec::new(), Vec::new()),
         };
         Ok((
             rows.len() as u64,
-            serde_json::json!({"backend": self.ctx.memory_backend, "rows": rows}),
+            serde_json::json!({"backend": self.ctx.memory_backend, "rows": rows, "history": history}),
         ))
     }
     fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
@@ -373,10 +377,15 @@ impl AgentStateStore for MemoryState {
         #[derive(Deserialize)]
         struct Archived {
             rows: Vec<MemoryEntry>,
+            /// Absent in archives made before versions were kept.
+            #[serde(default)]
+            history: Vec<MemoryVersion>,
         }
         let archived: Archived = from_json(data)?;
         let store = self.store()?;
-        self.block(store.import_agent(alias.clone(), archived.rows))
+        let n = self.block(store.import_agent(alias.clone(), archived.rows))?;
+        self.block(store.import_history(alias.clone(), archived.history))?;
+        Ok(n)
     }
 }
 

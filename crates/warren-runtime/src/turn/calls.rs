@@ -104,9 +104,11 @@ impl AgentRunner {
                     let cancel = cancel.clone();
                     // The turn's tool context (an editor's files) goes with the call's task.
                     let context = warren_tools::ToolContext::current();
+                    let origin = call_origin(call, session);
                     set.spawn(context.scope(async move {
                         let start = crate::telemetry::now_ns();
-                        (i, start, race(tool.execute(args), &cancel).await)
+                        let run = origin.scope(tool.execute(args));
+                        (i, start, race(run, &cancel).await)
                     }));
                 }
             }
@@ -242,13 +244,13 @@ impl AgentRunner {
         let run = |approved: bool| {
             let tool = Arc::clone(&tool);
             let args = call.arguments.clone();
-            async move {
+            call_origin(call, session).scope(async move {
                 if approved {
                     tool.execute_approved(args).await
                 } else {
                     tool.execute(args).await
                 }
-            }
+            })
         };
         let mut result = race(run(approved), cancel).await?;
         if let Err(ToolError::ApprovalRequired(reason)) = &result {
@@ -368,6 +370,14 @@ impl AgentRunner {
                 }
             }
         }
+    }
+}
+
+/// What a tool call runs as: its session and call id (memory provenance, issue 20 §3).
+fn call_origin(call: &ToolCall, session: Option<&str>) -> warren_tools::CallOrigin {
+    warren_tools::CallOrigin {
+        session: session.map(str::to_string),
+        tool_call: Some(call.id.clone()).filter(|id| !id.is_empty()),
     }
 }
 

@@ -1,0 +1,172 @@
+//! Issue 20 §3/§4 from the `warren` binary: a memory written by a real turn records who wrote
+//! it (agent, channel, session, tool call, `agent` trust) and `warren memory show` prints it;
+//! an operator write through `warren memory store` is `operator` trust and a stale
+//! `--expected-version` is refused naming both versions; `history` lists every kept version;
+//! `undo` restores the exact earlier text (also after `forget`); and versions with their
+//! provenance survive `warren agents rename`, `delete` and `restore`.
+
+use std::fs;
+
+use crate::common::bin;
+
+use warren_config::InstallRoot;
+use warren_testkit::{TempRoot, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const DEMO_KEY: &str = "demo-first-run";
+const DEMO_TEXT: &str = "The operator ran the Warren demo and saw files, memory and sessions.";
+
+fn ok(root: &TempRoot, args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
+    let out = root.run(bin(), args)?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "warren {args:?} failed: {stderr}");
+    Ok(stdout)
+}
+
+fn json(root: &TempRoot, args: &[&str]) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    Ok(serde_json::from_str(&ok(root, &all)?)?)
+}
+
+fn only_archive(root: &TempRoot) -> Result<String, Box<dyn std::error::Error>> {
+    let names: Vec<String> = fs::read_dir(InstallRoot::at(root.path()).deleted_agents_dir())?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        other => Err(format!("expected one archive, found {other:?}").into()),
+    }
+}
+
+#[test]
+fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    // The offline demo turn stores its memory through the memory_store tool.
+    ok(&root, &["agent", "-m", "hello"])?;
+
+    let show = ok(&root, &["memory", "show", DEMO_KEY, "--agent", "main"])?;
+    for line in [
+        "version:  1",
+        "trust:    agent",
+        "by:       main",
+        "channel:  cli",
+        "turn in:  cli-main",
+        "call:     ",
+    ] {
+        assert!(show.contains(line), "{line:?} missing:\n{show}");
+    }
+    assert!(show.ends_with(&format!("{DEMO_TEXT}\n")), "{show}");
+    let first = json(&root, &["memory", "show", DEMO_KEY, "--agent", "main"])?;
+    let call = first["provenance"]["tool_call"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(!call.is_empty(), "{first}");
+
+    // An operator write, compare-and-set on the version the operator read.
+    let stored = ok(
+        &root,
+        &[
+            "memory",
+            "store",
+            DEMO_KEY,
+            "corrected by the operator",
+            "--agent",
+            "main",
+            "--expected-version",
+            "1",
+        ],
+    )?;
+    assert!(stored.contains("as version 2"), "{stored}");
+    let stale = root.run(
+        bin(),
+        &[
+            "memory",
+            "store",
+            DEMO_KEY,
+            "a lost update",
+            "--agent",
+            "main",
+            "--expected-version",
+            "1",
+        ],
+    )?;
+    let (_, stderr) = text(&stale);
+    assert!(!stale.status.success());
+    assert!(
+        stderr.contains(&format!("'{DEMO_KEY}'"))
+            && stderr.contains("version 2, not the expected 1"),
+        "{stderr}"
+    );
+
+    let history = ok(&root, &["memory", "history", DEMO_KEY, "--agent", "main"])?;
+    let rows: Vec<&str> = history.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{history}");
+    assert!(
+        rows[0].starts_with("2 ") && rows[0].contains("current") && rows[0].contains("operator")
+    );
+    assert!(
+        rows[1].starts_with("1 ")
+            && rows[1].contains("replaced")
+            && rows[1].contains("main via cli")
+    );
+
+    // Undo: the demo's exact text and its provenance are back, as version 3.
+    let undo = ok(&root, &["memory", "undo", DEMO_KEY, "--agent", "main"])?;
+    assert!(undo.contains("as version 3 (agent trust)"), "{undo}");
+    let back = json(&root, &["memory", "show", DEMO_KEY, "--agent", "main"])?;
+    assert_eq!(back["content"], DEMO_TEXT);
+    assert_eq!(back["provenance"], first["provenance"]);
+    // --to picks any kept version.
+    ok(
+        &root,
+        &["memory", "undo", DEMO_KEY, "--agent", "main", "--to", "2"],
+    )?;
+    let now = json(&root, &["memory", "show", DEMO_KEY, "--agent", "main"])?;
+    assert_eq!(now["content"], "corrected by the operator");
+    assert_eq!(now["provenance"]["trust"], "operator");
+
+    // Forget, then undo brings it back.
+    ok(&root, &["memory", "forget", DEMO_KEY, "--agent", "main"])?;
+    let gone = root.run(bin(), &["memory", "show", DEMO_KEY, "--agent", "main"])?;
+    assert!(!gone.status.success());
+    ok(&root, &["memory", "undo", DEMO_KEY, "--agent", "main"])?;
+    let again = json(&root, &["memory", "show", DEMO_KEY, "--agent", "main"])?;
+    assert_eq!(again["content"], "corrected by the operator");
+    assert_eq!(again["version"], 5);
+
+    // Rename, delete and restore: every version and its provenance come along.
+    let before = json(&root, &["memory", "history", DEMO_KEY, "--agent", "main"])?;
+    assert_eq!(before.as_array().map(Vec::len), Some(5), "{before}");
+    ok(&root, &["agents", "add", "spare"])?;
+    ok(&root, &["agents", "rename", "main", "chief"])?;
+    let renamed = json(&root, &["memory", "history", DEMO_KEY, "--agent", "chief"])?;
+    ok(&root, &["agents", "delete", "chief", "--yes"])?;
+    ok(&root, &["agents", "restore", &only_archive(&root)?])?;
+    let restored = json(&root, &["memory", "history", DEMO_KEY, "--agent", "chief"])?;
+    let strip = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|x| {
+                        serde_json::json!([x["version"], x["state"], x["content"], x["provenance"]])
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(strip(&renamed), strip(&before));
+    assert_eq!(strip(&restored), strip(&before));
+    // The demo's own version (1) still names the turn that wrote it.
+    let v1 = restored
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["version"] == 1))
+        .ok_or("version 1 lost")?;
+    assert_eq!(v1["provenance"]["tool_call"].as_str(), Some(call));
+    assert_eq!(v1["provenance"]["channel"], "cli");
+    Ok(())
+}
