@@ -175,3 +175,86 @@ pub fn valid_bundle_name(name: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems_of(text: &str) -> Vec<String> {
+        let config: crate::schema::Config = toml::from_str(text).unwrap_or_else(|e| panic!("{e}"));
+        crate::validate::validate(&config)
+            .into_iter()
+            .map(|p| format!("{}: {}", p.key.unwrap_or_default(), p.message))
+            .collect()
+    }
+
+    #[test]
+    fn servers_parse_with_defaults_and_secret_references() {
+        let config: crate::schema::Config = toml::from_str(
+            r#"
+[secrets.gh]
+value = "x"
+[agents.a]
+skills = ["pdf"]
+[agents.a.mcp.servers.gh]
+command = "gh-mcp"
+env = { TOKEN = { secret = "gh" }, MODE = "ro" }
+"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let alias: warren_core::AgentAlias = "a".parse().unwrap_or_else(|e| panic!("{e:?}"));
+        let a = &config.agents[&alias];
+        let gh = &a.mcp.servers["gh"];
+        assert_eq!(gh.risk, McpRisk::Medium);
+        assert_eq!(
+            (gh.startup_timeout_secs, gh.call_timeout_secs, gh.eager),
+            (30, 60, false)
+        );
+        assert_eq!(
+            gh.env["TOKEN"],
+            McpEnvValue::Secret {
+                secret: "gh".into()
+            }
+        );
+        assert_eq!(gh.env["MODE"], McpEnvValue::Text("ro".into()));
+        assert_eq!(a.skills, vec!["pdf".to_string()]);
+    }
+
+    #[test]
+    fn bad_servers_and_bundles_are_named_with_their_key() {
+        let problems = problems_of(
+            r#"
+[agents.a]
+skills = ["../etc"]
+[agents.a.mcp.servers.x__y]
+command = "a"
+url = "http://h"
+[agents.a.mcp.servers.none]
+[agents.a.mcp.servers.s]
+command = "a"
+env = { T = { secret = "missing" } }
+"#,
+        );
+        let text = problems.join("\n");
+        assert!(
+            text.contains("agents.a.mcp.servers.x__y: MCP server name 'x__y'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agents.a.mcp.servers.x__y.url: set either"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agents.a.mcp.servers.none: set `command`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agents.a.mcp.servers.s.env.T: names secret 'missing'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agents.a.skills[0]: skill bundle name '../etc'"),
+            "{text}"
+        );
+    }
+}

@@ -289,6 +289,8 @@ pub struct AgentRunner {
 #[derive(Clone)]
 struct McpSnapshot {
     generation: u64,
+    /// How many tools the servers offered (before the policy's `allowed_tools`).
+    offered: usize,
     tools: Arc<Vec<Arc<dyn warren_tools::Tool>>>,
     definitions: Arc<Vec<ToolDefinition>>,
     known: Arc<Vec<String>>,
@@ -437,11 +439,12 @@ impl AgentRunner {
         let mut cached = self.mcp_tools.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(snap) = cached.as_ref()
             && snap.generation == generation
-            && snap.tools.len() == tools.len()
+            && snap.offered == tools.len()
         {
             return (Arc::clone(&snap.definitions), Arc::clone(&snap.known));
         }
         let policy = self.kit.policy();
+        let offered = tools.len();
         let tools: Vec<_> = tools
             .into_iter()
             .filter(|t| policy.tool_allowed(t.name()))
@@ -454,6 +457,7 @@ impl AgentRunner {
         }));
         let snap = McpSnapshot {
             generation,
+            offered,
             known: Arc::new(definitions.iter().map(|d| d.name.clone()).collect()),
             definitions: Arc::new(definitions),
             tools: Arc::new(tools),
@@ -546,7 +550,9 @@ impl AgentRunner {
         }
         if !self.route.capabilities().native_tools {
             system.push('\n');
-            system.push_str(&protocol_instructions(&self.definitions));
+            // MCP tools included (the list the turn will offer; started here on a first turn).
+            let (definitions, _) = self.turn_tools().await;
+            system.push_str(&protocol_instructions(&definitions));
         }
         system
     }
