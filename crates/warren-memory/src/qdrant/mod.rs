@@ -18,7 +18,7 @@
 //!   ranked by vector similarity; without a query vector (the embedder failed for this call)
 //!   the matching rows come newest first. A `word*` prefix term matches the whole word only.
 //!
-//! All HTTP runs on the blocking pool, never on an async worker.
+//! All HTTP (the client is in `rest.rs`) runs on the blocking pool, never on an async worker.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -38,40 +38,16 @@ use crate::entry::{
 use crate::error::MemoryError;
 use crate::store::{MemFuture, MemoryStore};
 
+mod rest;
+use rest::Http;
+
 /// Crash point between the upsert of a new version and the delete of the old ones.
 pub const FAILPOINT_AFTER_UPSERT: &str = "qdrant-store-after-upsert";
-
-/// Largest response body accepted.
-const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
-/// Points per scroll page (export, list scans).
-const SCROLL_PAGE: usize = 256;
-/// Payload indexes created with the collection: exact fields, the full-text fields and the
-/// integer fields that ranges and ordering use.
-const INDEXES: [(&str, &str); 8] = [
-    ("agent_id", "keyword"),
-    ("category", "keyword"),
-    ("session", "keyword"),
-    ("key", "text"),
-    ("content", "text"),
-    ("created_at", "integer"),
-    ("updated_at", "integer"),
-    ("version", "integer"),
-];
 
 /// The install's Qdrant collection.
 pub struct QdrantStore {
     http: Arc<Http>,
     embedder: Option<Arc<dyn Embedder>>,
-}
-
-struct Http {
-    base: String,
-    collection: String,
-    api_key: Option<String>,
-    vector_size: Option<usize>,
-    agent: ureq::Agent,
-    /// The collection exists (set once seen or created).
-    ready: OnceLock<()>,
 }
 
 impl QdrantStore {
@@ -179,169 +155,6 @@ impl QdrantStore {
 }
 
 impl Http {
-    fn err(&self, message: impl Into<String>) -> MemoryError {
-        let mut message = message.into();
-        if let Some(key) = &self.api_key {
-            message = message.replace(key.as_str(), "[redacted]");
-        }
-        MemoryError::Qdrant {
-            url: crate::error::redact_url(&self.base),
-            collection: self.collection.clone(),
-            message,
-        }
-    }
-
-    /// One request; answers Qdrant's `result`. `Ok(None)` for 404.
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Option<Value>, MemoryError> {
-        let url = format!("{}{path}", self.base);
-        let response = match (method, body) {
-            ("GET", _) => self.with_key(self.agent.get(&url)).call(),
-            ("DELETE", _) => self.with_key(self.agent.delete(&url)).call(),
-            (m, b) => {
-                let body = b.map(Value::to_string).unwrap_or_else(|| "{}".into());
-                let req = if m == "PUT" {
-                    self.agent.put(&url)
-                } else {
-                    self.agent.post(&url)
-                };
-                self.with_key(req)
-                    .header("Content-Type", "application/json")
-                    .send(body.as_bytes())
-            }
-        }
-        .map_err(|e| self.err(format!("{method} {path}: {e}")))?;
-        let status = response.status().as_u16();
-        let bytes = response
-            .into_body()
-            .with_config()
-            .limit(MAX_RESPONSE_BYTES)
-            .read_to_vec()
-            .map_err(|e| self.err(format!("{method} {path}: reading the response: {e}")))?;
-        if status == 404 {
-            return Ok(None);
-        }
-        if status == 401 || status == 403 {
-            return Err(self.err(format!(
-                "{method} {path}: HTTP {status}: the server refused the API key (set memory.qdrant.api_key)"
-            )));
-        }
-        if !(200..300).contains(&status) {
-            let detail = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .and_then(|v| v["status"]["error"].as_str().map(String::from))
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
-            return Err(self.err(format!("{method} {path}: HTTP {status}: {detail}")));
-        }
-        if path == "/healthz" {
-            return Ok(Some(Value::Null));
-        }
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| self.err(format!("{method} {path}: response is not JSON: {e}")))?;
-        Ok(Some(value["result"].clone()))
-    }
-
-    fn with_key<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        match &self.api_key {
-            Some(k) => req.header("api-key", k),
-            None => req,
-        }
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, MemoryError> {
-        self.request(method, path, body.as_ref())?
-            .ok_or_else(|| self.err(format!("{method} {path}: HTTP 404")))
-    }
-
-    fn points(&self, op: &str, body: Value) -> Result<Value, MemoryError> {
-        let path = format!("/collections/{}/points{op}", self.collection);
-        let method = if op.is_empty() { "PUT" } else { "POST" };
-        let wait = if matches!(op, "" | "/delete" | "/payload") {
-            "?wait=true"
-        } else {
-            ""
-        };
-        self.call(method, &format!("{path}{wait}"), Some(body))
-    }
-
-    /// Whether the collection exists; with `create_size`, creates it (and its payload
-    /// indexes) when missing.
-    fn ensure(&self, create_size: Option<usize>) -> Result<bool, MemoryError> {
-        if self.ready.get().is_some() {
-            return Ok(true);
-        }
-        let path = format!("/collections/{}", self.collection);
-        if let Some(info) = self.request("GET", &path, None)? {
-            let size = info["config"]["params"]["vectors"]["size"].as_u64();
-            let want = self.vector_size.or(create_size);
-            if let (Some(have), Some(want)) = (size, want)
-                && have != want as u64
-            {
-                return Err(self.err(format!(
-                    "the collection holds {have}-dimension vectors but the embedder makes {want} \
-                     (use another memory.qdrant.collection, or the embedder the collection was made with)"
-                )));
-            }
-            let _ = self.ready.set(());
-            return Ok(true);
-        }
-        let Some(size) = self.vector_size.or(create_size) else {
-            return Ok(false);
-        };
-        let created = self.request(
-            "PUT",
-            &path,
-            Some(&json!({ "vectors": { "size": size, "distance": "Cosine" } })),
-        );
-        if let Err(e) = created {
-            // Another process may have created it in the meantime.
-            if self.request("GET", &path, None)?.is_none() {
-                return Err(e);
-            }
-        }
-        for (field, schema) in INDEXES {
-            self.call(
-                "PUT",
-                &format!("{path}/index?wait=true"),
-                Some(json!({ "field_name": field, "field_schema": schema })),
-            )?;
-        }
-        let _ = self.ready.set(());
-        Ok(true)
-    }
-
-    /// Every point matching `filter` (payload only), in scroll order.
-    fn scroll_all(&self, filter: Value) -> Result<Vec<Value>, MemoryError> {
-        let mut out = Vec::new();
-        let mut offset = Value::Null;
-        loop {
-            let mut body = json!({ "filter": filter, "limit": SCROLL_PAGE, "with_payload": true });
-            if !offset.is_null() {
-                body["offset"] = offset;
-            }
-            let page = self.points("/scroll", body)?;
-            if let Some(points) = page["points"].as_array() {
-                out.extend(points.iter().cloned());
-            }
-            offset = page["next_page_offset"].clone();
-            if offset.is_null() {
-                return Ok(out);
-            }
-        }
-    }
-
-    fn count(&self, filter: Value) -> Result<u64, MemoryError> {
-        Ok(
-            self.points("/count", json!({ "filter": filter, "exact": true }))?["count"]
-                .as_u64()
-                .unwrap_or(0),
-        )
-    }
-
     /// The newest version of `agent`'s `key` (see [`newer`]).
     fn current(&self, agent: &AgentId, key: &str) -> Result<Option<Row>, MemoryError> {
         let rows = self.scroll_all(key_filter(agent, key))?;
