@@ -582,3 +582,109 @@ fn resident_memory_past_the_ceiling_warns_once_in_the_log_and_in_health_issue25(
     assert_eq!(warnings, 1, "{:?}", daemon.stderr_seen());
     Ok(())
 }
+
+/// The value of the sample `series` (name and labels as written) in `/metrics` text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[test]
+fn operator_decisions_and_cron_runs_are_counted_issue25() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    // The default risk profile asks before every write.
+    root.write_config(&config(&fake, port, ""))?;
+    fake.push(
+        FakeReply::calls(
+            "",
+            vec![FakeCall::new(
+                "w1",
+                "file_write",
+                json!({"path": "out.md", "content": "hi"}),
+            )],
+        )
+        .with_usage(10, 1),
+    );
+    fake.push(FakeReply::text("Not written.").with_usage(10, 1));
+    fake.push_when(
+        "Summarise the inbox",
+        FakeReply::text("digest done").with_usage(5, 1),
+    );
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "ops")?;
+    let token = Some(token.as_str());
+
+    let (status, accepted) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        token,
+        r#"{"message": "write out.md", "session": "approvals"}"#,
+    )?;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["approval"]["id"]
+        .as_str()
+        .ok_or("no approval id")?;
+    let (status, decided) = http(
+        port,
+        "POST",
+        &format!("/api/approvals/{id}"),
+        token,
+        r#"{"approve": false}"#,
+    )?;
+    assert_eq!(status, 200, "{decided}");
+    let turn = accepted["turn"].as_str().ok_or("no turn id")?;
+    wait_until("the denied turn ends", WAIT, || {
+        let (_, now) = http(port, "GET", &format!("/api/turns/{turn}?wait=5"), token, "")?;
+        Ok(now["status"] == "done")
+    })?;
+
+    let (status, created) = http(
+        port,
+        "POST",
+        "/api/cron",
+        token,
+        r#"{"name": "digest", "agent": "main", "every": "1h", "message": "Summarise the inbox"}"#,
+    )?;
+    assert!(status == 200 || status == 201, "{status} {created}");
+    let (status, run) = http(port, "POST", "/api/cron/digest/run", token, "")?;
+    assert_eq!(status, 200, "{run}");
+
+    let mut text = String::new();
+    wait_until("the cron run is counted", WAIT, || {
+        text = get_text(port, "/metrics", token)?.2;
+        Ok(sample(&text, r#"warren_cron_runs_total{job="digest",status="ok"}"#).is_some())
+    })?;
+    for (series, want) in [
+        (
+            r#"warren_approvals_total{agent="main",decision="denied"}"#,
+            1.0,
+        ),
+        (
+            r#"warren_tool_calls_total{agent="main",tool="file_write",outcome="error"}"#,
+            1.0,
+        ),
+        (r#"warren_cron_runs_total{job="digest",status="ok"}"#, 1.0),
+        (
+            r#"warren_turns_total{agent="main",channel="gateway",outcome="ok"}"#,
+            1.0,
+        ),
+        (
+            r#"warren_turns_total{agent="main",channel="cron",outcome="ok"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series} in:\n{text}");
+    }
+    assert!(
+        !root.path().join("agents/main/workspace/out.md").exists(),
+        "the denied write did not run"
+    );
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
