@@ -17,7 +17,7 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 struct Agents {
     _dir: tempfile::TempDir,
-    tools: HashMap<String, HashMap<&'static str, Arc<dyn Tool>>>,
+    tools: HashMap<String, HashMap<String, Arc<dyn Tool>>>,
     pg: Option<(String, String)>,
 }
 
@@ -46,7 +46,7 @@ impl Agents {
             let mem = create_memory_for_agent(&stores, &config, &AgentAlias::new(a)?).await?;
             let by_name = memory_tools(mem)
                 .into_iter()
-                .map(|t| (t.name(), t))
+                .map(|t| (t.name().to_string(), t))
                 .collect();
             tools.insert(a.to_string(), by_name);
         }
