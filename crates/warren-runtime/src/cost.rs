@@ -319,8 +319,8 @@ impl Drop for Reservation<'_> {
         let mut held = self.tracker.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(h) = held.get_mut(&self.agent) {
             *h = h.minus(self.amount);
-            if h.tokens == 0 && h.usd <= 0.0 {
-                held.remove(&self.agent);
+            if h.tokens == 0 {
+                *h = Amount::default(); // nothing in flight: no rounding residue either
             }
         }
     }
@@ -334,6 +334,9 @@ pub struct CostTracker {
     ledger: Mutex<(AppendFile, Option<std::fs::File>)>,
     enabled: std::sync::atomic::AtomicBool,
     rates: Mutex<BTreeMap<String, ModelRate>>,
+    /// The last model's rate looked up (a runner asks for the same model on every call);
+    /// cleared when the rates are swapped.
+    last_rate: Mutex<Option<(String, Option<ModelRate>)>>,
     /// `[cost] daily_limit_usd`, `monthly_limit_usd`; swapped with the rates on reload.
     limits: Mutex<(Option<f64>, Option<f64>)>,
     /// `[cost] warn_at_percent`; swapped with the rates on reload.
@@ -365,6 +368,7 @@ impl CostTracker {
             path,
             enabled: std::sync::atomic::AtomicBool::new(config.enabled),
             rates: Mutex::new(config.rates.clone()),
+            last_rate: Mutex::new(None),
             limits: Mutex::new((config.daily_limit_usd, config.monthly_limit_usd)),
             warn_at_percent: std::sync::atomic::AtomicU8::new(config.warn_at_percent),
             warned: Mutex::new(BTreeMap::new()),
@@ -418,7 +422,12 @@ impl CostTracker {
     /// Applies a reloaded `[cost]` section: rates, limits and `enabled` (STATE-14). Records
     /// already written keep the rate they were priced at; the totals are the ledger's.
     pub fn apply(&self, config: &CostConfig) {
-        *self.rates.lock().unwrap_or_else(|p| p.into_inner()) = config.rates.clone();
+        {
+            // Under the cache's lock: a lookup cannot cache an old rate after the swap.
+            let mut last = self.last_rate.lock().unwrap_or_else(|p| p.into_inner());
+            *self.rates.lock().unwrap_or_else(|p| p.into_inner()) = config.rates.clone();
+            *last = None;
+        }
         *self.limits.lock().unwrap_or_else(|p| p.into_inner()) =
             (config.daily_limit_usd, config.monthly_limit_usd);
         self.enabled
@@ -494,10 +503,18 @@ impl CostTracker {
 
     /// The rate of `model`: `[cost.rates]`, else the built-in table (`None` = unpriced).
     pub fn rate(&self, model: &str) -> Option<ModelRate> {
-        warren_config::schema::rates::lookup(
+        let mut last = self.last_rate.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((m, rate)) = &*last
+            && m == model
+        {
+            return rate.clone();
+        }
+        let rate = warren_config::schema::rates::lookup(
             &self.rates.lock().unwrap_or_else(|p| p.into_inner()),
             model,
-        )
+        );
+        *last = Some((model.to_string(), rate.clone()));
+        rate
     }
 
     /// Refuses when `agent` has reached a cost limit. `agent_daily_limit` is the agent's risk
@@ -567,8 +584,14 @@ impl CostTracker {
         let (s, now) = self.spent_now(agent);
         let already = held.get(agent).copied().unwrap_or_default();
         self.admit(agent, caps, &s, already, want, priced, now, &detail)?;
-        let h = held.entry(agent.to_string()).or_default();
-        *h = h.plus(want);
+        // An agent's entry stays once made (zero when nothing is in flight): no allocation per
+        // call.
+        match held.get_mut(agent) {
+            Some(h) => *h = h.plus(want),
+            None => {
+                held.insert(agent.to_string(), want);
+            }
+        }
         Ok(Reservation {
             tracker: self,
             agent: agent.to_string(),
@@ -601,7 +624,14 @@ impl CostTracker {
                 .map(|d| d.midnight().assume_utc())
         };
         let at = |t: Option<OffsetDateTime>| t.map(format_time).unwrap_or_default();
-        let refuse = |period, tokens, spent: f64, held: f64, estimate: f64, limit, key: String| {
+        // The key naming the limit is built only when refusing (this runs on every call).
+        let refuse = |period,
+                      tokens,
+                      spent: f64,
+                      held: f64,
+                      estimate: f64,
+                      limit,
+                      key: &dyn Fn() -> String| {
             if spent + held >= limit || spent + held + estimate > limit {
                 Err(CostError::LimitReached {
                     agent: agent.to_string(),
@@ -618,7 +648,7 @@ impl CostTracker {
                         } else {
                             next_month
                         }),
-                        key,
+                        key: key(),
                     }),
                 })
             } else {
@@ -632,15 +662,9 @@ impl CostTracker {
                 } else {
                     "the risk profile's max_cost_per_day_usd"
                 };
-            refuse(
-                "daily",
-                false,
-                s.today,
-                held.usd,
-                want.usd,
-                limit,
-                key.to_string(),
-            )?;
+            refuse("daily", false, s.today, held.usd, want.usd, limit, &|| {
+                key.to_string()
+            })?;
         }
         if let Some(limit) = monthly_limit {
             refuse(
@@ -650,7 +674,7 @@ impl CostTracker {
                 held.usd,
                 want.usd,
                 limit,
-                "[cost] monthly_limit_usd".to_string(),
+                &|| "[cost] monthly_limit_usd".to_string(),
             )?;
         }
         if let Some(limit) = caps.max_tokens_per_day {
@@ -661,7 +685,7 @@ impl CostTracker {
                 held.tokens as f64,
                 want.tokens as f64,
                 limit as f64,
-                "the risk profile's max_tokens_per_day".to_string(),
+                &|| "the risk profile's max_tokens_per_day".to_string(),
             )?;
         } else if !priced {
             refuse(
@@ -671,9 +695,11 @@ impl CostTracker {
                 held.unpriced as f64,
                 want.unpriced as f64,
                 UNPRICED_TOKENS_PER_DAY as f64,
-                format!(
-                    "the risk profile's max_tokens_per_day (unset: {UNPRICED_TOKENS_PER_DAY} tokens a day of models without a rate), or give the model a rate in [cost.rates]"
-                ),
+                &|| {
+                    format!(
+                        "the risk profile's max_tokens_per_day (unset: {UNPRICED_TOKENS_PER_DAY} tokens a day of models without a rate), or give the model a rate in [cost.rates]"
+                    )
+                },
             )?;
         }
         Ok(())
@@ -710,12 +736,12 @@ impl CostTracker {
             self.append(&record)?;
         } else {
             let mut unrecorded = self.unrecorded.lock().unwrap_or_else(|p| p.into_inner());
-            add(
-                unrecorded.entry(agent.to_string()).or_default(),
-                now,
-                Amount::of(&record),
-                now,
-            );
+            if !unrecorded.contains_key(agent.as_str()) {
+                unrecorded.insert(agent.to_string(), Spent::default());
+            }
+            if let Some(spent) = unrecorded.get_mut(agent.as_str()) {
+                add(spent, now, Amount::of(&record), now);
+            }
         }
         Ok(record)
     }
