@@ -1328,6 +1328,53 @@ impl MemoryStore for PostgresStore {
         })
     }
 
+    fn attach_receipt(
+        &self,
+        agent: AgentId,
+        key: String,
+        version: u64,
+        receipt: String,
+    ) -> MemFuture<'_, bool> {
+        Box::pin(async move {
+            let s = &self.schema;
+            let receipt = Provenance {
+                receipt: Some(receipt),
+                ..Provenance::default()
+            }
+            .sanitized()
+            .receipt;
+            let Some(receipt) = receipt else {
+                return Ok(false);
+            };
+            let rows = self
+                .query(
+                    &format!(
+                        r#"WITH live AS (
+                             UPDATE "{s}".memories SET prov_receipt = $4 WHERE agent_id = $1
+                               AND key = $2 AND version = $3 AND prov_receipt IS NULL RETURNING 1),
+                           kept AS (
+                             UPDATE "{s}".memory_versions SET prov_receipt = $4 WHERE agent_id = $1
+                               AND key = $2 AND version = $3 AND prov_receipt IS NULL RETURNING 1)
+                           SELECT (SELECT COUNT(*) FROM live) + (SELECT COUNT(*) FROM kept)"#
+                    ),
+                    &[
+                        Box::new(self.uuid(&agent)?),
+                        Box::new(key),
+                        Box::new(big(version)),
+                        Box::new(receipt),
+                    ],
+                )
+                .await?;
+            let n: i64 = rows
+                .first()
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(|e| self.pg(e))?
+                .unwrap_or(0);
+            Ok(n > 0)
+        })
+    }
+
     fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
         Box::pin(async move { self.kept(self.uuid(&agent)?, None).await })
     }

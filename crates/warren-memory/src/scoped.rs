@@ -293,6 +293,15 @@ impl Memory for AgentScopedMemory {
         })
     }
 
+    fn attach_receipt(&self, key: String, version: u64, receipt: String) -> MemFuture<'_, bool> {
+        Box::pin(async move {
+            match self.own_id(false).await? {
+                Some(own) => self.store.attach_receipt(own, key, version, receipt).await,
+                None => Ok(false),
+            }
+        })
+    }
+
     fn undo(&self, key: String, to: Option<u64>) -> MemFuture<'_, MemoryEntry> {
         Box::pin(async move {
             let key = key.trim().to_string();

@@ -1299,6 +1299,42 @@ impl MemoryStore for SqliteStore {
         })
     }
 
+    fn attach_receipt(
+        &self,
+        agent: AgentId,
+        key: String,
+        version: u64,
+        receipt: String,
+    ) -> MemFuture<'_, bool> {
+        self.run(move |conn, path| {
+            let receipt = Provenance {
+                receipt: Some(receipt),
+                ..Provenance::default()
+            }
+            .sanitized()
+            .receipt;
+            let Some(receipt) = receipt else {
+                return Ok(false);
+            };
+            let version = i64::try_from(version).unwrap_or(i64::MAX);
+            let tx = conn.transaction().map_err(sql(path))?;
+            let mut n = 0;
+            for table in ["memories", "memory_versions"] {
+                n += tx
+                    .execute(
+                        &format!(
+                            "UPDATE {table} SET prov_receipt = ?4 WHERE agent_id = ?1 AND key = ?2 \
+                             AND version = ?3 AND prov_receipt IS NULL"
+                        ),
+                        params![agent.0, key, version, receipt],
+                    )
+                    .map_err(sql(path))?;
+            }
+            tx.commit().map_err(sql(path))?;
+            Ok(n > 0)
+        })
+    }
+
     fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
         self.run(move |conn, path| kept_versions(conn, path, &agent, None))
     }

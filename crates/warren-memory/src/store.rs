@@ -48,6 +48,9 @@ pub trait Memory: Send + Sync {
     /// Makes version `to` (default: the newest kept earlier version) of the bound agent's `key`
     /// current again, as a new version; the replaced one stays in the history.
     fn undo(&self, key: String, to: Option<u64>) -> MemFuture<'_, MemoryEntry>;
+    /// Records the signed receipt of the tool call that wrote `version` of `key` (known only
+    /// after the call returned). Only fills an empty receipt; `false` if nothing matched.
+    fn attach_receipt(&self, key: String, version: u64, receipt: String) -> MemFuture<'_, bool>;
 }
 
 /// An install-wide memory backend. Every row carries its agent; every read is filtered by an
@@ -101,6 +104,16 @@ pub trait MemoryStore: Send + Sync {
                 message: "keeps no history of memory versions, so nothing can be undone".into(),
             })
         })
+    }
+    /// Fills the empty receipt of `version` of `key` (live or kept); `false` if none matched.
+    fn attach_receipt(
+        &self,
+        _agent: AgentId,
+        _key: String,
+        _version: u64,
+        _receipt: String,
+    ) -> MemFuture<'_, bool> {
+        Box::pin(async { Ok(false) })
     }
     /// Every history row (not the live rows) of `agent`, for lifecycle export.
     fn export_history(&self, _agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {

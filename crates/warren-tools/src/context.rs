@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use warren_config::schema::Autonomy;
 
@@ -63,17 +63,41 @@ tokio::task_local! {
     static ORIGIN: CallOrigin;
 }
 
+/// Work a tool leaves for when its call's receipt is signed (after it returned): gets the
+/// receipt; an error is logged by the runtime (the call's result stands).
+pub type ReceiptHook = Box<dyn FnOnce(String) -> BoxFuture<'static, Result<(), String>> + Send>;
+
 /// The call a tool is running for, set by the runtime around each execution: what records
 /// that keep provenance (memory writes, issue 20 §3) name as their origin.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct CallOrigin {
     /// The chat session of the turn.
     pub session: Option<String>,
     /// The model's id of this tool call.
     pub tool_call: Option<String>,
+    /// Run by [`CallOrigin::receipt_signed`] (shared by the clones of one call's origin).
+    hooks: Arc<Mutex<Vec<ReceiptHook>>>,
+}
+
+impl std::fmt::Debug for CallOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOrigin")
+            .field("session", &self.session)
+            .field("tool_call", &self.tool_call)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CallOrigin {
+    /// The origin of a call (`session`, the model's `tool_call` id).
+    pub fn new(session: Option<String>, tool_call: Option<String>) -> Self {
+        Self {
+            session,
+            tool_call,
+            hooks: Arc::default(),
+        }
+    }
+
     /// The origin of the running call (empty outside one).
     pub fn current() -> Self {
         ORIGIN.try_with(Clone::clone).unwrap_or_default()
@@ -82,6 +106,26 @@ impl CallOrigin {
     /// Runs `future` (one tool execution) as this call.
     pub async fn scope<F: Future>(self, future: F) -> F::Output {
         ORIGIN.scope(self, future).await
+    }
+
+    /// Asks for the running call's receipt once it is signed (e.g. to record it beside what
+    /// the call wrote). Outside a call, or if the call ends without a receipt, `hook` is
+    /// dropped unrun.
+    pub fn on_receipt(hook: ReceiptHook) {
+        let _ = ORIGIN.try_with(|o| o.hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook));
+    }
+
+    /// The runtime signed this call's `receipt`: runs the hooks tools left, in order; the
+    /// errors of those that failed.
+    pub async fn receipt_signed(&self, receipt: &str) -> Vec<String> {
+        let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut errors = Vec::new();
+        for hook in hooks {
+            if let Err(e) = hook(receipt.to_string()).await {
+                errors.push(e);
+            }
+        }
+        errors
     }
 }
 

@@ -180,6 +180,20 @@ impl Tool for MemoryStoreTool {
             .expecting(expected);
             let stored = self.0.store(entry).await.map_err(tool_error)?;
             let persisted = self.0.backend() != MemoryBackendKind::None;
+            if persisted {
+                // The call's receipt is signed after this returns: record it with the version.
+                let (memory, key, version) =
+                    (Arc::clone(&self.0), stored.key.clone(), stored.version);
+                CallOrigin::on_receipt(Box::new(move |receipt| {
+                    Box::pin(async move {
+                        memory
+                            .attach_receipt(key, version, receipt)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| format!("memory receipt not recorded: {e}"))
+                    })
+                }));
+            }
             let mut out = json!({
                 "stored": persisted,
                 "key": stored.key,

@@ -1,5 +1,5 @@
 //! Issue 20 §3/§4 from the `warren` binary: a memory written by a real turn records who wrote
-//! it (agent, channel, session, tool call, `agent` trust) and `warren memory show` prints it;
+//! it (agent, channel, session, tool call, the call's signed receipt, `agent` trust) and `warren memory show` prints it;
 //! an operator write through `warren memory store` is `operator` trust and a stale
 //! `--expected-version` is refused naming both versions; `history` lists every kept version;
 //! `undo` restores the exact earlier text (also after `forget`); and versions with their
@@ -57,6 +57,7 @@ fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
         "channel:  cli",
         "turn in:  cli-main",
         "call:     ",
+        "receipt:  wr1-",
     ] {
         assert!(show.contains(line), "{line:?} missing:\n{show}");
     }
@@ -66,6 +67,14 @@ fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
         .as_str()
         .unwrap_or_default();
     assert!(!call.is_empty(), "{first}");
+    // The receipt is the one the runtime signed for that call and kept in the session.
+    let receipt = first["provenance"]["receipt"].as_str().unwrap_or_default();
+    assert!(receipt.starts_with("wr1-"), "{first}");
+    let session = ok(&root, &["sessions", "show", "cli-main"])?;
+    assert!(
+        session.contains(&format!("[receipt: {receipt}]")),
+        "{receipt} not in the session:\n{session}"
+    );
 
     // An operator write, compare-and-set on the version the operator read.
     let stored = ok(

@@ -570,3 +570,39 @@ async fn markdown_says_it_keeps_no_history() -> R {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_receipt_signed_after_the_write_is_attached_to_that_version_only() -> R {
+    for kind in shared_kinds() {
+        let fx = Fixture::new(kind, &[("a", vec![])])?;
+        let a = fx.mem("a").await?;
+        let mut p = prov(Trust::Agent, "c1");
+        p.receipt = None;
+        a.store(write("k", "one", p.clone())).await?;
+        a.store(write("k", "two", p)).await?;
+        // Version 1 is kept in the history by now; version 2 is live.
+        assert!(
+            a.attach_receipt("k".into(), 1, "wr1-1".into()).await?,
+            "{kind:?}"
+        );
+        assert!(
+            a.attach_receipt("k".into(), 2, "wr1-2".into()).await?,
+            "{kind:?}"
+        );
+        // A receipt is never replaced, and an unknown version matches nothing.
+        assert!(!a.attach_receipt("k".into(), 2, "wr1-forged".into()).await?);
+        assert!(!a.attach_receipt("k".into(), 7, "wr1-7".into()).await?);
+        let receipts: Vec<Option<String>> = a
+            .history("k".into())
+            .await?
+            .into_iter()
+            .map(|v| v.entry.provenance.receipt)
+            .collect();
+        assert_eq!(
+            receipts,
+            vec![Some("wr1-2".to_string()), Some("wr1-1".to_string())],
+            "{kind:?}"
+        );
+    }
+    Ok(())
+}

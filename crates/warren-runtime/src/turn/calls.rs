@@ -94,6 +94,7 @@ impl AgentRunner {
         let mut times = vec![(0, 0); calls.len()];
         if parallel {
             let mut set = tokio::task::JoinSet::new();
+            let mut origins = vec![None; calls.len()];
             for (i, call) in calls.iter().enumerate() {
                 if let Ok(tool) = self.tool(&call.name) {
                     if let Err(refused) = self.admit_action(call, session) {
@@ -105,6 +106,7 @@ impl AgentRunner {
                     // The turn's tool context (an editor's files) goes with the call's task.
                     let context = warren_tools::ToolContext::current();
                     let origin = call_origin(call, session);
+                    origins[i] = Some(origin.clone());
                     set.spawn(context.scope(async move {
                         let start = crate::telemetry::now_ns();
                         let run = origin.scope(tool.execute(args));
@@ -115,7 +117,11 @@ impl AgentRunner {
             while let Some(joined) = set.join_next().await {
                 if let Ok((i, start, Some(r))) = joined {
                     times[i] = (start, crate::telemetry::now_ns());
-                    results[i] = Some(self.finish_call(&calls[i], r));
+                    let result = self.finish_call(&calls[i], r);
+                    if let Some(origin) = &origins[i] {
+                        self.receipt_signed(origin, &result).await;
+                    }
+                    results[i] = Some(result);
                 }
             }
             for (i, call) in calls.iter().enumerate() {
@@ -241,10 +247,11 @@ impl AgentRunner {
         if let Err(refused) = self.admit_action(call, session) {
             return Some(refused);
         }
+        let origin = call_origin(call, session);
         let run = |approved: bool| {
             let tool = Arc::clone(&tool);
             let args = call.arguments.clone();
-            call_origin(call, session).scope(async move {
+            origin.clone().scope(async move {
                 if approved {
                     tool.execute_approved(args).await
                 } else {
@@ -259,7 +266,18 @@ impl AgentRunner {
             }
             result = race(run(true), cancel).await?;
         }
-        Some(self.finish_call(call, result))
+        let result = self.finish_call(call, result);
+        self.receipt_signed(&origin, &result).await;
+        Some(result)
+    }
+
+    /// Hands a call's receipt to what its tool left for it (memory provenance, issue 20 §3).
+    async fn receipt_signed(&self, origin: &warren_tools::CallOrigin, result: &CallResult) {
+        if let Some(receipt) = &result.receipt {
+            for error in origin.receipt_signed(receipt).await {
+                tracing::warn!(agent = %self.alias, %error, "after the call's receipt");
+            }
+        }
     }
 
     /// Asks the operator. `Some(Some(denied result))` when refused, `Some(None)` approved,
@@ -375,10 +393,10 @@ impl AgentRunner {
 
 /// What a tool call runs as: its session and call id (memory provenance, issue 20 §3).
 fn call_origin(call: &ToolCall, session: Option<&str>) -> warren_tools::CallOrigin {
-    warren_tools::CallOrigin {
-        session: session.map(str::to_string),
-        tool_call: Some(call.id.clone()).filter(|id| !id.is_empty()),
-    }
+    warren_tools::CallOrigin::new(
+        session.map(str::to_string),
+        Some(call.id.clone()).filter(|id| !id.is_empty()),
+    )
 }
 
 /// Races a tool future against cancellation (dropping the future kills its process).
