@@ -255,6 +255,16 @@ async fn the_header_carries_the_real_secret_while_session_trace_and_memory_hold_
     for r in f.fake.requests() {
         assert!(!r.body.to_string().contains(SECRET), "the model saw it");
     }
+    // Written after the response: stored as untrusted, holding the placeholder.
+    let runner = f.runner().await;
+    let memory = runner.kit().memory().expect("memory");
+    let entry = memory
+        .get("auth".into())
+        .await
+        .expect("read")
+        .expect("stored");
+    assert_eq!(entry.provenance.trust, warren_memory::Trust::Untrusted);
+    assert!(entry.content.contains("{{secret:gh}}"), "{}", entry.content);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,6 +445,9 @@ async fn the_shell_reaches_an_allowed_host_only_through_the_proxy_issue24() {
     // Through the proxy: the allowed host answers.
     let out = shell(format!("curl -s -m 5 http://{host}/a")).await;
     assert!(out.contains("hello-through-proxy"), "{out}");
+    // The same through a CONNECT tunnel (what HTTPS clients do with HTTPS_PROXY).
+    let out = shell(format!("curl -s -m 5 --proxytunnel http://{host}/tunnel")).await;
+    assert!(out.contains("hello-through-proxy"), "{out}");
     // Through the proxy: another host is refused by it.
     let out = shell(format!("curl -s -m 5 http://127.0.0.1:{}/b", other.port)).await;
     assert!(out.contains("not on the network allowlist"), "{out}");
@@ -443,8 +456,8 @@ async fn the_shell_reaches_an_allowed_host_only_through_the_proxy_issue24() {
     assert!(!out.contains("hello-through-proxy"), "{out}");
     assert_eq!(
         (allowed.heads().len(), other.heads().len()),
-        (before.0 + 1, before.1),
-        "only the proxied request to the allowed host arrived"
+        (before.0 + 2, before.1),
+        "only the proxied requests to the allowed host arrived"
     );
     let trace = std::fs::read_to_string(f.root.runtime_trace()).expect("trace");
     assert!(
