@@ -320,3 +320,125 @@ impl Tool for MemoryForgetTool {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+    use warren_core::AgentAlias;
+    use warren_memory::{AgentScopedMemory, Memory, SqliteStore};
+
+    use super::*;
+
+    type R = Result<(), Box<dyn std::error::Error>>;
+
+    async fn store_in_turn(tools: &[Arc<dyn Tool>], key: &str, tainted: bool) -> R {
+        let store = tools
+            .iter()
+            .find(|t| t.name() == "memory_store")
+            .ok_or("no tool")?;
+        let context = ToolContext {
+            channel: Some("gateway"),
+            ..ToolContext::default()
+        };
+        let origin = CallOrigin::new(Some("http-main".into()), Some(format!("call-{key}")));
+        context
+            .scope(Taint::scope(async {
+                if tainted {
+                    Taint::mark("the http_request response from http://example.test/");
+                }
+                origin
+                    .scope(store.execute(json!({"key": key, "content": format!("fact {key}")})))
+                    .await
+            }))
+            .await?;
+        Ok(())
+    }
+
+    /// Issue 20 §3 with the taint rule (issue 24 §4): what a tainted turn stores is
+    /// `untrusted`, an untainted turn's is `agent`; recall shows the version and every
+    /// provenance field the runtime handed the tool.
+    #[tokio::test]
+    async fn a_tainted_turn_stores_untrusted_memory_and_recall_shows_provenance() -> R {
+        let dir = tempfile::tempdir()?;
+        let sqlite = Arc::new(SqliteStore::open(&dir.path().join("memory.db"))?);
+        let memory: Arc<dyn Memory> = Arc::new(AgentScopedMemory::new(
+            sqlite,
+            AgentAlias::new("main")?,
+            vec![],
+            None,
+        ));
+        let tools = memory_tools(Arc::clone(&memory));
+        store_in_turn(&tools, "web", true).await?;
+        store_in_turn(&tools, "own", false).await?;
+
+        let recall = tools
+            .iter()
+            .find(|t| t.name() == "memory_recall")
+            .ok_or("no tool")?;
+        let out = recall.execute(json!({"query": "fact"})).await?;
+        let results = out.content["results"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let of = |key: &str| -> Value {
+            results
+                .iter()
+                .find(|r| r["key"] == key)
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        assert_eq!(
+            of("web")["provenance"],
+            json!({"trust": "untrusted", "agent": "main", "session": "http-main",
+                   "channel": "gateway", "tool_call": "call-web"}),
+            "{results:?}"
+        );
+        assert_eq!(of("web")["version"], 1);
+        assert_eq!(of("own")["provenance"]["trust"], "agent", "{results:?}");
+        // Outside a turn, nothing to record but the agent.
+        let bare = memory.get("own".into()).await?.ok_or("gone")?;
+        assert_eq!(bare.provenance.tool_call.as_deref(), Some("call-own"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_stale_expected_version_is_a_failed_call_naming_both_versions() -> R {
+        let dir = tempfile::tempdir()?;
+        let sqlite = Arc::new(SqliteStore::open(&dir.path().join("memory.db"))?);
+        let memory: Arc<dyn Memory> = Arc::new(AgentScopedMemory::new(
+            sqlite,
+            AgentAlias::new("main")?,
+            vec![],
+            None,
+        ));
+        let tools = memory_tools(memory);
+        let store = tools
+            .iter()
+            .find(|t| t.name() == "memory_store")
+            .ok_or("no tool")?;
+        let first = store
+            .execute(json!({"key": "k", "content": "one", "expected_version": 0}))
+            .await?;
+        assert_eq!(first.content["version"], 1);
+        let err = store
+            .execute(json!({"key": "k", "content": "two", "expected_version": 0}))
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("version 1, not the expected 0")),
+            "{err:?}"
+        );
+        let bad = store
+            .execute(json!({"key": "k", "content": "x", "expected_version": -1}))
+            .await;
+        assert!(
+            matches!(bad, Err(ToolError::InvalidArguments(_))),
+            "{bad:?}"
+        );
+        Ok(())
+    }
+}
