@@ -225,10 +225,10 @@ where
 {
     let started = Instant::now();
     let start_ns = now_ns();
-    let settings = settings();
-    let (ctx, parent) = child_of_current();
-    let result = match settings {
-        Some(_) => CURRENT.scope(ctx, fut).await,
+    // Span ids only when spans are exported (no random draw per turn otherwise).
+    let span = settings().map(|s| (s, child_of_current()));
+    let result = match &span {
+        Some((_, (ctx, _))) => CURRENT.scope(*ctx, fut).await,
         None => fut.await,
     };
     let outcome = match &result {
@@ -237,7 +237,7 @@ where
         Err(_) => "error",
     };
     crate::metrics::turn(agent, channel, outcome, started.elapsed().as_secs_f64());
-    if let Some(s) = settings {
+    if let Some((s, (ctx, parent))) = span {
         let mut attributes = vec![
             (
                 "gen_ai.operation.name",
