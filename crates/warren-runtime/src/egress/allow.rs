@@ -114,7 +114,7 @@ impl Allowlist {
                     (Host::Exact(name), None) => *name == host,
                     (Host::Below(suffix), None) => host
                         .strip_suffix(suffix.as_str())
-                        .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.')),
+                        .is_some_and(|rest| !rest.is_empty()),
                 }
         })
     }
