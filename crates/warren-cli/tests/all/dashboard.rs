@@ -271,6 +271,56 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     no_console_errors(&b, "logs")?;
     b.screenshot(&shots.join("logs-live.png"))?;
 
+    // The approvals queue is live: a call another client's turn waits on appears on the open
+    // page and is approved there; the turn then ends.
+    open(&b, &base, "approvals")?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "call_2",
+            "file_write",
+            json!({"path": "queued.md", "content": "approved from the queue"}),
+        )],
+    ));
+    fake.push(FakeReply::text("Queued write done."));
+    let (status, accepted) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        Some(&token),
+        r#"{"message": "write queued.md", "session": "from-curl"}"#,
+    )?;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["approval"]["id"]
+        .as_str()
+        .ok_or("no approval id")?;
+    let turn = accepted["turn"].as_str().ok_or("no turn id")?;
+    let button = b.wait_for(
+        &format!("#approvals button.approve[data-approval=\"{id}\"]"),
+        None,
+        WAIT,
+    )?;
+    b.screenshot(&shots.join("approvals-live.png"))?;
+    b.click(&button)?;
+    // `?wait` answers at each change of status: running after the approval, then done.
+    let mut ended = Value::Null;
+    wait_until("the approved turn to end", WAIT, || {
+        let (status, now) = http(
+            port,
+            "GET",
+            &format!("/api/turns/{turn}?wait=5"),
+            Some(&token),
+            "",
+        )?;
+        assert_eq!(status, 200, "{now}");
+        let done = now["status"] == "done";
+        ended = now;
+        Ok(done)
+    })?;
+    assert_eq!(ended["result"]["reply"], "Queued write done.", "{ended}");
+    b.wait_for("#approvals", Some("0 waiting"), WAIT)?;
+    no_console_errors(&b, "approvals")?;
+
     // Rename helper → helper2 through the UI.
     open(&b, &base, "agents")?;
     b.click(&b.find("button[data-action=rename][data-alias=helper]")?)?;
