@@ -108,9 +108,13 @@ impl MemoryStores {
     /// vectors). Nothing is contacted until the first memory call.
     pub async fn qdrant(&self, config: &Config) -> Result<Arc<QdrantStore>, MemoryError> {
         let embedder = crate::openai::from_config(config)?;
-        let qdrant = config.memory.qdrant.clone();
+        let (qdrant, history) = (config.memory.qdrant.clone(), config.memory.history_versions);
         self.qdrant
-            .get_or_try_init(|| async move { Ok(Arc::new(QdrantStore::new(&qdrant, embedder)?)) })
+            .get_or_try_init(|| async move {
+                Ok(Arc::new(
+                    QdrantStore::new(&qdrant, embedder)?.with_history_limit(history),
+                ))
+            })
             .await
             .cloned()
     }

@@ -29,7 +29,18 @@ model = "m"
 
 [risk_profiles.hands]
 autonomy = "full"
-allowed_commands = ["touch", "cp", "echo", "sh"]
+allowed_commands = ["touch", "cp", "echo", "sh", "python3"]
+
+[agents.loose]
+provider = "fake"
+model = "m"
+risk_profile = "loose"
+
+[risk_profiles.loose]
+autonomy = "full"
+allowed_commands = ["python3"]
+sandbox = "noop"
+unrestricted = true
 
 [providers.fake]
 kind = "openai"
@@ -132,9 +143,9 @@ fn selected_skills_are_in_the_prompt_and_read_with_skill_read_state4() -> R {
     Ok(())
 }
 
-/// No agent can write a bundle: `file_write` on the bundle's path is refused by the policy,
-/// and the shell (full autonomy, `touch`/`cp`/`sh` allowed) cannot reach it: `shared/` is not
-/// in the sandbox. The file keeps its text.
+/// No agent can write a bundle: `file_write` on the bundle's path and the shell's `touch` are
+/// refused by the policy (the install root), and an interpreter that writes the path from its
+/// code finds no `shared/` in the sandbox. The file keeps its text.
 #[test]
 fn a_write_into_a_skill_bundle_is_refused_for_file_write_and_shell_state4() -> R {
     let fake = FakeOpenAi::start()?;
@@ -159,6 +170,44 @@ fn a_write_into_a_skill_bundle_is_refused_for_file_write_and_shell_state4() -> R
     assert!(!root.path().join("shared/skills/pdf/new.md").exists());
     let results = tool_results(&fake.requests()[1].body);
     assert!(results.contains("permission denied"), "{results}");
+
+    // Past the command policy (an interpreter writing the path from inside its code): the
+    // sandbox has no shared/ at all. Without the sandbox (noop) the same call writes the file,
+    // so the probe is live and the refusal is the sandbox's.
+    let new_file = root.path().join("shared/skills/pdf/new.md");
+    let code = format!("open('{}', 'w').write('pwned')\n", new_file.display());
+    for alias in ["main", "loose"] {
+        std::fs::create_dir_all(root.path().join(format!("agents/{alias}/workspace")))?;
+        std::fs::write(
+            root.path().join(format!("agents/{alias}/workspace/w.py")),
+            &code,
+        )?;
+    }
+    let probe = |id: &str| {
+        FakeReply::calls(
+            "",
+            vec![FakeCall::new(
+                id,
+                "shell",
+                json!({"command": "python3 w.py"}),
+            )],
+        )
+    };
+    fake.push(probe("p1"));
+    fake.push(FakeReply::text("tried"));
+    agent(&root, "main")?;
+    let results = tool_results(&fake.requests()[3].body);
+    assert!(results.contains("No such file or directory"), "{results}");
+    assert!(!new_file.exists());
+    fake.push(probe("p2"));
+    fake.push(FakeReply::text("tried"));
+    agent(&root, "loose")?;
+    assert_eq!(
+        std::fs::read_to_string(&new_file).unwrap_or_default(),
+        "pwned",
+        "{}",
+        tool_results(&fake.requests()[5].body)
+    );
     Ok(())
 }
 

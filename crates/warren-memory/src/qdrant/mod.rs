@@ -10,17 +10,19 @@
 //!   every candidate is checked against the exact allowlist (agent and category grant), and
 //!   further pages are fetched until `limit` allowed rows are found or the candidates are
 //!   exhausted, so forbidden rows never crowd out allowed ones.
-//! - A write upserts the NEW point first and only then deletes the older versions of the key
-//!   (crash point [`FAILPOINT_AFTER_UPSERT`] between the two): a crash leaves two versions,
-//!   never none. Readers take the newest version of each key, and the next write of the key
-//!   removes the leftover.
+//! - A write upserts the NEW point first and only then marks the older live versions of the key
+//!   `replaced` (crash point [`FAILPOINT_AFTER_UPSERT`] between the two): a crash leaves two
+//!   live versions, never none. Readers take the newest live version of each key, and the next
+//!   write of the key archives the leftover.
+//! - History (issue 20 §4): replaced and forgotten versions stay as points with `state`
+//!   `replaced`/`forgotten` (out of every read but `history`), at most `[memory]
+//!   history_versions` per key; `undo` writes a kept version back as the next version.
 //! - Keyword recall uses Qdrant's full-text payload index (`text_any` on `content` and `key`),
 //!   ranked by vector similarity; without a query vector (the embedder failed for this call)
 //!   the matching rows come newest first. A `word*` prefix term matches the whole word only.
 //!
 //! All HTTP (the client is in `rest.rs`) runs on the blocking pool, never on an async worker.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -32,22 +34,28 @@ use warren_core::AgentAlias;
 
 use crate::embed::Embedder;
 use crate::entry::{
-    AgentId, ListQuery, MemoryEntry, NewEntry, Provenance, RecallHit, RecallQuery, ScopeRule, now,
-    scope_allows,
+    AgentId, DEFAULT_HISTORY_VERSIONS, ListQuery, MemoryEntry, MemoryVersion, NewEntry, Provenance,
+    RecallHit, RecallQuery, ScopeRule, VersionState, now, scope_allows,
 };
 use crate::error::MemoryError;
 use crate::store::{MemFuture, MemoryStore};
 
+mod history;
+mod recall;
 mod rest;
+use history::{archive, no_version, prune, undo_plan, version_of};
+use recall::{drop_stale, newest_per_key, recall_filter};
 use rest::Http;
 
-/// Crash point between the upsert of a new version and the delete of the old ones.
+/// Crash point between the upsert of a new version and the archiving of the old ones.
 pub const FAILPOINT_AFTER_UPSERT: &str = "qdrant-store-after-upsert";
 
 /// The install's Qdrant collection.
 pub struct QdrantStore {
     http: Arc<Http>,
     embedder: Option<Arc<dyn Embedder>>,
+    /// Kept versions per key (`[memory] history_versions`).
+    history: u32,
 }
 
 impl QdrantStore {
@@ -88,7 +96,14 @@ impl QdrantStore {
                 ready: OnceLock::new(),
             }),
             embedder,
+            history: DEFAULT_HISTORY_VERSIONS,
         })
+    }
+
+    /// Keeps at most `versions` earlier versions per key.
+    pub fn with_history_limit(mut self, versions: u32) -> Self {
+        self.history = versions;
+        self
     }
 
     /// The server's URL and collection, for messages.
@@ -155,17 +170,25 @@ impl QdrantStore {
 }
 
 impl Http {
-    /// The newest version of `agent`'s `key` (see [`newer`]).
+    /// The newest live version of `agent`'s `key` (see [`newer`]).
     fn current(&self, agent: &AgentId, key: &str) -> Result<Option<Row>, MemoryError> {
-        let rows = self.scroll_all(key_filter(agent, key))?;
-        let mut best: Option<Row> = None;
-        for p in rows {
+        Ok(self
+            .versions(agent, key)?
+            .into_iter()
+            .filter(|r| r.state == VersionState::Current)
+            .reduce(|a, b| if newer(&b, &a) { b } else { a }))
+    }
+
+    /// Every point of `agent`'s `key`: live and kept versions.
+    fn versions(&self, agent: &AgentId, key: &str) -> Result<Vec<Row>, MemoryError> {
+        let mut out = Vec::new();
+        for p in self.scroll_all(key_filter(agent, key))? {
             let row = self.row(&p)?;
-            if row.entry.key == key && best.as_ref().is_none_or(|b| newer(&row, b)) {
-                best = Some(row);
+            if row.entry.key == key {
+                out.push(row);
             }
         }
-        Ok(best)
+        Ok(out)
     }
 
     fn row(&self, point: &Value) -> Result<Row, MemoryError> {
@@ -180,13 +203,31 @@ impl Http {
 struct Row {
     entry: MemoryEntry,
     score: f64,
+    /// The point's own id (each version is a point; `entry.id` stays the key's id).
+    point: String,
+    state: VersionState,
+    archived_at: Option<OffsetDateTime>,
 }
 
 /// Whether `a` is a later version of its key than `b`: higher version, then later update,
-/// then the larger id (so every reader picks the same one of two equal writes).
+/// then the larger point id (so every reader picks the same one of two equal writes).
 fn newer(a: &Row, b: &Row) -> bool {
-    (a.entry.version, a.entry.updated_at, &a.entry.id)
-        > (b.entry.version, b.entry.updated_at, &b.entry.id)
+    (a.entry.version, a.entry.updated_at, &a.point)
+        > (b.entry.version, b.entry.updated_at, &b.point)
+}
+
+/// The condition that leaves out kept versions (`state` replaced or forgotten): live rows.
+fn not_live() -> Value {
+    json!({ "key": "state", "match": { "any": ["replaced", "forgotten"] } })
+}
+
+/// `filter` limited to live rows.
+fn live(mut filter: Value) -> Value {
+    match filter["must_not"].as_array_mut() {
+        Some(m) => m.push(not_live()),
+        None => filter["must_not"] = json!([not_live()]),
+    }
+    filter
 }
 
 fn micros(t: OffsetDateTime) -> i64 {
@@ -210,9 +251,20 @@ fn row_of(point: &Value) -> Result<Row, String> {
             .as_i64()
             .ok_or_else(|| format!("point {} has no integer field {field:?}", point["id"]))
     };
-    let id = match &point["id"] {
+    let point_id = match &point["id"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    };
+    let id = p["id"]
+        .as_str()
+        .map_or_else(|| point_id.clone(), String::from);
+    let state = p["state"]
+        .as_str()
+        .map_or(Some(VersionState::Current), VersionState::parse)
+        .ok_or_else(|| format!("point {point_id} has an unknown state {}", p["state"]))?;
+    let archived_at = match p["archived_at"].as_i64() {
+        Some(us) => Some(instant(us)?),
+        None => None,
     };
     let agent = AgentAlias::new(text("agent_id")?).map_err(|e| e.to_string())?;
     let provenance: Provenance =
@@ -231,6 +283,9 @@ fn row_of(point: &Value) -> Result<Row, String> {
             provenance,
         },
         score: point["score"].as_f64().unwrap_or(1.0),
+        point: point_id,
+        state,
+        archived_at,
     })
 }
 
@@ -245,40 +300,10 @@ fn key_filter(agent: &AgentId, key: &str) -> Value {
     ] })
 }
 
-/// The server-side part of a recall's filter: the allowlist's agents (narrowing only; the
-/// exact rules are checked on every candidate), the session and the time window, and for a
-/// keyword query the words on `content` or `key`.
-fn recall_filter(scope: &[ScopeRule], query: &RecallQuery) -> Result<Value, MemoryError> {
-    let agents: Vec<&str> = scope.iter().map(|r| r.agent.as_str()).collect();
-    let mut must = vec![json!({ "key": "agent_id", "match": { "any": agents } })];
-    if let Some(s) = &query.session {
-        must.push(json!({ "key": "session", "match": { "value": s } }));
-    }
-    let mut range = serde_json::Map::new();
-    if let Some(t) = query.since {
-        range.insert("gte".into(), json!(micros(t)));
-    }
-    if let Some(t) = query.until {
-        range.insert("lte".into(), json!(micros(t)));
-    }
-    if !range.is_empty() {
-        must.push(json!({ "key": "created_at", "range": range }));
-    }
-    let mut filter = json!({ "must": must });
-    if !query.is_recent() {
-        let words = crate::fts::words("", &query.text)?;
-        let text: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
-        let text = text.join(" ");
-        filter["should"] = json!([
-            { "key": "content", "match": { "text_any": text } },
-            { "key": "key", "match": { "text_any": text } }
-        ]);
-    }
-    Ok(filter)
-}
-
 fn payload(agent: &AgentId, e: &MemoryEntry) -> Value {
     let mut p = json!({
+        "id": e.id,
+        "state": VersionState::Current.as_str(),
         "agent_id": agent.as_str(),
         "key": e.key,
         "content": e.content,
@@ -294,48 +319,32 @@ fn payload(agent: &AgentId, e: &MemoryEntry) -> Value {
     p
 }
 
-/// Upserts `entry` as a new point, then deletes the older versions of its key.
+/// Upserts `entry` as a new live point, then marks the older live versions of its key
+/// `replaced` (they become its history, pruned to `keep`).
 fn write(
     h: &Http,
     agent: &AgentId,
     entry: &MemoryEntry,
     vector: &[f32],
+    keep: u32,
 ) -> Result<(), MemoryError> {
+    let point = uuid::Uuid::new_v4().to_string();
     h.points(
         "",
-        json!({ "points": [ { "id": entry.id, "vector": vector, "payload": payload(agent, entry) } ] }),
+        json!({ "points": [ { "id": point, "vector": vector, "payload": payload(agent, entry) } ] }),
     )?;
     warren_config::failpoint::crash_point(FAILPOINT_AFTER_UPSERT);
-    let mut older = key_filter(agent, &entry.key);
-    older["must_not"] = json!([ { "has_id": [entry.id] } ]);
+    let mut older = live(key_filter(agent, &entry.key));
+    if let Some(must_not) = older["must_not"].as_array_mut() {
+        must_not.push(json!({ "has_id": [point] }));
+    }
     if let Some(must) = older["must"].as_array_mut() {
-        // Strictly older: a racing write of the same version is kept (readers pick one of the
-        // two by `newer`; the next write removes the other), never both deleted.
+        // Strictly older: a racing write of the same version stays live (readers pick one of
+        // the two by `newer`; the next write archives the other), never both archived.
         must.push(json!({ "key": "version", "range": { "lt": entry.version } }));
     }
-    h.points("/delete", json!({ "filter": older }))?;
-    Ok(())
-}
-
-/// Keeps the newest version per `(agent, key)`, in first-seen order.
-fn newest_per_key(rows: Vec<Row>) -> Vec<Row> {
-    let mut at: HashMap<(String, String), usize> = HashMap::new();
-    let mut out: Vec<Row> = Vec::new();
-    for row in rows {
-        let k = (row.entry.agent.to_string(), row.entry.key.clone());
-        match at.get(&k) {
-            Some(&i) => {
-                if newer(&row, &out[i]) {
-                    out[i] = row;
-                }
-            }
-            None => {
-                at.insert(k, out.len());
-                out.push(row);
-            }
-        }
-    }
-    out
+    archive(h, older, VersionState::Replaced)?;
+    prune(h, agent, &entry.key, keep)
 }
 
 impl MemoryStore for QdrantStore {
@@ -372,9 +381,15 @@ impl MemoryStore for QdrantStore {
                 Some(v) if !v.is_empty() => v,
                 _ => self.vector_of(entry.embedding_text()).await?,
             };
+            let keep = self.history;
             self.run(move |h| {
                 h.ensure(Some(vector.len()))?;
-                let current = h.current(&agent, &entry.key)?;
+                let versions = h.versions(&agent, &entry.key)?;
+                let last = versions.iter().map(|r| r.entry.version).max().unwrap_or(0);
+                let current = versions
+                    .into_iter()
+                    .filter(|r| r.state == VersionState::Current)
+                    .reduce(|a, b| if newer(&b, &a) { b } else { a });
                 let version = current.as_ref().map_or(0, |c| c.entry.version);
                 if let Some(expected) = entry.expected_version
                     && expected != version
@@ -388,7 +403,9 @@ impl MemoryStore for QdrantStore {
                 }
                 let at = now();
                 let stored = MemoryEntry {
-                    id: uuid::Uuid::new_v4().to_string(),
+                    id: current
+                        .as_ref()
+                        .map_or_else(|| uuid::Uuid::new_v4().to_string(), |c| c.entry.id.clone()),
                     agent: AgentAlias::new(agent.as_str()).map_err(|e| h.err(e.to_string()))?,
                     key: entry.key,
                     content: entry.content,
@@ -396,10 +413,11 @@ impl MemoryStore for QdrantStore {
                     session: entry.session,
                     created_at: current.as_ref().map_or(at, |c| c.entry.created_at),
                     updated_at: at,
-                    version: version + 1,
+                    // A key forgotten and stored again continues its count.
+                    version: last.max(version) + 1,
                     provenance: entry.provenance.sanitized(),
                 };
-                write(h, &agent, &stored, &vector)?;
+                write(h, &agent, &stored, &vector, keep)?;
                 Ok(stored)
             })
             .await
@@ -484,7 +502,7 @@ impl MemoryStore for QdrantStore {
             if !h.ensure(None)? {
                 return Ok(Vec::new());
             }
-            let mut filter = agent_filter(&agent);
+            let mut filter = live(agent_filter(&agent));
             if let (Some(c), Some(must)) = (&query.category, filter["must"].as_array_mut()) {
                 must.push(json!({ "key": "category", "match": { "value": c } }));
             }
@@ -506,15 +524,18 @@ impl MemoryStore for QdrantStore {
     }
 
     fn forget_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, bool> {
+        let keep = self.history;
         Box::pin(self.run(move |h| {
             if !h.ensure(None)? {
                 return Ok(false);
             }
-            let filter = key_filter(&agent, &key);
+            let filter = live(key_filter(&agent, &key));
             if h.count(filter.clone())? == 0 {
                 return Ok(false);
             }
-            h.points("/delete", json!({ "filter": filter }))?;
+            // Kept as a `forgotten` version (undo brings it back), pruned like the others.
+            archive(h, filter, VersionState::Forgotten)?;
+            prune(h, &agent, &key, keep)?;
             Ok(true)
         }))
     }
@@ -524,7 +545,7 @@ impl MemoryStore for QdrantStore {
             if !h.ensure(None)? {
                 return Ok(0);
             }
-            h.count(agent_filter(&agent))
+            h.count(live(agent_filter(&agent)))
         }))
     }
 
@@ -534,7 +555,7 @@ impl MemoryStore for QdrantStore {
                 return Ok(Vec::new());
             }
             let mut rows = Vec::new();
-            for p in h.scroll_all(agent_filter(&agent))? {
+            for p in h.scroll_all(live(agent_filter(&agent)))? {
                 rows.push(h.row(&p)?);
             }
             let mut entries: Vec<MemoryEntry> =
@@ -549,10 +570,9 @@ impl MemoryStore for QdrantStore {
             if !h.ensure(None)? {
                 return Ok(0);
             }
-            let n = h.count(agent_filter(&agent))?;
-            if n > 0 {
-                h.points("/delete", json!({ "filter": agent_filter(&agent) }))?;
-            }
+            let n = h.count(live(agent_filter(&agent)))?;
+            // Every point: live rows and kept versions.
+            h.points("/delete", json!({ "filter": agent_filter(&agent) }))?;
             Ok(n)
         }))
     }
@@ -585,9 +605,122 @@ impl MemoryStore for QdrantStore {
         }))
     }
 
+    fn history_for_agent(&self, agent: AgentId, key: String) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(Vec::new());
+            }
+            let mut rows = h.versions(&agent, &key)?;
+            rows.sort_by(|a, b| {
+                (
+                    a.state != VersionState::Current,
+                    std::cmp::Reverse(a.entry.version),
+                )
+                    .cmp(&(
+                        b.state != VersionState::Current,
+                        std::cmp::Reverse(b.entry.version),
+                    ))
+            });
+            Ok(rows.into_iter().map(version_of).collect())
+        }))
+    }
+
+    fn undo_for_agent(
+        &self,
+        agent: AgentId,
+        key: String,
+        to: Option<u64>,
+    ) -> MemFuture<'_, MemoryEntry> {
+        Box::pin(async move {
+            let plan_key = key.clone();
+            let plan_agent = agent.clone();
+            let restored = self
+                .run(move |h| {
+                    if !h.ensure(None)? {
+                        return Err(no_version(&plan_agent, &plan_key, "no such key"));
+                    }
+                    undo_plan(h, &plan_agent, &plan_key, to)
+                })
+                .await?;
+            let vector = self
+                .vector_of(format!("{}\n{}", restored.key, restored.content))
+                .await?;
+            let keep = self.history;
+            self.run(move |h| {
+                write(h, &agent, &restored, &vector, keep)?;
+                Ok(restored)
+            })
+            .await
+        })
+    }
+
+    fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(Vec::new());
+            }
+            let mut filter = agent_filter(&agent);
+            if let Some(must) = filter["must"].as_array_mut() {
+                must.push(not_live());
+            }
+            let mut out = Vec::new();
+            for p in h.scroll_all(filter)? {
+                out.push(version_of(h.row(&p)?));
+            }
+            out.sort_by(|a, b| {
+                (&a.entry.key, std::cmp::Reverse(a.entry.version))
+                    .cmp(&(&b.entry.key, std::cmp::Reverse(b.entry.version)))
+            });
+            Ok(out)
+        }))
+    }
+
+    fn import_history(
+        &self,
+        alias: AgentAlias,
+        versions: Vec<MemoryVersion>,
+    ) -> MemFuture<'_, u64> {
+        Box::pin(async move {
+            let agent = AgentId(alias.to_string());
+            let mut added = 0;
+            for v in versions {
+                if v.state == VersionState::Current {
+                    continue;
+                }
+                let vector = self
+                    .vector_of(format!("{}\n{}", v.entry.key, v.entry.content))
+                    .await?;
+                let agent = agent.clone();
+                let done = self
+                    .run(move |h| {
+                        h.ensure(Some(vector.len()))?;
+                        let present = h.versions(&agent, &v.entry.key)?.iter().any(|r| {
+                            r.state != VersionState::Current && r.entry.version == v.entry.version
+                        });
+                        if present {
+                            return Ok(false);
+                        }
+                        let mut p = payload(&agent, &v.entry);
+                        p["state"] = json!(v.state.as_str());
+                        p["archived_at"] = json!(micros(v.archived_at.unwrap_or_else(now)));
+                        let point = uuid::Uuid::new_v4().to_string();
+                        h.points(
+                            "",
+                            json!({ "points": [ { "id": point, "vector": vector, "payload": p } ] }),
+                        )?;
+                        Ok(true)
+                    })
+                    .await?;
+                added += u64::from(done);
+            }
+            Ok(added)
+        })
+    }
+
     fn import_agent(&self, alias: AgentAlias, entries: Vec<MemoryEntry>) -> MemFuture<'_, u64> {
         Box::pin(async move {
             let agent = AgentId(alias.to_string());
+            let keep = self.history;
             let mut inserted = 0;
             for mut e in entries {
                 let vector = self.vector_of(format!("{}\n{}", e.key, e.content)).await?;
@@ -599,7 +732,7 @@ impl MemoryStore for QdrantStore {
                             return Ok(false);
                         }
                         e.version = e.version.max(1);
-                        write(h, &agent, &e, &vector)?;
+                        write(h, &agent, &e, &vector, keep)?;
                         Ok(true)
                     })
                     .await?;
@@ -608,43 +741,4 @@ impl MemoryStore for QdrantStore {
             Ok(inserted)
         })
     }
-}
-
-/// Drops rows for which a newer version of the same key exists in the collection (a leftover
-/// of a write that crashed between its upsert and its delete, or of two racing writes).
-fn drop_stale(h: &Http, rows: &mut Vec<Row>) -> Result<(), MemoryError> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let agents: Vec<&str> = rows.iter().map(|r| r.entry.agent.as_str()).collect();
-    let keys: Vec<&str> = rows.iter().map(|r| r.entry.key.as_str()).collect();
-    let points = h.scroll_all(json!({ "must": [
-        { "key": "agent_id", "match": { "any": agents } },
-        { "key": "key", "match": { "any": keys } }
-    ] }))?;
-    let mut newest: HashMap<(String, String), (u64, i64, String)> = HashMap::new();
-    for p in &points {
-        let pl = &p["payload"];
-        let (Some(a), Some(k)) = (pl["agent_id"].as_str(), pl["key"].as_str()) else {
-            continue;
-        };
-        let id = p["id"].as_str().unwrap_or_default().to_string();
-        let mark = (
-            pl["version"].as_u64().unwrap_or(0),
-            pl["updated_at"].as_i64().unwrap_or(0),
-            id,
-        );
-        let slot = newest
-            .entry((a.to_string(), k.to_string()))
-            .or_insert(mark.clone());
-        if mark > *slot {
-            *slot = mark;
-        }
-    }
-    rows.retain(|r| {
-        newest
-            .get(&(r.entry.agent.to_string(), r.entry.key.clone()))
-            .is_none_or(|(_, _, id)| *id == r.entry.id)
-    });
-    Ok(())
 }

@@ -13,8 +13,9 @@ const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 const SCROLL_PAGE: usize = 256;
 /// Payload indexes created with the collection: exact fields, the full-text fields and the
 /// integer fields that ranges and ordering use.
-const INDEXES: [(&str, &str); 8] = [
+const INDEXES: [(&str, &str); 9] = [
     ("agent_id", "keyword"),
+    ("state", "keyword"),
     ("category", "keyword"),
     ("session", "keyword"),
     ("key", "text"),

@@ -1,8 +1,8 @@
 //! The Qdrant backend (MEM-5, issue 20 §1) against Qdrant's own engine (`qdrant-edge-py`
 //! behind the test kit's REST front, with an API key): round trip and versions, scoped recall
 //! that forbidden rows cannot crowd out, a crash between the upsert of a new version and the
-//! delete of the old one (a real child killed at the named failpoint), lifecycle (rename,
-//! export, purge, import) and the health check. The grant-graph property test runs on Qdrant
+//! archiving of the old one (a real child killed at the named failpoint), history and undo,
+//! lifecycle (rename, export, purge, import), the MEM-9 lock and the health check. The grant-graph property test runs on Qdrant
 //! too (`scope_prop`).
 
 use crate::common;
@@ -82,6 +82,14 @@ fn collection(fx: &Fixture) -> String {
     fx.config.memory.qdrant.collection.clone()
 }
 
+/// The live points of a key (kept versions have `state` replaced or forgotten).
+fn live_points_of_key(fx: &Fixture, agent: &str, key: &str) -> Vec<Value> {
+    points_of_key(fx, agent, key)
+        .into_iter()
+        .filter(|p| p["payload"]["state"] == "current")
+        .collect()
+}
+
 fn points_of_key(fx: &Fixture, agent: &str, key: &str) -> Vec<Value> {
     rest(
         "POST",
@@ -141,7 +149,11 @@ async fn store_get_recall_overwrite_forget_on_the_engine_mem5() -> R {
     let again = a.get("pet".into()).await?.ok_or("no pet")?;
     assert_eq!(again.version, 2);
     assert_eq!(again.created_at, got.created_at);
-    assert_eq!(points_of_key(&fx, "a", "pet").len(), 1);
+    assert_eq!((again.id.as_str(), again.version), (got.id.as_str(), 2));
+    assert_eq!(live_points_of_key(&fx, "a", "pet").len(), 1);
+    // The replaced version is kept as history, out of every read.
+    assert_eq!(points_of_key(&fx, "a", "pet").len(), 2);
+    assert_eq!(seen(a.as_ref(), "sofa", 10).await?, pairs(&[]));
     assert_eq!(a.count().await?, 2);
 
     // Compare-and-set: a writer that read version 1 loses, nothing is written.
@@ -278,12 +290,12 @@ fn crash_child() {
     });
 }
 
-/// A crash between the upsert of the new version and the delete of the old one loses
-/// nothing: the child is killed there (SIGABRT at the failpoint), both versions are in the
-/// collection, and every read shows the new one once. (Delete-then-insert, the reference's
+/// A crash between the upsert of the new version and the archiving of the old one loses
+/// nothing: the child is killed there (SIGABRT at the failpoint), both versions are live in
+/// the collection, and every read shows the new one once. (Delete-then-insert, the reference's
 /// order, would have left no version of the key at a crash between its two steps.)
 #[tokio::test]
-async fn crash_between_upsert_and_delete_old_loses_nothing() -> R {
+async fn crash_between_upsert_and_archiving_the_old_version_loses_nothing() -> R {
     use std::os::unix::process::ExitStatusExt;
     let fx = Fixture::new(MemoryBackendKind::Qdrant, &[("a", vec![])])?;
     let a = fx.mem("a").await?;
@@ -319,8 +331,8 @@ async fn crash_between_upsert_and_delete_old_loses_nothing() -> R {
         stderr.contains(warren_memory::qdrant::FAILPOINT_AFTER_UPSERT),
         "{stderr}"
     );
-    // Both versions are stored: the crash came between the two steps.
-    assert_eq!(points_of_key(&fx, "a", "k").len(), 2);
+    // Both versions are live: the crash came between the two steps.
+    assert_eq!(live_points_of_key(&fx, "a", "k").len(), 2);
 
     let got = a.get("k".into()).await?.ok_or("the key was lost")?;
     assert_eq!((got.content.as_str(), got.version), ("second version", 2));
@@ -335,9 +347,9 @@ async fn crash_between_upsert_and_delete_old_loses_nothing() -> R {
     assert_eq!(exported.len(), 2);
     assert!(exported.iter().any(|e| e.content == "second version"));
 
-    // The next write of the key removes the leftover.
+    // The next write of the key archives the leftover.
     a.store(entry("a", "k", "third version", "core")).await?;
-    assert_eq!(points_of_key(&fx, "a", "k").len(), 1);
+    assert_eq!(live_points_of_key(&fx, "a", "k").len(), 1);
     assert_eq!(a.get("k".into()).await?.map(|e| e.version), Some(3));
     Ok(())
 }
@@ -497,5 +509,115 @@ async fn changing_the_backend_of_an_agent_with_points_is_refused_mem9() -> R {
         "{err}"
     );
     set("b", "sqlite").await??;
+    Ok(())
+}
+
+/// Issue 20 §4 on Qdrant: overwrites and forgets keep the previous version (bounded per key);
+/// undo restores the exact previous content as a new version; provenance travels with it and
+/// with the agent's export.
+#[tokio::test]
+async fn history_forget_and_undo_restore_exact_content() -> R {
+    use warren_memory::{Provenance, VersionState};
+    let mut fx = Fixture::new(MemoryBackendKind::Qdrant, &[("a", vec![])])?;
+    fx.config.memory.history_versions = 2;
+    let a = fx.mem("a").await?;
+    let mut prov = Provenance::operator("cli");
+    prov.session = Some("s1".into());
+    a.store(entry("a", "k", "first\ncontent  with  spaces", "notes").with_provenance(prov.clone()))
+        .await?;
+    a.store(entry("a", "k", "second", "core")).await?;
+    a.store(entry("a", "k", "third", "core")).await?;
+    let history = a.history("k".into()).await?;
+    let summary: Vec<(u64, VersionState, &str)> = history
+        .iter()
+        .map(|v| (v.entry.version, v.state, v.entry.content.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (3, VersionState::Current, "third"),
+            (2, VersionState::Replaced, "second"),
+            (1, VersionState::Replaced, "first\ncontent  with  spaces"),
+        ]
+    );
+    // Undo to version 1: its exact content, category and provenance, as version 4.
+    let undone = a.undo("k".into(), Some(1)).await?;
+    assert_eq!(
+        (
+            undone.version,
+            undone.content.as_str(),
+            undone.category.as_str()
+        ),
+        (4, "first\ncontent  with  spaces", "notes")
+    );
+    assert_eq!(undone.provenance, prov);
+    assert_eq!(a.get("k".into()).await?, Some(undone.clone()));
+    // Bounded: two kept versions per key (the oldest went).
+    let kept: Vec<u64> = a
+        .history("k".into())
+        .await?
+        .iter()
+        .filter(|v| v.state != VersionState::Current)
+        .map(|v| v.entry.version)
+        .collect();
+    assert_eq!(kept, vec![3, 2]);
+    let err = a
+        .undo("k".into(), Some(1))
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("kept: 3, 2")),
+        "{err:?}"
+    );
+
+    // Forget keeps the row as `forgotten`; undo brings it back; the count continues.
+    assert!(a.forget("k".into()).await?);
+    assert_eq!(a.get("k".into()).await?, None);
+    assert_eq!(seen(a.as_ref(), "content", 10).await?, pairs(&[]));
+    assert_eq!(a.count().await?, 0);
+    let back = a.undo("k".into(), None).await?;
+    assert_eq!(
+        (back.version, back.content.as_str(), back.id.as_str()),
+        (5, "first\ncontent  with  spaces", undone.id.as_str())
+    );
+    assert_eq!(seen(a.as_ref(), "content", 10).await?, pairs(&[("a", "k")]));
+
+    // Export carries the kept versions; a restore under another alias brings them back.
+    let store = fx
+        .stores
+        .store(&fx.config, MemoryBackendKind::Qdrant)
+        .await?;
+    let id = store
+        .agent_id(&AgentAlias::new("a")?, false)
+        .await?
+        .ok_or("no a")?;
+    let rows = store.export_agent(id.clone()).await?;
+    let kept = store.export_history(id.clone()).await?;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].provenance, prov);
+    assert_eq!(kept.len(), 2);
+    store.purge_agent(id).await?;
+    let b = AgentAlias::new("b")?;
+    assert_eq!(store.import_agent(b.clone(), rows.clone()).await?, 1);
+    assert_eq!(store.import_history(b.clone(), kept.clone()).await?, 2);
+    assert_eq!(store.import_history(b.clone(), kept.clone()).await?, 0);
+    let id = store.agent_id(&b, false).await?.ok_or("no b")?;
+    let history = store.history_for_agent(id, "k".into()).await?;
+    assert_eq!(
+        history
+            .iter()
+            .map(|v| (
+                v.entry.version,
+                v.entry.content.as_str(),
+                v.entry.agent.as_str()
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (5, "first\ncontent  with  spaces", "b"),
+            (4, "first\ncontent  with  spaces", "b"),
+            (3, "third", "b"),
+        ]
+    );
     Ok(())
 }
