@@ -7,8 +7,8 @@
 
 pub mod browser;
 pub mod fake_llm;
-pub mod qdrant;
 pub mod otlp;
+pub mod qdrant;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};
