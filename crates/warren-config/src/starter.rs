@@ -26,7 +26,7 @@ risk_profile = "starter"       # below; or "default" (built in: supervised, ever
 # research = "Read"            # sibling alias = "Read" | "Write" | "ReadWrite"
 
 # [agents.main.memory]
-# backend = "sqlite"           # sqlite | postgres | markdown | none (default: [memory] backend)
+# backend = "sqlite"           # sqlite | postgres | markdown | none | qdrant | lucid (default: [memory] backend)
 # read_memory_from = ["research", { agent = "ops", categories = ["runbooks"] }]
 
 # [providers.openai]

@@ -111,11 +111,14 @@ impl QdrantStore {
         format!("{} (collection {})", self.http.base, self.http.collection)
     }
 
-    /// The health check shown in `/api/health`: the server answers `/healthz`, and the
-    /// collection exists or can be created on first write.
+    /// The health check shown in `/api/health`: the server answers `/healthz` and accepts the
+    /// API key for the collection (which may not exist before the first write).
     pub async fn health(&self) -> Result<(), MemoryError> {
         self.run(|h| {
             h.call("GET", "/healthz", None)?;
+            // With the key: a refused key shows here, not at the first write. A collection
+            // not made yet is fine (the first write creates it).
+            h.request("GET", &format!("/collections/{}", h.collection), None)?;
             Ok(())
         })
         .await

@@ -446,6 +446,13 @@ async fn health_check_and_api_key_errors_name_the_key_not_its_value() -> R {
         .ok_or("a wrong key was accepted")?;
     assert!(err.contains("memory.qdrant.api_key"), "{err}");
     assert!(!err.contains("wrong-secret-value"), "{err}");
+    let health = stores.health(&fx.config).await;
+    assert_eq!(health["status"], "error", "{health}");
+    let said = health["qdrant"]["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("memory.qdrant.api_key") && !said.contains("wrong-secret-value"),
+        "{health}"
+    );
 
     // A server that is down: health says error, naming the URL.
     let mut down = QdrantEngine::start(None)?;
