@@ -3,6 +3,7 @@
 mod alias_paths;
 mod chat;
 mod common;
+mod dashboard;
 mod memory_backends;
 mod openai_api;
 mod routes;
