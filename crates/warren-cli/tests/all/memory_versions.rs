@@ -179,3 +179,55 @@ fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
     assert_eq!(v1["provenance"]["channel"], "cli");
     Ok(())
 }
+
+/// Eight `warren memory store --expected-version 1` processes started together on one key:
+/// exactly one wins, the others exit non-zero with the conflict, and nothing is lost.
+#[test]
+fn racing_cli_processes_with_the_same_expected_version_exactly_one_wins() -> R {
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    ok(&root, &["memory", "store", "--agent", "main", "k", "base"])?;
+    let mut children = Vec::new();
+    for i in 0..8 {
+        let content = format!("writer {i}");
+        children.push(
+            root.warren(
+                bin(),
+                &[
+                    "memory",
+                    "store",
+                    "--agent",
+                    "main",
+                    "k",
+                    &content,
+                    "--expected-version",
+                    "1",
+                ],
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?,
+        );
+    }
+    let mut winners = Vec::new();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output()?;
+        let (stdout, stderr) = text(&out);
+        if out.status.success() {
+            assert!(stdout.contains("as version 2"), "{stdout}");
+            winners.push(i);
+        } else {
+            assert!(
+                stderr.contains("version 2, not the expected 1"),
+                "writer {i}: {stderr}"
+            );
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let now = json(&root, &["memory", "show", "k", "--agent", "main"])?;
+    assert_eq!(now["content"], format!("writer {}", winners[0]));
+    let history = json(&root, &["memory", "history", "k", "--agent", "main"])?;
+    assert_eq!(history.as_array().map(Vec::len), Some(2), "{history}");
+    Ok(())
+}
