@@ -434,6 +434,17 @@ impl AgentRunner {
         let Some(mcp) = self.kit.mcp() else {
             return (Arc::clone(&self.definitions), Arc::new(self.known.clone()));
         };
+        // The common case: every server up, nothing announced: the last turn's lists hold.
+        if let Some(generation) = mcp.settled_generation()
+            && let Some(snap) = self
+                .mcp_tools
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .filter(|snap| snap.generation == generation)
+        {
+            return (Arc::clone(&snap.definitions), Arc::clone(&snap.known));
+        }
         let tools = mcp.tools().await;
         let generation = mcp.generation();
         let mut cached = self.mcp_tools.lock().unwrap_or_else(|p| p.into_inner());

@@ -248,6 +248,17 @@ impl AgentMcp {
         lists.into_iter().flatten().collect()
     }
 
+    /// The tool-list generation when every server has settled (started or down, no change
+    /// announced since its list was read): then [`AgentMcp::tools`] would only return the
+    /// lists already known, and a caller holding that generation's tools may skip it.
+    pub fn settled_generation(&self) -> Option<u64> {
+        self.inner
+            .servers
+            .iter()
+            .all(|s| s.settled())
+            .then(|| self.generation())
+    }
+
     /// A counter that changes whenever any server's tool list may have changed.
     pub fn generation(&self) -> u64 {
         self.inner

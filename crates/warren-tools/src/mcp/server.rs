@@ -122,6 +122,16 @@ impl Server {
         &self.spec
     }
 
+    /// Started (running, or down and waiting to restart) with no announced change unread.
+    pub(crate) fn settled(&self) -> bool {
+        self.spec.url.is_some()
+            || (!self.dirty.load(Ordering::Acquire)
+                && matches!(
+                    *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+                    State::Running { .. } | State::Down { .. } | State::Stopped
+                ))
+    }
+
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
