@@ -430,6 +430,16 @@ impl MemoryStore for LucidStore {
         self.sqlite.undo_for_agent(agent, key, to)
     }
 
+    fn attach_receipt(
+        &self,
+        agent: AgentId,
+        key: String,
+        version: u64,
+        receipt: String,
+    ) -> MemFuture<'_, bool> {
+        self.sqlite.attach_receipt(agent, key, version, receipt)
+    }
+
     fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
         self.sqlite.export_history(agent)
     }
