@@ -222,6 +222,7 @@ impl OpenAiProvider {
         if request.cancel.is_cancelled() {
             return Err(ProviderError::Cancelled);
         }
+        reader.finish(); // the connection goes back to the pool
         acc.finish().map_err(|m| self.wire.protocol(m))
     }
 

@@ -16,6 +16,14 @@ impl<R: BufRead> SseReader<R> {
         }
     }
 
+    /// Reads what is left of a stream that ended with its last event (OpenAI's `[DONE]`; at
+    /// most 64 KiB): the HTTP client returns a connection to its pool only once the body was
+    /// read to its end, so without this every streamed request opened a new connection.
+    pub(crate) fn finish(mut self) {
+        use std::io::Read;
+        let _ = io::copy(&mut (&mut self.inner).take(64 * 1024), &mut io::sink());
+    }
+
     /// The data of the next event; `None` at the end of the stream.
     pub(crate) fn next_event(&mut self) -> io::Result<Option<String>> {
         let mut data: Option<String> = None;
