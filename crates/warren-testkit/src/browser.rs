@@ -270,6 +270,12 @@ impl Browser {
         .map(drop)
     }
 
+    /// Switches into the `index`th frame of the current page, or back to the top with `None`.
+    pub fn frame(&self, index: Option<u32>) -> io::Result<()> {
+        self.command("POST", "/frame", Some(json!({"id": index})))
+            .map(drop)
+    }
+
     /// The current URL.
     pub fn url(&self) -> io::Result<String> {
         Ok(self

@@ -86,6 +86,24 @@ fn open(b: &Browser, base: &str, route: &str) -> R {
     Ok(())
 }
 
+/// Serves `html` to every request on a new loopback port (another origin than the daemon's).
+fn serve_page(html: String) -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{html}",
+                html.len()
+            );
+        }
+    });
+    Ok(port)
+}
+
 fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let path = entry.path();
@@ -179,7 +197,20 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
         .as_str()
         .ok_or("no code")?
         .to_string();
+    // A wrong code first: the page shows the API's refusal as it says it.
+    let wrong = if code == "000000" { "111111" } else { "000000" };
     let input = b.find("#pair-code")?;
+    b.type_text(&input, wrong)?;
+    b.click(&b.find("#pair-form button[type=submit]")?)?;
+    b.wait_for("main .error", Some("403 invalid_code: "), WAIT)?;
+    let logged = b.console()?;
+    assert!(
+        logged
+            .iter()
+            .all(|(_, m)| m.contains("/pair") && m.contains("status of 403")),
+        "only the refused request is logged: {logged:?}"
+    );
+    b.clear(&input)?;
     b.type_text(&input, &code)?;
     b.click(&b.find("#pair-form button[type=submit]")?)?;
     b.wait_for("html[data-page=\"overview\"]", None, WAIT)?;
@@ -479,6 +510,32 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     assert_eq!(kept, Value::Null);
     let (status, _) = http(port, "GET", "/api/status", Some(&token), "")?;
     assert_eq!(status, 200, "logging out revokes nothing");
+
+    // Another origin cannot frame the dashboard (clickjacking; `frame-ancestors 'none'`), while
+    // it can frame a route without that header (/health): the attack works without the guard.
+    let evil = serve_page(format!(
+        "<!doctype html><iframe src=\"{base}/health\"></iframe><iframe src=\"{base}/\"></iframe>"
+    ))?;
+    b.goto(&format!("http://127.0.0.1:{evil}/"))?;
+    let framed = |index| -> Result<String, Box<dyn std::error::Error>> {
+        b.frame(Some(index))?;
+        let url = b.eval("return location.href", json!([]))?;
+        b.frame(None)?;
+        Ok(url.as_str().unwrap_or_default().to_string())
+    };
+    wait_until("the unguarded frame to load", WAIT, || {
+        Ok(framed(0)? == format!("{base}/health"))
+    })?;
+    // Chromium shows its error page in a refused frame (the frame does not stay about:blank).
+    wait_until("the dashboard's frame to be refused", WAIT, || {
+        let url = framed(1)?;
+        assert_ne!(
+            url,
+            format!("{base}/"),
+            "the dashboard loaded inside a frame"
+        );
+        Ok(url.starts_with("chrome-error://"))
+    })?;
 
     wait_until("no pending approval", WAIT, || {
         Ok(http(port, "GET", "/api/approvals", Some(&token), "")?.1["count"] == 0)
