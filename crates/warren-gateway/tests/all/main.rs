@@ -5,6 +5,7 @@ mod chat;
 mod common;
 mod dashboard;
 mod memory_backends;
+mod memory_provenance;
 mod openai_api;
 mod routes;
 mod sqlite_stores;
