@@ -488,8 +488,9 @@ const cron = {
     if (args[0]) {
       const r = await api('GET', `/api/cron/${enc(args[0])}/runs`, undefined, signal);
       runs.replaceChildren(table(`Runs of ${args[0]}`, [
-        ['Run', (x) => x.id], ['Status', (x) => x.status], ['Started', (x) => fmtTime(x.started_at)],
-        ['Cost', (x) => (x.cost_usd === undefined ? '' : usd(x.cost_usd))], ['Detail', (x) => short(x.error || x.output || '', 300)],
+        ['Run', (x) => x.id], ['Trigger', (x) => x.trigger], ['Status', (x) => x.status],
+        ['Started', (x) => fmtTime(x.started_at)], ['Tokens', (x) => `${x.tokens_in} / ${x.tokens_out}`],
+        ['Cost', (x) => usd(x.cost_usd)], ['Detail', (x) => short(x.error || x.delivery_error || x.output || '', 300)],
       ], r.runs));
     }
   },
@@ -509,7 +510,7 @@ const sops = {
       const runs = await api('GET', `/api/sops/${enc(args[0])}/runs`, undefined, signal);
       el.append(table(`Runs of ${args[0]}`, [
         ['Run', (x) => h('a', { href: `#/sops/run/${enc(x.id)}` }, x.id)], ['Status', (x) => x.status],
-        ['Started', (x) => fmtTime(x.started_at)], ['Detail', (x) => short(x.error || '', 200)],
+        ['Trigger', (x) => x.trigger], ['Started', (x) => fmtTime(x.created_at)], ['Detail', (x) => short(x.error || '', 200)],
       ], runs.runs));
     }
     if (args[0] === 'run' && args[1]) {
@@ -520,8 +521,8 @@ const sops = {
         window.dispatchEvent(new HashChangeEvent('hashchange'));
       });
       el.append(h('h2', {}, `Run ${args[1]}`), kv(d.run),
-        table('Steps', [['Step', (s) => s.step || s.name || ''], ['Status', (s) => s.status || ''], ['Output', (s) => short(s.output || s.error || '', 300)]], d.steps || []),
-        table('Events', [['When', (e) => fmtTime(e.at || e.time)], ['Who', (e) => e.who || ''], ['What', (e) => e.what || e.kind || ''], ['Why', (e) => e.why || '']], d.events || []),
+        table('Steps', [['Step', (s) => s.step_id], ['Kind', (s) => s.kind], ['Status', (s) => s.status], ['Output', (s) => short(s.output, 300)], ['Receipt', (s) => s.receipt || '']], d.steps || []),
+        table('Events', [['When', (e) => fmtTime(e.at)], ['Who', (e) => e.who], ['What', (e) => e.what], ['Why', (e) => e.why || '']], d.events || []),
         h('div', { class: 'row' }, field('Gate step', step), decide('Approve'), decide('Deny')));
     }
   },

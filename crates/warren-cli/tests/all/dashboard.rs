@@ -438,6 +438,33 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
         "{logged:?}"
     );
 
+    // Cron: a job added over the API is listed; "Run" on the page runs it now, and its run
+    // shows on the job's page.
+    let (status, added) = http(
+        port,
+        "POST",
+        "/api/cron",
+        Some(&token),
+        r#"{"name": "digest", "agent": "main", "every": "1h", "message": "Summarise the day"}"#,
+    )?;
+    assert_eq!(status, 201, "{added}");
+    open(&b, &base, "cron")?;
+    let run = b.wait_for("button[data-job=digest]", Some("Run"), WAIT)?;
+    b.click(&run)?;
+    let mut run_id = String::new();
+    wait_until("the digest run", WAIT, || {
+        let (_, runs) = http(port, "GET", "/api/cron/digest/runs", Some(&token), "")?;
+        run_id = runs["runs"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Ok(!run_id.is_empty())
+    })?;
+    open(&b, &base, "cron/digest")?;
+    b.wait_for("main", Some(&run_id), WAIT)?;
+    no_console_errors(&b, "cron")?;
+    b.screenshot(&shots.join("cron-runs.png"))?;
+
     // Every page: rendered, no error box, every control labelled, no console error; a
     // screenshot at 1280x800 and at phone width (390x844) without sideways scrolling.
     for (width, height, suffix) in [(1280, 800, ""), (390, 844, "-phone")] {
