@@ -22,6 +22,10 @@ const GATES: &[Gate] = &[
         allowed_in: &[
             "crates/warren-security/src/sandbox/",
             "crates/warren-testkit/",
+            // The `lucid` CLI of the lucid memory backend: the operator's program
+            // (memory.lucid.command), run by the daemon with a fixed argv shape (memory text
+            // only as separate arguments, no shell), never an agent's child.
+            "crates/warren-memory/src/lucid.rs",
         ],
     },
     Gate {
@@ -225,6 +229,10 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
     (
         "crates/warren-memory/src/sqlite.rs",
         "data/memory/memory.db (InstallRoot::memory_db), opened by SQLite",
+    ),
+    (
+        "crates/warren-memory/src/lucid.rs",
+        "the Lucid projects under data/memory/lucid/ (InstallRoot::memory_dir), which no agent can reach, and a look for the configured `lucid` program",
     ),
     (
         "crates/warren-runtime/src/appendfile.rs",
