@@ -282,6 +282,25 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     no_console_errors(&b, "chat")?;
     b.screenshot(&shots.join("chat.png"))?;
 
+    // The turn's session is listed, found by search, and its history page shows the turn.
+    let key = b.eval(
+        "return document.getElementById('chat-session').value",
+        json!([]),
+    )?;
+    let key = key.as_str().ok_or("no session key")?.to_string();
+    assert!(!key.is_empty(), "the chat page shows the session it used");
+    open(&b, &base, "sessions/main")?;
+    let search = b.find("#session-search")?;
+    b.type_text(&search, "no-such-session")?;
+    b.wait_for("main table", Some("none"), WAIT)?;
+    b.clear(&search)?;
+    b.type_text(&search, &key)?;
+    b.click(&b.wait_for(&format!("a[href=\"#/sessions/main/{key}\"]"), None, WAIT)?)?;
+    b.wait_for("#history", Some("please write out.md"), WAIT)?;
+    b.wait_for("#history", Some("Written."), WAIT)?;
+    no_console_errors(&b, "sessions")?;
+    b.screenshot(&shots.join("sessions-history.png"))?;
+
     // A live event arrives on the logs page while it is open.
     open(&b, &base, "logs")?;
     b.wait_for("#live-status[data-live=\"true\"]", None, WAIT)?;
