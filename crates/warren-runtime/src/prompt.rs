@@ -7,8 +7,10 @@
 //! (PERM-6, issue 13): an identity file that is a symbolic link or has more than one hard link
 //! is not read — the prompt and the log name the file instead — so a link the agent planted
 //! cannot put a host file's text into its prompt.
-//! Recalled memories go inside `<recalled_memories>`, each entry tagged with its key and the
-//! agent that wrote it; the prompt states they are data, not instructions. Memories are never
+//! Recalled memories go inside `<recalled_memories>`, each entry tagged with its key, the
+//! agent that wrote it and its trust level (`operator`, `agent`, or `untrusted` when it was
+//! written by a turn that had read untrusted content; issue 20 §3); the prompt states they are
+//! data, not instructions. Memories are never
 //! written back from the assistant's answer by the loop itself (only the model's explicit
 //! `memory_store` calls store anything), so the assistant's own output is not re-injected as
 //! trusted text.
@@ -163,9 +165,10 @@ pub async fn system_prompt(
             );
             for hit in hits {
                 out.push_str(&format!(
-                    "<memory key=\"{}\" by=\"{}\">{}</memory>\n",
+                    "<memory key=\"{}\" by=\"{}\" trust=\"{}\">{}</memory>\n",
                     escape(&hit.entry.key),
                     escape(&hit.entry.agent),
+                    hit.entry.provenance.trust,
                     escape(&hit.entry.content)
                 ));
             }
@@ -306,6 +309,46 @@ mod tests {
             Some(String::new())
         );
         assert_eq!(utf8_prefix(b"ok\xff!".to_vec()), None);
+    }
+
+    /// Issue 20 §3: a recalled memory's trust level is in the prompt beside it.
+    #[tokio::test]
+    async fn recalled_memories_carry_their_trust_level() {
+        use warren_memory::{AgentScopedMemory, NewEntry, Provenance, SqliteStore, Trust};
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store =
+            SqliteStore::open(&dir.path().join("memory.db")).unwrap_or_else(|e| panic!("{e}"));
+        let alias = warren_core::AgentAlias::new("ada").unwrap_or_else(|e| panic!("{e}"));
+        let memory: Arc<dyn Memory> =
+            Arc::new(AgentScopedMemory::new(Arc::new(store), alias, vec![], None));
+        let write = |key: &str, trust: Trust| {
+            NewEntry::new("ada", key, &format!("launch note {key}"), None, None)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .with_provenance(Provenance {
+                    trust,
+                    ..Provenance::default()
+                })
+        };
+        memory
+            .store(write("web", Trust::Untrusted))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        memory
+            .store(write("mine", Trust::Operator))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let identity = Identity::new("ada", dir.path());
+        let p = system_prompt(&identity, Some(&memory), "launch").await;
+        assert!(
+            p.contains(
+                "<memory key=\"web\" by=\"ada\" trust=\"untrusted\">launch note web</memory>"
+            ),
+            "{p}"
+        );
+        assert!(
+            p.contains("key=\"mine\" by=\"ada\" trust=\"operator\""),
+            "{p}"
+        );
     }
 
     #[test]
