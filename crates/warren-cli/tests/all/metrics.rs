@@ -688,3 +688,35 @@ fn operator_decisions_and_cron_runs_are_counted_issue25() -> R {
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+#[test]
+fn metrics_off_answer_404_naming_the_key_and_open_no_scrape_port_issue25() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    let open_port = free_port()?;
+    root.write_config(&config(
+        &fake,
+        port,
+        &format!("\n[metrics]\nenabled = false\nport = {open_port}\n"),
+    ))?;
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    let token = pair(&root, bin(), port, "ops")?;
+    let (status, answer) = http(port, "GET", "/metrics", Some(&token), "")?;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["error"], "metrics_off");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("[metrics] enabled")),
+        "{answer}"
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", open_port)).is_err(),
+        "no token-less listener while metrics are off"
+    );
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
