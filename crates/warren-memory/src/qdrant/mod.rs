@@ -657,6 +657,34 @@ impl MemoryStore for QdrantStore {
         })
     }
 
+    fn attach_receipt(
+        &self,
+        agent: AgentId,
+        key: String,
+        version: u64,
+        receipt: String,
+    ) -> MemFuture<'_, bool> {
+        Box::pin(self.run(move |h| {
+            if !h.ensure(None)? {
+                return Ok(false);
+            }
+            let mut attached = false;
+            for row in h.versions(&agent, &key)? {
+                if row.entry.version != version || row.entry.provenance.receipt.is_some() {
+                    continue;
+                }
+                let mut provenance = row.entry.provenance;
+                provenance.receipt = Some(receipt.clone());
+                h.points(
+                    "/payload",
+                    json!({ "points": [row.point], "payload": { "provenance": provenance } }),
+                )?;
+                attached = true;
+            }
+            Ok(attached)
+        }))
+    }
+
     fn export_history(&self, agent: AgentId) -> MemFuture<'_, Vec<MemoryVersion>> {
         Box::pin(self.run(move |h| {
             if !h.ensure(None)? {

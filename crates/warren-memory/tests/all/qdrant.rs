@@ -590,6 +590,25 @@ async fn history_forget_and_undo_restore_exact_content() -> R {
     );
     assert_eq!(seen(a.as_ref(), "content", 10).await?, pairs(&[("a", "k")]));
 
+    // The receipt of the call that wrote a version is attached afterwards, once, live or kept.
+    assert!(a.attach_receipt("k".into(), 5, "rcpt-5".into()).await?);
+    assert!(!a.attach_receipt("k".into(), 5, "other".into()).await?);
+    assert!(a.attach_receipt("k".into(), 4, "rcpt-4".into()).await?);
+    assert_eq!(
+        a.get("k".into()).await?.and_then(|e| e.provenance.receipt),
+        Some("rcpt-5".to_string())
+    );
+    let receipts: Vec<Option<String>> = a
+        .history("k".into())
+        .await?
+        .into_iter()
+        .map(|v| v.entry.provenance.receipt)
+        .collect();
+    assert_eq!(
+        receipts[..2],
+        [Some("rcpt-5".into()), Some("rcpt-4".into())]
+    );
+
     // Export carries the kept versions; a restore under another alias brings them back.
     let store = fx
         .stores
@@ -602,7 +621,13 @@ async fn history_forget_and_undo_restore_exact_content() -> R {
     let rows = store.export_agent(id.clone()).await?;
     let kept = store.export_history(id.clone()).await?;
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].provenance, prov);
+    assert_eq!(
+        rows[0].provenance,
+        Provenance {
+            receipt: Some("rcpt-5".into()),
+            ..prov.clone()
+        }
+    );
     assert_eq!(kept.len(), 2);
     store.purge_agent(id).await?;
     let b = AgentAlias::new("b")?;
