@@ -361,7 +361,10 @@ async fn rename_export_purge_import_lifecycle_life3_life4() -> R {
         &[("a", vec![]), ("b", vec![]), ("c", vec![])],
     )?;
     let a = fx.mem("a").await?;
-    a.store(entry("a", "k1", "alpha fact", "core")).await?;
+    let mut prov = warren_memory::Provenance::operator("api");
+    prov.tool_call = Some("call_7".into());
+    a.store(entry("a", "k1", "alpha fact", "core").with_provenance(prov.clone()))
+        .await?;
     a.store(entry("a", "k2", "beta fact", "notes")).await?;
     fx.mem("c")
         .await?
@@ -395,6 +398,11 @@ async fn rename_export_purge_import_lifecycle_life3_life4() -> R {
     assert_eq!(
         seen(b.as_ref(), "fact", 10).await?,
         pairs(&[("b", "k1"), ("b", "k2")])
+    );
+    // Provenance moves with the rows.
+    assert_eq!(
+        b.get("k1".into()).await?.map(|e| e.provenance),
+        Some(prov.clone())
     );
 
     let id = store.agent_id(&alias_b, false).await?.ok_or("no b")?;
