@@ -94,6 +94,7 @@ impl QdrantStore {
                 vector_size: config.vector_size.and_then(|v| usize::try_from(v).ok()),
                 agent,
                 ready: OnceLock::new(),
+                identity: embedder.as_ref().map(|e| e.identity()),
             }),
             embedder,
             history: DEFAULT_HISTORY_VERSIONS,
@@ -116,9 +117,9 @@ impl QdrantStore {
     pub async fn health(&self) -> Result<(), MemoryError> {
         self.run(|h| {
             h.call("GET", "/healthz", None)?;
-            // With the key: a refused key shows here, not at the first write. A collection
-            // not made yet is fine (the first write creates it).
-            h.request("GET", &format!("/collections/{}", h.collection), None)?;
+            // With the key: a refused key (or a collection made by another embedder) shows
+            // here, not at the first write. A collection not made yet is fine.
+            h.ensure(None)?;
             Ok(())
         })
         .await

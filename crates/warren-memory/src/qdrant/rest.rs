@@ -31,9 +31,16 @@ pub(super) struct Http {
     pub(super) api_key: Option<String>,
     pub(super) vector_size: Option<usize>,
     pub(super) agent: ureq::Agent,
-    /// The collection exists (set once seen or created).
+    /// The collection exists (set once seen or created, and its embedder checked).
     pub(super) ready: OnceLock<()>,
+    /// What makes this process's vectors comparable ([`crate::Embedder::identity`]); `None`
+    /// for a store that only counts (the MEM-9 probe).
+    pub(super) identity: Option<String>,
 }
+
+/// The point that records which embedder made the collection's vectors. It has no
+/// `agent_id`, so no read (all filter by agent) ever returns it.
+const IDENTITY_POINT: &str = "00000000-0000-4000-8000-00000000e1d0";
 
 impl Http {
     pub(super) fn err(&self, message: impl Into<String>) -> MemoryError {
@@ -148,6 +155,7 @@ impl Http {
                      (use another memory.qdrant.collection, or the embedder the collection was made with)"
                 )));
             }
+            self.check_identity(size.and_then(|s| usize::try_from(s).ok()).or(want))?;
             let _ = self.ready.set(());
             return Ok(true);
         }
@@ -172,8 +180,42 @@ impl Http {
                 Some(json!({ "field_name": field, "field_schema": schema })),
             )?;
         }
+        self.check_identity(Some(size))?;
         let _ = self.ready.set(());
         Ok(true)
+    }
+
+    /// Vectors of two embedding models cannot be compared: the collection records the
+    /// embedder that made its vectors (adopting this one when none is recorded), and every
+    /// call fails with a clear error while another one is configured.
+    fn check_identity(&self, size: Option<usize>) -> Result<(), MemoryError> {
+        let Some(identity) = &self.identity else {
+            return Ok(());
+        };
+        let found = self.points(
+            "/scroll",
+            json!({ "filter": { "must": [ { "has_id": [IDENTITY_POINT] } ] }, "limit": 1, "with_payload": true }),
+        )?;
+        match found["points"][0]["payload"]["warren_embedder"].as_str() {
+            Some(old) if old == identity => Ok(()),
+            Some(old) => Err(self.err(format!(
+                "the collection's vectors were made by the embedder {old:?}, but memory.embedder \
+                 now makes {identity:?}, and vectors of two models cannot be compared (use another \
+                 memory.qdrant.collection, or the embedder the collection was made with)"
+            ))),
+            None => {
+                let Some(size) = size.filter(|s| *s > 0) else {
+                    return Ok(());
+                };
+                let mut unit = vec![0.0_f32; size];
+                unit[0] = 1.0;
+                self.points(
+                    "",
+                    json!({ "points": [ { "id": IDENTITY_POINT, "vector": unit, "payload": { "warren_embedder": identity } } ] }),
+                )?;
+                Ok(())
+            }
+        }
     }
 
     /// Every point matching `filter` (payload only), in scroll order.

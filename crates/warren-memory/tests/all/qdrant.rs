@@ -661,3 +661,37 @@ async fn history_forget_and_undo_restore_exact_content() -> R {
     );
     Ok(())
 }
+
+/// Vectors of two embedding models are never compared: a collection filled by one model
+/// refuses every call from a process configured with another (same vector size), naming both
+/// and the way out; the original model keeps working.
+#[tokio::test]
+async fn a_collection_refuses_another_embedder_model() -> R {
+    let fx = Fixture::new(MemoryBackendKind::Qdrant, &[("a", vec![])])?;
+    let a = fx.mem("a").await?;
+    a.store(entry("a", "k", "made by the first model", "core"))
+        .await?;
+
+    let mut other = fx.config.clone();
+    other.memory.embedder.model = Some("hash-v2".into());
+    let stores = MemoryStores::new(fx.root.clone());
+    let a2 =
+        warren_memory::create_memory_for_agent(&stores, &other, &AgentAlias::new("a")?).await?;
+    let err = a2
+        .store(entry("a", "k2", "made by the second model", "core"))
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .ok_or("a second embedder model was accepted")?;
+    assert!(
+        err.contains("openai-compatible:hash")
+            && err.contains("openai-compatible:hash-v2")
+            && err.contains("memory.qdrant.collection"),
+        "{err}"
+    );
+    assert!(a2.recall(RecallQuery::new("model", 5)).await.is_err());
+    let health = stores.health(&other).await;
+    assert_eq!(health["qdrant"]["status"], "error", "{health}");
+    assert_eq!(seen(a.as_ref(), "model", 5).await?, pairs(&[("a", "k")]));
+    Ok(())
+}
