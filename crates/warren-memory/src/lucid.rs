@@ -460,8 +460,26 @@ impl MemoryStore for LucidStore {
         self.sqlite.export_agent(agent)
     }
 
+    /// Purges the SQLite rows and the agent's Lucid project, so a later agent of the same
+    /// alias does not inherit the enrichment.
     fn purge_agent(&self, agent: AgentId) -> MemFuture<'_, u64> {
-        self.sqlite.purge_agent(agent)
+        Box::pin(async move {
+            let alias = self
+                .aliases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&agent);
+            let n = self.sqlite.purge_agent(agent).await?;
+            if let Some(alias) = alias {
+                let project = self.project(&alias);
+                if project.is_dir()
+                    && let Err(e) = std::fs::remove_dir_all(&project)
+                {
+                    self.failed(format!("removing {}: {e}", project.display()));
+                }
+            }
+            Ok(n)
+        })
     }
 
     fn rename_agent(&self, from: AgentAlias, to: AgentAlias) -> MemFuture<'_, bool> {

@@ -122,6 +122,12 @@ async fn lucid_enriches_recall_while_sqlite_stays_the_truth() -> R {
     );
     let health = fx.stores.health(&fx.config).await;
     assert_eq!(health["status"], "ok", "{health}");
+
+    // A purge (agent delete) removes the Lucid project with the rows: a later agent of the
+    // same alias starts without the old enrichment.
+    assert!(project.is_dir());
+    assert_eq!(a.purge().await?, 1);
+    assert!(!project.exists());
     Ok(())
 }
 
