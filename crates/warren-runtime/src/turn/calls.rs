@@ -24,6 +24,7 @@ impl AgentRunner {
     /// A turn whose context caps the autonomy (an ACP session's mode) never runs above it.
     /// After untrusted content, a call with side effects asks (the taint rule, issue 24 §4).
     fn requirement(&self, call: &ToolCall, risk: RiskClass) -> Requirement {
+        let risk = super::taint::effective_risk(call, risk);
         let needed = requirement_for(self.kit.policy(), &call.name, risk, &call.arguments);
         let needed = match warren_tools::ToolContext::current().autonomy_cap {
             Some(cap) if cap < self.kit.policy().autonomy() => {

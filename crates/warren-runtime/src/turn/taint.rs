@@ -70,6 +70,16 @@ pub fn side_effecting(call: &ToolCall, risk: RiskClass) -> bool {
     }
 }
 
+/// The risk a call is judged at: a tool's own class, except that an `http_request` with side
+/// effects counts as a write (so `read_only` refuses it and `supervised` asks).
+pub fn effective_risk(call: &ToolCall, risk: RiskClass) -> RiskClass {
+    if call.name == HTTP_TOOL && http_has_effects(&call.arguments) {
+        RiskClass::Write
+    } else {
+        risk
+    }
+}
+
 /// Whether an `http_request` with `arguments` may change something on the other side.
 pub fn http_has_effects(arguments: &serde_json::Value) -> bool {
     let method = arguments

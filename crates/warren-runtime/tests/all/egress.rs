@@ -512,3 +512,34 @@ async fn a_shell_command_that_reached_the_network_taints_the_turn_issue24() {
         writes[0].reason
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_agent_may_get_but_not_post_issue24() {
+    let upstream = Upstream::start(|_| "ok".into());
+    let host = format!("127.0.0.1:{}", upstream.port);
+    let f = Fixture::new(std::slice::from_ref(&host), &host, "");
+    // The same agent, read_only.
+    let config = std::fs::read_to_string(f.root.config_file()).expect("config");
+    std::fs::write(
+        f.root.config_file(),
+        config.replace("autonomy = \"full\"", "autonomy = \"read_only\""),
+    )
+    .expect("config");
+    f.fake
+        .push(http_call("c1", &format!("http://{host}/get"), json!({})));
+    f.fake.push(FakeReply::calls(
+        "",
+        vec![FakeCall::new(
+            "c2",
+            "http_request",
+            json!({"url": format!("http://{host}/post"), "method": "POST", "body": "data"}),
+        )],
+    ));
+    f.fake.push(FakeReply::text("done"));
+    f.turn(Arc::new(Recorder::default())).await;
+    let heads = upstream.heads();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(heads[0].starts_with("GET /get"), "{}", heads[0]);
+    let refused = f.tool_result(2);
+    assert!(refused.contains("read_only"), "{refused}");
+}
