@@ -44,5 +44,5 @@ pub use openai::OpenAiEmbedder;
 pub use postgres::PostgresStore;
 pub use qdrant::QdrantStore;
 pub use scoped::{AgentScopedMemory, Grant};
-pub use sqlite::{SqliteStore, registered_agents_at};
+pub use sqlite::{SqliteStore, VERSION_CRASH_POINTS, registered_agents_at};
 pub use store::{BoxFuture, MemFuture, Memory, MemoryStore};

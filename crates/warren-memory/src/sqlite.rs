@@ -107,6 +107,14 @@ CREATE TRIGGER IF NOT EXISTS memories_version_ad AFTER DELETE ON memories BEGIN
 END;
 "#;
 
+/// Crash points of versioned writes (between archiving the replaced version and changing the
+/// live row): a process killed there must leave the key as it was, history included.
+pub const VERSION_CRASH_POINTS: [&str; 3] = [
+    "memory-store-after-archive",
+    "memory-forget-after-archive",
+    "memory-undo-after-archive",
+];
+
 /// Schema version kept in `meta` under `schema_version`. Version 2 made the FTS index
 /// scope-aware (see [`SCOPE_COLUMN`]); version 3 added each row's version and provenance
 /// ([`V3_COLUMNS`]); files without the key are version 1.
@@ -857,6 +865,7 @@ impl MemoryStore for SqliteStore {
             if let Some((seq, _)) = current {
                 archive(&tx, path, seq, VersionState::Replaced, at)?;
             }
+            warren_config::failpoint::crash_point(VERSION_CRASH_POINTS[0]);
             let (seq, id): (i64, String) = tx
                 .prepare_cached(
                     "INSERT INTO memories (id, agent_id, key, content, category, session, created_at, updated_at, embedding, \
@@ -1007,6 +1016,7 @@ impl MemoryStore for SqliteStore {
             let seq = current_row(&tx, path, &agent, &key)?.map(|(seq, _)| seq);
             if let Some(seq) = seq {
                 archive(&tx, path, seq, VersionState::Forgotten, micros(now()))?;
+                warren_config::failpoint::crash_point(VERSION_CRASH_POINTS[1]);
                 tx.execute("DELETE FROM memories WHERE seq = ?1", [seq])
                     .map_err(sql(path))?;
                 prune(&tx, path, &agent, &key, history_limit)?;
@@ -1249,6 +1259,7 @@ impl MemoryStore for SqliteStore {
             match current {
                 Some((seq, _)) => {
                     archive(&tx, path, seq, VersionState::Replaced, at)?;
+                    warren_config::failpoint::crash_point(VERSION_CRASH_POINTS[2]);
                     tx.execute(
                         "UPDATE memories SET content = v.content, category = v.category, \
                            session = v.session, updated_at = ?5, embedding = v.embedding, \

@@ -231,3 +231,38 @@ fn racing_cli_processes_with_the_same_expected_version_exactly_one_wins() -> R {
     assert_eq!(history.as_array().map(Vec::len), Some(2), "{history}");
     Ok(())
 }
+
+/// A `warren memory store|forget|undo` child killed between archiving the replaced version and
+/// changing the live row leaves the key exactly as it was (one transaction): same live text and
+/// version, same history; the next write then works.
+#[test]
+fn a_kill_between_archive_and_write_leaves_the_key_as_it_was() -> R {
+    use warren_memory::VERSION_CRASH_POINTS;
+    use warren_testkit::run_until_crash;
+    let args: [&[&str]; 3] = [
+        &["memory", "store", "--agent", "main", "k", "the new text"],
+        &["memory", "forget", "--agent", "main", "k"],
+        &["memory", "undo", "--agent", "main", "k"],
+    ];
+    for (point, args) in VERSION_CRASH_POINTS.iter().zip(args) {
+        let root = TempRoot::new()?;
+        ok(&root, &["init"])?;
+        ok(&root, &["memory", "store", "--agent", "main", "k", "first"])?;
+        ok(
+            &root,
+            &["memory", "store", "--agent", "main", "k", "second"],
+        )?;
+        let before = json(&root, &["memory", "history", "k", "--agent", "main"])?;
+        run_until_crash(root.warren(bin(), args), point)?;
+        let after = json(&root, &["memory", "history", "k", "--agent", "main"])?;
+        assert_eq!(after, before, "{point}");
+        let live = json(&root, &["memory", "show", "k", "--agent", "main"])?;
+        assert_eq!(
+            (&live["content"], &live["version"]),
+            (&"second".into(), &2.into())
+        );
+        let again = root.run(bin(), args)?;
+        assert!(again.status.success(), "{point}: {}", text(&again).1);
+    }
+    Ok(())
+}
