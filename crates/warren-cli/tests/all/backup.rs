@@ -58,14 +58,14 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         let Ok(rd) = fs::read_dir(&d) else { continue };
         for e in rd.flatten() {
             let p = e.path();
-            let ft = e.file_type().unwrap();
+            let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
                 stack.push(p);
             } else if ft.is_symlink() {
-                let t = fs::read_link(&p).unwrap();
+                let t = fs::read_link(&p).unwrap_or_default();
                 out.insert(p, format!("-> {}", t.display()).into_bytes());
             } else {
-                out.insert(p, fs::read(&e.path()).unwrap_or_default());
+                out.insert(p, fs::read(e.path()).unwrap_or_default());
             }
         }
     }

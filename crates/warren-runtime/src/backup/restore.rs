@@ -14,7 +14,7 @@ use serde::Serialize;
 use warren_config::InstallRoot;
 
 use super::check::{private_dir, verify_keeping};
-use super::create::create_file;
+use super::create::{copy_big, create_file};
 use super::manifest::{self, EntryKind};
 use super::{BackupError, Progress};
 use crate::daemon::{DaemonStatus, probe};
@@ -84,7 +84,7 @@ pub fn restore(
                     let mut input =
                         File::open(&stored).map_err(|err| BackupError::io(&stored, err))?;
                     let file = create_file(&out, mode & 0o777)?;
-                    let mut w = BufWriter::with_capacity(256 * 1024, file);
+                    let mut w = BufWriter::with_capacity(128 * 1024, file);
                     match &sealer {
                         Some(s) => {
                             s.unseal(&e.path, &mut input, &mut w)
@@ -98,7 +98,7 @@ pub fn restore(
                                 })?;
                         }
                         None => {
-                            std::io::copy(&mut input, &mut w)
+                            copy_big(&mut input, &mut w)
                                 .map_err(|err| BackupError::io(&out, err))?;
                         }
                     }
