@@ -50,8 +50,17 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
     } else {
         Arc::new(NoOperator)
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // A one-shot `-m` turn runs wholly inside `block_on`, so it needs no worker threads (each
+    // one costs a stack and a malloc arena: issue 26). The REPL keeps two, so background tasks
+    // (tool timeouts, MCP servers) go on while it waits for a line.
+    let mut builder = if args.message.is_some() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut multi = tokio::runtime::Builder::new_multi_thread();
+        multi.worker_threads(2);
+        multi
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -15,6 +15,7 @@ mod dashboard;
 mod egress;
 mod delegate;
 mod first_run;
+mod footprint;
 mod gateway;
 mod gateway_robustness;
 mod git_cli;
