@@ -108,11 +108,11 @@ impl AgentRunner {
                     let context = warren_tools::ToolContext::current();
                     let origin = call_origin(call, session);
                     origins[i] = Some(origin.clone());
-                    set.spawn(context.scope(async move {
+                    set.spawn(context.scope(super::taint::Taint::carry(async move {
                         let start = crate::telemetry::now_ns();
                         let run = origin.scope(tool.execute(args));
                         (i, start, race(run, &cancel).await)
-                    }));
+                    })));
                 }
             }
             while let Some(joined) = set.join_next().await {
