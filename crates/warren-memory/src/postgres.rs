@@ -696,6 +696,32 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// The id of the agent called `alias`, registered inside `tx` when it is not there yet
+    /// (an import into a store that has not seen the agent).
+    async fn agent_in(
+        &self,
+        tx: &Transaction<'_>,
+        alias: &AgentAlias,
+    ) -> Result<Uuid, MemoryError> {
+        let s = &self.schema;
+        tx.execute(
+            &format!(
+                r#"INSERT INTO "{s}".agents (id, alias, backend, created_at) VALUES ($1, $2, 'postgres', $3)
+                   ON CONFLICT (alias) DO NOTHING"#
+            ),
+            &[&Uuid::new_v4(), &alias.as_str(), &now()],
+        )
+        .await
+        .map_err(|e| self.pg(e))?;
+        tx.query_one(
+            &format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#),
+            &[&alias.as_str()],
+        )
+        .await
+        .and_then(|r| r.try_get(0))
+        .map_err(|e| self.pg(e))
+    }
+
     async fn alias_in(&self, tx: &Transaction<'_>, agent: Uuid) -> Result<String, MemoryError> {
         let s = &self.schema;
         let row = tx
@@ -1144,23 +1170,7 @@ impl MemoryStore for PostgresStore {
             self.client().await?;
             let mut client = self.fresh().await?;
             let tx = client.transaction().await.map_err(|e| self.pg(e))?;
-            tx.execute(
-                &format!(
-                    r#"INSERT INTO "{s}".agents (id, alias, backend, created_at) VALUES ($1, $2, 'postgres', $3)
-                       ON CONFLICT (alias) DO NOTHING"#
-                ),
-                &[&Uuid::new_v4(), &alias.as_str(), &now()],
-            )
-            .await
-            .map_err(|e| self.pg(e))?;
-            let agent: Uuid = tx
-                .query_one(
-                    &format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#),
-                    &[&alias.as_str()],
-                )
-                .await
-                .and_then(|r| r.try_get(0))
-                .map_err(|e| self.pg(e))?;
+            let agent = self.agent_in(&tx, &alias).await?;
             let insert = tx
                 .prepare(&format!(
                     r#"INSERT INTO "{s}".memories (id, agent_id, key, content, category, session, created_at,
@@ -1389,23 +1399,7 @@ impl MemoryStore for PostgresStore {
             self.client().await?;
             let mut client = self.fresh().await?;
             let tx = client.transaction().await.map_err(|e| self.pg(e))?;
-            tx.execute(
-                &format!(
-                    r#"INSERT INTO "{s}".agents (id, alias, backend, created_at) VALUES ($1, $2, 'postgres', $3)
-                       ON CONFLICT (alias) DO NOTHING"#
-                ),
-                &[&Uuid::new_v4(), &alias.as_str(), &now()],
-            )
-            .await
-            .map_err(|e| self.pg(e))?;
-            let agent: Uuid = tx
-                .query_one(
-                    &format!(r#"SELECT id FROM "{s}".agents WHERE alias = $1"#),
-                    &[&alias.as_str()],
-                )
-                .await
-                .and_then(|r| r.try_get(0))
-                .map_err(|e| self.pg(e))?;
+            let agent = self.agent_in(&tx, &alias).await?;
             let insert = tx
                 .prepare(&format!(
                     r#"INSERT INTO "{s}".memory_versions (agent_id, key, version, id, content, category,

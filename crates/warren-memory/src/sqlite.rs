@@ -633,6 +633,27 @@ fn current_row(
         .map_err(sql(path))
 }
 
+/// The id of the agent called `alias`, registered first when it is not there yet (an import
+/// into a store that has not seen the agent).
+fn agent_in(conn: &Connection, path: &Path, alias: &AgentAlias) -> Result<String, MemoryError> {
+    conn.execute(
+        "INSERT INTO agents (id, alias, backend, created_at) VALUES (?1, ?2, 'sqlite', ?3) \
+         ON CONFLICT(alias) DO NOTHING",
+        params![
+            uuid::Uuid::new_v4().to_string(),
+            alias.as_str(),
+            micros(now())
+        ],
+    )
+    .map_err(sql(path))?;
+    conn.query_row(
+        "SELECT id FROM agents WHERE alias = ?1",
+        [alias.as_str()],
+        |r| r.get(0),
+    )
+    .map_err(sql(path))
+}
+
 fn alias_of(conn: &Connection, path: &Path, agent: &AgentId) -> Result<String, MemoryError> {
     conn.query_row("SELECT alias FROM agents WHERE id = ?1", [&agent.0], |r| {
         r.get(0)
@@ -1125,17 +1146,7 @@ impl MemoryStore for SqliteStore {
     fn import_agent(&self, alias: AgentAlias, rows: Vec<MemoryEntry>) -> MemFuture<'_, u64> {
         self.run(move |conn, path| {
             let tx = conn.transaction().map_err(sql(path))?;
-            tx.execute(
-                "INSERT INTO agents (id, alias, backend, created_at) VALUES (?1, ?2, 'sqlite', ?3) \
-                 ON CONFLICT(alias) DO NOTHING",
-                params![uuid::Uuid::new_v4().to_string(), alias.as_str(), micros(now())],
-            )
-            .map_err(sql(path))?;
-            let agent: String = tx
-                .query_row("SELECT id FROM agents WHERE alias = ?1", [alias.as_str()], |r| {
-                    r.get(0)
-                })
-                .map_err(sql(path))?;
+            let agent = agent_in(&tx, path, &alias)?;
             let mut inserted = 0u64;
             {
                 let mut stmt = tx
@@ -1357,17 +1368,7 @@ impl MemoryStore for SqliteStore {
     ) -> MemFuture<'_, u64> {
         self.run(move |conn, path| {
             let tx = conn.transaction().map_err(sql(path))?;
-            tx.execute(
-                "INSERT INTO agents (id, alias, backend, created_at) VALUES (?1, ?2, 'sqlite', ?3) \
-                 ON CONFLICT(alias) DO NOTHING",
-                params![uuid::Uuid::new_v4().to_string(), alias.as_str(), micros(now())],
-            )
-            .map_err(sql(path))?;
-            let agent: String = tx
-                .query_row("SELECT id FROM agents WHERE alias = ?1", [alias.as_str()], |r| {
-                    r.get(0)
-                })
-                .map_err(sql(path))?;
+            let agent = agent_in(&tx, path, &alias)?;
             let mut inserted = 0u64;
             {
                 let mut stmt = tx
