@@ -82,10 +82,7 @@ async fn undo_restores_the_exact_previous_content_and_its_provenance() -> R {
         assert_eq!(second.provenance.trust, Trust::Operator);
 
         let history = a.history("k".into()).await?;
-        let states: Vec<(u64, VersionState, &str)> = history
-            .iter()
-            .map(|v| (v.entry.version, v.state, v.entry.content.as_str()))
-            .collect();
+        let states = common::summary(&history);
         assert_eq!(
             states,
             vec![
@@ -112,25 +109,10 @@ async fn undo_restores_the_exact_previous_content_and_its_provenance() -> R {
             ("second version", "notes", 4)
         );
         // The current version and unknown ones are refused with the kept list.
-        let err = a
-            .undo("k".into(), Some(4))
-            .await
-            .err()
-            .map(|e| e.to_string());
-        assert!(
-            err.as_deref()
-                .is_some_and(|e| e.contains("already the current")),
-            "{err:?}"
-        );
-        let err = a
-            .undo("k".into(), Some(99))
-            .await
-            .err()
-            .map(|e| e.to_string());
-        assert!(
-            err.as_deref()
-                .is_some_and(|e| e.contains("version 99 is not kept") && e.contains("'k'")),
-            "{err:?}"
+        common::assert_refused(a.undo("k".into(), Some(4)).await, &["already the current"]);
+        common::assert_refused(
+            a.undo("k".into(), Some(99)).await,
+            &["version 99 is not kept", "'k'"],
         );
     }
     Ok(())
@@ -207,15 +189,7 @@ async fn history_per_key_is_bounded_by_memory_history_versions() -> R {
             .map(|v| v.entry.version)
             .collect();
         assert_eq!(versions, vec![10, 9, 8, 7], "{kind:?}");
-        let err = a
-            .undo("k".into(), Some(2))
-            .await
-            .err()
-            .map(|e| e.to_string());
-        assert!(
-            err.as_deref().is_some_and(|e| e.contains("kept: 9, 8, 7")),
-            "{err:?}"
-        );
+        common::assert_refused(a.undo("k".into(), Some(2)).await, &["kept: 9, 8, 7"]);
         assert_eq!(a.undo("k".into(), Some(7)).await?.content, "v7");
     }
     Ok(())
@@ -243,15 +217,10 @@ async fn a_stale_expected_version_is_a_conflict_and_writes_nothing() -> R {
         }
         a.store(entry("a", "k", "two", "core").expecting(Some(1)))
             .await?;
-        let err = a
-            .store(entry("a", "k", "lost update", "core").expecting(Some(1)))
-            .await
-            .err()
-            .map(|e| e.to_string());
-        assert!(
-            err.as_deref()
-                .is_some_and(|e| e.contains("'k'") && e.contains("version 2, not the expected 1")),
-            "{err:?}"
+        common::assert_refused(
+            a.store(entry("a", "k", "lost update", "core").expecting(Some(1)))
+                .await,
+            &["'k'", "version 2, not the expected 1"],
         );
         assert_eq!(a.get("k".into()).await?.ok_or("gone")?.content, "two");
         assert_eq!(a.history("k".into()).await?.len(), 2, "{kind:?}");
@@ -562,12 +531,7 @@ async fn markdown_says_it_keeps_no_history() -> R {
     let fx = Fixture::new(MemoryBackendKind::Markdown, &[("a", vec![])])?;
     let a = fx.mem("a").await?;
     a.store(entry("a", "k", "v", "core")).await?;
-    let err = a.history("k".into()).await.err().map(|e| e.to_string());
-    assert!(
-        err.as_deref()
-            .is_some_and(|e| e.contains("markdown") && e.contains("no history")),
-        "{err:?}"
-    );
+    common::assert_refused(a.history("k".into()).await, &["markdown", "no history"]);
     Ok(())
 }
 

@@ -9,7 +9,8 @@ use warren_config::schema::{AgentConfig, MemoryBackendKind, MemoryGrant};
 use warren_config::{Config, InstallRoot, Secret};
 use warren_core::AgentAlias;
 use warren_memory::{
-    Memory, MemoryStores, NewEntry, PostgresStore, RecallQuery, create_memory_for_agent,
+    Memory, MemoryStores, MemoryVersion, NewEntry, PostgresStore, RecallQuery, VersionState,
+    create_memory_for_agent,
 };
 
 pub type R = Result<(), Box<dyn std::error::Error>>;
@@ -143,4 +144,22 @@ pub fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect();
     v.sort();
     v
+}
+
+/// Asserts that `r` failed with an error whose text names every one of `needles`.
+pub fn assert_refused<T, E: std::fmt::Display>(r: Result<T, E>, needles: &[&str]) {
+    let err = r.err().map(|e| e.to_string());
+    assert!(
+        err.as_deref()
+            .is_some_and(|e| needles.iter().all(|n| e.contains(n))),
+        "{err:?}"
+    );
+}
+
+/// Each version of a history as (version, state, content), in the order given.
+pub fn summary(history: &[MemoryVersion]) -> Vec<(u64, VersionState, &str)> {
+    history
+        .iter()
+        .map(|v| (v.entry.version, v.state, v.entry.content.as_str()))
+        .collect()
 }
