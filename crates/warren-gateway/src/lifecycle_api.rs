@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 use warren_config::ConfigError;
-use warren_runtime::lifecycle::{ErrorKind, Lifecycle, LifecycleError};
+use warren_runtime::lifecycle::{ErrorKind, Lifecycle, LifecycleError, parse_alias};
 
 use crate::error::ApiError;
 use crate::json::StrictJson;
@@ -110,8 +110,9 @@ pub(crate) async fn rename(
     StrictJson(req): StrictJson<RenameBody>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/agents/{alias}/rename";
+    let to = parse_alias(&req.to).map_err(|e| map_err(ROUTE, e))?;
     let lc = lifecycle(&state);
-    let report = fresh(&state, ROUTE, || lc.rename(&alias, &req.to)).await?;
+    let report = fresh(&state, ROUTE, || lc.rename(&alias, &to)).await?;
     reloaded(&state, ROUTE, &report).await
 }
 
@@ -150,9 +151,11 @@ pub(crate) async fn restore(
     StrictJson(req): StrictJson<RestoreBody>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/agents/restore";
+    let as_alias =
+        (req.as_alias.as_deref().map(parse_alias).transpose()).map_err(|e| map_err(ROUTE, e))?;
     let lc = lifecycle(&state);
     let report = fresh(&state, ROUTE, || {
-        lc.restore(&req.archive, req.as_alias.as_deref())
+        lc.restore(&req.archive, as_alias.as_ref())
     })
     .await?;
     reloaded(&state, ROUTE, &report).await
@@ -187,20 +190,25 @@ pub(crate) async fn admin(
     const ROUTE: &str = "POST /admin/agents/lifecycle";
     let lc = lifecycle(&state);
     let err = |e| map_err(ROUTE, e);
+    // The CLI sends the aliases as typed: parsed here, once, with the lifecycle's errors.
+    let parse = |s: &str| parse_alias(s).map_err(err);
     match op {
         AdminOp::Rename { alias, to } => {
+            let (alias, to) = (parse(&alias)?, parse(&to)?);
             let report = fresh(&state, ROUTE, || lc.rename(&alias, &to)).await?;
             reloaded(&state, ROUTE, &report).await
         }
         AdminOp::Delete { alias } => {
+            let alias = parse(&alias)?;
             let report = fresh(&state, ROUTE, || lc.delete(&alias)).await?;
             reloaded(&state, ROUTE, &report).await
         }
         AdminOp::DeletePlan { alias } => {
-            to_json(ROUTE, &lc.delete_plan(&alias).await.map_err(err)?)
+            to_json(ROUTE, &lc.delete_plan(&parse(&alias)?).await.map_err(err)?)
         }
         AdminOp::Restore { archive, as_alias } => {
-            let report = fresh(&state, ROUTE, || lc.restore(&archive, as_alias.as_deref())).await?;
+            let as_alias = as_alias.as_deref().map(parse).transpose()?;
+            let report = fresh(&state, ROUTE, || lc.restore(&archive, as_alias.as_ref())).await?;
             reloaded(&state, ROUTE, &report).await
         }
         AdminOp::Resume => to_json(ROUTE, &lc.converge_pending().await),

@@ -94,18 +94,19 @@ fn main() -> Result<(), E> {
         .enable_all()
         .build()?;
     let mut rows = Vec::new();
+    let (b, bee) = (AgentAlias::new("b")?, AgentAlias::new("bee")?);
     for run in 0..RUNS {
         let dir = tempfile::tempdir()?;
         let root = seed(&rt, dir.path())?;
         let (copy, bytes) = copy_baseline(&root, dir.path())?;
         let lc = Lifecycle::new(ConfigStore::load(root.clone())?);
         let start = Instant::now();
-        let renamed = rt.block_on(lc.rename("b", "bee"))?;
+        let renamed = rt.block_on(lc.rename(&b, &bee))?;
         let rename = start.elapsed();
         assert!(renamed.converged, "{:?}", renamed.warnings);
         let lc = Lifecycle::new(ConfigStore::load(root.clone())?);
         let start = Instant::now();
-        let deleted = rt.block_on(lc.delete("bee"))?;
+        let deleted = rt.block_on(lc.delete(&bee))?;
         let delete = start.elapsed();
         assert!(deleted.converged, "{:?}", deleted.warnings);
         assert_eq!(deleted.counts.get("memory"), Some(&(ROWS as u64)));

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
+use warren_runtime::lifecycle::parse_alias;
 
 use crate::cli::AgentsCommand;
 
@@ -176,16 +177,29 @@ fn lifecycle(
                 .build()?;
             let lc = warren_runtime::lifecycle::Lifecycle::new(store);
             let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            let (alias, to) = (s(&request["alias"]), s(&request["to"]));
+            // The aliases the user typed are parsed here, once; the lifecycle takes them typed.
+            let alias = || parse_alias(&s(&request["alias"]));
             let result = runtime.block_on(async {
                 match op.as_str() {
-                    "rename" => lc.rename(&alias, &to).await.map(serde_json::to_value),
-                    "delete" => lc.delete(&alias).await.map(serde_json::to_value),
-                    "delete_plan" => lc.delete_plan(&alias).await.map(serde_json::to_value),
-                    "restore" => lc
-                        .restore(&s(&request["archive"]), request["as"].as_str())
-                        .await
-                        .map(serde_json::to_value),
+                    "rename" => match (alias(), parse_alias(&s(&request["to"]))) {
+                        (Ok(from), Ok(to)) => lc.rename(&from, &to).await.map(serde_json::to_value),
+                        (Err(e), _) | (_, Err(e)) => Err(e),
+                    },
+                    "delete" => match alias() {
+                        Ok(a) => lc.delete(&a).await.map(serde_json::to_value),
+                        Err(e) => Err(e),
+                    },
+                    "delete_plan" => match alias() {
+                        Ok(a) => lc.delete_plan(&a).await.map(serde_json::to_value),
+                        Err(e) => Err(e),
+                    },
+                    "restore" => match request["as"].as_str().map(parse_alias).transpose() {
+                        Ok(as_alias) => lc
+                            .restore(&s(&request["archive"]), as_alias.as_ref())
+                            .await
+                            .map(serde_json::to_value),
+                        Err(e) => Err(e),
+                    },
                     _ => Ok(serde_json::to_value(lc.converge_pending().await)),
                 }
             });

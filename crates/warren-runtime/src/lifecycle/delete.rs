@@ -15,7 +15,7 @@ use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, InstallRoot, WriteTxn};
 use warren_core::AgentAlias;
 
-use super::error::{LifecycleError, alias};
+use super::error::LifecycleError;
 use super::fsops::{self, Moved};
 use super::journal::{
     MANIFEST_POINTS, Op, SCHEMA_VERSION, WorkspaceAction, export_points, temp_target, write_json,
@@ -185,24 +185,25 @@ impl Lifecycle {
     pub(crate) fn plan_blocking(
         &self,
         h: &tokio::runtime::Handle,
-        name: &str,
+        a: &AgentAlias,
     ) -> Result<DeletePlan, LifecycleError> {
-        let a = alias(name)?;
         let snapshot = self.store.snapshot();
         let config = snapshot.config();
-        let Some(agent) = config.agent(&a) else {
-            return Err(LifecycleError::AgentNotFound { alias: name.into() });
+        let Some(agent) = config.agent(a) else {
+            return Err(LifecycleError::AgentNotFound {
+                alias: a.to_string(),
+            });
         };
-        let found = refs::collect(config, name);
+        let found = refs::collect(config, a.as_str());
         let ctx = self.context(h, config.memory_backend_of(agent));
-        let (reasons, live) = refusals(&ctx, &found, &a);
+        let (reasons, live) = refusals(&ctx, &found, a);
         let (blockers, scrubs): (Vec<_>, Vec<_>) = found
             .into_iter()
             .partition(|r| r.strength == Strength::Hard);
         let stores = registered(&ctx)
             .iter()
             .map(|s| {
-                let v = match s.count(&a) {
+                let v = match s.count(a) {
                     Ok(n) => json!(n),
                     Err(e) => json!({"error": e}),
                 };
@@ -210,9 +211,9 @@ impl Lifecycle {
             })
             .collect();
         Ok(DeletePlan {
-            workspace: self.root().agent_workspace(&a),
-            workspace_action: workspace_action(self.root(), config, &a),
-            alias: a,
+            workspace: self.root().agent_workspace(a),
+            workspace_action: workspace_action(self.root(), config, a),
+            alias: a.clone(),
             allowed: reasons.is_empty(),
             blockers,
             scrubs,
@@ -225,33 +226,32 @@ impl Lifecycle {
     pub(crate) fn delete_blocking(
         &self,
         h: &tokio::runtime::Handle,
-        name: &str,
+        a: &AgentAlias,
     ) -> Result<Report, LifecycleError> {
-        if let Some(report) = self.resume_matching(
-            h,
-            |op| matches!(op, Op::Delete { alias, .. } if alias.as_str() == name),
-        ) && !self.store.snapshot().agents.contains_key(name)
+        if let Some(report) =
+            self.resume_matching(h, |op| matches!(op, Op::Delete { alias, .. } if alias == a))
+            && !self.store.snapshot().agents.contains_key(a)
         {
             return Ok(report);
         }
-        let a = alias(name)?;
+        let name = a.as_str();
         let root = self.root().clone();
         let mut txn = self.store.write_blocking()?;
         let locked = std::time::Instant::now();
         let base = txn.base().clone();
-        let Some(agent) = base.agent(&a) else {
+        let Some(agent) = base.agent(a) else {
             return Err(LifecycleError::AgentNotFound { alias: name.into() });
         };
         let backend = base.memory_backend_of(agent);
         let found = refs::collect(&base, name);
-        let (reasons, _) = refusals(&self.context(h, backend), &found, &a);
+        let (reasons, _) = refusals(&self.context(h, backend), &found, a);
         if !reasons.is_empty() {
             return Err(LifecycleError::DeleteRefused {
                 alias: name.into(),
                 reasons,
             });
         }
-        let workspace = workspace_action(&root, &base, &a);
+        let workspace = workspace_action(&root, &base, a);
         let mut archive = root
             .deleted_agents_dir()
             .join(format!("{name}-{}", stamp()));
@@ -262,11 +262,11 @@ impl Lifecycle {
                 .join(format!("{name}-{}-{n}", stamp()));
             n += 1;
         }
-        let entry = edit_delete(&mut txn, &base, &found, &a)?;
+        let entry = edit_delete(&mut txn, &base, &found, a)?;
         let scrubbed: Vec<String> = found.iter().map(|r| r.path.clone()).collect();
         let op = Op::Delete {
-            workspace_path: root.agent_workspace(&a),
-            alias: a,
+            workspace_path: root.agent_workspace(a),
+            alias: a.clone(),
             entry,
             memory_backend: backend,
             workspace,
@@ -289,7 +289,7 @@ impl Lifecycle {
             scrubbed,
         } = op
         else {
-            return Report::default();
+            return Report::new(op.name(), op.alias());
         };
         let mut report = Report::new("delete", a);
         report.archive = Some(archive.clone());

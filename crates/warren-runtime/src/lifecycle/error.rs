@@ -114,8 +114,10 @@ impl LifecycleError {
     }
 }
 
-/// Parses an alias the user typed.
-pub(crate) fn alias(s: &str) -> Result<warren_core::AgentAlias, LifecycleError> {
+/// Parses an alias the user typed, at the edge (CLI command, gateway body): the lifecycle
+/// operations take the parsed [`warren_core::AgentAlias`]. `default` is
+/// [`LifecycleError::ReservedAlias`], anything else invalid [`LifecycleError::InvalidAlias`].
+pub fn parse_alias(s: &str) -> Result<warren_core::AgentAlias, LifecycleError> {
     warren_core::AgentAlias::new(s).map_err(|e| match e {
         AliasError::Reserved => LifecycleError::ReservedAlias,
         other => LifecycleError::InvalidAlias(other),

@@ -276,7 +276,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Rename { .. } => "rename",
             Self::Delete { .. } => "delete",
@@ -284,7 +284,7 @@ impl Op {
         }
     }
 
-    fn alias(&self) -> &AgentAlias {
+    pub(crate) fn alias(&self) -> &AgentAlias {
         match self {
             Self::Rename { from, .. } => from,
             Self::Delete { alias, .. } | Self::Restore { alias, .. } => alias,

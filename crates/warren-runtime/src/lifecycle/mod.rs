@@ -44,7 +44,7 @@ use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
 
 pub use self::delete::{DeletePlan, Manifest};
-pub use self::error::{ErrorKind, LifecycleError};
+pub use self::error::{ErrorKind, LifecycleError, parse_alias};
 pub use self::fsops::WORKSPACE_COPY_CRASH_POINTS;
 pub use self::journal::{
     DELETE_CRASH_POINTS, Journal, Op, RENAME_CRASH_POINTS, RESTORE_CRASH_POINTS, SCHEMA_VERSION,
@@ -56,12 +56,12 @@ use crate::host::AgentHost;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// What an operation did; returned to the CLI and the HTTP caller.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub op: String,
-    pub alias: String,
+    pub alias: AgentAlias,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub to: Option<String>,
+    pub to: Option<AgentAlias>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub archive: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -84,9 +84,16 @@ impl Report {
     fn new(op: &str, alias: &AgentAlias) -> Self {
         Self {
             op: op.into(),
-            alias: alias.to_string(),
+            alias: alias.clone(),
+            to: None,
+            archive: None,
+            config_generation: None,
+            references: Vec::new(),
+            counts: BTreeMap::new(),
+            warnings: Vec::new(),
             converged: true,
-            ..Self::default()
+            lock_held_us: None,
+            persist_us: None,
         }
     }
 
@@ -172,22 +179,26 @@ impl Lifecycle {
     }
 
     /// `warren agents rename OLD NEW` / `POST /api/agents/{alias}/rename`.
-    pub async fn rename(&self, from: &str, to: &str) -> Result<Report, LifecycleError> {
-        let (from, to) = (from.to_string(), to.to_string());
+    pub async fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+    ) -> Result<Report, LifecycleError> {
+        let (from, to) = (from.clone(), to.clone());
         self.blocking(move |me, h| me.rename_blocking(&h, &from, &to))
             .await?
     }
 
     /// `warren agents delete ALIAS --yes` / `DELETE /api/agents/{alias}`.
-    pub async fn delete(&self, alias: &str) -> Result<Report, LifecycleError> {
-        let alias = alias.to_string();
+    pub async fn delete(&self, alias: &AgentAlias) -> Result<Report, LifecycleError> {
+        let alias = alias.clone();
         self.blocking(move |me, h| me.delete_blocking(&h, &alias))
             .await?
     }
 
     /// `warren agents delete ALIAS --dry-run` / `GET /api/agents/{alias}/delete-plan`.
-    pub async fn delete_plan(&self, alias: &str) -> Result<DeletePlan, LifecycleError> {
-        let alias = alias.to_string();
+    pub async fn delete_plan(&self, alias: &AgentAlias) -> Result<DeletePlan, LifecycleError> {
+        let alias = alias.clone();
         self.blocking(move |me, h| me.plan_blocking(&h, &alias))
             .await?
     }
@@ -196,10 +207,10 @@ impl Lifecycle {
     pub async fn restore(
         &self,
         archive: &str,
-        as_alias: Option<&str>,
+        as_alias: Option<&AgentAlias>,
     ) -> Result<Report, LifecycleError> {
-        let (archive, as_alias) = (archive.to_string(), as_alias.map(str::to_string));
-        self.blocking(move |me, h| me.restore_blocking(&h, &archive, as_alias.as_deref()))
+        let (archive, as_alias) = (archive.to_string(), as_alias.cloned());
+        self.blocking(move |me, h| me.restore_blocking(&h, &archive, as_alias.as_ref()))
             .await?
     }
 

@@ -9,7 +9,7 @@ use warren_config::{Config, WriteTxn};
 use warren_core::AgentAlias;
 
 use super::delete::workspace_action;
-use super::error::{LifecycleError, alias};
+use super::error::LifecycleError;
 use super::journal::{Op, WorkspaceAction};
 use super::refs::{self, RefSite};
 use super::stores::{WorkspaceMove, registered};
@@ -33,10 +33,7 @@ pub(crate) fn edit_rename(
     refs::apply(txn, base, &found, from.as_str(), Some(to.as_str()))?;
     let after = txn.preview()?;
     let left = refs::collect(after, from.as_str());
-    if !left.is_empty()
-        || after.agents.contains_key(from.as_str())
-        || !after.agents.contains_key(to.as_str())
-    {
+    if !left.is_empty() || after.agents.contains_key(from) || !after.agents.contains_key(to) {
         return Err(LifecycleError::ReferencesRemain {
             alias: from.to_string(),
             left: left.into_iter().map(|r| r.path).collect(),
@@ -49,17 +46,16 @@ impl Lifecycle {
     pub(crate) fn rename_blocking(
         &self,
         h: &tokio::runtime::Handle,
-        from: &str,
-        to: &str,
+        from_a: &AgentAlias,
+        to_a: &AgentAlias,
     ) -> Result<Report, LifecycleError> {
         // A retried rename converges what an earlier attempt left (LIFE-5).
         if let Some(report) = self.resume_matching(
             h,
-            |op| matches!(op, Op::Rename { from: f, to: t, .. } if f.as_str() == from && t.as_str() == to),
+            |op| matches!(op, Op::Rename { from: f, to: t, .. } if f == from_a && t == to_a),
         ) {
             return Ok(report);
         }
-        let (from_a, to_a) = (alias(from)?, alias(to)?);
         if from_a == to_a {
             return Err(LifecycleError::SameAlias);
         }
@@ -67,22 +63,26 @@ impl Lifecycle {
         let mut txn = self.store.write_blocking()?;
         let locked = std::time::Instant::now();
         let base = txn.base().clone();
-        let Some(agent) = base.agent(&from_a) else {
-            return Err(LifecycleError::AgentNotFound { alias: from.into() });
+        let Some(agent) = base.agent(from_a) else {
+            return Err(LifecycleError::AgentNotFound {
+                alias: from_a.to_string(),
+            });
         };
-        if base.agents.contains_key(to_a.as_str()) {
-            return Err(LifecycleError::AgentExists { alias: to.into() });
+        if base.agents.contains_key(to_a) {
+            return Err(LifecycleError::AgentExists {
+                alias: to_a.to_string(),
+            });
         }
         let backend = base.memory_backend_of(agent);
-        let (old_ws, new_ws) = (root.agent_workspace(&from_a), root.agent_workspace(&to_a));
+        let (old_ws, new_ws) = (root.agent_workspace(from_a), root.agent_workspace(to_a));
         if fs::read_dir(&new_ws).is_ok_and(|mut d| d.next().is_some()) {
             return Err(LifecycleError::WorkspaceNotEmpty { path: new_ws });
         }
-        let workspace = workspace_action(&root, &base, &from_a);
-        let found = edit_rename(&mut txn, &base, &from_a, &to_a)?;
+        let workspace = workspace_action(&root, &base, from_a);
+        let found = edit_rename(&mut txn, &base, from_a, to_a)?;
         let op = Op::Rename {
-            from: from_a,
-            to: to_a,
+            from: from_a.clone(),
+            to: to_a.clone(),
             memory_backend: backend,
             old_workspace: old_ws,
             new_workspace: new_ws,
@@ -103,10 +103,10 @@ impl Lifecycle {
             workspace,
         } = op
         else {
-            return Report::default();
+            return Report::new(op.name(), op.alias());
         };
         let mut report = Report::new("rename", from);
-        report.to = Some(to.to_string());
+        report.to = Some(to.clone());
         match workspace {
             WorkspaceAction::Archive => match fsops::move_dir(old_workspace, new_workspace) {
                 Ok(_) => {

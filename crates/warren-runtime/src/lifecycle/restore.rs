@@ -10,10 +10,11 @@ use serde_json::{Value, json};
 use warren_config::failpoint::crash_point;
 
 use super::delete::{MANIFEST, Manifest, RESTORED, archive_checksums, is_archive_temp};
-use super::error::{LifecycleError, alias};
+use super::error::LifecycleError;
 use super::journal::{Op, RESTORED_POINTS, SCHEMA_VERSION, write_json};
 use super::stores::{WorkspaceMove, registered};
 use super::{Lifecycle, Report, fsops, now_text, refs};
+use warren_core::AgentAlias;
 
 /// Reads and parses an archive's manifest.
 pub(crate) fn read_manifest(archive: &Path) -> Result<Manifest, LifecycleError> {
@@ -75,7 +76,7 @@ impl Lifecycle {
         &self,
         h: &tokio::runtime::Handle,
         archive_arg: &str,
-        as_alias: Option<&str>,
+        as_alias: Option<&AgentAlias>,
     ) -> Result<Report, LifecycleError> {
         let _ = self.converge_pending_blocking(h);
         let root = self.root().clone();
@@ -100,11 +101,11 @@ impl Lifecycle {
         let manifest = read_manifest(&archive)?;
         verify(&archive, &manifest)?;
         let a = match as_alias {
-            Some(other) => alias(other)?,
+            Some(other) => other.clone(),
             None => manifest.alias.clone(),
         };
         let mut txn = self.store.write_blocking()?;
-        if txn.base().agents.contains_key(a.as_str()) {
+        if txn.base().agents.contains_key(&a) {
             return Err(LifecycleError::RestoreTargetExists {
                 alias: a.to_string(),
             });
@@ -147,7 +148,7 @@ impl Lifecycle {
             workspace_path,
         } = op
         else {
-            return Report::default();
+            return Report::new(op.name(), op.alias());
         };
         let mut report = Report::new("restore", a);
         report.archive = Some(archive.clone());
