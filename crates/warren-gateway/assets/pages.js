@@ -333,11 +333,14 @@ const memory = {
     if (!alias) { el.append(h('p', {}, 'No agent is configured.')); return; }
     const q = h('input', { id: 'memory-q', type: 'search' });
     const results = h('div', { 'aria-live': 'polite' });
+    const detail = h('section', { id: 'memory-entry', 'aria-live': 'polite' });
     const recall = async () => {
       const query = q.value.trim() ? `q=${enc(q.value.trim())}&limit=50` : 'limit=50';
       const r = await api('GET', `/api/agents/${enc(alias)}/memory?${query}`, undefined, signal);
+      const open = (key) => memoryEntry(detail, alias, key, recall, signal).catch((e) => showError(detail, e));
       results.replaceChildren(table(`${r.count} memories of ${alias}`, [
-        ['Key', (m) => m.key], ['Category', (m) => m.category], ['Content', (m) => short(m.content, 500)],
+        ['Key', (m) => h('button', { type: 'button', class: 'link', 'data-key': m.key, onclick: () => open(m.key) }, m.key)],
+        ['Category', (m) => m.category], ['Content', (m) => short(m.content, 500)],
         ['Score', (m) => (typeof m.score === 'number' ? m.score.toFixed(3) : '')],
         ['Provenance', (m) => short({ session: m.session, version: m.version, ...(m.provenance || {}) }, 200)],
         ['Updated', (m) => fmtTime(m.updated_at)],
@@ -347,10 +350,48 @@ const memory = {
       id: 'memory-form',
       class: 'row',
       onsubmit: (ev) => { ev.preventDefault(); recall().catch((e) => showError(results, e)); },
-    }, control, field('Recall', q), h('button', { type: 'submit' }, 'Recall')), results);
+    }, control, field('Recall', q), h('button', { type: 'submit' }, 'Recall')), results, detail);
     await recall();
   },
 };
+
+/** One memory key in `box`: the live entry with its provenance (or that it is forgotten), its
+ *  kept versions, and Forget / Undo; `changed` refreshes the recall list after either. */
+async function memoryEntry(box, alias, key, changed, signal) {
+  const path = `/api/agents/${enc(alias)}/memory/${enc(key)}`;
+  let entry = null;
+  try {
+    entry = (await api('GET', path, undefined, signal)).entry;
+  } catch (e) {
+    if (!(e.status === 404 && e.code === 'unknown_memory')) throw e;
+  }
+  const { versions } = await api('GET', `${path}/history`, undefined, signal);
+  const slot = h('div');
+  const redraw = async () => {
+    await changed();
+    await memoryEntry(box, alias, key, changed, signal);
+  };
+  const by = (p) => [p.agent || 'operator', p.channel && `via ${p.channel}`, p.session && `session ${p.session}`]
+    .filter(Boolean).join(' ');
+  const facts = (e) => h('dl', { class: 'facts' },
+    [['Version', e.version], ['Category', e.category], ['Trust', e.provenance.trust], ['Written by', by(e.provenance)],
+      ['Tool call', e.provenance.tool_call], ['Receipt', e.provenance.receipt], ['Updated', fmtTime(e.updated_at)]]
+      .filter(([, v]) => v !== undefined && v !== null && v !== '')
+      .flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
+  box.dataset.version = entry ? String(entry.version) : 'forgotten';
+  box.replaceChildren(
+    h('h2', {}, `Memory ${key}`),
+    ...(entry ? [facts(entry), h('pre', { class: 'memory-content' }, entry.content)]
+      : [h('p', { class: 'muted' }, 'Forgotten: no live version (Undo brings the last one back).')]),
+    h('div', { class: 'row' },
+      entry ? button('Forget', { id: 'memory-forget' }, slot, async () => { await api('DELETE', path, undefined, signal); await redraw(); }) : '',
+      button('Undo', { id: 'memory-undo' }, slot, async () => { await api('POST', `${path}/undo`, undefined, signal); await redraw(); })),
+    slot,
+    table(`History of ${key}`, [
+      ['Version', (v) => v.version], ['State', (v) => v.state], ['Trust', (v) => v.provenance.trust],
+      ['By', (v) => by(v.provenance)], ['Written', (v) => fmtTime(v.updated_at)], ['Content', (v) => short(v.content, 200)],
+    ], versions));
+}
 
 // ---------------------------------------------------------------------------------------------
 const approvals = {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use warren_core::{AgentAlias, SessionKey};
-use warren_memory::RecallQuery;
+use warren_memory::{Memory, MemoryError, RecallQuery};
 use warren_runtime::cost::{CostError, read_ledger};
 use warren_runtime::{CancelToken, Channel, TurnError, TurnEvent, TurnEvents, TurnRequest};
 use warren_store::sessions::{Page, QueueError};
@@ -500,21 +500,7 @@ pub(crate) async fn memory_recall(
     const ROUTE: &str = "GET /api/agents/{alias}/memory";
     let query = query_map(ROUTE, raw)?;
     let limit = number(ROUTE, &query, "limit", 10, 1, 100)?;
-    let alias = configured_alias(&state, ROUTE, alias)?;
-    let host = state.host();
-    let memory = warren_memory::create_memory_for_agent(
-        host.memory_stores(),
-        host.snapshot().config(),
-        &alias,
-    )
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "memory_unavailable",
-            format!("{ROUTE}: {e}"),
-        )
-    })?;
+    let (alias, memory) = agent_memory(&state, ROUTE, alias).await?;
     let text = query.get("q").cloned().unwrap_or_default();
     let hits = memory
         .recall(RecallQuery::new(text, usize::try_from(limit).unwrap_or(10)))
@@ -523,6 +509,146 @@ pub(crate) async fn memory_recall(
     Ok(Json(
         json!({"agent": alias, "count": hits.len(), "hits": hits}),
     ))
+}
+
+/// The memory of a configured agent, opened as its tools see it (503 when the store is not
+/// available).
+async fn agent_memory(
+    state: &AppState,
+    route: &str,
+    alias: AgentAlias,
+) -> Result<(AgentAlias, Arc<dyn Memory>), ApiError> {
+    let alias = configured_alias(state, route, alias)?;
+    let host = state.host();
+    let memory = warren_memory::create_memory_for_agent(
+        host.memory_stores(),
+        host.snapshot().config(),
+        &alias,
+    )
+    .await
+    .map_err(|e| memory_error(route, &e))?;
+    Ok((alias, memory))
+}
+
+/// A memory failure as an API error: bad input 400 naming the key, a missing version 404, a
+/// compare-and-set or backend limit 409, anything in the store itself 503.
+fn memory_error(route: &str, e: &MemoryError) -> ApiError {
+    match e {
+        MemoryError::InvalidInput { .. } | MemoryError::InvalidQuery { .. } => {
+            ApiError::bad_field(route, "key", e.to_string())
+        }
+        MemoryError::NoVersion { .. } => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_memory_version",
+            format!("{route}: {e}"),
+        ),
+        MemoryError::Conflict { .. } | MemoryError::Unsupported { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "memory_conflict",
+            format!("{route}: {e}"),
+        ),
+        _ => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "memory_unavailable",
+            format!("{route}: {e}"),
+        ),
+    }
+}
+
+fn unknown_memory(route: &str, alias: &AgentAlias, key: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_memory",
+        format!("{route}: agent '{alias}' has no memory with key '{key}'"),
+    )
+}
+
+/// One entry with its version and provenance (issue 21).
+pub(crate) async fn memory_show(
+    State(state): State<AppState>,
+    AliasPath(alias): AliasPath,
+    Path((_, key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/agents/{alias}/memory/{key}";
+    let (alias, memory) = agent_memory(&state, ROUTE, alias).await?;
+    let entry = memory
+        .get(key.clone())
+        .await
+        .map_err(|e| memory_error(ROUTE, &e))?
+        .ok_or_else(|| unknown_memory(ROUTE, &alias, &key))?;
+    Ok(Json(json!({"agent": alias, "entry": entry})))
+}
+
+/// Forgets a key; its last version stays in the history (so undo brings it back).
+pub(crate) async fn memory_forget(
+    State(state): State<AppState>,
+    AliasPath(alias): AliasPath,
+    Path((_, key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "DELETE /api/agents/{alias}/memory/{key}";
+    let (alias, memory) = agent_memory(&state, ROUTE, alias).await?;
+    if !memory
+        .forget(key.clone())
+        .await
+        .map_err(|e| memory_error(ROUTE, &e))?
+    {
+        return Err(unknown_memory(ROUTE, &alias, &key));
+    }
+    Ok(Json(json!({"agent": alias, "key": key, "forgotten": true})))
+}
+
+/// Every kept version of a key, newest first, with its state.
+pub(crate) async fn memory_history(
+    State(state): State<AppState>,
+    AliasPath(alias): AliasPath,
+    Path((_, key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/agents/{alias}/memory/{key}/history";
+    let (alias, memory) = agent_memory(&state, ROUTE, alias).await?;
+    let versions = memory
+        .history(key.clone())
+        .await
+        .map_err(|e| memory_error(ROUTE, &e))?;
+    if versions.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_memory",
+            format!(
+                "{ROUTE}: agent '{alias}' has no memory with key '{key}' and no kept version of it"
+            ),
+        ));
+    }
+    Ok(Json(
+        json!({"agent": alias, "key": key, "count": versions.len(), "versions": versions}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UndoRequest {
+    #[serde(default)]
+    to: Option<u64>,
+}
+
+/// Restores a key's previous version (or version `to`) as a new version.
+pub(crate) async fn memory_undo(
+    State(state): State<AppState>,
+    AliasPath(alias): AliasPath,
+    Path((_, key)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "POST /api/agents/{alias}/memory/{key}/undo";
+    let to = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        parse_json::<UndoRequest>(ROUTE, &body)?.to
+    };
+    let (alias, memory) = agent_memory(&state, ROUTE, alias).await?;
+    let entry = memory
+        .undo(key, to)
+        .await
+        .map_err(|e| memory_error(ROUTE, &e))?;
+    Ok(Json(json!({"agent": alias, "entry": entry})))
 }
 
 pub(crate) async fn costs(

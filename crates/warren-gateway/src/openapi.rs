@@ -43,7 +43,7 @@ pub fn document() -> Value {
         if let Some(example) = route.request {
             let example: Value = serde_json::from_str(example).unwrap_or(Value::Null);
             op["requestBody"] = json!({
-                "required": true,
+                "required": route.path != "/api/agents/{alias}/memory/{key}/undo",
                 "content": {"application/json": {"schema": body_schema(route.method, route.path), "example": example}},
             });
         }
@@ -136,6 +136,10 @@ fn body_schema(method: &str, path: &str) -> Value {
         ("POST", "/api/approvals/{id}") => {
             object(&["approve"], json!({"approve": {"type": "boolean"}}))
         }
+        ("POST", "/api/agents/{alias}/memory/{key}/undo") => object(
+            &[],
+            json!({"to": {"type": "integer", "minimum": 0, "description": "the version to restore; absent = the one before the current"}}),
+        ),
         ("PATCH", "/api/config") => json!({
             "type": "object",
             "minProperties": 1,
@@ -275,6 +279,21 @@ fn success_schema(method: &str, path: &str) -> Value {
         ("GET", "/api/agents/{alias}/memory") => {
             obj(&[("agent", "string"), ("count", "integer"), ("hits", "array")])
         }
+        ("GET", "/api/agents/{alias}/memory/{key}")
+        | ("POST", "/api/agents/{alias}/memory/{key}/undo") => {
+            obj(&[("agent", "string"), ("entry", "object")])
+        }
+        ("DELETE", "/api/agents/{alias}/memory/{key}") => obj(&[
+            ("agent", "string"),
+            ("key", "string"),
+            ("forgotten", "boolean"),
+        ]),
+        ("GET", "/api/agents/{alias}/memory/{key}/history") => obj(&[
+            ("agent", "string"),
+            ("key", "string"),
+            ("count", "integer"),
+            ("versions", "array"),
+        ]),
         ("GET", "/api/costs") => obj(&[
             ("total_usd", "number"),
             ("requests", "integer"),

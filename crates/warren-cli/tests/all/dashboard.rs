@@ -371,6 +371,70 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     b.wait_for("#approvals", Some("0 waiting"), WAIT)?;
     no_console_errors(&b, "approvals")?;
 
+    // Memory: a recall hit opens the entry with its provenance and history; Forget removes
+    // it, a refusal shows as the API says it, and Undo brings the kept version back.
+    for content in ["launch is on tuesday", "launch moved to friday"] {
+        let out = root.run(
+            bin(),
+            &["memory", "store", "--agent", "main", "launch", content],
+        )?;
+        assert!(out.status.success(), "{:?}", text(&out));
+    }
+    open(&b, &base, "memory/main")?;
+    b.click(&b.wait_for("main button[data-key=\"launch\"]", None, WAIT)?)?;
+    b.wait_for("#memory-entry[data-version=\"2\"]", None, WAIT)?;
+    let live = b.text(&b.find("#memory-entry pre.memory-content")?)?;
+    assert_eq!(live, "launch moved to friday");
+    let facts = b.text(&b.find("#memory-entry dl.facts")?)?;
+    assert!(
+        facts.contains("Trust") && facts.contains("operator") && facts.contains("via cli"),
+        "the entry's provenance is shown: {facts}"
+    );
+    let entry = b.text(&b.find("#memory-entry")?)?;
+    assert!(
+        entry.contains("History of launch")
+            && entry.contains("launch is on tuesday")
+            && entry.contains("replaced"),
+        "provenance and history are shown: {entry}"
+    );
+    b.screenshot(&shots.join("memory-entry.png"))?;
+    b.click(&b.find("#memory-forget")?)?;
+    b.wait_for("#memory-entry[data-version=\"forgotten\"]", None, WAIT)?;
+    let path = "/api/agents/main/memory/launch";
+    let (status, answer) = http(port, "GET", path, Some(&token), "")?;
+    assert_eq!(status, 404, "forgotten through the page: {answer}");
+    b.click(&b.find("#memory-undo")?)?;
+    b.wait_for("#memory-entry[data-version=\"3\"]", None, WAIT)?;
+    let live = b.text(&b.find("#memory-entry pre.memory-content")?)?;
+    assert_eq!(
+        live, "launch moved to friday",
+        "undo shows the restored entry"
+    );
+    let (status, answer) = http(port, "GET", path, Some(&token), "")?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["entry"]["content"], "launch moved to friday");
+    // Forgotten behind the page's back: the page's Forget shows the API's 404 naming the key.
+    let (status, answer) = http(port, "DELETE", path, Some(&token), "")?;
+    assert_eq!(status, 200, "{answer}");
+    b.click(&b.find("#memory-forget")?)?;
+    b.wait_for(
+        "#memory-entry .error",
+        Some("404 unknown_memory: DELETE /api/agents/{alias}/memory/{key}: agent 'main' has no memory with key 'launch'"),
+        WAIT,
+    )?;
+    let logged = b.console()?;
+    assert!(
+        logged
+            .iter()
+            .all(|(_, m)| m.contains("/memory/launch") && m.contains("status of 404")),
+        "only the forgotten key's 404s are logged: {logged:?}"
+    );
+    b.click(&b.find("#memory-undo")?)?;
+    b.wait_for("#memory-entry[data-version=\"4\"]", None, WAIT)?;
+    let (status, _) = http(port, "GET", path, Some(&token), "")?;
+    assert_eq!(status, 200, "undo brought it back");
+    no_console_errors(&b, "memory")?;
+
     // Rename helper → helper2 through the UI.
     open(&b, &base, "agents")?;
     b.click(&b.find("button[data-action=rename][data-alias=helper]")?)?;

@@ -4,6 +4,7 @@ mod alias_paths;
 mod chat;
 mod common;
 mod dashboard;
+mod memory_api;
 mod memory_backends;
 mod memory_provenance;
 mod openai_api;
