@@ -54,6 +54,26 @@ fn events(trace: &Arc<Trace>) -> McpEvents {
     })
 }
 
+/// The egress `url` servers reach their endpoints through (`None` when there are none): the
+/// agent's `http_request` client, allowlist and address rule (`egress::AgentEgress::for_mcp`).
+fn http_for(
+    config: &Config,
+    sandbox: &Sandbox,
+    specs: &[warren_tools::mcp::McpServerSpec],
+    trace: &Arc<Trace>,
+) -> Option<Arc<dyn warren_tools::HttpEgress>> {
+    if specs.iter().all(|s| s.url.is_none()) {
+        return None;
+    }
+    match crate::egress::AgentEgress::for_mcp(config, sandbox.policy(), Arc::clone(trace)) {
+        Ok(egress) => Some(Arc::new(egress)),
+        Err(e) => {
+            tracing::warn!(agent = %sandbox.policy().alias(), "MCP url servers cannot start: {e}");
+            None
+        }
+    }
+}
+
 /// The MCP servers of the agent whose sandbox is `sandbox` (`None`: it has none): the running
 /// ones when config and policy are unchanged, else new ones (the old ones stopped). Nothing
 /// starts here.
@@ -82,7 +102,8 @@ pub(crate) fn for_agent(
     if specs.is_empty() {
         return Ok(None);
     }
-    let mcp = AgentMcp::new(sandbox, specs, events(trace));
+    let http = http_for(config, sandbox, &specs, trace);
+    let mcp = AgentMcp::new(sandbox, specs, events(trace), http);
     map.insert(
         key,
         Entry {
@@ -181,7 +202,13 @@ pub async fn probe(
             .unwrap_or_else(|p| p.into_inner())
             .push((server.to_string(), line));
     });
-    let mcp = AgentMcp::new(kit.sandbox(), specs, events);
+    let http = http_for(
+        config,
+        kit.sandbox(),
+        &specs,
+        &Arc::new(Trace::new(root, config)),
+    );
+    let mcp = AgentMcp::new(kit.sandbox(), specs, events, http);
     let began = std::time::Instant::now();
     let _ = mcp.tools().await;
     let start_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -652,3 +652,153 @@ model = "m"
     daemon.signal("TERM")?;
     Ok(())
 }
+
+const HTTP_SERVER: &str = include_str!("mcp_server/http_server.py");
+
+/// A streamable HTTP MCP server on the official `mcp` package (`mcp_server/http_server.py`),
+/// listening on 127.0.0.1 at a free port; killed on drop.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+    seen: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HttpServer {
+    fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let script = dir.path().join("http_server.py");
+        std::fs::write(&script, HTTP_SERVER)?;
+        let seen = dir.path().join("seen");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(PYTHON)
+            .arg(&script)
+            .arg(port.to_string())
+            .env("WARREN_TEST_SEEN", &seen)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let server = Self {
+            child,
+            port,
+            seen,
+            _dir: dir,
+        };
+        crate::common::wait_until("the HTTP MCP server", Duration::from_secs(30), || {
+            Ok(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
+        })?;
+        Ok(server)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `url` + `headers`: agent A calls the tools of a streamable HTTP server (the daemon makes
+/// the connection, the host being on A's network allowlist); the `Authorization` header,
+/// from a secret, reaches the server (its SHA-256 matches, the server saw it) but not the
+/// model, the output or the trace, even when the server echoes it. Agent B's allowlist does
+/// not list the server's address: its server does not start and `warren mcp test` names the
+/// allowlist.
+#[test]
+fn a_streamable_http_server_is_called_with_a_secret_header_and_its_host_must_be_allowed() -> R {
+    const SECRET: &str = "Bearer mcp-http-s3cret-7f1c";
+    let server = HttpServer::start()?;
+    let fake = FakeOpenAi::start()?;
+    let port = server.port;
+    let extra = format!(
+        r#"
+[secrets.tok]
+value = "{SECRET}"
+
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+[agents.a.network]
+allow = ["127.0.0.1:{port}"]
+[agents.a.mcp.servers.h]
+url = "http://127.0.0.1:{port}/mcp"
+headers = {{ Authorization = {{ secret = "tok" }} }}
+risk = "low"
+
+[agents.b]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+[agents.b.network]
+allow = ["example.org"]
+[agents.b.mcp.servers.h]
+url = "http://127.0.0.1:{port}/mcp"
+headers = {{ Authorization = {{ secret = "tok" }} }}
+startup_timeout_secs = 10
+
+[risk_profiles.hands]
+autonomy = "full"
+"#
+    );
+    let root = setup(&fake, &extra)?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("e", "mcp__h__echo", json!({"text": "over http"})),
+            FakeCall::new("s", "mcp__h__auth_sha256", json!({})),
+            FakeCall::new("x", "mcp__h__auth", json!({})),
+        ],
+    ));
+    fake.push(FakeReply::text("A is done."));
+    let (stdout, stderr) = run_agent(&root, "a", "call the http server")?;
+    assert!(stdout.contains("A is done."), "{stdout}{stderr}");
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let tools = offered(&reqs[0].body);
+    assert!(
+        tools.iter().any(|t| t == "mcp__h__auth_sha256"),
+        "{tools:?}"
+    );
+    let result = tool_results(&reqs[1].body);
+    assert!(result.contains("echo: over http"), "{result}");
+    let digest = hex(&sha2::Sha256::digest(SECRET.as_bytes()));
+    assert!(
+        result.contains(&digest),
+        "the header reached the server: {result}"
+    );
+    let seen = std::fs::read_to_string(&server.seen)?;
+    assert!(seen.contains(SECRET), "{seen}");
+    let t = trace(&root);
+    assert!(
+        t.contains(r#""via":"mcp""#) && t.contains(r#""event":"started""#),
+        "the connection and the start are traced: {t}"
+    );
+    let everything = format!(
+        "{stdout}{stderr}{t}{}",
+        reqs.iter().map(|r| r.body.to_string()).collect::<String>()
+    );
+    assert!(
+        !everything.contains("mcp-http-s3cret"),
+        "the secret leaked to the model, output or trace"
+    );
+
+    // B: the server's address is not on B's allowlist.
+    let out = root.run(bin(), &["mcp", "test", "b", "h"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("h  [streamable_http]  down")
+            && stdout.contains("is not on the network allowlist of agent 'b'")
+            && stdout.contains(r#"[agents.b.network] allow = ["example.org"]"#),
+        "{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("mcp-http-s3cret"), "{stdout}");
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

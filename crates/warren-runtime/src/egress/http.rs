@@ -124,7 +124,7 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
     let first_host = target(&url)?.1;
     for hop in 0..MAX_HOPS {
         let (uri, host, port) = target(&url)?;
-        let addrs = match egress.allow.resolve(egress.alias.as_str(), &host, port) {
+        let addrs = match egress.resolve(&host, port) {
             Ok(a) => a,
             Err(refused) => {
                 egress.log(&host, port, &method, None, Some(&refused.to_string()));

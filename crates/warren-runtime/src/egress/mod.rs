@@ -38,6 +38,8 @@ pub struct AgentEgress {
     max_response_bytes: u64,
     trace: Arc<Trace>,
     via: &'static str,
+    /// `allow_network = true` (MCP `url` servers only): any host, without the allowlist.
+    open: bool,
 }
 
 impl std::fmt::Debug for AgentEgress {
@@ -67,7 +69,38 @@ impl AgentEgress {
             max_response_bytes: policy.egress().max_response_bytes,
             trace,
             via: "http_request",
+            open: false,
         })
+    }
+
+    /// The egress of the agent's MCP `url` servers (issue 23): the same client and checks as
+    /// `http_request` (allowlist, address rule, cap, scrubbing), logged as `via: "mcp"`; under
+    /// `allow_network = true` any host is reached without the allowlist.
+    pub fn for_mcp(
+        config: &Config,
+        policy: &SecurityPolicy,
+        trace: Arc<Trace>,
+    ) -> Result<Self, String> {
+        let mut egress = Self::new(config, policy, trace)?;
+        egress.via = "mcp";
+        egress.open = policy.allow_network();
+        Ok(egress)
+    }
+
+    /// The addresses to connect to for `host:port` (see [`Allowlist::resolve`]). Blocking.
+    fn resolve(&self, host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, Refused> {
+        if !self.open {
+            return self.allow.resolve(self.alias.as_str(), host, port);
+        }
+        use std::net::ToSocketAddrs;
+        let name = allow::normalize_host(host);
+        (name.as_str(), port)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+            .map_err(|e| Refused::Resolve {
+                host: name,
+                reason: e.to_string(),
+            })
     }
 
     pub fn allowlist(&self) -> &Allowlist {

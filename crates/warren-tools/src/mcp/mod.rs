@@ -3,7 +3,9 @@
 //! agent's sandbox ([`Sandbox::spawn_with_env`], the one spawn path every child takes) with a
 //! cleared environment plus exactly the variables the config names (secrets resolved from
 //! `[secrets.<name>]` here and nowhere else). The protocol is the official Rust SDK's (`rmcp`)
-//! client over the child's stdin/stdout.
+//! client over the child's stdin/stdout. A `url` server is reached over streamable HTTP
+//! (`http`) through the agent's [`HttpEgress`] (the daemon's `http_request` client and its
+//! allowlist), with `headers` resolved like `env`.
 //!
 //! Lifecycle: a server starts on the agent's first turn ([`AgentMcp::tools`]) or at once with
 //! `eager = true` ([`AgentMcp::start_eager`]); a supervisor task per server restarts it with
@@ -18,6 +20,7 @@
 //! are untrusted data: the text says so, secrets are redacted, and the runtime's taint rule
 //! marks the turn.
 
+mod http;
 mod server;
 mod tool;
 
@@ -33,6 +36,7 @@ use warren_security::sandbox::Sandbox;
 pub use server::{ServerState, ServerStatus};
 pub use tool::McpTool;
 
+use crate::HttpEgress;
 use crate::tool::Tool;
 
 /// The prefix of every MCP tool name.
@@ -70,12 +74,14 @@ pub struct McpServerSpec {
     /// Variables the server gets beyond the sandbox's fixed ones (values resolved).
     pub env: Vec<(String, String)>,
     pub url: Option<String>,
+    /// Headers sent to a `url` server (values resolved).
+    pub headers: Vec<(String, String)>,
     pub tools: Option<Vec<String>>,
     pub risk: McpRisk,
     pub eager: bool,
     pub startup_timeout: Duration,
     pub call_timeout: Duration,
-    /// Secret values of `env`, redacted from stderr lines and results.
+    /// Secret values of `env` and `headers`, redacted from stderr lines and results.
     secrets: Vec<String>,
 }
 
@@ -90,6 +96,14 @@ impl std::fmt::Debug for McpServerSpec {
                 &self.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
             )
             .field("url", &self.url)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -98,11 +112,12 @@ impl std::fmt::Debug for McpServerSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpConfigError {
     #[error(
-        "agents.{alias}.mcp.servers.{server}.env.{var} names secret '{secret}', which is not set (warren config set secrets.{secret}.value --secret)"
+        "agents.{alias}.mcp.servers.{server}.{var} names secret '{secret}', which is not set (warren config set secrets.{secret}.value --secret)"
     )]
     MissingSecret {
         alias: String,
         server: String,
+        /// `env.<VAR>` or `headers.<name>`.
         var: String,
         secret: String,
     },
@@ -118,32 +133,38 @@ pub fn specs_for(
     };
     let mut out = Vec::new();
     for (name, s) in &agent.mcp.servers {
-        let mut env = Vec::new();
         let mut secrets = Vec::new();
-        for (var, value) in &s.env {
-            match value {
-                McpEnvValue::Text(t) => env.push((var.clone(), t.clone())),
-                McpEnvValue::Secret { secret } => {
-                    let Some(found) = config.secrets.get(secret) else {
-                        return Err(McpConfigError::MissingSecret {
-                            alias: alias.to_string(),
-                            server: name.clone(),
-                            var: var.clone(),
-                            secret: secret.clone(),
-                        });
-                    };
-                    let value = found.value.expose().to_string();
-                    secrets.push(value.clone());
-                    env.push((var.clone(), value));
+        let mut resolve = |field: &str, map: &std::collections::BTreeMap<String, McpEnvValue>| {
+            let mut out = Vec::new();
+            for (var, value) in map {
+                match value {
+                    McpEnvValue::Text(t) => out.push((var.clone(), t.clone())),
+                    McpEnvValue::Secret { secret } => {
+                        let Some(found) = config.secrets.get(secret) else {
+                            return Err(McpConfigError::MissingSecret {
+                                alias: alias.to_string(),
+                                server: name.clone(),
+                                var: format!("{field}.{var}"),
+                                secret: secret.clone(),
+                            });
+                        };
+                        let value = found.value.expose().to_string();
+                        secrets.push(value.clone());
+                        out.push((var.clone(), value));
+                    }
                 }
             }
-        }
+            Ok(out)
+        };
+        let env = resolve("env", &s.env)?;
+        let headers = resolve("headers", &s.headers)?;
         out.push(McpServerSpec {
             name: name.clone(),
             command: s.command.clone(),
             args: s.args.clone(),
             env,
             url: s.url.clone(),
+            headers,
             tools: s.tools.clone(),
             risk: s.risk,
             eager: s.eager,
@@ -185,8 +206,14 @@ impl std::fmt::Debug for AgentMcp {
 }
 
 impl AgentMcp {
-    /// `specs` of the agent whose sandbox is `sandbox`; nothing starts yet.
-    pub fn new(sandbox: &Sandbox, specs: Vec<McpServerSpec>, events: McpEvents) -> Self {
+    /// `specs` of the agent whose sandbox is `sandbox`; nothing starts yet. `url` servers are
+    /// reached through `http` (the agent's egress); without it they cannot start.
+    pub fn new(
+        sandbox: &Sandbox,
+        specs: Vec<McpServerSpec>,
+        events: McpEvents,
+        http: Option<Arc<dyn HttpEgress>>,
+    ) -> Self {
         let alias = sandbox.policy().alias().to_string();
         let events = Arc::new(Mutex::new(events));
         let servers = specs
@@ -199,6 +226,7 @@ impl AgentMcp {
                     sandbox.clone(),
                     redactor,
                     Arc::clone(&events),
+                    http.clone(),
                 )
             })
             .collect();

@@ -1,6 +1,8 @@
 //! One MCP server of one agent: its process (started through the agent's sandbox), the
 //! `rmcp` client session over the process's stdin/stdout, its cached tool list, and the
-//! supervisor task that restarts it with backoff.
+//! supervisor task that restarts it with backoff. A `url` server has no process: its session
+//! runs over the streamable HTTP transport (`super::http`) through the agent's egress, under
+//! the same supervisor.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -18,6 +20,7 @@ use warren_security::sandbox::{ChildIo, Sandbox};
 
 use super::tool::McpTool;
 use super::{McpEvent, McpEvents, McpServerSpec};
+use crate::HttpEgress;
 use crate::shell::GroupKill;
 use crate::tool::Tool;
 
@@ -40,7 +43,7 @@ pub enum ServerState {
     /// It died or could not start; the supervisor tries again at `retry_at`.
     Down,
     Stopped,
-    /// A `url` server: this build has no streamable HTTP client.
+    /// A `url` server without an egress to reach it through.
     Unsupported,
 }
 
@@ -62,8 +65,15 @@ pub struct ServerStatus {
 enum State {
     Idle,
     Starting,
-    Running { peer: Peer<RoleClient>, pid: u32 },
-    Down { error: String, retry_at: Instant },
+    /// `pid` is `None` for a `url` server.
+    Running {
+        peer: Peer<RoleClient>,
+        pid: Option<u32>,
+    },
+    Down {
+        error: String,
+        retry_at: Instant,
+    },
     Stopped,
 }
 
@@ -71,6 +81,7 @@ pub(crate) struct Server {
     alias: String,
     spec: McpServerSpec,
     sandbox: Sandbox,
+    http: Option<Arc<dyn HttpEgress>>,
     redactor: Arc<Redactor>,
     events: Arc<Mutex<McpEvents>>,
     state: Mutex<State>,
@@ -85,11 +96,11 @@ pub(crate) struct Server {
     me: Weak<Server>,
 }
 
-/// The running process and session of one start.
+/// The running process (none for a `url` server) and session of one start.
 struct Run {
     service: rmcp::service::RunningService<RoleClient, Handler>,
-    child: std::process::Child,
-    pid: u32,
+    child: Option<std::process::Child>,
+    pid: Option<u32>,
 }
 
 impl Server {
@@ -99,11 +110,13 @@ impl Server {
         sandbox: Sandbox,
         redactor: Redactor,
         events: Arc<Mutex<McpEvents>>,
+        http: Option<Arc<dyn HttpEgress>>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             alias,
             spec,
             sandbox,
+            http,
             redactor: Arc::new(redactor),
             events,
             state: Mutex::new(State::Idle),
@@ -124,7 +137,7 @@ impl Server {
 
     /// Started (running, or down and waiting to restart) with no announced change unread.
     pub(crate) fn settled(&self) -> bool {
-        self.spec.url.is_some()
+        self.unsupported()
             || (!self.dirty.load(Ordering::Acquire)
                 && matches!(
                     *self.state.lock().unwrap_or_else(|p| p.into_inner()),
@@ -134,6 +147,11 @@ impl Server {
 
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// A `url` server with no egress to reach it through.
+    fn unsupported(&self) -> bool {
+        self.spec.url.is_some() && self.http.is_none()
     }
 
     fn emit(&self, event: McpEvent) {
@@ -152,7 +170,7 @@ impl Server {
 
     /// Starts the supervisor once (it starts the process and restarts it when it dies).
     pub(crate) fn ensure_supervised(&self) {
-        if self.spec.url.is_some() || self.stopped() {
+        if self.unsupported() || self.stopped() {
             return;
         }
         if self.supervised.swap(true, Ordering::AcqRel) {
@@ -246,17 +264,15 @@ impl Server {
     pub(crate) fn status(&self) -> ServerStatus {
         let (state, pid, last_error, retry_in_secs) =
             match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
-                _ if self.spec.url.is_some() => (
+                _ if self.unsupported() => (
                     ServerState::Unsupported,
                     None,
-                    Some(
-                        "streamable HTTP servers (url) are not supported by this build yet".into(),
-                    ),
+                    Some("no network egress to reach this url server through".into()),
                     None,
                 ),
                 State::Idle => (ServerState::NotStarted, None, None, None),
                 State::Starting => (ServerState::Starting, None, None, None),
-                State::Running { pid, .. } => (ServerState::Running, Some(*pid), None, None),
+                State::Running { pid, .. } => (ServerState::Running, *pid, None, None),
                 State::Down { error, retry_at } => (
                     ServerState::Down,
                     None,
@@ -316,17 +332,22 @@ impl Server {
                         _ = service.waiting() => {}
                         _ = stop.wait_for(|s| *s) => {}
                     }
-                    drop(GroupKill(Some(pid)));
-                    let status = tokio::task::spawn_blocking(move || child.wait())
-                        .await
-                        .ok()
-                        .and_then(Result::ok);
                     if began.elapsed() >= HEALTHY_RUN {
                         failures = 0;
                     }
-                    match status {
-                        Some(s) => format!("the process ended ({s})"),
-                        None => "the process ended".to_string(),
+                    match child.take() {
+                        None => "the session ended".to_string(),
+                        Some(mut child) => {
+                            drop(GroupKill(pid));
+                            let status = tokio::task::spawn_blocking(move || child.wait())
+                                .await
+                                .ok()
+                                .and_then(Result::ok);
+                            match status {
+                                Some(s) => format!("the process ended ({s})"),
+                                None => "the process ended".to_string(),
+                            }
+                        }
                     }
                 }
                 Err(e) => e,
@@ -360,6 +381,9 @@ impl Server {
     /// within the startup timeout. On failure the process is killed and reaped.
     async fn start_once(&self) -> Result<Run, String> {
         let name = &self.spec.name;
+        if let (Some(url), Some(http)) = (&self.spec.url, &self.http) {
+            return self.start_http(url.clone(), Arc::clone(http)).await;
+        }
         let Some(command) = self.spec.command.clone() else {
             return Err(format!("MCP server '{name}' has no command"));
         };
@@ -408,14 +432,77 @@ impl Server {
                 });
                 Ok(Run {
                     service,
-                    child,
-                    pid,
+                    child: Some(child),
+                    pid: Some(pid),
                 })
             }
             Err(e) => {
                 kill_and_reap(child, pid).await;
                 Err(e)
             }
+        }
+    }
+
+    /// One start of a `url` server: `initialize` and `tools/list` over streamable HTTP within
+    /// the startup timeout.
+    async fn start_http(&self, url: String, http: Arc<dyn HttpEgress>) -> Result<Run, String> {
+        let name = &self.spec.name;
+        let began = Instant::now();
+        let transport = super::http::transport(url, self.spec.headers.clone(), http);
+        let service =
+            match tokio::time::timeout(self.spec.startup_timeout, self.handler().serve(transport))
+                .await
+            {
+                Ok(Ok(service)) => service,
+                Ok(Err(e)) => {
+                    return Err(format!(
+                        "MCP server '{name}' failed to initialize: {}",
+                        self.redactor.redact(&e.to_string())
+                    ));
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "MCP server '{name}' did not answer initialize within {}s",
+                        self.spec.startup_timeout.as_secs()
+                    ));
+                }
+            };
+        let list =
+            match tokio::time::timeout(self.spec.startup_timeout, service.peer().list_all_tools())
+                .await
+            {
+                Ok(Ok(list)) => list,
+                Ok(Err(e)) => {
+                    return Err(format!(
+                        "MCP server '{name}': tools/list failed: {}",
+                        self.redactor.redact(&e.to_string())
+                    ));
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "MCP server '{name}' did not list its tools within {}s",
+                        self.spec.startup_timeout.as_secs()
+                    ));
+                }
+            };
+        self.install_tools(list);
+        self.emit(McpEvent::Started {
+            pid: 0,
+            tools: self.tools.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            millis: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+        Ok(Run {
+            service,
+            child: None,
+            pid: None,
+        })
+    }
+
+    fn handler(&self) -> Handler {
+        Handler {
+            dirty: Arc::clone(&self.dirty),
+            generation: Arc::clone(&self.generation),
+            server: self.me.clone(),
         }
     }
 
@@ -446,12 +533,11 @@ impl Server {
                 server.emit(McpEvent::Stderr(line));
             }
         });
-        let handler = Handler {
-            dirty: Arc::clone(&self.dirty),
-            generation: Arc::clone(&self.generation),
-            server: self.me.clone(),
-        };
-        match tokio::time::timeout(self.spec.startup_timeout, handler.serve((reader, writer))).await
+        match tokio::time::timeout(
+            self.spec.startup_timeout,
+            self.handler().serve((reader, writer)),
+        )
+        .await
         {
             Ok(Ok(service)) => Ok(service),
             Ok(Err(e)) => Err(format!(
