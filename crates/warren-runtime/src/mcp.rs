@@ -35,10 +35,11 @@ fn registry() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Entry>> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
-/// The trace sink of a generation's servers.
-fn events(trace: &Arc<Trace>) -> McpEvents {
-    let trace = Arc::clone(trace);
-    Arc::new(move |agent: &str, server: &str, event: McpEvent| {
+/// The trace sink of a generation's servers of agent `alias` (the typed alias is kept here:
+/// the `&str` the servers pass back is not parsed again).
+fn events(trace: &Arc<Trace>, alias: &AgentAlias) -> McpEvents {
+    let (trace, alias) = (Arc::clone(trace), alias.clone());
+    Arc::new(move |_agent: &str, server: &str, event: McpEvent| {
         let data = match event {
             McpEvent::Started { pid, tools, millis } => {
                 json!({"server": server, "event": "started", "pid": pid, "tools": tools, "start_ms": millis})
@@ -50,7 +51,7 @@ fn events(trace: &Arc<Trace>) -> McpEvents {
             McpEvent::ToolsChanged => json!({"server": server, "event": "tools_changed"}),
             McpEvent::Stopped => json!({"server": server, "event": "stopped"}),
         };
-        trace.emit("mcp", agent, None, data);
+        trace.emit("mcp", &alias, None, data);
     })
 }
 
@@ -93,7 +94,7 @@ pub(crate) fn for_agent(
         && entry.policy == policy
         && entry.mcp.same_specs(&specs)
     {
-        entry.mcp.set_events(events(trace));
+        entry.mcp.set_events(events(trace, alias));
         return Ok(Some(entry.mcp.clone()));
     }
     if let Some(old) = map.remove(&key) {
@@ -103,7 +104,7 @@ pub(crate) fn for_agent(
         return Ok(None);
     }
     let http = http_for(config, sandbox, &specs, trace);
-    let mcp = AgentMcp::new(sandbox, specs, events(trace), http);
+    let mcp = AgentMcp::new(sandbox, specs, events(trace, alias), http);
     map.insert(
         key,
         Entry {

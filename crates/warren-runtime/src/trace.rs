@@ -21,6 +21,7 @@ use time::format_description::well_known::Rfc3339;
 use tokio::sync::broadcast;
 use warren_config::schema::{LogConfig, LogPersistence};
 use warren_config::{Config, InstallRoot, Redactor};
+use warren_core::AgentAlias;
 
 use crate::appendfile::AppendFile;
 
@@ -30,7 +31,9 @@ pub struct TraceEvent {
     pub time: String,
     /// `turn_start`, `turn_end`, `provider_call`, `tool_call`, `approval`, `notice`, `error`.
     pub kind: String,
-    pub agent: String,
+    /// The agent the event is about (every event names one; a line naming no valid alias is
+    /// skipped when read back, like any bad line).
+    pub agent: AgentAlias,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     pub data: serde_json::Value,
@@ -108,7 +111,7 @@ impl Trace {
     pub fn emit_with(
         &self,
         kind: &str,
-        agent: &str,
+        agent: &AgentAlias,
         session: Option<&str>,
         data: impl FnOnce() -> serde_json::Value,
     ) {
@@ -119,14 +122,14 @@ impl Trace {
         let mut data = data();
         redact_value(&self.redactor, &mut data);
         if logged {
-            tracing::debug!(target: "warren::trace", kind, agent, session, data = %data, "trace");
+            tracing::debug!(target: "warren::trace", kind, agent = agent.as_str(), session, data = %data, "trace");
         }
         let event = TraceEvent {
             time: OffsetDateTime::now_utc()
                 .format(&Rfc3339)
                 .unwrap_or_default(),
             kind: kind.to_string(),
-            agent: agent.to_string(),
+            agent: agent.clone(),
             session: session.map(str::to_string),
             data,
         };
@@ -139,7 +142,13 @@ impl Trace {
     }
 
     /// Emits one event.
-    pub fn emit(&self, kind: &str, agent: &str, session: Option<&str>, data: serde_json::Value) {
+    pub fn emit(
+        &self,
+        kind: &str,
+        agent: &AgentAlias,
+        session: Option<&str>,
+        data: serde_json::Value,
+    ) {
         self.emit_with(kind, agent, session, || data);
     }
 
@@ -213,6 +222,10 @@ pub fn read_trace(path: &std::path::Path) -> Vec<TraceEvent> {
 mod tests {
     use super::*;
 
+    fn alias(s: &str) -> AgentAlias {
+        AgentAlias::new(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     #[test]
     fn secrets_are_redacted_and_rolling_rotates_state13() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -227,7 +240,7 @@ mod tests {
         for i in 0..10 {
             trace.emit(
                 "error",
-                "a",
+                &alias("a"),
                 None,
                 serde_json::json!({"n": i, "msg": "key sk-very-secret"}),
             );
@@ -280,7 +293,7 @@ mod tests {
         );
         trace.emit(
             "error",
-            "main",
+            &alias("main"),
             None,
             serde_json::json!({"provider": "openai", "message": body, forms[1]: "as a key"}),
         );
@@ -306,7 +319,7 @@ mod tests {
         let mut event = TraceEvent {
             time: String::new(),
             kind: "error".into(),
-            agent: "a".into(),
+            agent: alias("a"),
             session: None,
             data: serde_json::json!({"m": ["x", {"n": "key 7Hq2Lp9XcV4m"}]}),
         };
@@ -327,7 +340,7 @@ mod tests {
         };
         let trace = Trace::with(path.clone(), &log, Redactor::default());
         let mut live = trace.subscribe();
-        trace.emit("turn_start", "a", None, serde_json::json!({}));
+        trace.emit("turn_start", &alias("a"), None, serde_json::json!({}));
         assert!(!path.exists());
         assert!(live.try_recv().is_ok());
     }

@@ -114,7 +114,7 @@ impl AgentEgress {
     /// One `egress` trace event.
     fn log(&self, host: &str, port: u16, method: &str, status: Option<u16>, refused: Option<&str>) {
         self.trace
-            .emit_with("egress", self.alias.as_str(), None, || {
+            .emit_with("egress", &self.alias, None, || {
                 let mut data =
                     json!({"via": self.via, "host": host, "port": port, "method": method});
                 if let Some(s) = status {

@@ -45,7 +45,7 @@ impl AgentRunner {
             .map_err(|refused| {
                 self.services.trace.emit(
                     "limit",
-                    self.alias.as_str(),
+                    &self.alias,
                     session,
                     json!({"limit": "max_actions_per_hour", "value": limit, "tool": call.name,
                            "resets_in_secs": refused.resets_in.as_secs()}),
@@ -165,7 +165,7 @@ impl AgentRunner {
             );
             self.services
                 .trace
-                .emit_with("tool_call", self.alias.as_str(), session, || {
+                .emit_with("tool_call", &self.alias, session, || {
                     json!({"tool": call.name, "id": call.id, "ok": r.ok, "receipt": r.receipt,
                            "chars": r.content.len()})
                 });
@@ -318,7 +318,7 @@ impl AgentRunner {
         };
         self.services.trace.emit(
             "approval",
-            self.alias.as_str(),
+            &self.alias,
             session,
             json!({"tool": call.name, "id": call.id, "decision": decision}),
         );

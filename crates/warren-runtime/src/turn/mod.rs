@@ -577,7 +577,7 @@ impl AgentRunner {
         io: &TurnIo,
         sink: &mut Sink<'_>,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
-        let agent = self.alias.as_str();
+        let agent = &self.alias;
         let session_str = session.map(SessionKey::as_str);
         let trace = &self.services.trace;
         trace.emit_with(
@@ -599,7 +599,7 @@ impl AgentRunner {
         // The turn's cost records, written as each request returned, made durable at once
         // (STATE-14). A failure here does not undo the turn: it is reported.
         if let Err(e) = self.services.costs.sync() {
-            tracing::warn!(agent, "{e}");
+            tracing::warn!(agent = %agent, "{e}");
             trace.emit("error", agent, session_str, json!({"error": e.to_string()}));
         }
         match &result {
@@ -629,7 +629,7 @@ impl AgentRunner {
         sink: &mut Sink<'_>,
     ) -> Result<(TurnOutcome, Vec<ChatMessage>), TurnError> {
         let (cancel, events) = (&io.cancel, &io.events);
-        let agent = self.alias.as_str();
+        let agent = &self.alias;
         let mut outcome = TurnOutcome::default();
         let caps = self.route.capabilities();
         let (tools, known) = self.turn_tools().await;
@@ -764,7 +764,7 @@ impl AgentRunner {
         outcome: &mut TurnOutcome,
     ) -> Result<(warren_providers::ChatResponse, String), TurnError> {
         let (cancel, events) = (&io.cancel, &io.events);
-        let agent = self.alias.as_str();
+        let agent = &self.alias;
         let policy = self.kit.policy();
         let caps = crate::cost::AgentCaps {
             max_cost_per_day_usd: Some(policy.max_cost_per_day_usd()),
@@ -862,7 +862,7 @@ impl AgentRunner {
             let notice = format!(
                 "provider '{provider}' gave an empty answer (no text, no tool call): the turn ends without a reply"
             );
-            let agent = self.alias.as_str();
+            let agent = &self.alias;
             self.services
                 .trace
                 .emit("notice", agent, session, json!({"notice": notice}));
@@ -873,7 +873,7 @@ impl AgentRunner {
     fn mark_last_rejected(&self, session: Option<&str>, provider: &str) {
         self.services.trace.emit(
             "error",
-            self.alias.as_str(),
+            &self.alias,
             session,
             json!({"provider": provider, "error": "single-tool violation: response rejected, usage billed"}),
         );
