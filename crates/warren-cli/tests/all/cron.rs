@@ -5,7 +5,7 @@
 //! is refused naming the holder; a turn that needs approval fails with that reason; a webhook
 //! delivery failure is recorded on the run; adding a job with no daemon says so.
 
-use crate::common::{bin, json_of, wait_until};
+use crate::common::{self, bin, json_of, wait_until};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -16,13 +16,10 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
-    format!(
-        r#"
-[agents.main]
-provider = "fake"
-model = "gpt-test"
-
+/// A supervised agent `careful` beside `main`; rates 1000x real ones, and each call first
+/// reserves its worst case (prompt + 4096 output tokens) against the daily cap: the caps are
+/// raised to match (issue 16 §4).
+const SECTIONS: &str = r#"
 [agents.careful]
 provider = "fake"
 model = "gpt-test"
@@ -33,27 +30,16 @@ autonomy = "supervised"
 approval_timeout_secs = 5
 max_cost_per_day_usd = 100000.0
 
-# The rates below are 1000x real ones, and each call first reserves its worst case (prompt +
-# 4096 output tokens) against the daily cap: the caps are raised to match (issue 16 §4).
 [risk_profiles.default]
 max_cost_per_day_usd = 100000.0
-
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-cron-secret"
-retry_backoff_ms = 1
 
 [cost.rates.gpt-test]
 input_per_mtok = 1000.0
 output_per_mtok = 2000.0
+"#;
 
-[gateway]
-port = {port}
-{extra}
-"#,
-        fake.base_url()
-    )
+fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
+    common::fake_config(fake, "sk-cron-secret", port, SECTIONS, extra)
 }
 
 fn runs(root: &TempRoot, job: &str) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
@@ -100,8 +86,7 @@ fn an_every_second_job_runs_repeatedly_with_one_row_per_run_and_its_cost_state9(
         "nothing runs without a daemon"
     );
 
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     wait_until("3 runs", WAIT, || {
         Ok(runs(&root, "tick")?
             .iter()
@@ -210,8 +195,7 @@ fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state
     );
 
     let started = Instant::now();
-    let mut second = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    second.wait_for("warren daemon ready", WAIT)?;
+    let mut second = common::ready_daemon(&root)?;
     wait_until("a run after the restart", WAIT, || {
         Ok(runs(&root, "beat")?.iter().any(|r| r["status"] == "ok"))
     })?;
@@ -272,8 +256,7 @@ fn a_manual_run_during_a_scheduled_run_is_refused_naming_the_holder_state9() -> 
         usage: (10, 40),
         chunk_delay: Duration::from_millis(100),
     });
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     let out = root.run(
         bin(),
         &[
@@ -455,8 +438,7 @@ fn an_idle_heartbeat_makes_no_provider_call_and_one_when_its_check_fires_state9(
     let workspace = root.path().join("agents").join("main").join("workspace");
     std::fs::create_dir_all(&workspace)?;
     std::fs::write(workspace.join("todo.md"), "nothing yet\n")?;
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     // Many idle ticks: no provider call, no run.
     std::thread::sleep(Duration::from_millis(4500));
     assert_eq!(fake.requests().len(), 0, "an idle heartbeat costs nothing");
@@ -593,8 +575,7 @@ fn a_reload_rebuilds_the_scheduler_the_running_run_finishes_and_new_config_appli
         usage: (10, 20),
         chunk_delay: Duration::from_millis(100),
     });
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     wait_until("the first run to start", WAIT, || {
         Ok(json_of(&root, &["cron", "show", "tick"])?["job"]["lock_run"].is_string())
     })?;
@@ -641,8 +622,7 @@ fn failures_back_off_and_pause_the_job_with_the_reason_in_list_and_health_state9
     for _ in 0..10 {
         fake.push(FakeReply::Status(500, "upstream down".into()));
     }
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     let out = root.run(
         bin(),
         &[
@@ -713,8 +693,7 @@ fn runs_cancel_stops_a_running_run_of_the_daemon_state11() -> R {
         usage: (10, 300),
         chunk_delay: Duration::from_millis(100),
     });
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     let mut id = String::new();
     wait_until("a running run in the control plane", WAIT, || {
         let listed = json_of(&root, &["runs", "list"])?;
@@ -862,8 +841,7 @@ fn missed_fire_times_follow_catch_up_once_or_skip_state9() -> R {
     }
     // The fire time passes while no daemon runs.
     std::thread::sleep(Duration::from_millis(2500));
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     wait_until("the catch-up run", WAIT, || {
         Ok(runs(&root, "late-once")?
             .iter()
@@ -900,8 +878,7 @@ fn a_heartbeat_on_a_session_fires_on_new_messages_and_the_delete_plan_names_it_s
         &["sessions", "append", "inbox", "--agent", "ops", "first"],
     )?;
     assert!(out.status.success(), "{:?}", text(&out));
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     std::thread::sleep(Duration::from_millis(3000));
     assert_eq!(fake.requests().len(), 0, "no new message: no call");
     let out = root.run(

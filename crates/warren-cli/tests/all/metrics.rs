@@ -8,7 +8,7 @@
 //!
 //! The `prometheus` binary is required: CI installs it (`.ci/run`); a missing one fails.
 
-use crate::common::{bin, wait_until};
+use crate::common::{self, bin, wait_until};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::otlp::{OtlpReceiver, ReceivedSpan};
-use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair};
+use warren_testkit::{TempRoot, free_port, http};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -26,28 +26,8 @@ const KEY: &str = "sk-metrics-e2e-secret-4f9a2b7c";
 const NOTE: &str = "the note says NOTE-BODY-7731";
 
 fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
-    format!(
-        r#"
-[agents.main]
-provider = "fake"
-model = "gpt-test"
-
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "{KEY}"
-retry_backoff_ms = 1
-
-[cost.rates."gpt-test"]
-input_per_mtok = 1.0
-output_per_mtok = 2.0
-
-[gateway]
-port = {port}
-{extra}
-"#,
-        fake.base_url()
-    )
+    let rates = "\n[cost.rates.\"gpt-test\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n";
+    common::fake_config(fake, KEY, port, rates, extra)
 }
 
 /// One tool round (`file_read` of the note), then the answer: 300 input and 30 output tokens.
@@ -207,9 +187,7 @@ fn prometheus_scrapes_turn_token_and_tool_counts_after_a_chat_issue25() -> R {
         .with_usage(100, 10),
     );
     fake.push(FakeReply::text("The note is read.").with_usage(200, 20));
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
-    let token = pair(&root, bin(), port, "prometheus")?;
+    let (mut daemon, token) = common::paired_daemon(&root, port, "prometheus")?;
 
     // The gateway's /metrics needs the token; the separate listener does not, and serves
     // nothing else.
@@ -379,9 +357,7 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
     root.write_config(&config(&fake, port, &telemetry(false)))?;
     write_note(&root)?;
     push_chat(&fake, "REPLY-TEXT-5521");
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
-    let token = pair(&root, bin(), port, "otel")?;
+    let (mut daemon, token) = common::paired_daemon(&root, port, "otel")?;
     let (status, chat) = http(
         port,
         "POST",
@@ -537,9 +513,7 @@ fn resident_memory_past_the_ceiling_warns_once_in_the_log_and_in_health_issue25(
             receiver.endpoint()
         ),
     ))?;
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
-    let token = pair(&root, bin(), port, "ops")?;
+    let (mut daemon, token) = common::paired_daemon(&root, port, "ops")?;
     daemon.saw_or_wait_for("rss_ceiling_mb", WAIT)?;
     // A reading every second goes into the trace; still one warning.
     let readings = receiver.wait_for(WAIT, |s| {
@@ -613,9 +587,7 @@ fn operator_decisions_and_cron_runs_are_counted_issue25() -> R {
         "Summarise the inbox",
         FakeReply::text("digest done").with_usage(5, 1),
     );
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
-    let token = pair(&root, bin(), port, "ops")?;
+    let (mut daemon, token) = common::paired_daemon(&root, port, "ops")?;
     let token = Some(token.as_str());
 
     let (status, accepted) = http(
@@ -700,9 +672,7 @@ fn metrics_off_answer_404_naming_the_key_and_open_no_scrape_port_issue25() -> R 
         port,
         &format!("\n[metrics]\nenabled = false\nport = {open_port}\n"),
     ))?;
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
-    let token = pair(&root, bin(), port, "ops")?;
+    let (mut daemon, token) = common::paired_daemon(&root, port, "ops")?;
     let (status, answer) = http(port, "GET", "/metrics", Some(&token), "")?;
     assert_eq!(status, 404, "{answer}");
     assert_eq!(answer["error"], "metrics_off");

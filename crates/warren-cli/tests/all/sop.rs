@@ -6,7 +6,7 @@
 //! every run started; the MQTT trigger (the real Mosquitto broker at 127.0.0.1:1883) and the
 //! webhook trigger start runs; `warren sop validate` names the file and key at fault.
 
-use crate::common::{bin, json_of, wait_until};
+use crate::common::{self, bin, json_of, wait_until};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -18,24 +18,7 @@ type R = Result<(), Box<dyn std::error::Error>>;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
-    format!(
-        r#"
-[agents.main]
-provider = "fake"
-model = "gpt-test"
-
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-sop-secret"
-retry_backoff_ms = 1
-
-[gateway]
-port = {port}
-{extra}
-"#,
-        fake.base_url()
-    )
+    common::fake_config(fake, "sk-sop-secret", port, "", extra)
 }
 
 /// The three-step SOP: a turn, an approval gate, a turn using the first step's output.
@@ -129,8 +112,7 @@ fn a_three_step_sop_with_an_approval_gate_runs_end_to_end_state10() -> R {
         text(&validated)
     );
 
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let _daemon = common::ready_daemon(&root)?;
 
     let id = start_run(&root, "triage", r#"{"ticket": "42"}"#)?;
     wait_status(&root, &id, "waiting")?;
@@ -265,8 +247,7 @@ fn a_daemon_killed_after_a_steps_receipt_does_not_repeat_the_step_state10() -> R
     assert_eq!(crashed["steps"][0]["status"], "recorded", "{crashed}");
     assert_eq!(requests_containing(&fake, "Summarise ticket 7"), 1);
 
-    let mut second = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    second.wait_for("warren daemon ready", WAIT)?;
+    let _second = common::ready_daemon(&root)?;
     wait_status(&root, &id, "waiting")?;
     let approved = root.run(bin(), &["sop", "approve", &id, "gate"])?;
     assert!(approved.status.success(), "{:?}", text(&approved));
@@ -389,8 +370,7 @@ fn the_webhook_trigger_starts_a_run_with_its_body_as_input_state10() -> R {
     )?;
     write_sop(&root, "triage", TRIAGE)?;
     fake.push_when("alert db1", FakeReply::text("looked at db1"));
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let _daemon = common::ready_daemon(&root)?;
     let (code, _) = http(
         port,
         "POST",
@@ -454,8 +434,7 @@ fn an_mqtt_message_starts_a_run_against_the_real_broker_state10() -> R {
         ),
     )?;
     fake.push_when("sensor boiler says 97", FakeReply::text("boiler checked"));
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&root)?;
     daemon.saw_or_wait_for("SOP MQTT trigger listening", WAIT)?;
     let published = std::process::Command::new("mosquitto_pub")
         .args(["-h", "127.0.0.1", "-p", "1883", "-q", "1", "-t", &topic])
@@ -567,8 +546,7 @@ prompt = "Page about {{steps.look.output}}"
     fake.push_when("Look at db1", FakeReply::text("URGENT disk full"));
     fake.push_when("Page about URGENT disk full", FakeReply::text("paged"));
     fake.push_when("Look at db2", FakeReply::text("all fine"));
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let _daemon = common::ready_daemon(&root)?;
 
     let urgent = start_run(&root, "branch", r#"{"host": "db1"}"#)?;
     let fine = start_run(&root, "branch", r#"{"host": "db2"}"#)?;

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use warren_testkit::{TempRoot, text};
+use warren_testkit::fake_llm::FakeOpenAi;
+use warren_testkit::{DaemonChild, TempRoot, pair, text};
 
 /// The `warren` binary cargo built for these tests.
 pub fn bin() -> &'static Path {
@@ -42,4 +43,51 @@ pub fn wait_until(
         std::thread::sleep(Duration::from_millis(100));
     }
     Err(format!("timed out waiting for {what}").into())
+}
+
+/// A config with agent `main` on the fake OpenAI server (`api_key`, retries 1 ms apart) and the
+/// gateway on `port`: `sections` go before `[gateway]`, `extra` after it.
+pub fn fake_config(
+    fake: &FakeOpenAi,
+    api_key: &str,
+    port: u16,
+    sections: &str,
+    extra: &str,
+) -> String {
+    format!(
+        r#"
+[agents.main]
+provider = "fake"
+model = "gpt-test"
+
+[providers.fake]
+kind = "openai"
+base_url = "{}"
+api_key = "{api_key}"
+retry_backoff_ms = 1
+{sections}
+[gateway]
+port = {port}
+{extra}
+"#,
+        fake.base_url()
+    )
+}
+
+/// `warren daemon` in `root`, once it has logged that it is ready (30 s at most).
+pub fn ready_daemon(root: &TempRoot) -> Result<DaemonChild, Box<dyn std::error::Error>> {
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", Duration::from_secs(30))?;
+    Ok(daemon)
+}
+
+/// A ready daemon and a gateway token paired as `device`.
+pub fn paired_daemon(
+    root: &TempRoot,
+    port: u16,
+    device: &str,
+) -> Result<(DaemonChild, String), Box<dyn std::error::Error>> {
+    let daemon = ready_daemon(root)?;
+    let token = pair(root, bin(), port, device)?;
+    Ok((daemon, token))
 }
