@@ -705,7 +705,7 @@ impl Drop for HttpServer {
 /// from a secret, reaches the server (its SHA-256 matches, the server saw it) but not the
 /// model, the output or the trace, even when the server echoes it. Agent B's allowlist does
 /// not list the server's address: its server does not start and `warren mcp test` names the
-/// allowlist.
+/// allowlist. Agent C has no allowlist but `allow_network = true`: its server starts.
 #[test]
 fn a_streamable_http_server_is_called_with_a_secret_header_and_its_host_must_be_allowed() -> R {
     const SECRET: &str = "Bearer mcp-http-s3cret-7f1c";
@@ -739,8 +739,19 @@ url = "http://127.0.0.1:{port}/mcp"
 headers = {{ Authorization = {{ secret = "tok" }} }}
 startup_timeout_secs = 10
 
+[agents.c]
+provider = "fake"
+model = "m"
+risk_profile = "net"
+[agents.c.mcp.servers.h]
+url = "http://127.0.0.1:{port}/mcp"
+
 [risk_profiles.hands]
 autonomy = "full"
+
+[risk_profiles.net]
+autonomy = "full"
+allow_network = true
 "#
     );
     let root = setup(&fake, &extra)?;
@@ -796,6 +807,15 @@ autonomy = "full"
         "{stdout}{stderr}"
     );
     assert!(!stdout.contains("mcp-http-s3cret"), "{stdout}");
+
+    // C: no allowlist, but `allow_network = true` gives it the whole network.
+    let out = root.run(bin(), &["mcp", "test", "c", "h"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("h  [streamable_http]  running") && stdout.contains("mcp__h__echo"),
+        "{stdout}"
+    );
     Ok(())
 }
 
