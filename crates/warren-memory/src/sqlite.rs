@@ -599,21 +599,34 @@ fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> MemoryError + '_ {
     sql(path)
 }
 
+/// Every row `query` answers for `params`, each read by `row` (a cached statement).
+fn all_rows<T>(
+    conn: &Connection,
+    path: &Path,
+    query: &str,
+    params: &[Value],
+    row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, MemoryError> {
+    let mut stmt = conn.prepare_cached(query).map_err(sql(path))?;
+    stmt.query_map(rusqlite::params_from_iter(params), row)
+        .map_err(sql(path))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sql(path))
+}
+
 fn entries(
     conn: &Connection,
     path: &Path,
     where_order: &str,
     params: &[Value],
 ) -> Result<Vec<MemoryEntry>, MemoryError> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {ENTRY_COLUMNS} FROM memories t {where_order}"
-        ))
-        .map_err(sql(path))?;
-    stmt.query_map(rusqlite::params_from_iter(params), entry_from_row)
-        .map_err(sql(path))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(sql(path))
+    all_rows(
+        conn,
+        path,
+        &format!("SELECT {ENTRY_COLUMNS} FROM memories t {where_order}"),
+        params,
+        entry_from_row,
+    )
 }
 
 /// The live row of `key`: its seq and version.
@@ -759,15 +772,13 @@ fn kept_versions(
             vec![Value::Text(agent.0.clone())],
         ),
     };
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_versions v {clause}"
-        ))
-        .map_err(sql(path))?;
-    stmt.query_map(rusqlite::params_from_iter(params), version_from_row)
-        .map_err(sql(path))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(sql(path))
+    all_rows(
+        conn,
+        path,
+        &format!("SELECT {VERSION_COLUMNS} FROM memory_versions v {clause}"),
+        &params,
+        version_from_row,
+    )
 }
 
 fn encode_vector(v: &[f32]) -> Vec<u8> {
