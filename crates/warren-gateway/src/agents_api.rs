@@ -372,7 +372,7 @@ async fn json_chat(
 ) -> Result<Response, ApiError> {
     const ROUTE: &str = "POST /api/agents/{alias}/chat";
     let turns = &state.process().turns;
-    let tracker = Arc::new(turns.start(alias.as_str())?);
+    let tracker = Arc::new(turns.start(alias)?);
     let observer = Arc::clone(&tracker);
     let events: TurnEvents = Arc::new(move |event| observer.observe(&event));
     let turn = match host.submit(submit(events)).await {

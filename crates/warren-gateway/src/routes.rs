@@ -785,7 +785,7 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
                 } else {
                     json!({"status": "error", "error": a.sandbox.get("error")})
                 };
-                (a.alias.clone(), v)
+                (a.alias.to_string(), v)
             })
             .collect(),
         // The listener serves while the agents' sandboxes are still being probed.

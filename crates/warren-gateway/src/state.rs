@@ -75,7 +75,7 @@ impl ProcessState {
 /// One agent as `/api/status` shows it; `sandbox` is its posture or why it cannot start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AgentReport {
-    pub alias: String,
+    pub alias: warren_core::AgentAlias,
     pub provider: Option<String>,
     pub model: Option<String>,
     pub risk_profile: String,
@@ -93,7 +93,7 @@ pub fn agent_reports(config: &Config, root: &InstallRoot) -> Vec<AgentReport> {
                 Err(e) => (false, serde_json::json!({"error": e.to_string()})),
             };
             AgentReport {
-                alias: alias.to_string(),
+                alias: alias.clone(),
                 provider: agent.provider.clone(),
                 model: agent.model.clone(),
                 risk_profile: agent.risk_profile.clone(),

@@ -17,6 +17,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use warren_core::AgentAlias;
 use warren_runtime::TurnEvent;
 
 use crate::agents_api::{number, query_map};
@@ -49,7 +50,7 @@ impl TurnStatus {
 }
 
 struct Record {
-    agent: String,
+    agent: AgentAlias,
     session: String,
     status: watch::Receiver<TurnStatus>,
     /// When the turn ended (`None` while it runs).
@@ -158,7 +159,7 @@ impl Turns {
 
     /// A new record for a turn of `agent` (its id is random; the session follows once the
     /// door admitted the turn, [`Turns::set_session`]).
-    pub fn start(&self, agent: &str) -> Result<TurnTracker, ApiError> {
+    pub fn start(&self, agent: &AgentAlias) -> Result<TurnTracker, ApiError> {
         let id = crate::pairing::new_key()
             .map_err(|e| ApiError::internal("turn id", e))?
             .chars()
@@ -190,7 +191,7 @@ impl Turns {
         records.insert(
             id.clone(),
             Record {
-                agent: agent.to_string(),
+                agent: agent.clone(),
                 session: String::new(),
                 status: rx,
                 ended: None,
@@ -212,7 +213,7 @@ impl Turns {
         self.lock().remove(id);
     }
 
-    fn get(&self, id: &str) -> Option<(String, String, watch::Receiver<TurnStatus>)> {
+    fn get(&self, id: &str) -> Option<(AgentAlias, String, watch::Receiver<TurnStatus>)> {
         let mut records = self.lock();
         let record = records.get_mut(id)?;
         if record.ended.is_none() && record.status.borrow().finished() {
@@ -231,7 +232,7 @@ impl Turns {
 }
 
 /// A turn's record as JSON.
-pub fn status_json(id: &str, agent: &str, session: &str, status: &TurnStatus) -> Value {
+pub fn status_json(id: &str, agent: &AgentAlias, session: &str, status: &TurnStatus) -> Value {
     let mut body = json!({"turn": id, "agent": agent, "session": session});
     match status {
         TurnStatus::Running => body["status"] = "running".into(),

@@ -170,7 +170,7 @@ pub fn start_eager(host: &Arc<crate::host::AgentHost>) {
 /// What `warren mcp list|test` saw: each server's status and what it wrote to stderr.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Probe {
-    pub agent: String,
+    pub agent: AgentAlias,
     pub servers: Vec<warren_tools::mcp::ServerStatus>,
     /// `(server, line)` in order.
     pub stderr: Vec<(String, String)>,
@@ -225,7 +225,7 @@ pub async fn probe(
     mcp.stop();
     let stderr = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(Probe {
-        agent: alias.to_string(),
+        agent: alias.clone(),
         servers,
         stderr,
         start_ms,
