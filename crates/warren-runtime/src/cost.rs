@@ -39,7 +39,7 @@ use time::format_description::well_known::Rfc3339;
 use time::{Date, OffsetDateTime};
 use warren_config::schema::rates::{UNKNOWN_MAX_OUTPUT_TOKENS, UNPRICED_TOKENS_PER_DAY};
 use warren_config::schema::{CostConfig, ModelRate};
-use warren_core::Usage;
+use warren_core::{AgentAlias, Usage};
 use warren_providers::ChatRequest;
 
 use crate::appendfile::AppendFile;
@@ -70,7 +70,7 @@ pub enum CostError {
     /// worst case could cross it.
     #[error("{}", limit_message(.agent, .period, .tokens, .spent, .held, .estimate, .limit, .context))]
     LimitReached {
-        agent: String,
+        agent: AgentAlias,
         /// `daily` or `monthly`.
         period: &'static str,
         /// A token limit (amounts in tokens) rather than a cost limit (amounts in USD).
@@ -104,7 +104,7 @@ pub struct LimitContext {
 
 #[allow(clippy::too_many_arguments)]
 fn limit_message(
-    agent: &str,
+    agent: &AgentAlias,
     period: &str,
     tokens: &bool,
     spent: &f64,
@@ -294,7 +294,7 @@ fn json_len(v: &serde_json::Value) -> usize {
 /// the call's usage is recorded, or when the call failed or was cancelled).
 pub struct Reservation<'t> {
     tracker: &'t CostTracker,
-    agent: String,
+    agent: AgentAlias,
     amount: Amount,
 }
 
@@ -342,18 +342,18 @@ pub struct CostTracker {
     /// `[cost] warn_at_percent`; swapped with the rates on reload.
     warn_at_percent: std::sync::atomic::AtomicU8,
     /// The day each agent was last warned (one warning per agent and day).
-    warned: Mutex<BTreeMap<String, Date>>,
+    warned: Mutex<BTreeMap<AgentAlias, Date>>,
     totals: Mutex<Totals>,
     /// Each agent's reservations of calls in flight ([`Reservation`]).
-    held: Mutex<BTreeMap<String, Amount>>,
+    held: Mutex<BTreeMap<AgentAlias, Amount>>,
     /// Spend this process priced but did not write (`enabled = false`): still limited.
-    unrecorded: Mutex<BTreeMap<String, Spent>>,
+    unrecorded: Mutex<BTreeMap<AgentAlias, Spent>>,
 }
 
 /// Per-agent spending, and how far into the ledger it has been read.
 #[derive(Debug, Default)]
 struct Totals {
-    spent: BTreeMap<String, Spent>,
+    spent: BTreeMap<AgentAlias, Spent>,
     offset: u64,
     /// Inode of the ledger read so far: a rewritten ledger (agent rename) is re-read whole.
     ino: u64,
@@ -409,7 +409,7 @@ impl CostTracker {
             if let Ok(r) = serde_json::from_slice::<CostRecord>(line) {
                 let amount = Amount::of(&r);
                 add(
-                    totals.spent.entry(r.agent.into()).or_default(),
+                    totals.spent.entry(r.agent).or_default(),
                     r.time,
                     amount,
                     now,
@@ -442,7 +442,7 @@ impl CostTracker {
     /// day (a process that starts above the mark does not warn again).
     pub fn warning(
         &self,
-        agent: &str,
+        agent: &AgentAlias,
         agent_daily_limit: Option<f64>,
         just_spent: f64,
     ) -> Option<String> {
@@ -463,7 +463,7 @@ impl CostTracker {
         if warned.get(agent) == Some(&now.date()) {
             return None;
         }
-        warned.insert(agent.to_string(), now.date());
+        warned.insert(agent.clone(), now.date());
         Some(format!(
             "agent '{agent}' has spent ${:.4} today, {:.0}% of its daily limit ${limit:.2} (cost.warn_at_percent = {percent}); turns stop at the limit",
             spent.today,
@@ -473,7 +473,7 @@ impl CostTracker {
 
     /// What `agent` has spent, rolled over to now (today and this month), and now: the
     /// ledger's records plus this process's unrecorded spend.
-    fn spent_now(&self, agent: &str) -> (Spent, OffsetDateTime) {
+    fn spent_now(&self, agent: &AgentAlias) -> (Spent, OffsetDateTime) {
         self.catch_up();
         let now = OffsetDateTime::now_utc();
         let mut spent = self
@@ -519,7 +519,11 @@ impl CostTracker {
 
     /// Refuses when `agent` has reached a cost limit. `agent_daily_limit` is the agent's risk
     /// profile `max_cost_per_day_usd`. Provider calls go through [`CostTracker::reserve`].
-    pub fn check(&self, agent: &str, agent_daily_limit: Option<f64>) -> Result<(), CostError> {
+    pub fn check(
+        &self,
+        agent: &AgentAlias,
+        agent_daily_limit: Option<f64>,
+    ) -> Result<(), CostError> {
         let caps = AgentCaps {
             max_cost_per_day_usd: agent_daily_limit,
             max_tokens_per_day: None,
@@ -549,7 +553,7 @@ impl CostTracker {
     /// its policy. Drop the reservation after recording the call's usage.
     pub fn reserve(
         &self,
-        agent: &str,
+        agent: &AgentAlias,
         caps: AgentCaps,
         model: &str,
         estimate: Estimate,
@@ -589,12 +593,12 @@ impl CostTracker {
         match held.get_mut(agent) {
             Some(h) => *h = h.plus(want),
             None => {
-                held.insert(agent.to_string(), want);
+                held.insert(agent.clone(), want);
             }
         }
         Ok(Reservation {
             tracker: self,
-            agent: agent.to_string(),
+            agent: agent.clone(),
             amount: want,
         })
     }
@@ -603,7 +607,7 @@ impl CostTracker {
     #[allow(clippy::too_many_arguments)]
     fn admit(
         &self,
-        agent: &str,
+        agent: &AgentAlias,
         caps: AgentCaps,
         s: &Spent,
         held: Amount,
@@ -634,7 +638,7 @@ impl CostTracker {
                       key: &dyn Fn() -> String| {
             if spent + held >= limit || spent + held + estimate > limit {
                 Err(CostError::LimitReached {
-                    agent: agent.to_string(),
+                    agent: agent.clone(),
                     period,
                     tokens,
                     spent,
@@ -736,10 +740,10 @@ impl CostTracker {
             self.append(&record)?;
         } else {
             let mut unrecorded = self.unrecorded.lock().unwrap_or_else(|p| p.into_inner());
-            if !unrecorded.contains_key(agent.as_str()) {
-                unrecorded.insert(agent.to_string(), Spent::default());
+            if !unrecorded.contains_key(agent) {
+                unrecorded.insert(agent.clone(), Spent::default());
             }
-            if let Some(spent) = unrecorded.get_mut(agent.as_str()) {
+            if let Some(spent) = unrecorded.get_mut(agent) {
                 add(spent, now, Amount::of(&record), now);
             }
         }
@@ -781,7 +785,7 @@ impl CostTracker {
         {
             let now = OffsetDateTime::now_utc();
             add(
-                totals.spent.entry(record.agent.to_string()).or_default(),
+                totals.spent.entry(record.agent.clone()).or_default(),
                 record.time,
                 Amount::of(record),
                 now,
@@ -983,7 +987,7 @@ mod tests {
                     false,
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
-            t.warning("a", None, r.cost_usd)
+            t.warning(&al("a"), None, r.cost_usd)
         };
         assert_eq!(spend(50), None, "50%");
         let warned = spend(35).expect("85% crosses the 80% mark");
@@ -993,7 +997,7 @@ mod tests {
         );
         assert_eq!(spend(5), None, "once a day");
         // The agent's own lower limit counts: $0.90 spent of $0.50 is past the mark already.
-        assert_eq!(t.warning("a", Some(0.5), 0.01), None);
+        assert_eq!(t.warning(&al("a"), Some(0.5), 0.01), None);
     }
 
     #[test]
@@ -1008,22 +1012,22 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         t.record(&al("a"), None, "p", "m", u, true)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(t.check("a", None).is_err(), "over the old limit");
+        assert!(t.check(&al("a"), None).is_err(), "over the old limit");
         t.apply(&config(Some(100.0)));
         assert!(
-            t.check("a", None).is_ok(),
+            t.check(&al("a"), None).is_ok(),
             "the raised limit applies at once"
         );
         t.apply(&config(Some(0.5)));
         assert!(
-            t.check("a", None).is_err(),
+            t.check(&al("a"), None).is_err(),
             "the lowered limit applies at once"
         );
         let mut off = config(Some(0.5));
         off.enabled = false;
         t.apply(&off);
         assert!(
-            !t.enabled() && t.check("a", None).is_err(),
+            !t.enabled() && t.check(&al("a"), None).is_err(),
             "disabled: the ledger is not written, the limit still holds"
         );
     }
@@ -1037,24 +1041,24 @@ mod tests {
             input_tokens: 1,
             output_tokens: 0,
         };
-        assert!(t.check("a", None).is_ok());
+        assert!(t.check(&al("a"), None).is_ok());
         t.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(t.check("a", None).is_ok());
+        assert!(t.check(&al("a"), None).is_ok());
         t.record(&al("a"), None, "p", "m", u, true)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
-            t.check("a", None),
+            t.check(&al("a"), None),
             Err(CostError::LimitReached {
                 period: "daily",
                 ..
             })
         ));
-        assert!(t.check("b", None).is_ok(), "limits are per agent");
+        assert!(t.check(&al("b"), None).is_ok(), "limits are per agent");
         let reopened = CostTracker::open(path.clone(), &config(Some(2.0)));
-        assert!(reopened.check("a", None).is_err());
+        assert!(reopened.check(&al("a"), None).is_err());
         assert!(
-            reopened.check("a", Some(100.0)).is_err(),
+            reopened.check(&al("a"), Some(100.0)).is_err(),
             "the smaller limit wins"
         );
     }
@@ -1065,7 +1069,7 @@ mod tests {
         let path = dir.path().join("costs.jsonl");
         let daemon = CostTracker::open(path.clone(), &config(Some(1.0)));
         let cli = CostTracker::open(path.clone(), &config(Some(1.0)));
-        assert!(daemon.check("a", None).is_ok());
+        assert!(daemon.check(&al("a"), None).is_ok());
         let u = Usage {
             input_tokens: 1,
             output_tokens: 0,
@@ -1073,7 +1077,7 @@ mod tests {
         cli.record(&al("a"), None, "p", "m", u, false)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
-            daemon.check("a", None).is_err(),
+            daemon.check(&al("a"), None).is_err(),
             "the other process's spending counts"
         );
     }
@@ -1106,12 +1110,12 @@ mod tests {
         };
         record(&daemon);
         record(&cli);
-        assert!(daemon.check("a", None).is_ok(), "$0.80 of $1.00");
-        assert!(cli.check("a", None).is_ok(), "$0.80 of $1.00");
+        assert!(daemon.check(&al("a"), None).is_ok(), "$0.80 of $1.00");
+        assert!(cli.check(&al("a"), None).is_ok(), "$0.80 of $1.00");
         record(&daemon);
         for t in [&daemon, &cli] {
             assert!(matches!(
-                t.check("a", None),
+                t.check(&al("a"), None),
                 Err(CostError::LimitReached { spent, .. }) if (spent - 1.2).abs() < 1e-9
             ));
         }
@@ -1124,7 +1128,10 @@ mod tests {
         std::fs::rename(dir.path().join("rewritten"), &path).unwrap_or_else(|e| panic!("{e}"));
         record(&daemon);
         assert_eq!(read_ledger(&path).len(), 2);
-        assert!(daemon.check("a", None).is_ok(), "$0.80 after the rewrite");
+        assert!(
+            daemon.check(&al("a"), None).is_ok(),
+            "$0.80 after the rewrite"
+        );
     }
 
     /// A record made while a rewrite holds the ledger waits for it and lands in the new file;
@@ -1236,29 +1243,29 @@ mod tests {
         let t = CostTracker::open(dir.path().join("costs.jsonl"), &dollar_config(None));
         // $0.01 a day: 9,000 prompt + 1,000 output tokens = $0.01 fits exactly...
         let r = t
-            .reserve("a", caps(0.01), "m", prompt(9_000))
+            .reserve(&al("a"), caps(0.01), "m", prompt(9_000))
             .unwrap_or_else(|e| panic!("{e}"));
         assert!((r.usd() - 0.01).abs() < 1e-12);
         // ...and holds the whole headroom while the call is in flight: a concurrent turn of
         // the same agent cannot pass on it.
-        let second = t.reserve("a", caps(0.01), "m", prompt(1));
+        let second = t.reserve(&al("a"), caps(0.01), "m", prompt(1));
         assert!(
             matches!(&second, Err(CostError::LimitReached { held, .. }) if (held - 0.01).abs() < 1e-12),
             "{second:?}"
         );
         assert!(
-            t.reserve("b", caps(0.01), "m", prompt(1)).is_ok(),
+            t.reserve(&al("b"), caps(0.01), "m", prompt(1)).is_ok(),
             "per agent"
         );
         // The call used far less than its worst case: the record replaces the reservation.
         t.record(&al("a"), None, "p", "m", usage(1_000, 10), false)
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
-        t.reserve("a", caps(0.01), "m", prompt(5_000))
+        t.reserve(&al("a"), caps(0.01), "m", prompt(5_000))
             .unwrap_or_else(|e| panic!("after the record: {e}"));
         // $0.00101 spent; 8,000 + 1,000 tokens more would make $0.01001 > $0.01.
         let err = t
-            .reserve("a", caps(0.01), "m", prompt(8_000))
+            .reserve(&al("a"), caps(0.01), "m", prompt(8_000))
             .expect_err("the worst case crosses the cap");
         let msg = err.to_string();
         for part in [
@@ -1278,7 +1285,7 @@ mod tests {
         global.warn_at_percent = 0;
         t.apply(&global);
         let msg = t
-            .reserve("a", caps(0.01), "m", prompt(8_000))
+            .reserve(&al("a"), caps(0.01), "m", prompt(8_000))
             .expect_err("over the global cap")
             .to_string();
         assert!(msg.contains("[cost] daily_limit_usd"), "{msg}");
@@ -1291,7 +1298,7 @@ mod tests {
         c.monthly_limit_usd = Some(0.0001);
         let t = CostTracker::open(dir.path().join("costs.jsonl"), &c);
         let msg = t
-            .reserve("a", caps(5.0), "m", prompt(10))
+            .reserve(&al("a"), caps(5.0), "m", prompt(10))
             .expect_err("over the monthly cap")
             .to_string();
         let now = OffsetDateTime::now_utc();
@@ -1321,10 +1328,10 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(!path.exists(), "nothing written to the ledger");
         let err = t
-            .reserve("a", caps(0.01), "m", prompt(10))
+            .reserve(&al("a"), caps(0.01), "m", prompt(10))
             .expect_err("$0.0095 spent + up to $0.00101 crosses $0.01");
         assert!(err.to_string().contains("daily cost limit"), "{err}");
-        assert!(t.check("a", Some(0.009)).is_err(), "reached");
+        assert!(t.check(&al("a"), Some(0.009)).is_err(), "reached");
     }
 
     /// Issue 16 §4: tokens of a model without a rate count against the default allowance;
@@ -1340,26 +1347,26 @@ mod tests {
         t.record(&al("a"), None, "p", local, usage(near, 0), false)
             .unwrap_or_else(|e| panic!("{e}"));
         let msg = t
-            .reserve("a", caps(5.0), local, prompt(1))
+            .reserve(&al("a"), caps(5.0), local, prompt(1))
             .expect_err("over the unpriced allowance")
             .to_string();
         assert!(msg.contains("daily token limit of 2000000 tokens"), "{msg}");
         assert!(msg.contains("'llama-local', which has no rate"), "{msg}");
         assert!(msg.contains("max_tokens_per_day"), "{msg}");
         // A priced model is not limited by the unpriced allowance...
-        t.reserve("a", caps(5.0), "m", prompt(1))
+        t.reserve(&al("a"), caps(5.0), "m", prompt(1))
             .unwrap_or_else(|e| panic!("{e}"));
         // ...but a set max_tokens_per_day counts every request.
         let set = AgentCaps {
             max_cost_per_day_usd: Some(5.0),
             max_tokens_per_day: Some(UNPRICED_TOKENS_PER_DAY + 5_000),
         };
-        t.reserve("a", set, local, prompt(1))
+        t.reserve(&al("a"), set, local, prompt(1))
             .unwrap_or_else(|e| panic!("raised: {e}"));
         t.record(&al("a"), None, "p", "m", usage(10_000, 0), false)
             .unwrap_or_else(|e| panic!("{e}"));
         let msg = t
-            .reserve("a", set, "m", prompt(1))
+            .reserve(&al("a"), set, "m", prompt(1))
             .expect_err("the priced request's tokens count too")
             .to_string();
         assert!(
