@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions`: one turn through the runtime's door, answered as a
 //! `chat.completion` or streamed as `chat.completion.chunk` SSE events ending in `data: [DONE]`
-//! (a usage chunk first with `stream_options.include_usage`); a call waiting for approval is a
+//! (a usage chunk last with `stream_options.include_usage`); a call waiting for approval is a
 //! content chunk naming the approval id.
 
 use std::convert::Infallible;
