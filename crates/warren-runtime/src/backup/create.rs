@@ -274,6 +274,9 @@ fn remote_stores(root: &InstallRoot) -> Vec<String> {
         .collect()
 }
 
+/// Bytes of a database the backup reads through a memory map (SQLite caps it at ~2 GB).
+const DB_MMAP: i64 = 1 << 31;
+
 /// Threads copying files: the copy is hashing and I/O, and a second core nearly halves it.
 const WORKERS: usize = 2;
 
@@ -291,9 +294,12 @@ fn copy_files(
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
-    let files: Vec<usize> = (0..plan.len())
+    // Largest first: the databases (and big files) start at once, so the other thread copies
+    // the small files beside them instead of one thread finishing a big one alone at the end.
+    let mut files: Vec<usize> = (0..plan.len())
         .filter(|&i| plan[i].kind == FileKind::File)
         .collect();
+    files.sort_by_key(|&i| std::cmp::Reverse(plan[i].size));
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Mutex<Vec<Option<Option<Stored>>>> = Mutex::new(vec![None; plan.len()]);
@@ -553,6 +559,9 @@ impl Copier<'_> {
             path: src.to_path_buf(),
             cause: format!("open read-only: {e}"),
         })?;
+        // Pages read through a memory map, not one pread per page (4 KiB: ~100k calls for a
+        // 400 MB database). Best effort: without it the copy is the same, only slower.
+        let _ = conn.pragma_update(None, "mmap_size", DB_MMAP);
         let target = match self.sealer {
             None => out_path.to_path_buf(),
             Some(_) => {
