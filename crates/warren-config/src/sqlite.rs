@@ -158,6 +158,19 @@ pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
     }
 }
 
+/// Opens an existing database to copy it (the backup's source): reads like [`open_read_only`]
+/// (`query_only`, so nothing is written through it), but opened read-write so that, as the last
+/// connection, it closes the `-wal` and `-shm` files it had to create. A read-only connection
+/// cannot remove them and would leave the install changed by a backup.
+pub fn open_for_snapshot(path: &Path) -> rusqlite::Result<Connection> {
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "query_only", true)?;
+    Ok(conn)
+}
+
 /// Whether `path`'s `-wal` is absent or empty.
 fn wal_is_empty(path: &Path) -> bool {
     let mut wal = path.as_os_str().to_owned();

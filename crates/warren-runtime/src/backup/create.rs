@@ -555,9 +555,9 @@ impl Copier<'_> {
                 .create(dir)
                 .map_err(|e| BackupError::io(dir, e))?;
         }
-        let conn = sqlite::open_read_only(src).map_err(|e| BackupError::Db {
+        let conn = sqlite::open_for_snapshot(src).map_err(|e| BackupError::Db {
             path: src.to_path_buf(),
-            cause: format!("open read-only: {e}"),
+            cause: format!("open to copy: {e}"),
         })?;
         // Pages read through a memory map, not one pread per page (4 KiB: ~100k calls for a
         // 400 MB database). Best effort: without it the copy is the same, only slower.
