@@ -6,8 +6,8 @@
 mod context;
 mod files;
 mod git;
-pub mod mcp;
 mod http_request;
+pub mod mcp;
 mod memory;
 mod registry;
 mod shell;
@@ -16,8 +16,8 @@ mod tool;
 
 pub use context::{CallOrigin, FileTransport, ToolContext};
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
-pub use http_request::{HttpCall, HttpEgress, HttpReply, HttpRequest};
 pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};
+pub use http_request::{HttpCall, HttpEgress, HttpReply, HttpRequest};
 pub use memory::{
     DEFAULT_RECALL_LIMIT, MemoryForgetTool, MemoryRecallTool, MemoryStoreTool, memory_tools,
 };

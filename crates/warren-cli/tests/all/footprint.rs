@@ -9,9 +9,15 @@ use crate::common::bin;
 type R = Result<(), Box<dyn std::error::Error>>;
 
 fn stdout_of(args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
-    let out = Command::new(bin()).args(args).stdin(Stdio::null()).output()?;
+    let out = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
     assert!(out.status.success(), "warren {args:?}: {out:?}");
-    assert!(out.stderr.is_empty(), "warren {args:?} wrote to stderr: {out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "warren {args:?} wrote to stderr: {out:?}"
+    );
     Ok(String::from_utf8(out.stdout)?)
 }
 

@@ -24,15 +24,15 @@ pub use agents::{
     AccessLevel, AgentConfig, AgentMemoryConfig, AgentWorkspaceConfig, Autonomy, MemoryBackendKind,
     MemoryGrant, RiskProfile, RuntimeProfile, SandboxFallback, SandboxKind,
 };
+pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
+pub use network::{AgentNetworkConfig, NamedSecret, TaintMode};
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
     GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate, PostgresConfig,
     ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
     SessionDurability, SessionStoreOnError, StreamMode,
 };
-pub use network::{AgentNetworkConfig, NamedSecret, TaintMode};
 pub use sop::SopConfig;
-pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
 pub use telemetry::{MetricsConfig, TelemetryConfig};
 
 use crate::secrets::Secret;

@@ -113,18 +113,16 @@ impl AgentEgress {
 
     /// One `egress` trace event.
     fn log(&self, host: &str, port: u16, method: &str, status: Option<u16>, refused: Option<&str>) {
-        self.trace
-            .emit_with("egress", &self.alias, None, || {
-                let mut data =
-                    json!({"via": self.via, "host": host, "port": port, "method": method});
-                if let Some(s) = status {
-                    data["status"] = json!(s);
-                }
-                if let Some(r) = refused {
-                    data["refused"] = json!(self.broker.scrub(r));
-                }
-                data
-            });
+        self.trace.emit_with("egress", &self.alias, None, || {
+            let mut data = json!({"via": self.via, "host": host, "port": port, "method": method});
+            if let Some(s) = status {
+                data["status"] = json!(s);
+            }
+            if let Some(r) = refused {
+                data["refused"] = json!(self.broker.scrub(r));
+            }
+            data
+        });
     }
 }
 

@@ -1,6 +1,6 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
+mod egress;
 mod session_policy;
 mod subagent_limits;
-mod egress;
 mod turn;
