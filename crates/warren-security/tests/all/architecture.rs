@@ -55,12 +55,18 @@ const GATES: &[Gate] = &[
         allowed_in: &[
             "crates/warren-config/src/paths.rs",
             "crates/warren-testkit/",
+            // `backup verify` names the files inside a backup's files/ tree, not an install root.
+            "crates/warren-runtime/src/backup/check.rs",
         ],
     },
     Gate {
         what: "the secret key path comes only from InstallRoot (CFG-6)",
         pattern: "\".secret_key\"",
-        allowed_in: &["crates/warren-config/src/paths.rs"],
+        allowed_in: &[
+            "crates/warren-config/src/paths.rs",
+            // `backup verify` decrypts a secret with the key found in a backup's files/ tree.
+            "crates/warren-runtime/src/backup/check.rs",
+        ],
     },
 ];
 
@@ -257,6 +263,14 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
     (
         "crates/warren-runtime/src/sop/defs.rs",
         "SOP definitions under <install>/shared/sops/, which the operator writes and no agent can (no sandbox root or grant reaches shared/)",
+    ),
+    (
+        "crates/warren-runtime/src/backup/",
+        "the backup's own output (the operator's DEST, refused inside the install root) and its staging under data/; agent workspaces are read only through ConfinedDir handles (links kept as links); restore builds a fresh root beside the target, refusing a root a daemon runs on, so no agent runs in what it writes",
+    ),
+    (
+        "crates/warren-runtime/src/metrics.rs",
+        "/proc/self/status, the daemon's own resident memory",
     ),
     (
         "crates/warren-runtime/src/lifecycle/",
