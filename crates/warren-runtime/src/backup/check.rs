@@ -149,24 +149,32 @@ pub(super) fn verify_keeping(
     }
 
     // The key opens the secrets.
+    // The files/ tree mirrors an install root: its names come from InstallRoot too.
+    let tree = warren_config::InstallRoot::at(&files_dir);
+    let rel_of = |path: &std::path::Path| {
+        path.strip_prefix(&files_dir)
+            .map(|r| r.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let (config_file, key_file) = (tree.config_file(), tree.secret_key());
+    let (config_rel, key_rel) = (rel_of(&config_file), rel_of(&key_file));
     let has = |rel: &str| m.entries.iter().any(|e| e.path == rel);
     let mut secrets_decrypted = 0;
-    if has("config.toml") {
-        let cfg_path = plain("config.toml")?;
+    if has(&config_rel) {
+        let cfg_path = plain(&config_rel)?;
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| BackupError::Verify {
-            path: files_dir.join("config.toml"),
+            path: config_file.clone(),
             cause: format!("is not readable text: {e}"),
         })?;
         let secrets = enc_values(&text);
         if !secrets.is_empty() {
-            let key_file = files_dir.join(".secret_key");
-            if !has(".secret_key") {
+            if !has(&key_rel) {
                 return Err(BackupError::Verify {
-                    path: key_file,
+                    path: key_file.clone(),
                     cause: "is missing, but config.toml holds encrypted secrets".to_string(),
                 });
             }
-            let key_path = plain(".secret_key")?;
+            let key_path = plain(&key_rel)?;
             let key = warren_config::SecretKey::load(&key_path)
                 .ok()
                 .flatten()

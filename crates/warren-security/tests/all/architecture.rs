@@ -55,18 +55,12 @@ const GATES: &[Gate] = &[
         allowed_in: &[
             "crates/warren-config/src/paths.rs",
             "crates/warren-testkit/",
-            // `backup verify` names the files inside a backup's files/ tree, not an install root.
-            "crates/warren-runtime/src/backup/check.rs",
         ],
     },
     Gate {
         what: "the secret key path comes only from InstallRoot (CFG-6)",
         pattern: "\".secret_key\"",
-        allowed_in: &[
-            "crates/warren-config/src/paths.rs",
-            // `backup verify` decrypts a secret with the key found in a backup's files/ tree.
-            "crates/warren-runtime/src/backup/check.rs",
-        ],
+        allowed_in: &["crates/warren-config/src/paths.rs"],
     },
 ];
 
