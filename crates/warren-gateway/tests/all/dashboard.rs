@@ -14,8 +14,10 @@ use axum::extract::connect_info::MockConnectInfo;
 use axum::http::StatusCode;
 use serde_json::json;
 use tower::ServiceExt;
+use warren_config::schema::MemoryBackendKind;
 use warren_gateway::dashboard::{CSP, build_id};
 use warren_gateway::router;
+use warren_runtime::lifecycle::{Manifest, SCHEMA_VERSION};
 
 fn app(f: &common::Scripted) -> Router {
     let state = common::state_for(&f.root, &f.store, &f.process, &f.services);
@@ -120,17 +122,32 @@ async fn the_archive_list_names_each_restorable_archive_newest_first() {
             std::fs::write(dir.join(name).join("manifest.json"), m).unwrap();
         }
     };
+    // A manifest as the lifecycle's delete writes it.
+    let manifest = |alias: &str, deleted_at: &str, counts: &[(&str, u64)]| {
+        serde_json::to_string(&Manifest {
+            schema_version: SCHEMA_VERSION,
+            alias: alias.parse().unwrap(),
+            deleted_at: deleted_at.into(),
+            config_entry: String::new(),
+            memory_backend: MemoryBackendKind::Sqlite,
+            workspace_path: f.root.agent_workspace(&alias.parse().unwrap()),
+            workspace_archived: true,
+            scrubbed_references: Vec::new(),
+            counts: counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            warnings: Vec::new(),
+            notes: Vec::new(),
+            complete: true,
+            files: Default::default(),
+        })
+        .unwrap()
+    };
     archive(
         "ops-20260101T000000.000000Z",
-        Some(
-            r#"{"alias": "ops", "deleted_at": "2026-01-01T00:00:00Z", "complete": true, "counts": {"sessions": 2}}"#,
-        ),
+        Some(&manifest("ops", "2026-01-01T00:00:00Z", &[("sessions", 2)])),
     );
     archive(
         "bee-20260201T000000.000000Z",
-        Some(
-            r#"{"alias": "bee", "deleted_at": "2026-02-01T00:00:00Z", "complete": true, "counts": {}}"#,
-        ),
+        Some(&manifest("bee", "2026-02-01T00:00:00Z", &[])),
     );
     std::fs::write(
         dir.join("bee-20260201T000000.000000Z/restored.json"),

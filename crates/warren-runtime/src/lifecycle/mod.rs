@@ -50,6 +50,7 @@ pub use self::journal::{
     DELETE_CRASH_POINTS, Journal, Op, RENAME_CRASH_POINTS, RESTORE_CRASH_POINTS, SCHEMA_VERSION,
     UnreadableRecord, WorkspaceAction,
 };
+pub use self::restore::{ArchiveListing, list_archives};
 use self::stores::{OwnStores, StoreContext, StoreSource};
 use crate::host::AgentHost;
 

@@ -7,6 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+use warren_config::InstallRoot;
 use warren_config::failpoint::crash_point;
 
 use super::delete::{MANIFEST, Manifest, RESTORED, archive_checksums, is_archive_temp};
@@ -23,6 +24,48 @@ pub(crate) fn read_manifest(archive: &Path) -> Result<Manifest, LifecycleError> 
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         .map_err(|reason| LifecycleError::ManifestUnreadable { path, reason })
+}
+
+/// One delete archive, as a restore list shows it.
+#[derive(Debug)]
+pub struct ArchiveListing {
+    /// The archive's directory name: what a restore takes.
+    pub name: String,
+    pub path: PathBuf,
+    /// Its manifest, or why it cannot be read (the error names the file).
+    pub manifest: Result<Manifest, LifecycleError>,
+    /// A `restored.json` marks it as restored already.
+    pub restored: bool,
+}
+
+/// The delete archives a restore can name, newest first, those with an unreadable manifest
+/// last. A directory without a manifest is a delete still under way and is left out; no
+/// archive directory yet is no archive.
+pub fn list_archives(root: &InstallRoot) -> Result<Vec<ArchiveListing>, LifecycleError> {
+    let dir = root.deleted_agents_dir();
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(cause) => return Err(LifecycleError::Io { path: dir, cause }),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir())
+            || path.join(MANIFEST).try_exists().is_ok_and(|e| !e)
+        {
+            continue;
+        }
+        out.push(ArchiveListing {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            manifest: read_manifest(&path),
+            restored: path.join(RESTORED).exists(),
+            path,
+        });
+    }
+    let deleted_at = |a: &ArchiveListing| a.manifest.as_ref().ok().map(|m| m.deleted_at.clone());
+    out.sort_by_key(|a| std::cmp::Reverse(deleted_at(a)));
+    Ok(out)
 }
 
 /// Checks an archive against its manifest: schema, every checksum, a converged delete.
