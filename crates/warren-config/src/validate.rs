@@ -98,6 +98,9 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
                 );
             }
         }
+        for (i, raw) in agent.network.allow.iter().enumerate() {
+            out.extend(host_entry_problem(at(&format!(".network.allow[{i}]")), raw));
+        }
         out.extend(crate::schema::mcp::problems(config, agent, &at));
         let (_, refused) = crate::grants::memory_grants(config, name);
         for p in refused {
@@ -158,6 +161,15 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
                     .with_hint(hint),
                 );
             }
+        }
+    }
+
+    for (name, secret) in &config.secrets {
+        for (i, raw) in secret.hosts.iter().enumerate() {
+            out.extend(host_entry_problem(
+                format!("secrets.{}.hosts[{i}]", quote(name)),
+                raw,
+            ));
         }
     }
 
@@ -290,4 +302,13 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
     out.extend(crate::schema::telemetry::validate(config));
     out.extend(crate::schema::rates::validate(config));
     out
+}
+
+/// An allowlist or secret `hosts` entry that is not a host pattern (issue 24): named by its
+/// key, with why, before any agent is built.
+fn host_entry_problem(key: String, raw: &str) -> Option<Problem> {
+    crate::schema::parse_host_entry(raw).err().map(|why| {
+        Problem::at(key, format!("'{raw}' is not a host pattern: {why}"))
+            .with_hint(Some(crate::schema::HOST_ENTRY_FORMS.into()))
+    })
 }

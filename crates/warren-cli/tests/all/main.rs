@@ -7,6 +7,7 @@ mod backup;
 mod cli;
 mod common;
 mod config_faults;
+mod config_network;
 mod crash;
 mod cron;
 mod daemon;

@@ -25,7 +25,10 @@ pub use agents::{
     MemoryGrant, RiskProfile, RuntimeProfile, SandboxFallback, SandboxKind,
 };
 pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
-pub use network::{AgentNetworkConfig, NamedSecret, TaintMode};
+pub use network::{
+    AgentNetworkConfig, HOST_ENTRY_FORMS, HostEntry, HostPattern, NamedSecret, TaintMode,
+    normalize_host, parse_host_entry,
+};
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
     GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate, PostgresConfig,

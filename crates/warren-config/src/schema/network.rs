@@ -36,3 +36,202 @@ pub enum TaintMode {
     On,
     Off,
 }
+
+/// The host part of a network allowlist or `[secrets.<name>] hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// An exact name, lower-case, without a trailing dot.
+    Exact(String),
+    /// `*.domain`: the suffix with its leading dot (`.domain`), matched by names below it.
+    Below(String),
+    /// An IP literal.
+    Ip(std::net::IpAddr),
+}
+
+/// One parsed entry: a host pattern and an optional port (none = any port).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEntry {
+    pub host: HostPattern,
+    pub port: Option<u16>,
+}
+
+/// Lower-case, without a trailing dot or IPv6 brackets.
+pub fn normalize_host(host: &str) -> String {
+    host.trim_end_matches('.')
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+/// What an entry may look like (the hint of every refusal).
+pub const HOST_ENTRY_FORMS: &str = "write an exact host (\"api.github.com\"), a wildcard \
+     subdomain (\"*.example.org\") or an IP literal (\"127.0.0.1\", \"[::1]\"), each with an \
+     optional \":port\"";
+
+/// Parses one `[agents.<alias>.network] allow` / `[secrets.<name>] hosts` entry; the error says
+/// why it is not one (`config validate` and the daemon's egress share this parser).
+pub fn parse_host_entry(raw: &str) -> Result<HostEntry, String> {
+    use std::net::IpAddr;
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Err("the entry is empty".into());
+    }
+    if raw.contains("://") || raw.contains('/') {
+        return Err(
+            "it has a scheme or a path; write the host only (\"api.github.com\", \
+                    not \"https://api.github.com/\")"
+                .into(),
+        );
+    }
+    if raw == "*" {
+        return Err(
+            "'*' alone would allow every host; list the hosts (a wildcard is \
+                    \"*.example.org\")"
+                .into(),
+        );
+    }
+    if raw.starts_with("*.")
+        && raw
+            .trim_start_matches("*.")
+            .trim_start_matches('.')
+            .is_empty()
+    {
+        return Err("'*.' needs a domain after it (\"*.example.org\")".into());
+    }
+    if raw.contains('@') {
+        return Err("it has a user part ('@'); write the host only".into());
+    }
+    let port_of = |p: &str| match p.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(format!("the port '{p}' is not a number from 1 to 65535")),
+    };
+    // `[v6]:port`, `[v6]`, bare v6, `host:port`, `host`.
+    let (host, port) = if let Some(rest) = raw.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or("'[' opens an IPv6 address that no ']' closes")?;
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("'[{h}]' is not an IPv6 address"));
+        }
+        let port = match after.strip_prefix(':') {
+            Some(p) => port_of(p)?,
+            None if after.is_empty() => None,
+            None => return Err(format!("'{after}' after ']' is not ':port'")),
+        };
+        (h.to_string(), port)
+    } else if raw.parse::<IpAddr>().is_ok() {
+        (raw.to_string(), None)
+    } else {
+        match raw.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err("it is not an IPv6 address; write one with a port as \
+                            \"[2001:db8::1]:443\""
+                    .into());
+            }
+            Some((h, p)) => (h.to_string(), port_of(p)?),
+            None => (raw.to_string(), None),
+        }
+    };
+    let host = normalize_host(&host);
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(HostEntry {
+            host: HostPattern::Ip(ip),
+            port,
+        });
+    }
+    let check = |name: &str| -> Result<(), String> {
+        if name.is_empty() {
+            return Err("the host is empty".into());
+        }
+        for label in name.split('.') {
+            if label.is_empty() {
+                return Err(format!(
+                    "'{name}' has an empty label (a leading dot or two dots in a row)"
+                ));
+            }
+            if label.contains('*') {
+                return Err("'*' may only be the whole first label (\"*.example.org\")".into());
+            }
+            if let Some(c) = label
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+            {
+                return Err(format!(
+                    "'{name}' has the character {c:?}; a host name has letters, digits, '-' \
+                     and '_' between dots"
+                ));
+            }
+        }
+        Ok(())
+    };
+    let host = match host.strip_prefix("*.") {
+        Some("") => return Err("'*.' needs a domain after it (\"*.example.org\")".into()),
+        Some(suffix) => {
+            check(suffix)?;
+            HostPattern::Below(format!(".{suffix}"))
+        }
+        None => {
+            check(&host)?;
+            HostPattern::Exact(host)
+        }
+    };
+    Ok(HostEntry { host, port })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_parse_and_bad_ones_say_why() {
+        let ok = |s: &str| parse_host_entry(s).map_err(|e| format!("{s}: {e}"));
+        assert_eq!(
+            ok("API.github.com."),
+            Ok(HostEntry {
+                host: HostPattern::Exact("api.github.com".into()),
+                port: None
+            })
+        );
+        assert_eq!(
+            ok("*.example.org:8443"),
+            Ok(HostEntry {
+                host: HostPattern::Below(".example.org".into()),
+                port: Some(8443)
+            })
+        );
+        assert!(matches!(
+            ok("[::1]:80"),
+            Ok(HostEntry {
+                host: HostPattern::Ip(_),
+                port: Some(80)
+            })
+        ));
+        assert!(matches!(ok("::1"), Ok(HostEntry { port: None, .. })));
+        assert!(matches!(
+            ok("127.0.0.1:8080"),
+            Ok(HostEntry {
+                port: Some(8080),
+                ..
+            })
+        ));
+        for (bad, why) in [
+            ("", "empty"),
+            ("https://x.org/", "scheme or a path"),
+            ("user@x.org", "user part"),
+            ("x.org:99999", "'99999' is not a number from 1 to 65535"),
+            ("x.org:0", "from 1 to 65535"),
+            ("*.", "needs a domain"),
+            ("*", "every host"),
+            ("api.*.org", "whole first label"),
+            ("*example.org", "whole first label"),
+            ("a..org", "empty label"),
+            ("exa mple.org", "' '"),
+            ("[::1", "no ']' closes"),
+            ("[x]:1", "not an IPv6 address"),
+            ("fe80::1::2:80", "IPv6"),
+        ] {
+            let e = parse_host_entry(bad).err().unwrap_or_default();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+}

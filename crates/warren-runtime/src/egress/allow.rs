@@ -12,20 +12,8 @@
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
-/// One allowlist entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Host {
-    Exact(String),
-    /// The suffix after `*.` (matches names that end in `.suffix`).
-    Below(String),
-    Ip(IpAddr),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    host: Host,
-    port: Option<u16>,
-}
+pub use warren_config::schema::normalize_host;
+use warren_config::schema::{HostEntry as Entry, HostPattern as Host, parse_host_entry};
 
 /// A parsed allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,24 +47,15 @@ pub enum Refused {
     Resolve { host: String, reason: String },
 }
 
-/// Lower-case, without a trailing dot or IPv6 brackets.
-pub fn normalize_host(host: &str) -> String {
-    host.trim_end_matches('.')
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase()
-}
-
 impl Allowlist {
     /// Parses `patterns`; a bad entry is an error naming it.
     pub fn parse(patterns: &[String]) -> Result<Self, String> {
         let mut entries = Vec::with_capacity(patterns.len());
         for raw in patterns {
-            entries.push(parse_entry(raw).ok_or_else(|| {
-                format!(
-                    "network allowlist entry '{raw}' is not a host, '*.domain' or IP literal with an optional :port"
-                )
-            })?);
+            entries.push(
+                parse_host_entry(raw)
+                    .map_err(|why| format!("'{raw}' is not a host pattern: {why}"))?,
+            );
         }
         Ok(Self {
             entries,
@@ -166,53 +145,6 @@ impl Allowlist {
         }
         Ok(addrs)
     }
-}
-
-fn parse_entry(raw: &str) -> Option<Entry> {
-    let raw = raw.trim();
-    if raw.is_empty() || raw.contains('/') || raw.contains('@') {
-        return None;
-    }
-    // `[v6]:port`, `[v6]`, bare v6, `host:port`, `host`.
-    let (host, port) = if let Some(rest) = raw.strip_prefix('[') {
-        let (h, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => Some(p.parse().ok()?),
-            None if after.is_empty() => None,
-            None => return None,
-        };
-        (h.to_string(), port)
-    } else if raw.parse::<IpAddr>().is_ok() {
-        (raw.to_string(), None)
-    } else {
-        match raw.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p.parse::<u16>().ok()?)),
-            None => (raw.to_string(), None),
-        }
-    };
-    let host = normalize_host(&host);
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Some(Entry {
-            host: Host::Ip(ip),
-            port,
-        });
-    }
-    let valid = |name: &str| {
-        !name.is_empty()
-            && name.split('.').all(|label| {
-                !label.is_empty()
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            })
-    };
-    let host = match host.strip_prefix("*.") {
-        Some(suffix) if valid(suffix) => Host::Below(format!(".{suffix}")),
-        Some(_) => return None,
-        None if valid(&host) => Host::Exact(host),
-        None => return None,
-    };
-    Some(Entry { host, port })
 }
 
 /// Addresses a name must not lead to unless listed: loopback, private (RFC 1918, ULA),
