@@ -46,6 +46,9 @@ pub struct AgentKit {
     memory: Option<Arc<dyn Memory>>,
     /// The agent's own MCP servers (issue 23); subagents get none (PERM-7).
     mcp: Option<warren_tools::mcp::AgentMcp>,
+    /// The agent's network egress, when it has an allowlist (issue 24); a subagent shares it
+    /// (same allowlist, broker and trace), so its `http_request` reaches no more hosts.
+    egress: Option<crate::egress::AgentEgress>,
     _sealed: (),
 }
 
@@ -81,6 +84,7 @@ impl AgentKit {
             tools,
             memory: None,
             mcp: None,
+            egress: None,
             _sealed: (),
         })
     }
@@ -107,7 +111,9 @@ impl AgentKit {
 
     /// A subagent's kit (PERM-7): the policy narrowed by `req` (refused on the first axis that
     /// would exceed this one), its own sandbox for that policy, and the same tools rebuilt on
-    /// it, sharing this agent's memory handle (so no wider memory grant).
+    /// it, sharing this agent's memory handle (so no wider memory grant) and its egress (the
+    /// same allowlist: `http_request` and the shell's proxy when the narrowed policy allows
+    /// them, never a host the parent cannot reach).
     pub fn narrowed(&self, req: warren_security::NarrowRequest) -> Result<Self, AgentError> {
         let policy = self.policy.narrow(req)?;
         let sandbox = Sandbox::for_policy(&policy)?;
@@ -119,14 +125,19 @@ impl AgentKit {
                     .filter(|t| policy.tool_allowed(t.name())),
             );
         }
-        Ok(Self {
+        let mut child = Self {
             policy,
             sandbox,
             tools,
             memory: self.memory.clone(),
             mcp: None,
+            egress: None,
             _sealed: (),
-        })
+        };
+        if let Some(egress) = &self.egress {
+            child.add_egress(egress.clone());
+        }
+        Ok(child)
     }
 
     /// Attaches the agent's MCP servers (started by its first turn, or now when `eager`),
@@ -155,12 +166,19 @@ impl AgentKit {
         }
         let egress = crate::egress::AgentEgress::new(config, &self.policy, Arc::clone(trace))
             .map_err(AgentError::Egress)?;
+        self.add_egress(egress);
+        Ok(())
+    }
+
+    /// The shell's egress proxy on this kit's sandbox and, when the policy allows it, the
+    /// `http_request` tool, both through `egress`.
+    fn add_egress(&mut self, egress: crate::egress::AgentEgress) {
         self.sandbox
             .set_egress_proxy(crate::egress::proxy::ShellProxy::new(egress.clone()));
-        if let Some(tool) = warren_tools::http_tool(&self.policy, Arc::new(egress)) {
+        if let Some(tool) = warren_tools::http_tool(&self.policy, Arc::new(egress.clone())) {
             self.tools.push(tool);
         }
-        Ok(())
+        self.egress = Some(egress);
     }
 
     /// The agent's MCP servers, if it has any.

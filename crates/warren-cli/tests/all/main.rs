@@ -39,3 +39,4 @@ mod sessions_policy;
 mod skills;
 mod sop;
 mod stores_disk_full;
+mod subagent_http;
