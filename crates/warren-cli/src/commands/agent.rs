@@ -64,6 +64,9 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    // Spans leave as the daemon's do when `[telemetry] otlp_endpoint` is set; the exporter is
+    // stopped (its last batch sent) before the command returns, whatever the turn's outcome.
+    let export = runtime.block_on(async { warren_runtime::telemetry::start_for_process(config) });
     let agent = runtime.block_on(async {
         let host = Arc::new(
             AgentHost::for_process(root, Arc::clone(&snapshot))
@@ -83,8 +86,8 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
             approver,
             json,
         })
-    })?;
-    match args.message {
+    });
+    let result = agent.and_then(|agent| match args.message {
         Some(message) => {
             let (key, outcome) = runtime.block_on(agent.turn(&message))?;
             if json {
@@ -94,8 +97,15 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
         }
         None if interactive => repl_terminal(&runtime, &agent, &root.repl_history()),
         None => runtime.block_on(repl_lines(&agent)),
+    });
+    if let Some(export) = export {
+        runtime.block_on(export.stop(EXPORT_GRACE));
     }
+    result
 }
+
+/// How long the last span export may take at exit (one OTLP POST times out after 10 s).
+const EXPORT_GRACE: std::time::Duration = std::time::Duration::from_secs(12);
 
 /// What a turn of this command needs.
 struct Agent {

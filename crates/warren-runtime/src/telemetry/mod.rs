@@ -561,7 +561,28 @@ pub fn start(config: &warren_config::Config) -> RunningSubsystem {
         &config.telemetry,
         Redactor::from_config(config),
     );
-    let t = config.telemetry.clone();
+    exporter(&config.telemetry, true)
+}
+
+/// Span export for a process that runs turns without the daemon (`warren agent`, one-shot or
+/// REPL): with `[telemetry] otlp_endpoint` set, applies `[telemetry]` as a daemon generation
+/// does and exports every `export_interval_ms`; stopping it sends the spans still waiting, so
+/// a one-shot turn's spans leave before the process exits. No self-watch (the daemon's).
+/// `None` when export is off. Call inside a Tokio runtime.
+pub fn start_for_process(config: &warren_config::Config) -> Option<RunningSubsystem> {
+    config.telemetry.traces_url()?;
+    configure(
+        crate::metrics::enabled(),
+        &config.telemetry,
+        Redactor::from_config(config),
+    );
+    Some(exporter(&config.telemetry, false))
+}
+
+/// The export task (and, with `watch`, the memory self-watch) until stopped; at stop the
+/// waiting spans are sent.
+fn exporter(telemetry: &TelemetryConfig, watch: bool) -> RunningSubsystem {
+    let t = telemetry.clone();
     let ceiling = t.rss_ceiling_mb.map(|mb| mb.saturating_mul(1024 * 1024));
     let (stop, mut stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -574,7 +595,7 @@ pub fn start(config: &warren_config::Config) -> RunningSubsystem {
             let last = tokio::select! {
                 _ = &mut stopped => true,
                 _ = export.tick() => false,
-                _ = rss.tick() => {
+                _ = rss.tick(), if watch => {
                     watch_once(ceiling);
                     continue;
                 }
