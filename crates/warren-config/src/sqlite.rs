@@ -228,7 +228,10 @@ pub fn cause_text(e: &rusqlite::Error, db: &Path) -> String {
             "disk full at {} (free some space there and retry)",
             dir.display()
         ),
-        None => e.to_string(),
+        None => match read_only_reason(e, db) {
+            Some(reason) => reason,
+            None => e.to_string(),
+        },
     }
 }
 
@@ -240,6 +243,8 @@ pub fn cause_text(e: &rusqlite::Error, db: &Path) -> String {
 pub struct SharedConn {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
+    /// Why the store is read-only, when [`open_migrated`] fell back to the old schema.
+    read_only: Option<Arc<str>>,
 }
 
 impl SharedConn {
@@ -247,7 +252,14 @@ impl SharedConn {
         Self {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
+            read_only: None,
         }
+    }
+
+    /// Why this store is read-only at its old schema (a migration that failed and was rolled
+    /// back; [`open_migrated`]), `None` when it is writable as opened.
+    pub fn read_only(&self) -> Option<&str> {
+        self.read_only.as_deref()
     }
 
     /// A store's database for writing: creates its directory, opens it with [`open_wal`] and
@@ -257,15 +269,19 @@ impl SharedConn {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         }
-        let mut conn = open_wal(path, sync).map_err(|e| cause_text(&e, path))?;
-        // Version 1 of the file ([`migrate`]: a file without one is snapshotted first).
-        migrate(&mut conn, path, STORE_SCHEMA_VERSION, |c| {
+        // Version 1 of the file ([`migrate`]: a file without one is snapshotted first); a
+        // failed migration leaves it read-only at its old schema ([`open_migrated`]).
+        let shared = open_migrated(path, sync, STORE_SCHEMA_VERSION, |c| {
             c.execute_batch(schema)
         })
         .map_err(|e| cause_text(&e, path))?;
-        conn.execute_batch(schema)
-            .map_err(|e| cause_text(&e, path))?;
-        Ok(Self::new(path, conn))
+        if shared.read_only().is_none() {
+            shared
+                .lock()
+                .execute_batch(schema)
+                .map_err(|e| cause_text(&e, path))?;
+        }
+        Ok(shared)
     }
 
     /// An existing store's database read-only; `None` when there is no file yet (read paths
@@ -414,29 +430,63 @@ pub fn snapshots_of(path: &Path) -> Vec<PathBuf> {
 /// [`SNAPSHOTS_KEPT`] are kept); then `apply` runs, the version is set and `PRAGMA
 /// quick_check` must answer `ok`. If any of that fails, the snapshot is copied back over the
 /// file (through SQLite, under its locks) and the error says so: the file keeps its old schema
-/// and the store can be opened read-only. Errors do not name the file; callers wrap them.
+/// and the store can be opened read-only ([`open_migrated`] does). Errors do not name the
+/// file; callers wrap them.
 pub fn migrate(
     conn: &mut Connection,
     path: &Path,
     version: i64,
     apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
 ) -> rusqlite::Result<()> {
-    let found = schema_version(conn)?;
+    match migrate_guarded(conn, path, version, apply) {
+        Ok(()) => Ok(()),
+        Err(MigrateFailure::Failed(e)) => Err(e),
+        Err(MigrateFailure::RolledBack(what)) => {
+            let message =
+                format!("{what} (read-only commands still work; `warren doctor` shows the state)");
+            tracing::error!("{}: {message}", path.display());
+            Err(failure(rusqlite::ffi::SQLITE_ERROR, message))
+        }
+    }
+}
+
+/// How [`migrate_guarded`] failed.
+#[derive(Debug)]
+pub enum MigrateFailure {
+    /// The migration failed and its snapshot was put back: the file is whole at its old
+    /// schema. The text says which migration, why, and where the snapshot is.
+    RolledBack(String),
+    /// Nothing was migrated (or the snapshot could not be put back; the text says what to do).
+    Failed(rusqlite::Error),
+}
+
+/// [`migrate`] that tells a rolled-back migration apart from other failures. A rollback also
+/// leaves `<dir>/.pre-migration/<file>.failed` with its text (what `warren doctor` shows); the
+/// next migration that succeeds removes it.
+pub fn migrate_guarded(
+    conn: &mut Connection,
+    path: &Path,
+    version: i64,
+    apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
+) -> Result<(), MigrateFailure> {
+    let found = schema_version(conn).map_err(MigrateFailure::Failed)?;
     if found == version {
         return Ok(());
     }
     if found > version {
-        return Err(failure(
+        return Err(MigrateFailure::Failed(failure(
             rusqlite::ffi::SQLITE_ERROR,
             format!(
                 "schema version {found} is newer than this warren knows ({version}); run the \
                  warren that wrote it, or restore a backup made by this one"
             ),
-        ));
+        )));
     }
-    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(MigrateFailure::Failed)?;
     let snapshot = if tables > 0 {
-        Some(take_snapshot(conn, path, found)?)
+        Some(take_snapshot(conn, path, found).map_err(MigrateFailure::Failed)?)
     } else {
         None
     };
@@ -459,27 +509,188 @@ pub fn migrate(
         Ok(())
     };
     let Err(cause) = run(conn) else {
+        let _ = std::fs::remove_file(failed_marker(path));
         return Ok(());
     };
     let Some(snapshot) = snapshot else {
-        return Err(cause);
+        return Err(MigrateFailure::Failed(cause));
     };
     let restored = open_read_only(&snapshot).and_then(|snap| copy_all(&snap, conn));
-    let message = match restored {
-        Ok(()) => format!(
-            "migration from schema {found} to {version} failed ({cause}); the file was put back \
-             from its pre-migration snapshot {} and keeps schema {found} (read-only commands \
-             still work; `warren doctor` shows the state)",
-            snapshot.display()
-        ),
-        Err(e) => format!(
-            "migration from schema {found} to {version} failed ({cause}) and putting back the \
-             snapshot {} failed too ({e}); stop the daemon and copy the snapshot over the file",
-            snapshot.display()
-        ),
+    match restored {
+        Ok(()) => {
+            let what = format!(
+                "migration from schema {found} to {version} failed ({cause}); the file was put \
+                 back from its pre-migration snapshot {} and keeps schema {found}",
+                snapshot.display()
+            );
+            write_failed_marker(path, &what);
+            Err(MigrateFailure::RolledBack(what))
+        }
+        Err(e) => {
+            let message = format!(
+                "migration from schema {found} to {version} failed ({cause}) and putting back \
+                 the snapshot {} failed too ({e}); stop the daemon and copy the snapshot over \
+                 the file",
+                snapshot.display()
+            );
+            tracing::error!("{}: {message}", path.display());
+            Err(MigrateFailure::Failed(failure(
+                rusqlite::ffi::SQLITE_ERROR,
+                message,
+            )))
+        }
+    }
+}
+
+/// `<dir>/.pre-migration/<file>.failed`: the text of the last migration of `path` that
+/// failed and was rolled back.
+fn failed_marker(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.parent()
+        .unwrap_or(path)
+        .join(SNAPSHOT_DIR)
+        .join(format!("{name}.failed"))
+}
+
+/// Best effort: the marker only feeds `warren doctor`; the store's own error says it all.
+fn write_failed_marker(path: &Path, what: &str) {
+    let marker = failed_marker(path);
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(DB_MODE)
+        .open(&marker)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, what.as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!("cannot write {}: {e}", marker.display());
+    }
+}
+
+/// The text of the last migration of `path` that failed and was rolled back, if the file has
+/// not been migrated since (`warren doctor`).
+pub fn failed_migration(path: &Path) -> Option<String> {
+    std::fs::read_to_string(failed_marker(path)).ok()
+}
+
+/// The stores of this process opened read-only because their migration rolled back: file and
+/// reason (each logged once, at its first open).
+static READ_ONLY: Mutex<std::collections::BTreeMap<PathBuf, Arc<str>>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// The stores this process opened read-only at their old schema ([`open_migrated`]), with
+/// why: what a health report shows.
+pub fn read_only_stores() -> Vec<(PathBuf, String)> {
+    READ_ONLY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(p, r)| (p.clone(), r.to_string()))
+        .collect()
+}
+
+/// The reason of a write refused on a store [`open_migrated`] opened read-only: SQLite's bare
+/// "attempt to write a readonly database" becomes why and what to do.
+fn read_only_reason(e: &rusqlite::Error, db: &Path) -> Option<String> {
+    if code_of(e) & 0xff != rusqlite::ffi::SQLITE_READONLY {
+        return None;
+    }
+    READ_ONLY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(db)
+        .map(|r| r.to_string())
+}
+
+/// `e` with the text of [`cause_text`] when `db` was opened read-only by [`open_migrated`]:
+/// for stores that keep the `rusqlite::Error` itself in their error.
+pub fn explain(e: rusqlite::Error, db: &Path) -> rusqlite::Error {
+    match read_only_reason(&e, db) {
+        Some(reason) => failure(code_of(&e), reason),
+        None => e,
+    }
+}
+
+/// The store at `path` read-only again when this process already fell back for it and the
+/// file is still older than `version`: a second open (the scheduler after the reaper, the next
+/// generation) neither retries the migration nor takes another snapshot. A file migrated since
+/// (by another process) is forgotten here and opened normally.
+fn still_read_only(path: &Path, version: i64) -> Option<SharedConn> {
+    let mut known = READ_ONLY.lock().unwrap_or_else(|p| p.into_inner());
+    let reason = Arc::clone(known.get(path)?);
+    let old = open_read_only(path)
+        .ok()
+        .filter(|c| schema_version(c).is_ok_and(|v| v < version));
+    match old {
+        Some(conn) => Some(SharedConn {
+            path: path.to_path_buf(),
+            conn: Arc::new(Mutex::new(conn)),
+            read_only: Some(reason),
+        }),
+        None => {
+            known.remove(path);
+            None
+        }
+    }
+}
+
+/// Opens a store's file for writing ([`open_wal`]) at schema `version` ([`migrate_guarded`]
+/// with `apply`), the one open path of every store. When the migration fails and its snapshot
+/// was put back, the store opens READ-ONLY at its old schema instead of failing: reads the old
+/// schema can answer keep working, every write fails with why and what to do ([`cause_text`],
+/// [`explain`]), the error is logged once per file and process, and [`read_only_stores`]
+/// lists it. Later opens in the same process reuse that state until the file is migrated
+/// (restart to retry). The caller applies no schema to a read-only store.
+pub fn open_migrated(
+    path: &Path,
+    sync: Sync,
+    version: i64,
+    apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
+) -> rusqlite::Result<SharedConn> {
+    if let Some(still) = still_read_only(path, version) {
+        return Ok(still);
+    }
+    let mut conn = open_wal(path, sync)?;
+    let what = match migrate_guarded(&mut conn, path, version, apply) {
+        Ok(()) => {
+            READ_ONLY
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(path);
+            return Ok(SharedConn::new(path, conn));
+        }
+        Err(MigrateFailure::Failed(e)) => return Err(e),
+        Err(MigrateFailure::RolledBack(what)) => what,
     };
-    tracing::error!("{}: {message}", path.display());
-    Err(failure(rusqlite::ffi::SQLITE_ERROR, message))
+    drop(conn);
+    let ro = open_read_only(path).map_err(|e| {
+        failure(
+            code_of(&e),
+            format!("{what}; opening it read-only failed too: {e}"),
+        )
+    })?;
+    let reason: Arc<str> = format!(
+        "read-only because the {what}: writes are refused until a migration succeeds (fix the \
+         cause, then restart warren, which retries the migration; or restore a backup made by \
+         this warren); `warren doctor` shows the state"
+    )
+    .into();
+    let first = READ_ONLY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.to_path_buf(), Arc::clone(&reason))
+        .is_none();
+    if first {
+        tracing::error!("{}: opened {reason}", path.display());
+    }
+    Ok(SharedConn {
+        path: path.to_path_buf(),
+        conn: Arc::new(Mutex::new(ro)),
+        read_only: Some(reason),
+    })
 }
 
 /// [`snapshot_into`] the snapshot directory beside `path`, then prunes old snapshots.
@@ -617,6 +828,71 @@ mod tests {
             newer.to_string().contains("newer than this warren"),
             "{newer}"
         );
+    }
+
+    /// A migration that fails and rolls back leaves the store open READ-ONLY at its old
+    /// schema: reads answer, a write fails with why and what to do (not SQLite's bare text),
+    /// the state is listed and left for `warren doctor`; a second open in the process does not
+    /// retry or snapshot again; once the file is migrated the store opens writable.
+    #[test]
+    fn a_rolled_back_migration_opens_the_store_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro.db");
+        open_wal(&path, Sync::Full)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE kept (v TEXT); INSERT INTO kept VALUES ('a'), ('b'); \
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        let store = open_migrated(&path, Sync::Full, 2, |c| {
+            c.execute_batch("DROP TABLE kept")?;
+            Err(failure(rusqlite::ffi::SQLITE_ERROR, "step 2 broke".into()))
+        })
+        .unwrap();
+        let reason = store.read_only().unwrap().to_string();
+        assert!(
+            reason.starts_with(
+                "read-only because the migration from schema 1 to 2 failed (step 2 broke)"
+            ) && reason.contains(SNAPSHOT_DIR),
+            "{reason}"
+        );
+        let rows: i64 = store
+            .lock()
+            .query_row("SELECT count(*) FROM kept", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
+        let e = store
+            .lock()
+            .execute("INSERT INTO kept VALUES ('c')", [])
+            .unwrap_err();
+        assert_eq!(cause_text(&e, &path), reason);
+        assert_eq!(explain(e, &path).to_string(), reason);
+        assert!(
+            read_only_stores()
+                .iter()
+                .any(|(p, r)| p == &path && r == &reason)
+        );
+        assert!(failed_migration(&path).is_some_and(|t| t.contains("step 2 broke")));
+
+        let again = open_migrated(&path, Sync::Full, 2, |_| panic!("not retried")).unwrap();
+        assert_eq!(again.read_only(), Some(reason.as_str()));
+        assert_eq!(snapshots_of(&path).len(), 1);
+
+        // Another process migrates the file: the store opens writable again.
+        let mut conn = open_wal(&path, Sync::Full).unwrap();
+        migrate(&mut conn, &path, 2, |c| {
+            c.execute_batch("INSERT INTO kept VALUES ('d')")
+        })
+        .unwrap();
+        let fixed = open_migrated(&path, Sync::Full, 2, |_| panic!("current")).unwrap();
+        assert_eq!(fixed.read_only(), None);
+        fixed
+            .lock()
+            .execute("INSERT INTO kept VALUES ('e')", [])
+            .unwrap();
+        assert!(failed_migration(&path).is_none());
+        assert!(!read_only_stores().iter().any(|(p, _)| p == &path));
     }
 
     /// A snapshot is a complete, self-contained copy taken while the source stays open.

@@ -71,21 +71,26 @@ impl Devices {
                 message: e.to_string(),
             })?;
         }
-        let mut conn = sqlite::open_wal(path, sqlite::Sync::Normal).map_err(err)?;
         let schema = "CREATE TABLE IF NOT EXISTS devices (
                  token_hash TEXT PRIMARY KEY,
                  name TEXT NOT NULL,
                  created_at INTEGER NOT NULL,
                  last_seen INTEGER
              );";
-        sqlite::migrate(&mut conn, path, sqlite::STORE_SCHEMA_VERSION, |c| {
-            c.execute_batch(schema)
-        })
+        // A failed migration leaves the registry read-only at its old schema (issue 22 §4).
+        let conn = sqlite::open_migrated(
+            path,
+            sqlite::Sync::Normal,
+            sqlite::STORE_SCHEMA_VERSION,
+            |c| c.execute_batch(schema),
+        )
         .map_err(err)?;
-        conn.execute_batch(schema).map_err(err)?;
+        if conn.read_only().is_none() {
+            conn.lock().execute_batch(schema).map_err(err)?;
+        }
         Ok(Self {
             path: path.to_path_buf(),
-            conn: SharedConn::new(path, conn),
+            conn,
         })
     }
 

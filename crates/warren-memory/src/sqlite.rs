@@ -308,16 +308,20 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let mut conn = sqlite::open_wal(path, sqlite::Sync::Normal).map_err(err)?;
-        sqlite::migrate(&mut conn, path, SCHEMA_VERSION, |c| {
+        // A migration that fails and rolls back leaves the store read-only at its old schema
+        // (recall works, writes say why; issue 22 §4).
+        let conn = sqlite::open_migrated(path, sqlite::Sync::Normal, SCHEMA_VERSION, |c| {
             c.execute_batch(SCHEMA)?;
             migrate(c)
         })
         .map_err(err)?;
-        conn.execute_batch(SCHEMA).map_err(err)?;
-        migrate(&mut conn).map_err(err)?;
+        if conn.read_only().is_none() {
+            let mut c = conn.lock();
+            c.execute_batch(SCHEMA).map_err(err)?;
+            migrate(&mut c).map_err(err)?;
+        }
         Ok(Self {
-            conn: SharedConn::new(path, conn),
+            conn,
             vectors: Arc::new(VectorIndex::default()),
             sync: Arc::new(Mutex::new(VectorSync::default())),
             vector_weight: hybrid::DEFAULT_VECTOR_WEIGHT,
@@ -412,7 +416,7 @@ fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> MemoryError + '_ {
         },
         None => MemoryError::Sqlite {
             path: path.to_path_buf(),
-            source,
+            source: sqlite::explain(source, path),
         },
     }
 }

@@ -23,7 +23,7 @@ use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 
 use crate::sessions::SessionError;
-use crate::sqlite_util::{self, SharedConn, Sync};
+use crate::sqlite_util::{SharedConn, Sync};
 use crate::timefmt;
 
 const SCHEMA: &str = "
@@ -207,16 +207,13 @@ impl AcpSessionStore {
     pub fn open(root: &InstallRoot) -> Result<Self, AcpError> {
         crate::sessions::ensure_sessions_dir(root)?;
         let path = root.acp_sessions_db();
-        let mut conn = sqlite_util::open_wal(&path, Sync::Full).map_err(err(&path, "open"))?;
         // The schema is written once (a write and an fsync); later opens only read the version.
-        sqlite_util::migrate(&mut conn, &path, SCHEMA_VERSION, |c| {
+        // A failed migration leaves the store read-only at its old schema (issue 22 §4).
+        let conn = warren_config::sqlite::open_migrated(&path, Sync::Full, SCHEMA_VERSION, |c| {
             c.execute_batch(SCHEMA)
         })
-        .map_err(err(&path, "create the schema"))?;
-        Ok(Self {
-            conn: SharedConn::new(&path, conn),
-            path,
-        })
+        .map_err(err(&path, "open and migrate"))?;
+        Ok(Self { conn, path })
     }
 
     pub fn path(&self) -> &Path {
@@ -611,7 +608,11 @@ fn rewrite_cwd(cwd: &str, rewrite: Option<(&str, &str)>) -> String {
 
 fn err(path: &Path, op: &'static str) -> impl FnOnce(rusqlite::Error) -> AcpError {
     let path = path.to_path_buf();
-    move |cause| AcpError::Sqlite { path, op, cause }
+    move |cause| AcpError::Sqlite {
+        cause: warren_config::sqlite::explain(cause, &path),
+        path,
+        op,
+    }
 }
 
 /// The live marker of a running ACP server (`warren acp`) of one agent: an exclusive `flock`

@@ -618,7 +618,14 @@ fn a_failing_migration_rolls_back_and_the_old_schema_opens_read_only_beyond11() 
         .find(|d| d["store"] == "sessions")
         .unwrap()
         .clone();
-    assert_eq!(sessions["status"], "pending", "{sessions}");
+    // Read-only with the failed migration as the reason (issue 22 §4).
+    assert_eq!(sessions["status"], "read-only", "{sessions}");
+    assert!(
+        sessions["read_only"]
+            .as_str()
+            .is_some_and(|r| r.contains("migration from schema 0 to 1 failed")),
+        "{sessions}"
+    );
     // One per failed attempt (the list above tried too), bounded.
     let snapshots = sessions["snapshots"].as_array().unwrap().len();
     assert!((1..=3).contains(&snapshots), "{sessions}");

@@ -27,6 +27,7 @@ mod mcp;
 mod memory;
 mod memory_versions;
 mod metrics;
+mod migrations;
 mod oneshot_spans;
 mod openai_endpoint;
 mod readme_try;

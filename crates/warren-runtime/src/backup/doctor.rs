@@ -36,8 +36,12 @@ pub struct DbState {
     pub bytes: u64,
     pub schema: Option<i64>,
     pub expected: Option<i64>,
-    /// `current`, `pending` (older: migrates at next open), `newer`, or `absent`.
+    /// `current`, `pending` (older: migrates at next open), `read-only` (older, and its last
+    /// migration failed and rolled back: stores open it read-only until one succeeds), `newer`,
+    /// or `absent`.
     pub status: String,
+    /// For `read-only`: the failed migration, its cause and the snapshot put back.
+    pub read_only: Option<String>,
     pub snapshots: Vec<PathBuf>,
 }
 
@@ -62,15 +66,28 @@ pub fn doctor(root: &InstallRoot) -> DoctorReport {
         } else {
             None
         };
+        // The text a rolled-back migration left (issue 22 §4), while the file is still old.
+        let read_only = match (schema, row.schema) {
+            (Some(v), Some(want)) if v < want => sqlite::failed_migration(&row.path),
+            _ => None,
+        };
         let status = match (schema, row.schema) {
             _ if !exists => "absent",
             (Some(v), Some(want)) if v == want => "current",
+            (Some(v), Some(want)) if v < want && read_only.is_some() => "read-only",
             (Some(v), Some(want)) if v < want => "pending",
             (Some(_), Some(_)) => "newer",
             _ => "unknown",
         };
         let snapshots = sqlite::snapshots_of(&row.path);
         match status {
+            "read-only" => problems.push(format!(
+                "{}: read-only at schema {} (this warren: {}): the {}; writes to it are refused until a migration succeeds (fix the cause, then restart warren; or restore a backup)",
+                row.path.display(),
+                schema.unwrap_or(0),
+                row.schema.unwrap_or(0),
+                read_only.as_deref().unwrap_or_default()
+            )),
             "pending" if !snapshots.is_empty() => problems.push(format!(
                 "{}: schema {} is older than this warren's {} and a pre-migration snapshot exists: a migration may have failed and rolled back (see the daemon log); the newest snapshot is {}",
                 row.path.display(),
@@ -95,6 +112,7 @@ pub fn doctor(root: &InstallRoot) -> DoctorReport {
             schema,
             expected: row.schema,
             status: status.to_string(),
+            read_only,
             snapshots,
         });
     }
