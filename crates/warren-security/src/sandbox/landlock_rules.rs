@@ -1,7 +1,8 @@
 //! The agent's Landlock rules, enforced by the in-sandbox stage on itself just before `exec`.
 //!
 //! Rights per root (SBX-2): the workspace and `ReadWrite` roots get every file right; `Read`
-//! roots get read and list; `Write` roots get write, create and remove but neither read nor list;
+//! roots get read and list; `Write` roots get write, create and remove but neither read, list
+//! nor refer (no hard link or rename into them from another directory);
 //! system directories get read, and execute unless the risk profile lists its commands: then only
 //! the resolved binaries of `allowed_commands` (plus the shell, git and the dynamic loader) are
 //! executable, and nothing in the workspace or granted roots is; `/dev/null` read-write and `/dev/{zero,random,urandom}`
@@ -112,8 +113,11 @@ pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, String
     let all = AccessFs::from_all(abi);
     let exec = BitFlags::from(AccessFs::Execute) & all;
     let read = make_bitflags!(AccessFs::{ReadFile | ReadDir}) & all;
-    let write_only =
-        (AccessFs::from_write(abi) & !make_bitflags!(AccessFs::{MakeChar | MakeBlock})) & all;
+    // No `Refer` on a `Write` root: a file linked or moved in from a readable root would stay
+    // readable there, so what the sibling later writes into it could be read back.
+    let write_only = (AccessFs::from_write(abi)
+        & !make_bitflags!(AccessFs::{MakeChar | MakeBlock | Refer}))
+        & all;
     let mut full = all & !make_bitflags!(AccessFs::{MakeChar | MakeBlock});
     // With an exec allowlist, nothing written by the agent may be executed either.
     let system = if spec.exec.is_some() {

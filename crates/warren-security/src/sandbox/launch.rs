@@ -54,6 +54,9 @@ pub(crate) struct Plan {
     namespaces: Option<Namespaces>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     run_as: Option<u32>,
+    /// Keep the uid but drop every capability and the bounding set (the landlock level, daemon
+    /// as root).
+    drop_caps: bool,
     landlock: Option<OwnedFd>,
     /// Read rights on the sandbox's own `/proc`, added in the child: the procfs mounted there
     /// does not exist yet when the daemon builds the ruleset.
@@ -79,6 +82,9 @@ struct Namespaces {
     pid: bool,
     root: std::sync::Arc<RootBuilder>,
     chdir: CString,
+    /// Daemon as root: the program's own user namespace, mapping only the sandbox uid (set by
+    /// [`Plan::run_as`] with [`Plan::own_user_namespace`]), created after the root is built.
+    own_user: Option<(CString, CString)>,
 }
 
 fn cstr(p: impl AsRef<Path>) -> CString {
@@ -224,6 +230,7 @@ impl Plan {
                 pid,
                 root,
                 chdir: cstr(chdir),
+                own_user: None,
             }),
             ..Self::default()
         }
@@ -241,6 +248,26 @@ impl Plan {
 
     pub(crate) fn run_as(mut self, id: Option<u32>) -> Self {
         self.run_as = id;
+        self
+    }
+
+    pub(crate) fn drop_capabilities(mut self, on: bool) -> Self {
+        self.drop_caps = on;
+        self
+    }
+
+    /// With [`Self::run_as`] under the full level (daemon as root): the program runs in a user
+    /// namespace of its own that maps only `id`, so the per-user counts the kernel keeps
+    /// (`RLIMIT_NPROC` processes, inotify instances, message-queue bytes, pending signals) are
+    /// this call's own and not shared by every `nobody` process on the host.
+    pub(crate) fn own_user_namespace(mut self, on: bool) -> Self {
+        if let (true, Some(id), Some(ns)) = (on, self.run_as, self.namespaces.as_mut())
+            && ns.pid
+            && ns.user_map.is_none()
+        {
+            let map = CString::new(format!("{id} {id} 1")).unwrap_or_default();
+            ns.own_user = Some((map.clone(), map));
+        }
         self
     }
 
@@ -300,8 +327,9 @@ impl Plan {
                 if let Some(fd) = self.proxy {
                     send_proxy_listener(fd)?;
                 }
+                let mut handshake = None;
                 if ns.pid {
-                    reap_or_continue()?;
+                    handshake = reap_or_continue(ns.own_user.as_ref())?;
                     check(
                         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
                         c"parent-death signal",
@@ -313,6 +341,23 @@ impl Plan {
                     check(libc::setsid(), c"setsid")?;
                 }
                 build_root(ns)?;
+                // Before the rlimits: the new namespace records the daemon's process limit as
+                // its ceiling, and the call's own limit then applies inside it.
+                if let Some((to_reaper, from_reaper)) = handshake {
+                    check(
+                        libc::unshare(libc::CLONE_NEWUSER),
+                        c"unshare the user namespace",
+                    )?;
+                    let byte = [1u8];
+                    let mut got = [0u8];
+                    let sent = libc::write(to_reaper, byte.as_ptr().cast(), 1);
+                    let read = libc::read(from_reaper, got.as_mut_ptr().cast(), 1);
+                    libc::close(to_reaper);
+                    libc::close(from_reaper);
+                    if sent != 1 || read != 1 {
+                        return Err(last_error(c"map the user namespace"));
+                    }
+                }
             }
             for (resource, value) in &self.rlimits {
                 let lim = libc::rlimit {
@@ -332,6 +377,9 @@ impl Plan {
                         c"parent-death signal",
                     )?;
                 }
+            }
+            if self.drop_caps {
+                drop_capabilities()?;
             }
             check(
                 libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
@@ -379,6 +427,52 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// Empties the bounding, ambient, inheritable, permitted and effective capability sets.
+unsafe fn drop_capabilities() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // SAFETY: raw system calls on stack data; see the module docs.
+    unsafe {
+        let mut cap = 0;
+        // Dropping past the last capability answers EINVAL.
+        while libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 {
+            cap += 1;
+        }
+        check(
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            ),
+            c"clear ambient capabilities",
+        )?;
+        let header = Header {
+            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        let r = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
+        check(if r < 0 { -1 } else { 0 }, c"drop capabilities")?;
+    }
+    Ok(())
 }
 
 /// In the new network namespace (capabilities still held): `lo` up, a TCP listener on
@@ -444,16 +538,59 @@ unsafe fn send_proxy_listener(channel: libc::c_int) -> std::io::Result<()> {
 }
 
 /// Forks: the parent waits for the child and exits with its status; the child returns.
-unsafe fn reap_or_continue() -> std::io::Result<()> {
+///
+/// With `own_user` (uid and gid map contents), the child later unshares a user namespace and
+/// the parent, still privileged in the daemon's namespace, writes its maps: the child returns
+/// `(to_reaper, from_reaper)`, writes one byte on the first once it has unshared and reads one
+/// byte from the second once the maps are written.
+unsafe fn reap_or_continue(
+    own_user: Option<&(CString, CString)>,
+) -> std::io::Result<Option<(libc::c_int, libc::c_int)>> {
     // SAFETY: a raw clone(SIGCHLD) is fork without atfork handlers; the parent branch never
     // returns to Rust code that could touch state shared with the daemon.
     unsafe {
+        // The host's /proc, opened before the child pivots the shared mount namespace's root.
+        let mut proc_fd = -1;
+        let (mut up, mut down) = ([-1; 2], [-1; 2]);
+        if own_user.is_some() {
+            proc_fd = libc::open(
+                c"/proc".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            check(proc_fd, c"open /proc")?;
+            check(libc::pipe2(up.as_mut_ptr(), libc::O_CLOEXEC), c"pipe")?;
+            check(libc::pipe2(down.as_mut_ptr(), libc::O_CLOEXEC), c"pipe")?;
+        }
         let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0);
         if pid < 0 {
             return Err(last_error(c"fork"));
         }
         if pid == 0 {
-            return Ok(());
+            if own_user.is_none() {
+                return Ok(None);
+            }
+            libc::close(proc_fd);
+            libc::close(up[0]);
+            libc::close(down[1]);
+            return Ok(Some((up[1], down[0])));
+        }
+        if let Some((uid_map, gid_map)) = own_user {
+            libc::close(up[1]);
+            libc::close(down[0]);
+            let mut byte = [0u8];
+            if libc::read(up[0], byte.as_mut_ptr().cast(), 1) == 1 {
+                let mut path = [0u8; 32];
+                let ok =
+                    [(c"/uid_map", uid_map), (c"/gid_map", gid_map)]
+                        .iter()
+                        .all(|(file, map)| {
+                            pid_path(&mut path, pid as u32, file.to_bytes_with_nul());
+                            write_at(proc_fd, &path, map.to_bytes())
+                        });
+                if ok {
+                    libc::write(down[1], byte.as_ptr().cast(), 1);
+                }
+            }
         }
         // The reaper: no descriptor but stdio (std's exec-error pipe must close here so the
         // spawn returns once the grandchild has exec'd).
@@ -472,6 +609,43 @@ unsafe fn reap_or_continue() -> std::io::Result<()> {
             libc::_exit(libc::WEXITSTATUS(status));
         }
         libc::_exit(128 + libc::WTERMSIG(status));
+    }
+}
+
+/// Writes `<pid><file>` (with its NUL) into `out`, without allocating.
+fn pid_path(out: &mut [u8; 32], pid: u32, file: &[u8]) {
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (pid, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut at = 0;
+    for d in digits[..len].iter().rev() {
+        out[at] = *d;
+        at += 1;
+    }
+    for b in file.iter().take(out.len() - at) {
+        out[at] = *b;
+        at += 1;
+    }
+}
+
+/// Writes `text` to `path` (NUL-terminated) below the directory `dir`.
+unsafe fn write_at(dir: libc::c_int, path: &[u8; 32], text: &[u8]) -> bool {
+    // SAFETY: see the module docs; `path` holds a NUL.
+    unsafe {
+        let fd = libc::openat(dir, path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::write(fd, text.as_ptr().cast(), text.len());
+        libc::close(fd);
+        n == text.len() as isize
     }
 }
 

@@ -25,6 +25,7 @@ pub mod egress;
 mod landlock_rules;
 mod launch;
 mod owner;
+mod probe_sys;
 mod seccomp;
 pub mod selftest;
 pub mod stage;
@@ -101,10 +102,13 @@ pub enum Layer {
     ExecAllowlist,
     /// Running as `nobody` when the daemon is root.
     SandboxUser,
+    /// Daemon as root, full level: each call's own user namespace (only `nobody` mapped), so
+    /// the kernel's per-user process and inotify counts are the call's own.
+    OwnUserNamespace,
 }
 
 impl Layer {
-    pub const ALL: [Layer; 7] = [
+    pub const ALL: [Layer; 8] = [
         Layer::NetNamespace,
         Layer::PidNamespace,
         Layer::HostIpcHidden,
@@ -112,6 +116,7 @@ impl Layer {
         Layer::Seccomp,
         Layer::ExecAllowlist,
         Layer::SandboxUser,
+        Layer::OwnUserNamespace,
     ];
 
     pub fn name(self) -> &'static str {
@@ -123,6 +128,7 @@ impl Layer {
             Layer::Seccomp => "seccomp",
             Layer::ExecAllowlist => "exec_allowlist",
             Layer::SandboxUser => "sandbox_user",
+            Layer::OwnUserNamespace => "own_user_namespace",
         }
     }
 
@@ -318,7 +324,7 @@ impl Sandbox {
                     "capabilities": "all dropped, no_new_privs",
                     "exec_allowlist": self.exec_allowlist().is_some(),
                     "rlimits": self.rlimits(),
-                    "runs_as": if is_root() { "nobody (daemon is root)" } else { "the daemon's user, in a user namespace" },
+                    "runs_as": if is_root() { "nobody (daemon is root), in a user namespace of its own" } else { "the daemon's user, in a user namespace" },
                 }),
                 vec![
                     "the dynamic loader can be named as a program to run any readable binary, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)",
@@ -336,7 +342,8 @@ impl Sandbox {
                     "host Unix sockets are reachable by path (no mount namespace)",
                     "processes that leave the process group survive the call (no PID namespace)",
                     "/proc shows the host's processes (their cmdline is readable)",
-                    "the child runs with the daemon's uid (root, with its capabilities, when the daemon is root)",
+                    "the host's System V IPC objects and POSIX message queues are reachable (no IPC namespace)",
+                    "the child runs with the daemon's uid (uid 0 without capabilities when the daemon is root, so no process limit applies)",
                 ],
             ),
             Backend::Docker => (
@@ -402,6 +409,18 @@ impl Sandbox {
     /// Runs a selftest probe inside this sandbox and returns what it printed: the program is this
     /// binary itself, whose constructor performs the probe (see [`stage`]).
     pub(crate) fn spawn_probe(&self, probe: &selftest::ProbeSpec) -> Result<Vec<u8>, SandboxError> {
+        let out = self
+            .spawn_probe_child(probe)?
+            .wait_with_output()
+            .map_err(|e| self.prepare_err(format!("waiting for the probe failed: {e}")))?;
+        Ok(out.stdout)
+    }
+
+    /// Starts a selftest probe inside this sandbox and returns the running child (stdout piped).
+    pub(crate) fn spawn_probe_child(
+        &self,
+        probe: &selftest::ProbeSpec,
+    ) -> Result<Child, SandboxError> {
         if matches!(self.backend, Backend::Noop | Backend::Docker) {
             return Err(
                 self.prepare_err("probes run only under the full and landlock levels".into())
@@ -414,11 +433,7 @@ impl Sandbox {
         };
         let json = serde_json::to_string(probe).map_err(|e| self.prepare_err(e.to_string()))?;
         let env = [(OsString::from(stage::STAGE_ENV), OsString::from(json))];
-        let out = self
-            .spawn_inner(program, &[], ChildIo::Piped, &env, Some(exe))?
-            .wait_with_output()
-            .map_err(|e| self.prepare_err(format!("waiting for the probe failed: {e}")))?;
-        Ok(out.stdout)
+        self.spawn_inner(program, &[], ChildIo::Piped, &env, Some(exe))
     }
 
     fn prepare_err(&self, reason: String) -> SandboxError {
@@ -620,6 +635,8 @@ impl Sandbox {
         Ok(plan
             .rlimits(limits.processes, limits.file_size, limits.cpu_secs)
             .run_as(self.run_as())
+            .own_user_namespace(self.on(Layer::OwnUserNamespace))
+            .drop_capabilities(self.drop_capabilities())
             .landlock(
                 landlock,
                 (self.backend == Backend::Full && self.on(Layer::PidNamespace))
@@ -696,6 +713,15 @@ impl Sandbox {
     fn run_as(&self) -> Option<u32> {
         (self.backend == Backend::Full && is_root() && self.on(Layer::SandboxUser))
             .then_some(SANDBOX_UID)
+    }
+
+    /// The landlock level with the daemon as root: the child keeps uid 0 (its roots may sit
+    /// below a directory only root can enter, such as `/root`) but loses every capability and
+    /// the bounding set, so an `exec` gains none back. With them, `CAP_SYS_PTRACE` read the
+    /// daemon's `/proc/<pid>/environ` through Landlock and `CAP_IPC_OWNER` attached any
+    /// System V segment.
+    fn drop_capabilities(&self) -> bool {
+        self.backend == Backend::Landlock && is_root() && self.on(Layer::SandboxUser)
     }
 
     /// Gives the workspace and the writable granted roots to the sandbox user (once per sandbox),

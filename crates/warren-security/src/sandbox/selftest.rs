@@ -39,10 +39,19 @@ pub enum Probe {
     WriteOnlyTierRead,
     RootPrivileges,
     ExecUnlisted,
+    IoUring,
+    NestedNamespace,
+    KernelInterfaces,
+    SignalOutside,
+    ProcessMemory,
+    AbstractUnixSocket,
+    SysvIpc,
+    HardlinkIntoWriteTier,
+    SharedProcessLimit,
 }
 
 impl Probe {
-    pub const ALL: [Probe; 16] = [
+    pub const ALL: [Probe; 25] = [
         Probe::Udp,
         Probe::Tcp,
         Probe::Mptcp,
@@ -59,6 +68,15 @@ impl Probe {
         Probe::WriteOnlyTierRead,
         Probe::RootPrivileges,
         Probe::ExecUnlisted,
+        Probe::IoUring,
+        Probe::NestedNamespace,
+        Probe::KernelInterfaces,
+        Probe::SignalOutside,
+        Probe::ProcessMemory,
+        Probe::AbstractUnixSocket,
+        Probe::SysvIpc,
+        Probe::HardlinkIntoWriteTier,
+        Probe::SharedProcessLimit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,7 +85,9 @@ impl Probe {
             Probe::Tcp => "network: TCP connect to the host",
             Probe::Mptcp => "network: MPTCP connect to the host",
             Probe::TcpFastOpen => "network: TCP Fast Open sendto the host",
-            Probe::KernelSockets => "sockets: netlink, packet, vsock, raw",
+            Probe::KernelSockets => {
+                "sockets: netlink, packet, vsock, alg, bluetooth, xdp, can, tipc, key, rds, raw"
+            }
             Probe::HostUnixSocket => "host Unix socket (in host /tmp)",
             Probe::ProcEnviron => "/proc/<daemon>/environ and cmdline",
             Probe::Survivors => "survivor after the call (job-control fork)",
@@ -79,6 +99,15 @@ impl Probe {
             Probe::WriteOnlyTierRead => "list a Write-granted sibling",
             Probe::RootPrivileges => "uid 0 or capabilities",
             Probe::ExecUnlisted => "run a program outside allowed_commands",
+            Probe::IoUring => "io_uring (operations unseen by seccomp)",
+            Probe::NestedNamespace => "nested user namespace (unshare, clone, clone3)",
+            Probe::KernelInterfaces => "bpf, perf_event_open, userfaultfd, keyctl, ptrace, mount",
+            Probe::SignalOutside => "signal a host process",
+            Probe::ProcessMemory => "read the daemon's memory (process_vm_readv, /proc/<pid>/mem)",
+            Probe::AbstractUnixSocket => "host abstract Unix socket (@name)",
+            Probe::SysvIpc => "host System V shared memory",
+            Probe::HardlinkIntoWriteTier => "hard-link an own file into a Write-granted sibling",
+            Probe::SharedProcessLimit => "exhaust the process limit of another call",
         }
     }
 
@@ -98,6 +127,18 @@ impl Probe {
             Probe::ReadOnlyTierWrite | Probe::WriteOnlyTierRead => &[Layer::Landlock],
             Probe::RootPrivileges => &[Layer::SandboxUser],
             Probe::ExecUnlisted => &[Layer::ExecAllowlist],
+            Probe::IoUring | Probe::NestedNamespace | Probe::KernelInterfaces => &[Layer::Seccomp],
+            Probe::SignalOutside => &[Layer::PidNamespace, Layer::Landlock],
+            Probe::ProcessMemory => &[
+                Layer::PidNamespace,
+                Layer::Seccomp,
+                Layer::Landlock,
+                Layer::SandboxUser,
+            ],
+            Probe::AbstractUnixSocket => &[Layer::NetNamespace, Layer::Landlock],
+            Probe::SysvIpc => &[],
+            Probe::HardlinkIntoWriteTier => &[Layer::Landlock],
+            Probe::SharedProcessLimit => &[Layer::OwnUserNamespace],
         }
     }
 }
@@ -109,6 +150,8 @@ fn stopped_by(probe: Probe) -> Vec<&'static str> {
             vec!["mount namespace (not bound)", "landlock"]
         }
         Probe::OutsideStat => vec!["mount namespace (not bound)"],
+        Probe::SysvIpc => vec!["ipc namespace"],
+        Probe::HardlinkIntoWriteTier => vec!["mount namespace (EXDEV)", "landlock (no refer)"],
         other => other.layers().iter().map(|l| l.name()).collect(),
     }
 }
@@ -283,6 +326,68 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             let line = inside(sandbox, probe, String::new())?;
             verdict(succeeded(&line), line)
         }
+        Probe::IoUring | Probe::NestedNamespace | Probe::KernelInterfaces => {
+            let line = inside(sandbox, probe, String::new())?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::SignalOutside => {
+            let mut victim = std::process::Command::new("/bin/sleep")
+                .arg("30")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start a host process to aim at: {e}"))?;
+            let line = inside(sandbox, probe, victim.id().to_string());
+            std::thread::sleep(Duration::from_millis(50));
+            let died = matches!(victim.try_wait(), Ok(Some(_)));
+            let _ = victim.kill();
+            let _ = victim.wait();
+            let line = line?;
+            verdict(died, line)
+        }
+        Probe::ProcessMemory => {
+            let target = format!(
+                "{} {}",
+                std::process::id(),
+                std::hint::black_box(MEMORY_MARK.as_ptr()) as usize
+            );
+            let line = inside(sandbox, probe, target)?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::AbstractUnixSocket => {
+            use std::os::linux::net::SocketAddrExt;
+            let name = format!("warren-selftest-{}-{}", std::process::id(), nanos());
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .map_err(|e| e.to_string())?;
+            let listener = UnixListener::bind_addr(&addr).map_err(|e| e.to_string())?;
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let line = inside(sandbox, probe, name)?;
+            verdict(listener.accept().is_ok() || succeeded(&line), line)
+        }
+        Probe::SysvIpc => {
+            let key = (nanos() as i32 & 0x3fff_ffff) | 0x4000_0000;
+            let id = super::probe_sys::shm_create(key)
+                .map_err(|e| format!("cannot create a host segment to aim at: {e}"))?;
+            let line = inside(sandbox, probe, key.to_string());
+            super::probe_sys::shm_remove(id);
+            let line = line?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::HardlinkIntoWriteTier => match policy.write_only_roots().first() {
+            None => Ok((Outcome::Skipped, "the agent has no Write grant".into())),
+            Some(g) => {
+                let line = inside(sandbox, probe, g.root.display().to_string())?;
+                // Both places are agent-writable: cleaned up through confined handles.
+                if let Ok(Some(dir)) = ConfinedDir::open_root(&g.root) {
+                    let _ = dir.remove(PLANTED);
+                }
+                if let Ok(Some(dir)) = ConfinedDir::open_root(policy.workspace()) {
+                    let _ = dir.remove(PLANTED);
+                }
+                verdict(succeeded(&line), line)
+            }
+        },
+        Probe::SharedProcessLimit => shared_process_limit(sandbox),
         Probe::ExecUnlisted => {
             if sandbox.exec_allowlist().is_none() {
                 return Ok((Outcome::Skipped, "allowed_commands = [\"*\"]".into()));
@@ -301,6 +406,48 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             verdict(succeeded(&line), line)
         }
     }
+}
+
+/// What [`Probe::ProcessMemory`] tries to read out of the daemon.
+static MEMORY_MARK: [u8; 16] = *b"warren-vm-marker";
+/// The file [`Probe::HardlinkIntoWriteTier`] creates and links.
+const PLANTED: &str = ".warren-selftest-planted";
+/// How many processes the fork probe starts at most (the landlock level as root has no limit).
+const FORK_CAP: usize = 2048;
+
+fn nanos() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}
+
+/// One call fills its process limit and stays; a second call of the same agent then tries to
+/// fork. Under the full level each call counts its own processes (its own user namespace).
+fn shared_process_limit(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
+    let spec = ProbeSpec {
+        probe: Probe::SharedProcessLimit,
+        target: "fill".into(),
+    };
+    let mut filler = sandbox
+        .spawn_probe_child(&spec)
+        .map_err(|e| e.to_string())?;
+    let mut first = String::new();
+    if let Some(out) = filler.stdout.take() {
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut first);
+    }
+    let line = inside(sandbox, Probe::SharedProcessLimit, "fork".into());
+    let _ = filler.kill();
+    let _ = filler.wait();
+    let line = line?;
+    let detail = format!("{}; the other call: {line}", first.trim());
+    Ok((
+        if succeeded(&line) {
+            Outcome::Held
+        } else {
+            Outcome::Escape
+        },
+        detail,
+    ))
 }
 
 fn accepted(listener: &TcpListener) -> bool {
@@ -415,6 +562,18 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
                 ("packet", AddressFamily::PACKET, SocketType::RAW, None),
                 ("vsock", AddressFamily::VSOCK, SocketType::STREAM, None),
                 (
+                    "alg",
+                    AddressFamily::from_raw(libc::AF_ALG as u16),
+                    SocketType::SEQPACKET,
+                    None,
+                ),
+                ("bluetooth", AddressFamily::BLUETOOTH, SocketType::RAW, None),
+                ("xdp", AddressFamily::XDP, SocketType::RAW, None),
+                ("can", AddressFamily::CAN, SocketType::RAW, None),
+                ("tipc", AddressFamily::TIPC, SocketType::RDM, None),
+                ("key", AddressFamily::KEY, SocketType::RAW, None),
+                ("rds", AddressFamily::RDS, SocketType::SEQPACKET, None),
+                (
                     "raw inet",
                     AddressFamily::INET,
                     SocketType::RAW,
@@ -460,7 +619,8 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
                     if std::fs::File::open(format!("/proc/{pid}/{file}"))
                         .and_then(|mut f| f.read_to_string(&mut text))
                         .is_ok()
-                        && text.contains("warren")
+                        && !text.is_empty()
+                        && (pid == spec.target || text.contains("warren"))
                     {
                         read.push(format!("/proc/{pid}/{file}"));
                     }
@@ -525,6 +685,117 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
                 Err(format!("uid {}, no capabilities", uid.as_raw()))
             }
         }
+        Probe::IoUring => super::probe_sys::io_uring_setup()
+            .map(|()| "created an io_uring".into())
+            .map_err(|e| e.to_string()),
+        Probe::NestedNamespace => {
+            let tries = [
+                ("unshare", super::probe_sys::unshare_user()),
+                ("clone", super::probe_sys::clone_new_user()),
+                ("clone3", super::probe_sys::clone3_new_user()),
+            ];
+            let (done, refused): (Vec<_>, Vec<_>) = tries.into_iter().partition(|(_, r)| r.is_ok());
+            if done.is_empty() {
+                Err(refused
+                    .iter()
+                    .map(|(n, r)| {
+                        format!(
+                            "{n}: {}",
+                            r.as_ref()
+                                .err()
+                                .map(ToString::to_string)
+                                .unwrap_or_default()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "))
+            } else {
+                Ok(format!(
+                    "new user namespace by {}",
+                    done.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ))
+            }
+        }
+        Probe::KernelInterfaces => {
+            let opened = super::probe_sys::kernel_interfaces();
+            if opened.is_empty() {
+                Err("every call refused".into())
+            } else {
+                Ok(format!("used {}", opened.join(", ")))
+            }
+        }
+        Probe::SignalOutside => {
+            let pid: i32 = spec.target.parse().map_err(|_| "bad pid".to_string())?;
+            super::probe_sys::kill(pid, libc::SIGTERM)
+                .map(|()| format!("sent SIGTERM to {pid}"))
+                .map_err(|e| e.to_string())
+        }
+        Probe::ProcessMemory => {
+            let mut parts = spec.target.split(' ');
+            let pid: i32 = parts.next().and_then(|p| p.parse().ok()).ok_or("bad pid")?;
+            let addr: usize = parts
+                .next()
+                .and_then(|a| a.parse().ok())
+                .ok_or("bad address")?;
+            let vm = super::probe_sys::process_vm_read(pid, addr, MEMORY_MARK.len());
+            let mem = std::fs::File::open(format!("/proc/{pid}/mem")).and_then(|f| {
+                let mut buf = [0u8; 16];
+                std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, addr as u64).map(|()| buf)
+            });
+            match (vm, mem) {
+                (Ok(b), _) if b == MEMORY_MARK => {
+                    Ok("read the daemon's memory with process_vm_readv".into())
+                }
+                (_, Ok(b)) if b == MEMORY_MARK => {
+                    Ok("read the daemon's memory through /proc/<pid>/mem".into())
+                }
+                (vm, mem) => Err(format!(
+                    "process_vm_readv: {}; /proc/{pid}/mem: {}",
+                    vm.err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_else(|| "other bytes".into()),
+                    mem.err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_else(|| "other bytes".into())
+                )),
+            }
+        }
+        Probe::AbstractUnixSocket => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(spec.target.as_bytes())
+                .map_err(|e| e.to_string())?;
+            std::os::unix::net::UnixStream::connect_addr(&addr)
+                .map(|_| format!("connected to @{}", spec.target))
+                .map_err(|e| e.to_string())
+        }
+        Probe::SysvIpc => {
+            let key: i32 = spec.target.parse().map_err(|_| "bad key".to_string())?;
+            super::probe_sys::shm_lookup(key)
+                .map(|id| format!("found the host segment (id {id})"))
+                .map_err(|e| e.to_string())
+        }
+        Probe::HardlinkIntoWriteTier => {
+            let own = Path::new(PLANTED);
+            let _ = std::fs::remove_file(own);
+            std::fs::write(own, b"x").map_err(|e| e.to_string())?;
+            let r = std::fs::hard_link(own, Path::new(&spec.target).join(PLANTED));
+            let _ = std::fs::remove_file(own);
+            r.map(|()| {
+                "linked an own file into the Write grant: what the sibling writes there is readable"
+                    .into()
+            })
+            .map_err(|e| e.to_string())
+        }
+        Probe::SharedProcessLimit if spec.target == "fill" => {
+            let (n, e) = super::probe_sys::fork_until_refused(FORK_CAP);
+            println!("started {n} processes, then: {e}");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            std::thread::sleep(Duration::from_secs(60));
+            Ok(String::new())
+        }
+        Probe::SharedProcessLimit => super::probe_sys::fork_once()
+            .map(|()| "forked".into())
+            .map_err(|e| format!("cannot fork: {e}")),
         Probe::Survivors => Err("runs as a shell command, not in the stage".into()),
         Probe::ExecUnlisted => std::process::Command::new(&spec.target)
             .stdout(std::process::Stdio::null())

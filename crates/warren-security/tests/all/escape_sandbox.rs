@@ -26,13 +26,21 @@ inbox = "Write"
 [risk_profiles.attacker]
 "#;
 
-struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
     targets: Targets,
     root: InstallRoot,
 }
 
 fn policy(kind: SandboxKind, allowed: &[&str]) -> (Fixture, SecurityPolicy) {
+    policy_with(kind, allowed, false)
+}
+
+pub(crate) fn policy_with(
+    kind: SandboxKind,
+    allowed: &[&str],
+    allow_network: bool,
+) -> (Fixture, SecurityPolicy) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = InstallRoot::at(dir.path().join("w"));
     root.ensure_layout().expect("layout");
@@ -48,7 +56,7 @@ fn policy(kind: SandboxKind, allowed: &[&str]) -> (Fixture, SecurityPolicy) {
             sandbox: kind,
             autonomy: Autonomy::Full,
             allowed_commands: allowed.iter().map(|s| s.to_string()).collect(),
-            allow_network: false,
+            allow_network,
             ..RiskProfile::default()
         },
     );
@@ -76,13 +84,13 @@ fn policy(kind: SandboxKind, allowed: &[&str]) -> (Fixture, SecurityPolicy) {
     )
 }
 
-fn sandbox(kind: SandboxKind, allowed: &[&str]) -> (Fixture, Sandbox) {
+pub(crate) fn sandbox(kind: SandboxKind, allowed: &[&str]) -> (Fixture, Sandbox) {
     let (f, p) = policy(kind, allowed);
     let s = Sandbox::for_policy(&p).expect("the full sandbox is available (bwrap from .ci/run)");
     (f, s)
 }
 
-fn outcome(s: &Sandbox, f: &Fixture, probe: Probe) -> (Outcome, String) {
+pub(crate) fn outcome(s: &Sandbox, f: &Fixture, probe: Probe) -> (Outcome, String) {
     let row = selftest::run_probe(s, probe, &f.targets);
     (row.outcome, row.detail)
 }
@@ -105,7 +113,7 @@ fn the_full_sandbox_holds_every_probe_issue13() {
 }
 
 /// Each probe escapes with the named layers switched off (the probe is live).
-fn escapes_without(probe: Probe, kind: SandboxKind, layers: &[Layer]) {
+pub(crate) fn escapes_without(probe: Probe, kind: SandboxKind, layers: &[Layer]) {
     let (f, s) = sandbox(kind, &["ls", "cat", "sh"]);
     let (held, detail) = outcome(&s, &f, probe);
     assert_eq!(held, Outcome::Held, "{probe:?} with every layer: {detail}");

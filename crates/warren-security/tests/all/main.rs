@@ -3,5 +3,6 @@
 mod approval_rules;
 mod architecture;
 mod escape_sandbox;
+mod escapes2;
 mod policy;
 mod sandbox;

@@ -1,0 +1,223 @@
+//! Raw system calls the selftest probes make inside the sandbox (and the few the judge makes on
+//! the host side), each wrapped so the probe code stays safe. Every call here is an attack a
+//! probe performs: the seccomp filter, a namespace or Landlock is expected to refuse it.
+#![allow(unsafe_code)]
+
+use std::io::Error;
+
+fn ret(r: libc::c_long) -> Result<libc::c_long, Error> {
+    if r < 0 {
+        Err(Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn close(fd: libc::c_long) {
+    // SAFETY: closes a descriptor this module just opened.
+    unsafe {
+        libc::close(fd as libc::c_int);
+    }
+}
+
+/// `io_uring_setup(4, {})`: a ring whose operations (connect, sendmsg, openat) seccomp could
+/// not see.
+pub(crate) fn io_uring_setup() -> Result<(), Error> {
+    let mut params = [0u8; 120]; // struct io_uring_params
+    // SAFETY: the kernel writes at most sizeof(io_uring_params) bytes into `params`.
+    let fd = ret(unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) })?;
+    close(fd);
+    Ok(())
+}
+
+/// `unshare(CLONE_NEWUSER)`: a nested user namespace, where the caller holds every capability.
+pub(crate) fn unshare_user() -> Result<(), Error> {
+    // SAFETY: unshare takes flags only.
+    ret(unsafe { libc::unshare(libc::CLONE_NEWUSER) } as libc::c_long).map(drop)
+}
+
+/// `clone(CLONE_NEWUSER | SIGCHLD)` (fork semantics); the child exits at once.
+pub(crate) fn clone_new_user() -> Result<(), Error> {
+    let flags = (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_long;
+    // SAFETY: fork semantics (no CLONE_VM); the child only calls _exit.
+    let pid = ret(unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) })?;
+    if pid == 0 {
+        // SAFETY: leaves the forked child without running any Rust code.
+        unsafe { libc::_exit(0) };
+    }
+    reap(pid);
+    Ok(())
+}
+
+/// `clone3({flags: CLONE_NEWUSER, exit_signal: SIGCHLD})`.
+pub(crate) fn clone3_new_user() -> Result<(), Error> {
+    let mut args = [0u64; 11]; // struct clone_args (size 88)
+    args[0] = libc::CLONE_NEWUSER as u64;
+    args[4] = libc::SIGCHLD as u64;
+    // SAFETY: fork semantics (no CLONE_VM, no stack); the child only calls _exit.
+    let pid = ret(unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args.as_mut_ptr(),
+            std::mem::size_of_val(&args),
+        )
+    })?;
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) };
+    }
+    reap(pid);
+    Ok(())
+}
+
+fn reap(pid: libc::c_long) {
+    let mut status = 0;
+    // SAFETY: waits for the child this module forked.
+    unsafe {
+        libc::waitpid(pid as libc::pid_t, &mut status, 0);
+    }
+}
+
+/// Kernel interfaces no agent command needs, each tried once; returns the names that worked.
+pub(crate) fn kernel_interfaces() -> Vec<&'static str> {
+    let mut opened = Vec::new();
+    let mut attr = [0u8; 128]; // struct perf_event_attr (software clock)
+    attr[0] = 1; // type = PERF_TYPE_SOFTWARE
+    attr[4] = 128; // size
+    let mut bpf_attr = [0u8; 128];
+    bpf_attr[0] = 2; // map_type = BPF_MAP_TYPE_ARRAY
+    bpf_attr[4] = 4; // key_size
+    bpf_attr[8] = 4; // value_size
+    bpf_attr[12] = 1; // max_entries
+    // SAFETY: each call gets buffers at least as large as the kernel reads; a descriptor it
+    // returns is closed at once.
+    unsafe {
+        let tries: [(&str, libc::c_long); 6] = [
+            (
+                "bpf",
+                libc::syscall(libc::SYS_bpf, 0, bpf_attr.as_mut_ptr(), 128u32),
+            ),
+            (
+                "perf_event_open",
+                libc::syscall(libc::SYS_perf_event_open, attr.as_mut_ptr(), 0, -1, -1, 0),
+            ),
+            (
+                "userfaultfd",
+                libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1), // UFFD_USER_MODE_ONLY
+            ),
+            (
+                "keyctl",
+                // KEYCTL_GET_KEYRING_ID of the user keyring
+                libc::syscall(libc::SYS_keyctl, 0, -4, 0),
+            ),
+            (
+                "ptrace",
+                libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0),
+            ),
+            (
+                "mount",
+                libc::mount(
+                    c"none".as_ptr(),
+                    c".".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                ) as libc::c_long,
+            ),
+        ];
+        for (name, r) in tries {
+            if r >= 0 {
+                opened.push(name);
+                if matches!(name, "bpf" | "perf_event_open" | "userfaultfd") {
+                    close(r);
+                }
+            }
+        }
+    }
+    opened
+}
+
+/// `kill(pid, sig)`.
+pub(crate) fn kill(pid: i32, sig: i32) -> Result<(), Error> {
+    // SAFETY: kill takes integers only.
+    ret(unsafe { libc::kill(pid, sig) } as libc::c_long).map(drop)
+}
+
+/// `process_vm_readv` of `len` bytes at `addr` in `pid`.
+pub(crate) fn process_vm_read(pid: i32, addr: usize, len: usize) -> Result<Vec<u8>, Error> {
+    let mut buf = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: the local iovec covers `buf`; the remote one is only read by the kernel.
+    let n =
+        ret(unsafe { libc::syscall(libc::SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0) })?;
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// A System V shared memory segment (host side): `shmget(key, 4096, IPC_CREAT | 0666)`.
+pub(crate) fn shm_create(key: i32) -> Result<i32, Error> {
+    // SAFETY: shmget takes integers only.
+    ret(
+        unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o666) }
+            as libc::c_long,
+    )
+    .map(|id| id as i32)
+}
+
+/// Looks a segment up by key (`shmget(key, 0, 0)`) and returns its id.
+pub(crate) fn shm_lookup(key: i32) -> Result<i32, Error> {
+    // SAFETY: as above.
+    ret(unsafe { libc::shmget(key, 0, 0) } as libc::c_long).map(|id| id as i32)
+}
+
+/// Removes a segment (`shmctl(id, IPC_RMID)`).
+pub(crate) fn shm_remove(id: i32) {
+    // SAFETY: IPC_RMID takes no buffer.
+    unsafe {
+        libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+    }
+}
+
+/// Forks children that block forever until the kernel refuses one; returns how many started
+/// and the refusal.
+pub(crate) fn fork_until_refused(max: usize) -> (usize, Error) {
+    let mut n = 0;
+    loop {
+        // SAFETY: fork in the single-threaded probe; the child only pauses and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the child never returns to Rust code.
+            unsafe {
+                libc::pause();
+                libc::_exit(0);
+            }
+        }
+        if pid < 0 {
+            return (n, Error::last_os_error());
+        }
+        n += 1;
+        if n >= max {
+            return (n, Error::from_raw_os_error(libc::EAGAIN));
+        }
+    }
+}
+
+/// One fork whose child exits at once.
+pub(crate) fn fork_once() -> Result<(), Error> {
+    // SAFETY: as above.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) };
+    }
+    ret(pid as libc::c_long)?;
+    reap(pid as libc::c_long);
+    Ok(())
+}
