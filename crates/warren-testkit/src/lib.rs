@@ -299,6 +299,30 @@ pub fn http(
     token: Option<&str>,
     body: &str,
 ) -> io::Result<(u16, serde_json::Value)> {
+    let answer = http_text(port, method, path, token, body)?;
+    Ok((
+        answer.status,
+        serde_json::from_str(&answer.body).unwrap_or_default(),
+    ))
+}
+
+/// An answer of [`http_text`].
+#[derive(Debug, Clone)]
+pub struct HttpText {
+    pub status: u16,
+    /// The `Content-Type` header's value (empty without one).
+    pub content_type: String,
+    pub body: String,
+}
+
+/// [`http`], with the body as text and its content type (`/metrics`, pages).
+pub fn http_text(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> io::Result<HttpText> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
@@ -316,10 +340,15 @@ pub fn http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    let body = if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         let mut out = String::new();
         let mut rest = body;
         while let Some((size, tail)) = rest.split_once("\r\n") {
@@ -334,7 +363,11 @@ pub fn http(
     } else {
         body.to_string()
     };
-    Ok((status, serde_json::from_str(&body).unwrap_or_default()))
+    Ok(HttpText {
+        status,
+        content_type: header("content-type").unwrap_or_default(),
+        body,
+    })
 }
 
 /// Pairs a device named `device` with the daemon of `root` listening on `port`, as an operator

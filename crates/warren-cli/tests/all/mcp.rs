@@ -10,7 +10,7 @@
 //! a clear reason; a secret reaches the server's environment but never the model, the session
 //! or the trace.
 
-use crate::common::bin;
+use crate::common::{self, bin};
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sha2::Digest;
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
-use warren_testkit::{TempRoot, text};
+use warren_testkit::{TempRoot, free_port, http, http_text, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -251,6 +251,71 @@ autonomy = "full"
         result.contains("has no tool 'mcp__t__echo'") && !result.contains("echo: from b"),
         "{result}"
     );
+    Ok(())
+}
+
+/// The metrics count an MCP tool call under the name the agent's server registered; a name
+/// the model made up, even one shaped like an MCP tool's, is counted as `unknown` and is no
+/// label value (issue 25: labels stay bounded).
+#[test]
+fn an_mcp_tool_call_is_counted_under_its_name_and_a_made_up_one_as_unknown() -> R {
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    let extra = format!(
+        r#"
+[agents.a]
+provider = "fake"
+model = "m"
+risk_profile = "hands"
+{}
+[risk_profiles.hands]
+autonomy = "full"
+
+[gateway]
+port = {port}
+"#,
+        server_table("a", LOW)
+    );
+    let root = setup(&fake, &extra)?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("c1", "mcp__t__echo", json!({"text": "counted"})),
+            FakeCall::new("c2", "mcp__t__made_up_7c1", json!({})),
+        ],
+    ));
+    fake.push(FakeReply::text("A is done."));
+    let (mut daemon, token) = common::paired_daemon(&root, port, "ops")?;
+    let (status, chat) = http(
+        port,
+        "POST",
+        "/api/agents/a/chat",
+        Some(&token),
+        r#"{"message": "call echo"}"#,
+    )?;
+    assert_eq!(
+        (status, chat["tool_calls"].clone()),
+        (200, json!(2)),
+        "{chat}"
+    );
+    let result = tool_results(&fake.requests()[1].body);
+    assert!(result.contains("echo: counted"), "the MCP tool ran: {result}");
+    let metrics = http_text(port, "GET", "/metrics", Some(&token), "")?;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    for series in [
+        r#"warren_tool_calls_total{agent="a",tool="mcp__t__echo",outcome="ok"}"#,
+        r#"warren_tool_calls_total{agent="a",tool="unknown",outcome="error"}"#,
+    ] {
+        assert_eq!(
+            common::sample(&metrics.body, series),
+            Some(1.0),
+            "{series} in:\n{}",
+            metrics.body
+        );
+    }
+    assert!(!metrics.body.contains("made_up_7c1"), "{}", metrics.body);
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(Duration::from_secs(30))?.code(), Some(0));
     Ok(())
 }
 

@@ -9,7 +9,6 @@
 //! The `prometheus` binary is required: CI installs it (`.ci/run`); a missing one fails.
 
 use crate::common::{self, bin, wait_until};
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::otlp::{OtlpReceiver, ReceivedSpan};
-use warren_testkit::{TempRoot, free_port, http};
+use warren_testkit::{HttpText, TempRoot, free_port, http, http_text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -54,34 +53,6 @@ fn write_note(root: &TempRoot) -> std::io::Result<()> {
     std::fs::write(ws.join("note.md"), format!("{NOTE}; key {KEY}\n"))
 }
 
-/// `GET path` on `port` as raw text (status, content type, body).
-fn get_text(port: u16, path: &str, token: Option<&str>) -> std::io::Result<(u16, String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(WAIT))?;
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let content_type = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-type:")
-                .map(|v| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    Ok((status, content_type, body.to_string()))
-}
-
 /// A Prometheus server (Debian's `prometheus`) killed when dropped.
 struct Prometheus {
     child: Child,
@@ -112,7 +83,7 @@ impl Prometheus {
             })?;
         let p = Self { child, port };
         wait_until("prometheus ready", WAIT, || {
-            Ok(get_text(p.port, "/-/ready", None).is_ok_and(|(s, _, _)| s == 200))
+            Ok(http_text(p.port, "GET", "/-/ready", None, "").is_ok_and(|a| a.status == 200))
         })?;
         Ok(p)
     }
@@ -191,10 +162,12 @@ fn prometheus_scrapes_turn_token_and_tool_counts_after_a_chat_issue25() -> R {
 
     // The gateway's /metrics needs the token; the separate listener does not, and serves
     // nothing else.
-    let (status, _, _) = get_text(port, "/metrics", None)?;
-    assert_eq!(status, 401);
-    let (status, _, _) = get_text(open_port, "/api/health", None)?;
-    assert_eq!(status, 404, "the metrics port serves only /metrics");
+    assert_eq!(http_text(port, "GET", "/metrics", None, "")?.status, 401);
+    assert_eq!(
+        http_text(open_port, "GET", "/api/health", None, "")?.status,
+        404,
+        "the metrics port serves only /metrics"
+    );
 
     let (status, chat) = http(
         port,
@@ -307,7 +280,11 @@ scrape_configs:
         );
     }
     // Bounded labels: the session key and the message text are no label value anywhere.
-    let (status, content_type, text) = get_text(port, "/metrics", Some(&token))?;
+    let HttpText {
+        status,
+        content_type,
+        body: text,
+    } = http_text(port, "GET", "/metrics", Some(&token), "")?;
     assert_eq!(status, 200);
     assert!(
         content_type.starts_with("application/openmetrics-text"),
@@ -557,13 +534,6 @@ fn resident_memory_past_the_ceiling_warns_once_in_the_log_and_in_health_issue25(
     Ok(())
 }
 
-/// The value of the sample `series` (name and labels as written) in `/metrics` text.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 #[test]
 fn operator_decisions_and_cron_runs_are_counted_issue25() -> R {
     let root = TempRoot::new()?;
@@ -628,8 +598,8 @@ fn operator_decisions_and_cron_runs_are_counted_issue25() -> R {
 
     let mut text = String::new();
     wait_until("the cron run is counted", WAIT, || {
-        text = get_text(port, "/metrics", token)?.2;
-        Ok(sample(&text, r#"warren_cron_runs_total{job="digest",status="ok"}"#).is_some())
+        text = http_text(port, "GET", "/metrics", token, "")?.body;
+        Ok(common::sample(&text, r#"warren_cron_runs_total{job="digest",status="ok"}"#).is_some())
     })?;
     for (series, want) in [
         (
@@ -650,7 +620,11 @@ fn operator_decisions_and_cron_runs_are_counted_issue25() -> R {
             1.0,
         ),
     ] {
-        assert_eq!(sample(&text, series), Some(want), "{series} in:\n{text}");
+        assert_eq!(
+            common::sample(&text, series),
+            Some(want),
+            "{series} in:\n{text}"
+        );
     }
     assert!(
         !root.path().join("agents/main/workspace/out.md").exists(),

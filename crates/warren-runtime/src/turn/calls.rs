@@ -74,10 +74,12 @@ impl AgentRunner {
 
     /// Runs a round's calls; results in call order (LOOP-1, issue 7 §3). Gives the calls
     /// back with their result messages (the events share each call instead of copying it; it
-    /// is taken back without a copy when no event consumer kept it).
+    /// is taken back without a copy when no event consumer kept it). `known`: the names of
+    /// this turn's tools (built-in and MCP), the only values of the metrics' tool label.
     pub(super) async fn run_calls(
         &self,
         calls: Vec<ToolCall>,
+        known: &[String],
         session: Option<&str>,
         io: &TurnIo,
         outcome: &mut TurnOutcome,
@@ -149,8 +151,7 @@ impl AgentRunner {
             });
             outcome.tool_calls += 1;
             // A name the model made up is `unknown` (metric labels stay bounded).
-            let tool = self
-                .known
+            let tool = known
                 .iter()
                 .find(|k| **k == call.name)
                 .map_or("unknown", |k| k);

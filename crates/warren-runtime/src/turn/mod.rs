@@ -714,7 +714,9 @@ impl AgentRunner {
                     count: calls.len(),
                 });
             }
-            let (calls, results) = self.run_calls(calls, session, io, &mut outcome).await;
+            let (calls, results) = self
+                .run_calls(calls, &known, session, io, &mut outcome)
+                .await;
             let round_call = ChatMessage::assistant_calls(text, calls);
             sink.push(&round_call).await?;
             let messages = &mut Arc::make_mut(&mut request).messages;

@@ -91,3 +91,10 @@ pub fn paired_daemon(
     let token = pair(root, bin(), port, device)?;
     Ok((daemon, token))
 }
+
+/// The value of the sample `series` (name and labels as written) in `/metrics` text.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
