@@ -818,6 +818,17 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
     let all_ok = all_ok && memory_backends["status"] != "error";
     let memory = warren_runtime::telemetry::memory_health();
     let all_ok = all_ok && memory["status"] == "ok";
+    // Stores left read-only at their old schema by a failed migration (issue 22 §4).
+    let read_only: Vec<Value> = warren_config::sqlite::read_only_stores()
+        .into_iter()
+        .map(|(path, reason)| json!({"path": path, "reason": reason}))
+        .collect();
+    let all_ok = all_ok && read_only.is_empty();
+    let stores = if read_only.is_empty() {
+        json!({"status": "ok"})
+    } else {
+        json!({"status": "read_only", "read_only": read_only})
+    };
     Json(json!({
         "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
@@ -832,6 +843,7 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
             "sop": crate::sop_api::health(&state).await,
             "memory_backends": memory_backends,
             "resident_memory": memory,
+            "stores": stores,
         },
     }))
 }

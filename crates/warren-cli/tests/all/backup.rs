@@ -606,7 +606,10 @@ fn a_failing_migration_rolls_back_and_the_old_schema_opens_read_only_beyond11() 
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("notes"), "{stdout}");
-    assert!(stderr.contains("read-only at their old schema"), "{stderr}");
+    assert!(
+        stderr.contains("sessions opened read-only because the migration from schema 0 to 1"),
+        "{stderr}"
+    );
 
     let out = root.run(bin(), &["--json", "doctor"])?;
     assert_eq!(out.status.code(), Some(1), "doctor reports a problem");

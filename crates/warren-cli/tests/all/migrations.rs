@@ -95,6 +95,9 @@ fn failed_migrations_leave_memory_cron_and_devices_read_only_at_their_old_schema
         ("cron", data.join("cron/jobs.db"), "jobs"),
         ("devices", data.join("devices.db"), "devices"),
     ];
+    // The session store too (no rows yet): the daemon serves it read-only.
+    let sessions_db = data.join("sessions/sessions.db");
+    make_old(&sessions_db)?;
     let mut before = BTreeMap::new();
     for (name, db, table) in &stores {
         make_old(db)?;
@@ -118,17 +121,6 @@ fn failed_migrations_leave_memory_cron_and_devices_read_only_at_their_old_schema
     daemon.wait_for("warren daemon ready", WAIT)?;
     let (status, health) = http(port, "GET", "/health", None, "")?;
     assert_eq!(status, 200, "{health}");
-    // The daemon opened the registry and the scheduler's store read-only, and said so once.
-    for db in [&stores[1].1, &stores[2].1] {
-        let needle = format!("{}: opened read-only because the migration", db.display());
-        daemon.saw_or_wait_for(&needle, WAIT)?;
-        let times = daemon
-            .stderr_seen()
-            .iter()
-            .filter(|l| l.contains(&needle))
-            .count();
-        assert_eq!(times, 1, "{:#?}", daemon.stderr_seen());
-    }
     after(&before)?;
 
     // Reads answer at the old schema: the daemon's registry, and the CLI's cron and memory.
@@ -142,6 +134,29 @@ fn failed_migrations_leave_memory_cron_and_devices_read_only_at_their_old_schema
     let out = failing(&["memory", "list", "--agent", "main"])?;
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(text(&out).0.contains("plan"), "{:?}", text(&out));
+
+    // The daemon reports the stores it opened read-only (and stays up), and said so once.
+    let (status, health) = http(port, "GET", "/api/health", Some(&token), "")?;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    let listed_ro = health["components"]["stores"]["read_only"].to_string();
+    assert_eq!(
+        health["components"]["stores"]["status"], "read_only",
+        "{health}"
+    );
+    for db in [&stores[1].1, &stores[2].1, &sessions_db] {
+        assert!(listed_ro.contains(&db.display().to_string()), "{health}");
+    }
+    for db in [&stores[1].1, &stores[2].1, &sessions_db] {
+        let needle = format!("{}: opened read-only because the migration", db.display());
+        daemon.saw_or_wait_for(&needle, WAIT)?;
+        let times = daemon
+            .stderr_seen()
+            .iter()
+            .filter(|l| l.contains(&needle))
+            .count();
+        assert_eq!(times, 1, "{:#?}", daemon.stderr_seen());
+    }
 
     // Writes fail naming the file, why it is read-only and what to do.
     let refused = |out: std::process::Output, db: &Path| {

@@ -83,7 +83,12 @@ impl SessionError {
     pub(crate) fn from_sqlite(path: PathBuf, op: &'static str, cause: rusqlite::Error) -> Self {
         match warren_config::sqlite::full_disk_at(&cause, &path) {
             Some(dir) => SessionError::DiskFull { path, op, dir },
-            None => SessionError::Sqlite { path, op, cause },
+            None => SessionError::Sqlite {
+                // A store left read-only by a failed migration says so (issue 22 §4).
+                cause: warren_config::sqlite::explain(cause, &path),
+                path,
+                op,
+            },
         }
     }
 

@@ -109,7 +109,9 @@ fn on_error(e: OpenError, channels: &ChannelsConfig) -> Result<ChatSessions, Ope
 
 /// [`open_chat_sessions_reporting`] for a command that only reads: when the SQLite store
 /// cannot be opened for writing because the disk is full, it is opened read-only instead
-/// ([`SqliteBackend::open_read_only`]) and the third value says so (issue 15 §8).
+/// ([`SqliteBackend::open_read_only`]) and the third value says so (issue 15 §8). A store left
+/// read-only by a failed migration (the one mechanism of every store,
+/// `warren_config::sqlite::open_migrated`; issue 22 §4) is said so too.
 pub fn open_chat_sessions_for_reading(
     root: &InstallRoot,
     channels: &ChannelsConfig,
@@ -118,18 +120,12 @@ pub fn open_chat_sessions_for_reading(
         Err(e)
             if matches!(channels.session_backend, SessionBackendKind::Sqlite)
                 && root.sessions_db().is_file()
-                && (warren_config::sqlite::disk_full(&root.sessions_dir())
-                    || SqliteBackend::schema_behind(root)) =>
+                && warren_config::sqlite::disk_full(&root.sessions_dir()) =>
         {
-            let notice = if warren_config::sqlite::disk_full(&root.sessions_dir()) {
-                format!(
-                    "disk full at {}: sessions opened read-only (nothing imported or written)",
-                    root.sessions_dir().display()
-                )
-            } else {
-                // The schema migration failed and was rolled back (issue 22 §4).
-                format!("sessions opened read-only at their old schema: {e}")
-            };
+            let notice = format!(
+                "disk full at {}: sessions opened read-only (nothing imported or written)",
+                root.sessions_dir().display()
+            );
             let backend = SqliteBackend::open_read_only(root).map_err(|_| e)?;
             Ok((
                 ChatSessions::Durable(Arc::new(backend)),
@@ -137,7 +133,14 @@ pub fn open_chat_sessions_for_reading(
                 Some(notice),
             ))
         }
-        Ok((backend, skipped)) => Ok((ChatSessions::Durable(backend), skipped, None)),
+        Ok((backend, skipped)) => {
+            let db = root.sessions_db();
+            let notice = warren_config::sqlite::read_only_stores()
+                .into_iter()
+                .find(|(path, _)| *path == db)
+                .map(|(_, why)| format!("sessions opened {why}"));
+            Ok((ChatSessions::Durable(backend), skipped, notice))
+        }
         Err(e) => Ok((on_error(e, channels)?, Vec::new(), None)),
     }
 }

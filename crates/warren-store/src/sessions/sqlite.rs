@@ -111,13 +111,17 @@ impl SqliteBackend {
             SessionDurability::Turn => Sync::Full,
             SessionDurability::Batched => Sync::Normal,
         };
-        let mut conn =
-            sqlite_util::open_wal(&path, sync).map_err(SessionError::sqlite(&path, "open"))?;
-        sqlite_util::migrate(&mut conn, &path, SCHEMA_VERSION, |c| {
+        // A migration that fails and rolls back leaves the store read-only at its old schema
+        // (issue 22 §4): reads answer, appends say why.
+        let conn = warren_config::sqlite::open_migrated(&path, sync, SCHEMA_VERSION, |c| {
             c.execute_batch(SCHEMA)
         })
-        .map_err(SessionError::sqlite(&path, "migrate the schema"))?;
-        conn.execute_batch(SCHEMA)
+        .map_err(SessionError::sqlite(&path, "open and migrate the schema"))?;
+        if conn.read_only().is_some() {
+            return Self::on(root, path, conn);
+        }
+        conn.lock()
+            .execute_batch(SCHEMA)
             .map_err(SessionError::sqlite(&path, "create the schema"))?;
         // Checkpoints run on their own thread and connection (see `Checkpointer`); if that
         // cannot start, SQLite's automatic checkpoint stays on.
@@ -125,12 +129,12 @@ impl SqliteBackend {
             .ok()
             .and_then(|c| Checkpointer::start(c).ok());
         if checkpointer.is_some() {
-            conn.execute_batch(
-                "PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;",
-            )
-            .map_err(SessionError::sqlite(&path, "configure checkpoints"))?;
+            conn.lock()
+                .execute_batch(
+                    "PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;",
+                )
+                .map_err(SessionError::sqlite(&path, "configure checkpoints"))?;
         }
-        let conn = SharedConn::new(&path, conn);
         let checkpointer: SharedCheckpointer = Arc::new(Mutex::new(checkpointer));
         let writer = {
             let (conn, db, ckpt) = (conn.clone(), path.clone(), Arc::clone(&checkpointer));
@@ -154,14 +158,6 @@ impl SqliteBackend {
         })
     }
 
-    /// Whether `sessions.db` exists at an older schema than this build's (what a failed
-    /// migration leaves after its rollback): read-only commands can still open it.
-    pub fn schema_behind(root: &InstallRoot) -> bool {
-        sqlite_util::open_read_only(&root.sessions_db())
-            .and_then(|c| warren_config::sqlite::schema_version(&c))
-            .is_ok_and(|v| v < SCHEMA_VERSION)
-    }
-
     /// Opens an existing `sessions.db` for reading only: no schema, no checkpoints, no import,
     /// nothing created — what a read-only command needs on a full disk (issue 15 §8; see
     /// [`sqlite_util::open_read_only`]). Writes through it fail.
@@ -170,6 +166,11 @@ impl SqliteBackend {
         let conn = sqlite_util::open_read_only(&path)
             .map_err(SessionError::sqlite(&path, "open read-only"))?;
         let conn = SharedConn::new(&path, conn);
+        Self::on(root, path, conn)
+    }
+
+    /// The backend on a read-only connection: no checkpoints; its writer's commits fail.
+    fn on(root: &InstallRoot, path: PathBuf, conn: SharedConn) -> Result<Self, SessionError> {
         let checkpointer: SharedCheckpointer = Arc::new(Mutex::new(None));
         let writer = {
             let (conn, db) = (conn.clone(), path.clone());
