@@ -1,12 +1,14 @@
 //! One unattended turn through the turn door, for the callers no operator sits behind (cron
 //! jobs, SOP turn steps): the first call that needs approval is denied, the turn is cancelled
-//! and the reason kept, so the run fails saying which call wanted approval.
+//! and the reason kept, so the run fails saying which call wanted approval. Likewise one
+//! unattended tool call ([`tool_call`]: a cron command job, an SOP tool step).
 
 use std::sync::{Arc, Mutex};
 
 use warren_core::{AgentAlias, SessionKey};
+use warren_tools::ToolError;
 
-use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
+use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture, Requirement};
 use crate::cancel::CancelToken;
 use crate::host::{AgentHost, TurnRequest};
 use crate::turn::{Channel, TurnError, TurnEvent, TurnOutcome};
@@ -42,17 +44,27 @@ impl Approver for NoApprovals {
     }
 }
 
-/// Runs `input` as one turn of `agent` in `session` (channel `cron`) with no operator.
-/// `refusal` ends the text a denied approval gives, e.g. "a scheduled run never runs it
-/// unapproved".
+/// Runs `input` as one turn of `agent` in `session` (channel `cron`) with no operator; a
+/// session name that is not a valid key fails the turn. `refusal` ends the text a denied
+/// approval gives, e.g. "a scheduled run never runs it unapproved".
 pub(crate) async fn turn(
     host: &Arc<AgentHost>,
     agent: AgentAlias,
-    session: SessionKey,
+    session: &str,
     input: String,
     cancel: &CancelToken,
     refusal: &'static str,
 ) -> Unattended {
+    let session = match SessionKey::sanitize(session) {
+        Ok(s) => s,
+        Err(e) => {
+            return Unattended {
+                outcome: Err(e.into()),
+                asked: None,
+                receipts: Vec::new(),
+            };
+        }
+    };
     let approver = Arc::new(NoApprovals {
         asked: Mutex::new(None),
         cancel: cancel.clone(),
@@ -94,5 +106,75 @@ pub(crate) async fn turn(
         outcome,
         asked,
         receipts,
+    }
+}
+
+/// How an unattended tool call ended.
+pub(crate) enum ToolCall {
+    /// The tool ran and succeeded (a command exited 0): its output.
+    Done(serde_json::Value),
+    /// Refused, not run for want of approval, failed, or a command that exited non-zero or
+    /// was killed: why, with the tool's output when it ran.
+    Failed {
+        error: String,
+        output: Option<serde_json::Value>,
+    },
+    Cancelled,
+}
+
+/// Runs tool `name` of `agent` with `args` and no operator (a cron command job, an SOP tool
+/// step): the agent's own tool, so its policy, sandbox, timeout and output caps; the policy
+/// decides as for a model's call, and a call that needs approval fails with `refusal` and never
+/// runs. A command (the shell tool) that exits non-zero or is killed fails with its status.
+pub(crate) async fn tool_call(
+    host: &Arc<AgentHost>,
+    agent: &AgentAlias,
+    name: &str,
+    args: serde_json::Value,
+    cancel: &CancelToken,
+    refusal: &'static str,
+) -> ToolCall {
+    let failed = |error: String| ToolCall::Failed {
+        error,
+        output: None,
+    };
+    let runner = match host.runner(agent).await {
+        Ok(r) => r,
+        Err(e) => return failed(e.to_string()),
+    };
+    let kit = runner.kit();
+    let tool = match kit.tool(name) {
+        Ok(t) => Arc::clone(t),
+        Err(e) => return failed(e.to_string()),
+    };
+    let needs_approval =
+        |reason: &str| format!("'{name}' needs the operator's approval ({reason}); {refusal}");
+    match crate::approval::requirement_for(kit.policy(), name, tool.risk(), &args) {
+        Requirement::Run => {}
+        Requirement::Refuse(reason) => {
+            crate::metrics::denial(agent.as_str(), "autonomy");
+            return failed(format!("'{name}' refused: {reason}"));
+        }
+        Requirement::Ask(reason) => return failed(needs_approval(&reason)),
+    }
+    let output = tokio::select! {
+        r = tool.execute(args) => r,
+        () = cancel.cancelled() => return ToolCall::Cancelled,
+    };
+    crate::metrics::tool_call(agent.as_str(), name, output.is_ok());
+    let content = match output {
+        Ok(out) => out.content,
+        Err(ToolError::ApprovalRequired(reason)) => return failed(needs_approval(&reason)),
+        Err(e) => return failed(format!("tool '{name}': {e}")),
+    };
+    match content.get("exit_code").map(serde_json::Value::as_i64) {
+        None | Some(Some(0)) => ToolCall::Done(content),
+        Some(code) => ToolCall::Failed {
+            error: match code {
+                Some(c) => format!("the command exited with status {c}"),
+                None => "the command was killed (timeout or signal)".into(),
+            },
+            output: Some(content),
+        },
     }
 }

@@ -573,3 +573,52 @@ prompt = "Page about {{steps.look.output}}"
     assert_eq!(requests_containing(&fake, "Page about URGENT disk full"), 1);
     Ok(())
 }
+
+#[test]
+fn a_shell_tool_step_that_exits_non_zero_fails_the_run_like_a_cron_command_state10() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(&fake, port, ""))?;
+    write_sop(
+        &root,
+        "shelly",
+        r#"
+agent = "main"
+[[steps]]
+id = "hello"
+kind = "tool"
+tool = "shell"
+args = { command = "echo sop-{{input.word}}" }
+[[steps]]
+id = "bad"
+kind = "tool"
+tool = "shell"
+args = { command = "test -e no-such-file" }
+[[steps]]
+id = "after"
+kind = "tool"
+tool = "shell"
+args = { command = "echo never" }
+"#,
+    )?;
+    let _daemon = common::ready_daemon(&root)?;
+    let id = start_run(&root, "shelly", r#"{"word": "ok"}"#)?;
+    wait_status(&root, &id, "failed")?;
+    let status = run_status(&root, &id)?;
+    let error = status["run"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("exited with status 1"), "{status}");
+    let steps = status["steps"].as_array().cloned().unwrap_or_default();
+    let ran: Vec<&str> = steps.iter().filter_map(|s| s["step_id"].as_str()).collect();
+    assert_eq!(
+        ran,
+        ["hello"],
+        "the failed step and the rest never completed: {status}"
+    );
+    assert!(
+        steps[0]["output"].to_string().contains("sop-ok"),
+        "{status}"
+    );
+    assert_eq!(fake.requests().len(), 0, "tool steps call no model");
+    Ok(())
+}

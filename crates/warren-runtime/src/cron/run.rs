@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use serde_json::json;
 use warren_config::failpoint;
-use warren_core::{AgentAlias, SessionKey};
+use warren_core::AgentAlias;
 use warren_store::cron::{Job, JobAfterRun, Run, RunResult, RunStatus, now_ms};
 use warren_store::timefmt;
 
 use super::{FAILPOINT_BEFORE_FINISH, FAILPOINT_RUN_STARTED, Scheduler, blocking, schedule_of};
-use crate::approval::Requirement;
 use crate::cancel::CancelToken;
 use crate::turn::TurnError;
+use crate::unattended::ToolCall;
 
 /// The session a run talks in: the job's named session, else `cron-<job>-<run>`.
 pub(super) fn session_of(job: &Job, run_id: &str) -> String {
@@ -145,10 +145,6 @@ impl Scheduler {
             ..RunResult::default()
         };
         let agent = job.agent.clone();
-        let session = match SessionKey::sanitize(&session_of(job, run_id)) {
-            Ok(s) => s,
-            Err(e) => return failed(e.to_string()),
-        };
         let crate::unattended::Unattended {
             outcome,
             asked,
@@ -156,7 +152,7 @@ impl Scheduler {
         } = crate::unattended::turn(
             &self.host,
             agent.clone(),
-            session,
+            &session_of(job, run_id),
             message.to_string(),
             cancel,
             "a scheduled run never runs it unapproved",
@@ -211,67 +207,32 @@ impl Scheduler {
         command: &str,
         cancel: &CancelToken,
     ) -> RunResult {
-        let failed = |e: String| RunResult {
-            status: RunStatus::Failed,
-            error: Some(e),
-            ..RunResult::default()
-        };
-        let agent = job.agent.clone();
-        let runner = match self.host.runner(&agent).await {
-            Ok(r) => r,
-            Err(e) => return failed(e.to_string()),
-        };
-        let kit = runner.kit();
-        let tool = match kit.tool("shell") {
-            Ok(t) => Arc::clone(t),
-            Err(e) => return failed(e.to_string()),
-        };
-        let args = json!({"command": command});
-        // The policy decides, as for a model's call (autonomy, always_ask).
-        match crate::approval::requirement_for(kit.policy(), "shell", tool.risk(), &args) {
-            Requirement::Run => {}
-            Requirement::Refuse(reason) => return failed(format!("refused: {reason}")),
-            Requirement::Ask(reason) => {
-                return failed(format!(
-                    "'shell' needs the operator's approval ({reason}); a scheduled run never runs it unapproved"
-                ));
-            }
-        }
-        let output = tokio::select! {
-            r = tool.execute(args) => r,
-            () = cancel.cancelled() => {
-                return RunResult {
-                    status: RunStatus::Cancelled,
-                    error: Some("cancelled".into()),
-                    ..RunResult::default()
-                };
-            }
-        };
-        match output {
-            Ok(out) => {
-                let code = out.content.get("exit_code").and_then(|c| c.as_i64());
-                let text = out.content.to_string();
-                match code {
-                    Some(0) => RunResult {
-                        status: RunStatus::Ok,
-                        output: text,
-                        ..RunResult::default()
-                    },
-                    other => RunResult {
-                        status: RunStatus::Failed,
-                        error: Some(match other {
-                            Some(c) => format!("the command exited with status {c}"),
-                            None => "the command was killed (timeout or signal)".into(),
-                        }),
-                        output: text,
-                        ..RunResult::default()
-                    },
-                }
-            }
-            Err(warren_tools::ToolError::ApprovalRequired(reason)) => failed(format!(
-                "approval required: {reason}; a scheduled run never runs it unapproved"
-            )),
-            Err(e) => failed(e.to_string()),
+        let call = crate::unattended::tool_call(
+            &self.host,
+            &job.agent,
+            "shell",
+            json!({"command": command}),
+            cancel,
+            "a scheduled run never runs it unapproved",
+        )
+        .await;
+        match call {
+            ToolCall::Done(output) => RunResult {
+                status: RunStatus::Ok,
+                output: output.to_string(),
+                ..RunResult::default()
+            },
+            ToolCall::Failed { error, output } => RunResult {
+                status: RunStatus::Failed,
+                error: Some(error),
+                output: output.map(|o| o.to_string()).unwrap_or_default(),
+                ..RunResult::default()
+            },
+            ToolCall::Cancelled => RunResult {
+                status: RunStatus::Cancelled,
+                error: Some("cancelled".into()),
+                ..RunResult::default()
+            },
         }
     }
 

@@ -8,13 +8,12 @@ use std::time::Duration;
 use serde_json::json;
 use warren_config::failpoint;
 use warren_config::schema::sop::{Branch, SopDef, Step, StepKind};
-use warren_core::SessionKey;
 use warren_store::sop::{SopRun, StepOutcome};
 
 use super::{Engine, FAILPOINT_STEP_RECORDED, blocking, defs};
-use crate::approval::Requirement;
 use crate::cancel::CancelToken;
 use crate::turn::TurnError;
+use crate::unattended::ToolCall;
 
 /// How a step ended.
 enum StepResult {
@@ -334,19 +333,14 @@ impl Engine {
             status: "failed",
             error: e,
         };
-        let agent = def.agent.clone();
-        let session = match SessionKey::sanitize(&format!("sop-{}-{}", run.sop, run.id)) {
-            Ok(s) => s,
-            Err(e) => return failed(e.to_string()),
-        };
         let crate::unattended::Unattended {
             outcome,
             asked,
             receipts,
         } = crate::unattended::turn(
             &self.host,
-            agent,
-            session,
+            def.agent.clone(),
+            &format!("sop-{}-{}", run.sop, run.id),
             prompt.to_string(),
             cancel,
             "an SOP turn never runs it unapproved (add an approval step and allow the tool in the agent's profile)",
@@ -367,7 +361,8 @@ impl Engine {
         }
     }
 
-    /// A tool step: the agent's tool under its policy (a call that needs approval fails).
+    /// A tool step: the agent's tool under its policy (a call that needs approval fails; a
+    /// command that exits non-zero fails the run).
     async fn tool(
         &self,
         def: &SopDef,
@@ -375,43 +370,31 @@ impl Engine {
         args: serde_json::Value,
         cancel: &CancelToken,
     ) -> StepResult {
-        let failed = |e: String| StepResult::End {
-            status: "failed",
-            error: e,
-        };
-        let runner = match self.host.runner(&def.agent).await {
-            Ok(r) => r,
-            Err(e) => return failed(e.to_string()),
-        };
-        let kit = runner.kit();
-        let tool = match kit.tool(name) {
-            Ok(t) => Arc::clone(t),
-            Err(e) => return failed(e.to_string()),
-        };
-        match crate::approval::requirement_for(kit.policy(), name, tool.risk(), &args) {
-            Requirement::Run => {}
-            Requirement::Refuse(reason) => return failed(format!("'{name}' refused: {reason}")),
-            Requirement::Ask(reason) => {
-                return failed(format!(
-                    "'{name}' needs the operator's approval ({reason}); an SOP tool step never runs it unapproved (allow it in the agent's profile, or gate it with an approval step and a turn)"
-                ));
-            }
-        }
-        let output = tokio::select! {
-            r = tool.execute(args) => r,
-            () = cancel.cancelled() => {
-                return StepResult::End { status: "cancelled", error: "cancelled by the operator".into() };
-            }
-        };
-        match output {
-            Ok(out) => StepResult::Done {
-                output: match &out.content {
-                    serde_json::Value::String(s) => s.clone(),
+        let call = crate::unattended::tool_call(
+            &self.host,
+            &def.agent,
+            name,
+            args,
+            cancel,
+            "an SOP tool step never runs it unapproved (allow it in the agent's profile, or gate it with an approval step and a turn)",
+        )
+        .await;
+        match call {
+            ToolCall::Done(output) => StepResult::Done {
+                output: match output {
+                    serde_json::Value::String(s) => s,
                     other => other.to_string(),
                 },
                 receipt: None,
             },
-            Err(e) => failed(format!("tool '{name}': {e}")),
+            ToolCall::Failed { error, .. } => StepResult::End {
+                status: "failed",
+                error,
+            },
+            ToolCall::Cancelled => StepResult::End {
+                status: "cancelled",
+                error: "cancelled by the operator".into(),
+            },
         }
     }
 
