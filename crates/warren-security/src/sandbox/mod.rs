@@ -105,10 +105,12 @@ pub enum Layer {
     /// Daemon as root, full level: each call's own user namespace (only `nobody` mapped), so
     /// the kernel's per-user process and inotify counts are the call's own.
     OwnUserNamespace,
+    /// Only stdio reaches the program: every other descriptor is closed at `exec`.
+    CloseInherited,
 }
 
 impl Layer {
-    pub const ALL: [Layer; 8] = [
+    pub const ALL: [Layer; 9] = [
         Layer::NetNamespace,
         Layer::PidNamespace,
         Layer::HostIpcHidden,
@@ -117,6 +119,7 @@ impl Layer {
         Layer::ExecAllowlist,
         Layer::SandboxUser,
         Layer::OwnUserNamespace,
+        Layer::CloseInherited,
     ];
 
     pub fn name(self) -> &'static str {
@@ -129,6 +132,7 @@ impl Layer {
             Layer::ExecAllowlist => "exec_allowlist",
             Layer::SandboxUser => "sandbox_user",
             Layer::OwnUserNamespace => "own_user_namespace",
+            Layer::CloseInherited => "close_inherited_fds",
         }
     }
 
@@ -342,7 +346,7 @@ impl Sandbox {
                     "host Unix sockets are reachable by path (no mount namespace)",
                     "processes that leave the process group survive the call (no PID namespace)",
                     "/proc shows the host's processes (their cmdline is readable)",
-                    "the host's System V IPC objects and POSIX message queues are reachable (no IPC namespace)",
+                    "the host's System V IPC objects are reachable (no IPC namespace; POSIX message queues are held by Landlock)",
                     "the child runs with the daemon's uid (uid 0 without capabilities when the daemon is root, so no process limit applies)",
                 ],
             ),
@@ -637,6 +641,7 @@ impl Sandbox {
             .run_as(self.run_as())
             .own_user_namespace(self.on(Layer::OwnUserNamespace))
             .drop_capabilities(self.drop_capabilities())
+            .close_inherited(self.on(Layer::CloseInherited))
             .landlock(
                 landlock,
                 (self.backend == Backend::Full && self.on(Layer::PidNamespace))

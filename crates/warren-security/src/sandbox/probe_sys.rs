@@ -221,3 +221,58 @@ pub(crate) fn fork_once() -> Result<(), Error> {
     reap(pid as libc::c_long);
     Ok(())
 }
+
+/// A POSIX message queue (host side): `mq_open(name, O_CREAT | O_EXCL | O_RDWR, 0666)`.
+pub(crate) fn mq_create(name: &std::ffi::CStr) -> Result<(), Error> {
+    // SAFETY: `name` is NUL-terminated; a null attr asks for the defaults.
+    let q = unsafe {
+        libc::mq_open(
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            0o666 as libc::mode_t,
+            std::ptr::null_mut::<libc::mq_attr>(),
+        )
+    };
+    ret(q as libc::c_long)?;
+    // SAFETY: closes the queue descriptor just opened.
+    unsafe { libc::mq_close(q) };
+    Ok(())
+}
+
+/// Opens an existing POSIX message queue by name.
+pub(crate) fn mq_lookup(name: &std::ffi::CStr) -> Result<(), Error> {
+    // SAFETY: `name` is NUL-terminated.
+    let q = unsafe { libc::mq_open(name.as_ptr(), libc::O_RDONLY) };
+    ret(q as libc::c_long)?;
+    // SAFETY: as above.
+    unsafe { libc::mq_close(q) };
+    Ok(())
+}
+
+/// Removes a POSIX message queue.
+pub(crate) fn mq_remove(name: &std::ffi::CStr) {
+    // SAFETY: `name` is NUL-terminated.
+    unsafe {
+        libc::mq_unlink(name.as_ptr());
+    }
+}
+
+/// `unshare(CLONE_NEWUSER)` through the i386 system call entry (`int 0x80`, number 310), which
+/// a filter written for x86_64 numbers would not recognise. Returns the raw result.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn i386_unshare_user() -> i64 {
+    let mut ret: i64 = 310;
+    // SAFETY: `int 0x80` with the i386 numbering: unshare(flags) reads ebx only; rbx is
+    // swapped in and out (LLVM reserves it), r8-r11 are declared clobbered.
+    unsafe {
+        std::arch::asm!(
+            "xchg {flags}, rbx",
+            "int 0x80",
+            "xchg {flags}, rbx",
+            flags = inout(reg) i64::from(libc::CLONE_NEWUSER) => _,
+            inout("rax") ret,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+        );
+    }
+    ret
+}

@@ -48,10 +48,11 @@ pub enum Probe {
     SysvIpc,
     HardlinkIntoWriteTier,
     SharedProcessLimit,
+    I386Abi,
 }
 
 impl Probe {
-    pub const ALL: [Probe; 25] = [
+    pub const ALL: [Probe; 26] = [
         Probe::Udp,
         Probe::Tcp,
         Probe::Mptcp,
@@ -77,6 +78,7 @@ impl Probe {
         Probe::SysvIpc,
         Probe::HardlinkIntoWriteTier,
         Probe::SharedProcessLimit,
+        Probe::I386Abi,
     ];
 
     pub fn name(self) -> &'static str {
@@ -105,9 +107,10 @@ impl Probe {
             Probe::SignalOutside => "signal a host process",
             Probe::ProcessMemory => "read the daemon's memory (process_vm_readv, /proc/<pid>/mem)",
             Probe::AbstractUnixSocket => "host abstract Unix socket (@name)",
-            Probe::SysvIpc => "host System V shared memory",
+            Probe::SysvIpc => "host System V shared memory and POSIX message queues",
             Probe::HardlinkIntoWriteTier => "hard-link an own file into a Write-granted sibling",
             Probe::SharedProcessLimit => "exhaust the process limit of another call",
+            Probe::I386Abi => "i386 system calls (int 0x80): unshare a user namespace",
         }
     }
 
@@ -139,6 +142,7 @@ impl Probe {
             Probe::SysvIpc => &[],
             Probe::HardlinkIntoWriteTier => &[Layer::Landlock],
             Probe::SharedProcessLimit => &[Layer::OwnUserNamespace],
+            Probe::I386Abi => &[Layer::Seccomp],
         }
     }
 }
@@ -368,9 +372,26 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             let key = (nanos() as i32 & 0x3fff_ffff) | 0x4000_0000;
             let id = super::probe_sys::shm_create(key)
                 .map_err(|e| format!("cannot create a host segment to aim at: {e}"))?;
+            let queue = mq_name(key);
+            let made = super::probe_sys::mq_create(&queue);
             let line = inside(sandbox, probe, key.to_string());
             super::probe_sys::shm_remove(id);
+            super::probe_sys::mq_remove(&queue);
+            made.map_err(|e| format!("cannot create a host message queue to aim at: {e}"))?;
             let line = line?;
+            verdict(succeeded(&line), line)
+        }
+        Probe::I386Abi => {
+            if !cfg!(target_arch = "x86_64") {
+                return Ok((Outcome::Skipped, "x86_64 only".into()));
+            }
+            let line = inside(sandbox, probe, String::new())?;
+            if line.is_empty() {
+                return verdict(
+                    false,
+                    "killed by seccomp (SIGSYS) at the first i386 call".into(),
+                );
+            }
             verdict(succeeded(&line), line)
         }
         Probe::HardlinkIntoWriteTier => match policy.write_only_roots().first() {
@@ -414,6 +435,11 @@ static MEMORY_MARK: [u8; 16] = *b"warren-vm-marker";
 const PLANTED: &str = ".warren-selftest-planted";
 /// How many processes the fork probe starts at most (the landlock level as root has no limit).
 const FORK_CAP: usize = 2048;
+
+/// The POSIX message queue name of the IPC probe.
+fn mq_name(key: i32) -> std::ffi::CString {
+    std::ffi::CString::new(format!("/warren-selftest-{key}")).unwrap_or_default()
+}
 
 fn nanos() -> u32 {
     std::time::SystemTime::now()
@@ -770,10 +796,30 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
         }
         Probe::SysvIpc => {
             let key: i32 = spec.target.parse().map_err(|_| "bad key".to_string())?;
-            super::probe_sys::shm_lookup(key)
-                .map(|id| format!("found the host segment (id {id})"))
-                .map_err(|e| e.to_string())
+            let shm = super::probe_sys::shm_lookup(key);
+            let mq = super::probe_sys::mq_lookup(&mq_name(key));
+            match (shm, mq) {
+                (Err(a), Err(b)) => Err(format!("segment: {a}; queue: {b}")),
+                (shm, mq) => Ok(format!(
+                    "found the host's {}",
+                    [
+                        shm.is_ok().then_some("segment"),
+                        mq.is_ok().then_some("message queue")
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+                )),
+            }
         }
+        #[cfg(target_arch = "x86_64")]
+        Probe::I386Abi => match super::probe_sys::i386_unshare_user() {
+            0 => Ok("unshared a user namespace through int 0x80".into()),
+            r => Err(format!("int 0x80 answered {r}")),
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        Probe::I386Abi => Err("x86_64 only".into()),
         Probe::HardlinkIntoWriteTier => {
             let own = Path::new(PLANTED);
             let _ = std::fs::remove_file(own);

@@ -28,7 +28,7 @@ inbox = "Write"
 
 pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    targets: Targets,
+    pub(crate) targets: Targets,
     root: InstallRoot,
 }
 

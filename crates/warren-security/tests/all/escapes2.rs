@@ -98,11 +98,97 @@ fn host_abstract_unix_sockets_are_unreachable_with_and_without_network_issue13()
 }
 
 #[test]
-fn host_system_v_ipc_is_invisible_under_full_and_named_as_a_gap_of_the_landlock_level_issue13() {
+#[cfg(target_arch = "x86_64")]
+fn i386_system_calls_are_killed_not_filtered_by_x86_64_numbers_issue13() {
+    // unshare is 310 on i386 (272 on x86_64): a filter matching x86_64 numbers alone would let
+    // `int 0x80` through.
+    escapes_without(Probe::I386Abi, SandboxKind::Auto, &[Layer::Seccomp]);
+    held(SandboxKind::Landlock, Probe::I386Abi);
+}
+
+#[test]
+fn a_descriptor_the_daemon_holds_without_cloexec_does_not_reach_the_child_issue13() {
+    let (f, full) = sandbox(SandboxKind::Auto, &["cat", "sh"]);
+    let (_f2, landlock) = sandbox(SandboxKind::Landlock, &["cat", "sh"]);
+    // Each read goes through a fresh descriptor (they share the file offset otherwise).
+    let read = |s: &Sandbox| {
+        // What a jobserver pipe, a socket-activated listener or a C library leaves open.
+        let fd = rustix::fs::open(
+            &f.targets.secret_file,
+            rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open the install root's secret");
+        let flags = rustix::io::fcntl_getfd(&fd).expect("flags");
+        assert!(
+            !flags.contains(rustix::io::FdFlags::CLOEXEC),
+            "the probe is live"
+        );
+        let n = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        let out = s
+            .output("/bin/sh", &["-c".into(), format!("cat <&{n}").into()])
+            .expect("spawn");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    for s in [full, landlock] {
+        let held = read(&s);
+        assert!(
+            held.contains("Bad file descriptor") && !held.contains("0123456789abcdef"),
+            "{:?}: only stdio reaches the program: {held}",
+            s.backend()
+        );
+        let open = read(&s.clone().without(Layer::CloseInherited));
+        assert!(
+            open.contains("0123456789abcdef"),
+            "{:?}: without closing, the descriptor passes every file rule: {open}",
+            s.backend()
+        );
+    }
+}
+
+#[test]
+fn the_exec_allowlist_does_not_stop_an_exec_capable_command_running_a_memfd_issue13() {
+    // The README's "does not stop" cell: an allowed interpreter writes a binary into a memfd
+    // and executes it; Landlock's EXECUTE right does not cover memfds. This is why exec-capable
+    // commands need approval under `supervised`.
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIPPED: no /usr/bin/python3");
+        return;
+    }
+    let (_f, s) = sandbox(SandboxKind::Auto, &["python3"]);
+    let script = "import os\n\
+        fd = os.memfd_create('x', 0)\n\
+        os.write(fd, open('/usr/bin/id', 'rb').read())\n\
+        try:\n    os.execv('/usr/bin/id', ['id'])\n\
+        except OSError as e:\n    print('direct:', e.strerror, flush=True)\n\
+        os.execve(fd, ['id', '-u'], {})\n";
+    let out = s
+        .output("/usr/bin/python3", &["-c".into(), script.into()])
+        .expect("spawn");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("direct: Permission denied"), "{text}");
+    assert!(
+        text.lines().any(|l| l.trim().parse::<u32>().is_ok()),
+        "the memfd ran: {text}"
+    );
+}
+
+#[test]
+fn host_ipc_is_invisible_under_full_and_system_v_is_named_as_a_gap_of_the_landlock_level_issue13() {
     held(SandboxKind::Auto, Probe::SysvIpc);
     let (f, s) = sandbox(SandboxKind::Landlock, &["ls"]);
     let (got, detail) = outcome(&s, &f, Probe::SysvIpc);
     assert_eq!(got, Outcome::Escape, "no IPC namespace: {detail}");
+    assert!(
+        !detail.contains("message queue"),
+        "POSIX message queues are files to Landlock (an internal mount no rule covers): {detail}"
+    );
+    let (_, detail) = outcome(&s.clone().without(Layer::Landlock), &f, Probe::SysvIpc);
+    assert!(detail.contains("segment and message queue"), "{detail}");
     assert!(
         s.posture()["not_contained"]
             .to_string()
