@@ -10,12 +10,11 @@
 //! a clear reason; a secret reaches the server's environment but never the model, the session
 //! or the trace.
 
-use crate::common::{self, bin};
+use crate::common::{self, Pty, bin};
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -28,20 +27,27 @@ const SERVER: &str = include_str!("mcp_server/server.py");
 /// The interpreter the server runs on inside the sandbox (it sees /usr, not a user's home).
 const PYTHON: &str = "/usr/bin/python3";
 
-/// A root with `agents` (alias → extra TOML for its table and profile), the fake provider, and
-/// the test server copied into each agent's workspace as `server.py`.
+/// The risk profiles the agents here name: `ask` (an MCP tool asks), `hands` (nothing asks),
+/// `net` (`hands` with the network).
+const PROFILES: &str = r#"
+[risk_profiles.ask]
+autonomy = "supervised"
+
+[risk_profiles.hands]
+autonomy = "full"
+
+[risk_profiles.net]
+autonomy = "full"
+allow_network = true
+"#;
+
+/// A root with the fake provider, [`PROFILES`] and `extra` (the agents, made with [`agent`]),
+/// and the test server copied into each agent's workspace as `server.py`.
 fn setup(fake: &FakeOpenAi, extra: &str) -> Result<TempRoot, Box<dyn std::error::Error>> {
     let root = TempRoot::new()?;
     root.write_config(&format!(
-        r#"
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-mcp-test-key"
-retry_backoff_ms = 1
-{extra}
-"#,
-        fake.base_url()
+        "{}{PROFILES}{extra}",
+        common::fake_provider(fake, "sk-mcp-test-key")
     ))?;
     for alias in ["a", "b", "c"] {
         let ws = root.path().join(format!("agents/{alias}/workspace"));
@@ -54,6 +60,16 @@ retry_backoff_ms = 1
 /// `risk = "low"`: the probe tools act as reads, so several calls of one round run without
 /// the taint rule asking after the first MCP result.
 const LOW: &str = r#"risk = "low""#;
+
+/// `[agents.<alias>]` on the fake provider, with risk profile `profile` ("": the default).
+fn agent(alias: &str, profile: &str) -> String {
+    let profile = if profile.is_empty() {
+        String::new()
+    } else {
+        format!("risk_profile = \"{profile}\"\n")
+    };
+    format!("\n[agents.{alias}]\nprovider = \"fake\"\nmodel = \"m\"\n{profile}")
+}
 
 fn server_table(alias: &str, extra: &str) -> String {
     format!(
@@ -103,67 +119,32 @@ fn trace(root: &TempRoot) -> String {
     std::fs::read_to_string(root.path().join("data/state/runtime-trace.jsonl")).unwrap_or_default()
 }
 
-/// The output of `warren ARGS` run on a pty (util-linux `script`), collected as it arrives.
-struct Pty {
-    child: std::process::Child,
-    input: std::process::ChildStdin,
-    seen: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Pty {
-    fn spawn(root: &TempRoot, args: &str) -> Result<Self, Box<dyn std::error::Error>> {
-        let mut child = Command::new("script")
-            .args([
-                "-qec",
-                &format!("exec \"$WARREN_BIN\" --config-dir \"$WARREN_ROOT\" {args}"),
-            ])
-            .arg("/dev/null")
-            .env("WARREN_BIN", bin())
-            .env("WARREN_ROOT", root.path())
-            .env_remove("WARREN_HOME")
-            .env_remove("OPENAI_API_KEY")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("util-linux `script` runs warren on a pty: {e}"))?;
-        let input = child.stdin.take().ok_or("no stdin")?;
-        let mut output = child.stdout.take().ok_or("no stdout")?;
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = output.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().map(|mut s| s.extend_from_slice(&buf[..n])).ok();
-            }
-        });
-        Ok(Self { child, input, seen })
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.seen.lock().map(|s| s.clone()).unwrap_or_default())
-            .into_owned()
-    }
-
-    fn wait_for(&self, needle: &str) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if self.text().contains(needle) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err(format!("{needle:?} never printed:\n{}", self.text()))
-    }
-
-    fn send(&mut self, keys: &str) -> Result<(), Box<dyn std::error::Error>> {
-        self.input.write_all(keys.as_bytes())?;
-        self.input.flush()?;
-        Ok(())
-    }
+/// Two turns of one `warren agent -a a --session SESSION` process (the REPL over a pipe):
+/// `first`; once the fake has seen the first turn's two requests and `between` returned,
+/// `second`. The process's output.
+fn two_turns(
+    root: &TempRoot,
+    fake: &FakeOpenAi,
+    session: &str,
+    [first, second]: [&str; 2],
+    between: impl FnOnce() -> R,
+) -> Result<std::process::Output, Box<dyn std::error::Error>> {
+    let mut child = root
+        .warren(bin(), &["agent", "-a", "a", "--session", session])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    writeln!(stdin, "{first}")?;
+    stdin.flush()?;
+    common::wait_until("the first turn", Duration::from_secs(60), || {
+        Ok(fake.requests().len() >= 2)
+    })?;
+    between()?;
+    writeln!(stdin, "{second}")?;
+    drop(stdin);
+    Ok(child.wait_with_output()?)
 }
 
 /// Agent A (supervised: a `medium` MCP tool asks) calls `mcp__t__echo` once the operator
@@ -172,26 +153,12 @@ impl Pty {
 #[test]
 fn agent_a_calls_its_mcp_tool_after_approval_and_agent_b_does_not_see_it() -> R {
     let fake = FakeOpenAi::start()?;
-    let extra = format!(
-        r#"
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "ask"
-{}
-[agents.b]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-
-[risk_profiles.ask]
-autonomy = "supervised"
-
-[risk_profiles.hands]
-autonomy = "full"
-"#,
-        server_table("a", "")
-    );
+    let extra = [
+        agent("a", "ask"),
+        server_table("a", ""),
+        agent("b", "hands"),
+    ]
+    .concat();
     let root = setup(&fake, &extra)?;
     fake.push(FakeReply::calls(
         "",
@@ -203,10 +170,10 @@ autonomy = "full"
     ));
     fake.push(FakeReply::text("A is done."));
     let mut pty = Pty::spawn(&root, "agent -a a -m 'call echo'")?;
-    pty.wait_for("[y/N]")?;
+    pty.wait_for("[y/N]", 1)?;
     assert!(pty.text().contains("mcp__t__echo"), "{}", pty.text());
     pty.send("y\r")?;
-    pty.wait_for("A is done.")?;
+    pty.wait_for("A is done.", 1)?;
     let status = pty.child.wait()?;
     assert!(status.success(), "{}", pty.text());
 
@@ -262,18 +229,8 @@ fn an_mcp_tool_call_is_counted_under_its_name_and_a_made_up_one_as_unknown() -> 
     let fake = FakeOpenAi::start()?;
     let port = free_port()?;
     let extra = format!(
-        r#"
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-{}
-[risk_profiles.hands]
-autonomy = "full"
-
-[gateway]
-port = {port}
-"#,
+        "{}{}\n[gateway]\nport = {port}\n",
+        agent("a", "hands"),
         server_table("a", LOW)
     );
     let root = setup(&fake, &extra)?;
@@ -299,7 +256,10 @@ port = {port}
         "{chat}"
     );
     let result = tool_results(&fake.requests()[1].body);
-    assert!(result.contains("echo: counted"), "the MCP tool ran: {result}");
+    assert!(
+        result.contains("echo: counted"),
+        "the MCP tool ran: {result}"
+    );
     let metrics = http_text(port, "GET", "/metrics", Some(&token), "")?;
     assert_eq!(metrics.status, 200, "{}", metrics.body);
     for series in [
@@ -329,35 +289,15 @@ fn server_probes_cannot_read_a_sibling_or_reach_the_network_perm2_sbx() -> R {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     std::thread::spawn(move || for _ in listener.incoming() {});
-    let extra = format!(
-        r#"
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-{}
-[agents.b]
-provider = "fake"
-model = "m"
-
-[agents.c]
-provider = "fake"
-model = "m"
-risk_profile = "net"
-{}
-[agents.c.workspace.access]
-b = "Read"
-
-[risk_profiles.hands]
-autonomy = "full"
-
-[risk_profiles.net]
-autonomy = "full"
-allow_network = true
-"#,
+    let extra = [
+        agent("a", "hands"),
         server_table("a", LOW),
-        server_table("c", LOW)
-    );
+        agent("b", ""),
+        agent("c", "net"),
+        server_table("c", LOW),
+        "\n[agents.c.workspace.access]\nb = \"Read\"\n".to_string(),
+    ]
+    .concat();
     let root = setup(&fake, &extra)?;
     let secret = root.path().join("agents/b/workspace/notes.txt");
     std::fs::write(&secret, "b's private notes")?;
@@ -408,18 +348,7 @@ allow_network = true
 #[test]
 fn a_crashed_server_is_restarted_and_calls_meanwhile_fail_cleanly() -> R {
     let fake = FakeOpenAi::start()?;
-    let extra = format!(
-        r#"
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-{}
-[risk_profiles.hands]
-autonomy = "full"
-"#,
-        server_table("a", "")
-    );
+    let extra = agent("a", "hands") + &server_table("a", "");
     let root = setup(&fake, &extra)?;
     fake.push(FakeReply::calls(
         "",
@@ -438,25 +367,12 @@ autonomy = "full"
         )],
     ));
     fake.push(FakeReply::text("second turn over"));
-    // Two turns of one process (the REPL over a pipe), the second after the restart.
-    let mut child = root
-        .warren(bin(), &["agent", "-a", "a", "--session", "crash"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    stdin.write_all(b"crash it\n")?;
-    stdin.flush()?;
-    crate::common::wait_until("the first turn", Duration::from_secs(60), || {
-        Ok(fake.requests().len() >= 2)
+    // Two turns of one process, the second after the restart.
+    let out = two_turns(&root, &fake, "crash", ["crash it", "again"], || {
+        common::wait_until("the restart", Duration::from_secs(30), || {
+            Ok(trace(&root).matches(r#""event":"started""#).count() >= 2)
+        })
     })?;
-    crate::common::wait_until("the restart", Duration::from_secs(30), || {
-        Ok(trace(&root).matches(r#""event":"started""#).count() >= 2)
-    })?;
-    stdin.write_all(b"again\n")?;
-    drop(stdin);
-    let out = child.wait_with_output()?;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("second turn over"), "{stdout}{stderr}");
@@ -485,18 +401,7 @@ autonomy = "full"
 #[test]
 fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let fake = FakeOpenAi::start()?;
-    let extra = format!(
-        r#"
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-{}
-[risk_profiles.hands]
-autonomy = "full"
-"#,
-        server_table("a", LOW)
-    );
+    let extra = agent("a", "hands") + &server_table("a", LOW);
     let root = setup(&fake, &extra)?;
     const SECRET: &str = "ghp-mcp-test-secret-0123456789";
     let mut set = root
@@ -569,20 +474,13 @@ autonomy = "full"
 fn mcp_cli_lists_and_tests_servers_and_a_changed_tool_list_is_picked_up() -> R {
     let fake = FakeOpenAi::start()?;
     let extra = format!(
-        r#"
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-{}
+        r#"{}{}
 [agents.a.mcp.servers.broken]
 command = "{PYTHON}"
 args = ["-c", "import sys; print('no such server here', file=sys.stderr); sys.exit(2)"]
 startup_timeout_secs = 10
-
-[risk_profiles.hands]
-autonomy = "full"
 "#,
+        agent("a", "hands"),
         server_table("a", "")
     );
     let root = setup(&fake, &extra)?;
@@ -615,22 +513,10 @@ autonomy = "full"
     ));
     fake.push(FakeReply::text("grown"));
     fake.push(FakeReply::text("second"));
-    let mut child = root
-        .warren(bin(), &["agent", "-a", "a", "--session", "grow"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    stdin.write_all(b"grow\n")?;
-    stdin.flush()?;
-    crate::common::wait_until("the first turn", Duration::from_secs(60), || {
-        Ok(fake.requests().len() >= 2)
+    let out = two_turns(&root, &fake, "grow", ["grow", "again"], || {
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(())
     })?;
-    std::thread::sleep(Duration::from_millis(300));
-    stdin.write_all(b"again\n")?;
-    drop(stdin);
-    let out = child.wait_with_output()?;
     assert!(out.status.success(), "{}", text(&out).1);
     let reqs = fake.requests();
     assert!(!offered(&reqs[0].body).iter().any(|t| t == "mcp__t__late"));
@@ -662,30 +548,20 @@ fn alive(pid: u64) -> bool {
 #[test]
 fn daemon_starts_eager_servers_restarts_changed_ones_on_reload_and_stops_deleted_agents() -> R {
     let fake = FakeOpenAi::start()?;
-    let extra = format!(
-        r#"
-[agents.main]
-provider = "fake"
-model = "m"
-
-[agents.a]
-provider = "fake"
-model = "m"
-{}
-[agents.b]
-provider = "fake"
-model = "m"
-{}"#,
+    let extra = [
+        agent("main", ""),
+        agent("a", ""),
         server_table("a", "eager = true"),
-        server_table("b", "eager = true")
-    );
+        agent("b", ""),
+        server_table("b", "eager = true"),
+    ]
+    .concat();
     let root = setup(&fake, &extra)?;
     let config = root.read_config()?;
     root.write_config_on_free_port(&config)?;
     let wait = Duration::from_secs(60);
-    let mut daemon = warren_testkit::DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", wait)?;
-    crate::common::wait_until("both eager servers", wait, || {
+    let mut daemon = common::ready_daemon(&root)?;
+    common::wait_until("both eager servers", wait, || {
         Ok(pids(&root, "a", "started").len() == 1 && pids(&root, "b", "started").len() == 1)
     })?;
     let (a1, b1) = (
@@ -702,16 +578,16 @@ model = "m"
     std::fs::write(root.config_path(), edited)?;
     daemon.signal("HUP")?;
     daemon.wait_for("config reloaded", wait)?;
-    crate::common::wait_until("a's server restarted", wait, || {
+    common::wait_until("a's server restarted", wait, || {
         Ok(pids(&root, "a", "started").len() == 2)
     })?;
-    crate::common::wait_until("a's old server gone", wait, || Ok(!alive(a1)))?;
+    common::wait_until("a's old server gone", wait, || Ok(!alive(a1)))?;
     assert!(alive(b1), "b's unchanged server keeps running");
     assert_eq!(pids(&root, "b", "started").len(), 1, "b was not restarted");
 
     let out = root.run(bin(), &["agents", "delete", "b", "--yes"])?;
     assert!(out.status.success(), "{}", text(&out).1);
-    crate::common::wait_until("b's server stopped", wait, || Ok(!alive(b1)))?;
+    common::wait_until("b's server stopped", wait, || Ok(!alive(b1)))?;
     let a2 = pids(&root, "a", "started")[1];
     assert!(alive(a2));
     daemon.signal("TERM")?;
@@ -751,7 +627,7 @@ impl HttpServer {
             seen,
             _dir: dir,
         };
-        crate::common::wait_until("the HTTP MCP server", Duration::from_secs(30), || {
+        common::wait_until("the HTTP MCP server", Duration::from_secs(30), || {
             Ok(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
         })?;
         Ok(server)
@@ -781,43 +657,24 @@ fn a_streamable_http_server_is_called_with_a_secret_header_and_its_host_must_be_
         r#"
 [secrets.tok]
 value = "{SECRET}"
-
-[agents.a]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-[agents.a.network]
+{}[agents.a.network]
 allow = ["127.0.0.1:{port}"]
 [agents.a.mcp.servers.h]
 url = "http://127.0.0.1:{port}/mcp"
 headers = {{ Authorization = {{ secret = "tok" }} }}
 risk = "low"
-
-[agents.b]
-provider = "fake"
-model = "m"
-risk_profile = "hands"
-[agents.b.network]
+{}[agents.b.network]
 allow = ["example.org"]
 [agents.b.mcp.servers.h]
 url = "http://127.0.0.1:{port}/mcp"
 headers = {{ Authorization = {{ secret = "tok" }} }}
 startup_timeout_secs = 10
-
-[agents.c]
-provider = "fake"
-model = "m"
-risk_profile = "net"
-[agents.c.mcp.servers.h]
+{}[agents.c.mcp.servers.h]
 url = "http://127.0.0.1:{port}/mcp"
-
-[risk_profiles.hands]
-autonomy = "full"
-
-[risk_profiles.net]
-autonomy = "full"
-allow_network = true
-"#
+"#,
+        agent("a", "hands"),
+        agent("b", "hands"),
+        agent("c", "net")
     );
     let root = setup(&fake, &extra)?;
     fake.push(FakeReply::calls(

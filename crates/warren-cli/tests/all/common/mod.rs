@@ -1,7 +1,9 @@
 //! Helpers the warren-cli suites share: the binary under test, `--json` commands and polling.
 
+mod pty;
 mod tmpfs;
 
+pub use pty::Pty;
 pub use tmpfs::Tmpfs;
 
 use std::path::Path;
@@ -45,8 +47,23 @@ pub fn wait_until(
     Err(format!("timed out waiting for {what}").into())
 }
 
-/// A config with agent `main` on the fake OpenAI server (`api_key`, retries 1 ms apart) and the
-/// gateway on `port`: `sections` go before `[gateway]`, `extra` after it.
+/// `[providers.fake]`: the fake OpenAI server with `api_key`, retries 1 ms apart.
+pub fn fake_provider(fake: &FakeOpenAi, api_key: &str) -> String {
+    format!(
+        r#"
+[providers.fake]
+kind = "openai"
+base_url = "{}"
+api_key = "{api_key}"
+retry_backoff_ms = 1
+"#,
+        fake.base_url()
+    )
+}
+
+/// A config with agent `main` on the fake OpenAI server ([`fake_provider`]) and the gateway on
+/// `port`: `sections` go right after the provider's keys (so they may add more of them), before
+/// `[gateway]`, `extra` after it.
 pub fn fake_config(
     fake: &FakeOpenAi,
     api_key: &str,
@@ -59,18 +76,12 @@ pub fn fake_config(
 [agents.main]
 provider = "fake"
 model = "gpt-test"
-
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "{api_key}"
-retry_backoff_ms = 1
-{sections}
+{}{sections}
 [gateway]
 port = {port}
 {extra}
 "#,
-        fake.base_url()
+        fake_provider(fake, api_key)
     )
 }
 
