@@ -9,45 +9,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
-use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
+use warren_testkit::{TempRoot, free_port, http, text};
 
-use crate::common::{Tmpfs, bin, json_of};
+use crate::common::{self, Tmpfs, bin, json_of};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Agent `main` may store memories without asking; a failed provider call is not retried.
 fn config(fake: &FakeOpenAi, port: u16) -> String {
-    format!(
-        r#"[agents.main]
-provider = "fake"
-model = "gpt-test"
-risk_profile = "mem"
-
-[risk_profiles.mem]
-autonomy = "full"
-allowed_tools = ["memory_store"]
-
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-retry_backoff_ms = 1
-max_retries = 0
-
-[gateway]
-port = {port}
-"#,
-        fake.base_url()
-    )
-}
-
-/// Runs `warren --config-dir DIR ARGS`.
-fn at(dir: &Path, args: &[&str]) -> std::io::Result<std::process::Output> {
-    std::process::Command::new(bin())
-        .arg("--config-dir")
-        .arg(dir)
-        .args(args)
-        .output()
+    let sections = "max_retries = 0\n\n[risk_profiles.default]\nautonomy = \"full\"\nallowed_tools = [\"memory_store\"]\n";
+    common::fake_config(fake, "sk-set-below", port, sections, "")
 }
 
 /// Every file below `dir` with its bytes (links as `-> target`), for "untouched" checks.
@@ -129,9 +102,7 @@ fn backup_of_a_live_daemon_restores_every_acknowledged_message_once_bak1_beyond2
             );
         }
     }
-    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
-    let token = pair(&root, bin(), port, "ci")?;
+    let (mut daemon, token) = common::paired_daemon(&root, port, "ci")?;
 
     let acked: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let workers: Vec<_> = (0..THREADS)
@@ -192,7 +163,8 @@ fn backup_of_a_live_daemon_restores_every_acknowledged_message_once_bak1_beyond2
         assert!(dbs.iter().any(|d| d == db), "{db} in {dbs:?}");
     }
 
-    let new_root = backups.path().join("restored");
+    let restored_root = TempRoot::new()?;
+    let new_root = restored_root.path();
     let out = root.run(
         bin(),
         &[
@@ -246,12 +218,7 @@ fn backup_of_a_live_daemon_restores_every_acknowledged_message_once_bak1_beyond2
     // the provider receives the API key decrypted with the restored .secret_key.
     daemon.signal("TERM")?;
     daemon.wait(WAIT)?;
-    let mut restored = DaemonChild::spawn({
-        let mut cmd = std::process::Command::new(bin());
-        cmd.arg("--config-dir").arg(&new_root).arg("daemon");
-        cmd
-    })?;
-    restored.wait_for("warren daemon ready", WAIT)?;
+    let _restored = common::ready_daemon(&restored_root)?;
     fake.push_when("after restore\"", FakeReply::text("still here"));
     let (status, reply) = http(
         port,
@@ -363,7 +330,8 @@ fn encrypted_backup_needs_its_passphrase_and_holds_no_plaintext_bak1() -> R {
         "{:?}",
         text(&out)
     );
-    let target = backups.path().join("r");
+    let restored = TempRoot::new()?;
+    let target = restored.path();
     let out = root
         .warren(
             bin(),
@@ -377,9 +345,9 @@ fn encrypted_backup_needs_its_passphrase_and_holds_no_plaintext_bak1() -> R {
         .env("WARREN_BACKUP_PASSPHRASE", "correct horse")
         .output()?;
     assert!(out.status.success(), "{:?}", text(&out));
-    let out = at(&target, &["sessions", "show", "notes"])?;
+    let out = restored.run(bin(), &["sessions", "show", "notes"])?;
     assert!(text(&out).0.contains(marker), "{:?}", text(&out));
-    let out = at(&target, &["config", "get", "providers.openai.api_key"])?;
+    let out = restored.run(bin(), &["config", "get", "providers.openai.api_key"])?;
     assert!(
         out.status.success(),
         "the restored key opens the secret: {:?}",
@@ -526,8 +494,7 @@ fn restore_refuses_a_live_or_non_empty_root_and_force_keeps_the_old_one() -> R {
     other.write_config(&format!(
         "[agents.main]\n\n[gateway]\nport = {other_port}\n"
     ))?;
-    let mut daemon = DaemonChild::spawn(other.warren(bin(), &["daemon"]))?;
-    daemon.wait_for("warren daemon ready", WAIT)?;
+    let mut daemon = common::ready_daemon(&other)?;
     let before = tree(other.path());
     let out = other.run(bin(), &["restore", dest.to_str().unwrap(), "--force"])?;
     let (_, stderr) = text(&out);
