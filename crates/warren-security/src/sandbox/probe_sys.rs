@@ -193,8 +193,10 @@ pub(crate) fn fork_until_refused(max: usize) -> (usize, Error) {
         // SAFETY: fork in the single-threaded probe; the child only pauses and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            // SAFETY: the child never returns to Rust code.
+            // SAFETY: the child never returns to Rust code; it dies with the probe (at the
+            // landlock level no PID namespace would end it).
             unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 libc::pause();
                 libc::_exit(0);
             }

@@ -246,3 +246,26 @@ fn the_landlock_level_drops_every_capability_so_the_daemons_environ_stays_unread
         "with its capabilities the child reads it: {detail}"
     );
 }
+
+#[test]
+fn a_root_child_of_the_landlock_level_has_no_process_limit_as_posture_says_issue13() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (CI runs as root)");
+        return;
+    }
+    let (f, s) = sandbox(SandboxKind::Landlock, &["ls"]);
+    let (_, detail) = outcome(&s, &f, Probe::SharedProcessLimit);
+    assert!(detail.starts_with("started 2048 processes"), "{detail}");
+    assert!(
+        s.posture()["not_contained"]
+            .to_string()
+            .contains("no process limit"),
+        "posture names the gap"
+    );
+    let (f, s) = sandbox(SandboxKind::Auto, &["ls"]);
+    let (_, detail) = outcome(&s, &f, Probe::SharedProcessLimit);
+    assert!(
+        detail.starts_with("started 51"),
+        "the full level's limit: {detail}"
+    );
+}
