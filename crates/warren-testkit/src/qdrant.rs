@@ -14,7 +14,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The front's source, written next to the engine's data when it starts.
@@ -123,16 +123,29 @@ impl Drop for QdrantEngine {
 pub struct FakeEmbeddings {
     port: u16,
     requests: Arc<AtomicUsize>,
+    failing: Arc<AtomicBool>,
 }
+
+/// Words embedded as another word: `(word, as)`.
+pub type Synonyms = &'static [(&'static str, &'static str)];
 
 /// The vector [`FakeEmbeddings`] answers for `text`.
 pub fn hash_vector(text: &str, dims: usize) -> Vec<f32> {
+    vector(text, dims, &[])
+}
+
+fn vector(text: &str, dims: usize, synonyms: Synonyms) -> Vec<f32> {
     let mut v = vec![0.0_f32; dims];
     for word in text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
     {
-        let h = word.to_lowercase().bytes().fold(2166136261_u32, |h, b| {
+        let word = word.to_lowercase();
+        let word = synonyms
+            .iter()
+            .find(|(w, _)| *w == word)
+            .map_or(word.as_str(), |(_, canon)| canon);
+        let h = word.bytes().fold(2166136261_u32, |h, b| {
             (h ^ u32::from(b)).wrapping_mul(16777619)
         });
         v[h as usize % dims] += 1.0;
@@ -146,19 +159,35 @@ pub fn hash_vector(text: &str, dims: usize) -> Vec<f32> {
 impl FakeEmbeddings {
     /// Serves `dims`-dimension vectors until the test process ends.
     pub fn start(dims: usize) -> io::Result<Self> {
+        Self::with_synonyms(dims, &[])
+    }
+
+    /// [`Self::start`], embedding each word of `synonyms` as the word it stands for: a query
+    /// with a synonym finds the rows by vector only.
+    pub fn with_synonyms(dims: usize, synonyms: Synonyms) -> io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         let requests = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&requests);
+        let failing = Arc::new(AtomicBool::new(false));
+        let server = Server {
+            dims,
+            synonyms,
+            requests: Arc::clone(&requests),
+            failing: Arc::clone(&failing),
+        };
         std::thread::spawn(move || {
             for stream in listener.incoming().map_while(Result::ok) {
-                counter.fetch_add(1, Ordering::SeqCst);
+                let server = server.clone();
                 std::thread::spawn(move || {
-                    let _ = serve(stream, dims);
+                    let _ = server.serve(stream);
                 });
             }
         });
-        Ok(Self { port, requests })
+        Ok(Self {
+            port,
+            requests,
+            failing,
+        })
     }
 
     /// The base URL to configure as `[memory.embedder] base_url`.
@@ -166,58 +195,92 @@ impl FakeEmbeddings {
         format!("http://127.0.0.1:{}/v1", self.port)
     }
 
-    /// Connections served so far.
+    /// Requests received so far.
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
     }
+
+    /// While `failing`, every request is answered `500` (`model not loaded`), as an embedder
+    /// whose model is gone.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
 }
 
-fn serve(stream: std::net::TcpStream, dims: usize) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let started = Instant::now();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 || started.elapsed() > Duration::from_secs(60) {
-            return Ok(());
-        }
-        let mut length = 0usize;
+/// What a connection of [`FakeEmbeddings`] shares with the test.
+#[derive(Clone)]
+struct Server {
+    dims: usize,
+    synonyms: Synonyms,
+    requests: Arc<AtomicUsize>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Server {
+    /// Answers the requests of one connection (kept alive) until it closes.
+    fn serve(&self, stream: std::net::TcpStream) -> io::Result<()> {
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let started = Instant::now();
         loop {
-            let mut h = String::new();
-            reader.read_line(&mut h)?;
-            if h.trim().is_empty() {
-                break;
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || started.elapsed() > Duration::from_secs(60) {
+                return Ok(());
             }
-            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
+            self.requests.fetch_add(1, Ordering::SeqCst);
+            let mut length = 0usize;
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h)?;
+                if h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
             }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body)?;
+            let (status, reply) = if !line.starts_with("POST /v1/embeddings ") {
+                (
+                    "404 Not Found",
+                    format!(r#"{{"error":"no route {}"}}"#, line.trim()),
+                )
+            } else if self.failing.load(Ordering::SeqCst) {
+                (
+                    "500 Internal Server Error",
+                    r#"{"error":"model not loaded"}"#.to_string(),
+                )
+            } else {
+                ("200 OK", self.embeddings(&body))
+            };
+            let mut out = &stream;
+            write!(
+                out,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply}",
+                reply.len()
+            )?;
+            out.flush()?;
         }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body)?;
-        let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let inputs: Vec<String> = match &request["input"] {
-            serde_json::Value::String(s) => vec![s.clone()],
-            serde_json::Value::Array(a) => a
-                .iter()
-                .map(|x| x.as_str().unwrap_or_default().to_string())
-                .collect(),
+    }
+
+    /// The answer to an embeddings request `body`: a vector per input, in order.
+    fn embeddings(&self, body: &[u8]) -> String {
+        let request: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let inputs: Vec<&str> = match &request["input"] {
+            serde_json::Value::String(s) => vec![s.as_str()],
+            serde_json::Value::Array(a) => {
+                a.iter().map(|x| x.as_str().unwrap_or_default()).collect()
+            }
             _ => Vec::new(),
         };
         let data: Vec<serde_json::Value> = inputs
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                serde_json::json!({"object": "embedding", "index": i, "embedding": hash_vector(t, dims)})
+                serde_json::json!({"object": "embedding", "index": i, "embedding": vector(t, self.dims, self.synonyms)})
             })
             .collect();
-        let reply = serde_json::json!({"object": "list", "data": data, "model": request["model"]})
-            .to_string();
-        let mut out = &stream;
-        write!(
-            out,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply}",
-            reply.len()
-        )?;
-        out.flush()?;
+        serde_json::json!({"object": "list", "data": data, "model": request["model"]}).to_string()
     }
 }
