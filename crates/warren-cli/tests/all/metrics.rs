@@ -8,7 +8,7 @@
 //!
 //! The `prometheus` binary is required: CI installs it (`.ci/run`); a missing one fails.
 
-use crate::common::{self, bin, wait_until};
+use crate::common::{self, bin, push_note_turn, span_attr, wait_until};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -27,22 +27,6 @@ const NOTE: &str = "the note says NOTE-BODY-7731";
 fn config(fake: &FakeOpenAi, port: u16, extra: &str) -> String {
     let rates = "\n[cost.rates.\"gpt-test\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n";
     common::fake_config(fake, KEY, port, rates, extra)
-}
-
-/// One tool round (`file_read` of the note), then the answer: 300 input and 30 output tokens.
-fn push_chat(fake: &FakeOpenAi, reply: &str) {
-    fake.push(
-        FakeReply::calls(
-            "",
-            vec![FakeCall::new(
-                "call-1",
-                "file_read",
-                json!({"path": "note.md"}),
-            )],
-        )
-        .with_usage(100, 10),
-    );
-    fake.push(FakeReply::text(reply).with_usage(200, 20));
 }
 
 /// The agent's workspace with the note the tool reads (it also holds the provider key, so a
@@ -304,10 +288,6 @@ scrape_configs:
     Ok(())
 }
 
-fn attr<'a>(span: &'a ReceivedSpan, key: &str) -> &'a Value {
-    span.attributes.get(key).unwrap_or(&Value::Null)
-}
-
 /// The spans of the first trace that has a finished turn with a tool call.
 fn turn_spans(spans: &[ReceivedSpan]) -> Option<(ReceivedSpan, Vec<ReceivedSpan>)> {
     let turn = spans.iter().find(|s| s.name == "invoke_agent main")?;
@@ -333,7 +313,7 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
     };
     root.write_config(&config(&fake, port, &telemetry(false)))?;
     write_note(&root)?;
-    push_chat(&fake, "REPLY-TEXT-5521");
+    push_note_turn(&fake, "REPLY-TEXT-5521");
     let (mut daemon, token) = common::paired_daemon(&root, port, "otel")?;
     let (status, chat) = http(
         port,
@@ -359,7 +339,7 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
         ("gen_ai.usage.output_tokens", json!(30)),
         ("warren.channel", json!("gateway")),
     ] {
-        assert_eq!(attr(&turn, k), &v, "{k} of {turn:#?}");
+        assert_eq!(span_attr(&turn, k), &v, "{k} of {turn:#?}");
     }
     let chats: Vec<&ReceivedSpan> = children
         .iter()
@@ -370,15 +350,15 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
         .iter()
         .map(|c| {
             assert_eq!(c.kind, 3, "a provider call is a CLIENT span");
-            assert_eq!(attr(c, "gen_ai.operation.name"), "chat");
-            assert_eq!(attr(c, "gen_ai.provider.name"), "fake");
-            assert_eq!(attr(c, "gen_ai.system"), "fake");
-            assert_eq!(attr(c, "gen_ai.request.model"), "gpt-test");
+            assert_eq!(span_attr(c, "gen_ai.operation.name"), "chat");
+            assert_eq!(span_attr(c, "gen_ai.provider.name"), "fake");
+            assert_eq!(span_attr(c, "gen_ai.system"), "fake");
+            assert_eq!(span_attr(c, "gen_ai.request.model"), "gpt-test");
             assert!(c.start_time_unix_nano >= turn.start_time_unix_nano);
             assert!(c.end_time_unix_nano <= turn.end_time_unix_nano);
             (
-                attr(c, "gen_ai.usage.input_tokens").clone(),
-                attr(c, "gen_ai.usage.output_tokens").clone(),
+                span_attr(c, "gen_ai.usage.input_tokens").clone(),
+                span_attr(c, "gen_ai.usage.output_tokens").clone(),
             )
         })
         .collect();
@@ -388,9 +368,9 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
         .iter()
         .find(|s| s.name == "execute_tool file_read")
         .ok_or(format!("no tool span: {children:#?}"))?;
-    assert_eq!(attr(tool, "gen_ai.operation.name"), "execute_tool");
-    assert_eq!(attr(tool, "gen_ai.tool.name"), "file_read");
-    assert_eq!(attr(tool, "gen_ai.tool.call.id"), "call-1");
+    assert_eq!(span_attr(tool, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(span_attr(tool, "gen_ai.tool.name"), "file_read");
+    assert_eq!(span_attr(tool, "gen_ai.tool.call.id"), "call-1");
     // Default: no prompt, completion, tool argument or result text; never the key.
     let content_keys = [
         "gen_ai.input.messages",
@@ -427,7 +407,7 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
     let (status, reloaded) = http(port, "POST", "/admin/reload", Some(&token), "")?;
     assert_eq!(status, 200, "{reloaded}");
     daemon.wait_for("gateway listening", WAIT)?;
-    push_chat(&fake, "CAPTURED-REPLY-3390");
+    push_note_turn(&fake, "CAPTURED-REPLY-3390");
     let (status, chat) = http(
         port,
         "POST",
@@ -442,7 +422,7 @@ fn otlp_spans_carry_genai_attributes_and_no_text_unless_captured_issue25() -> R 
                 && t.attributes.contains_key("gen_ai.tool.call.result")
         }) && s.iter().any(|t| {
             t.name == "invoke_agent main"
-                && attr(t, "gen_ai.output.messages")
+                && span_attr(t, "gen_ai.output.messages")
                     .as_str()
                     .is_some_and(|m| m.contains("CAPTURED-REPLY-3390"))
         })
@@ -499,7 +479,7 @@ fn resident_memory_past_the_ceiling_warns_once_in_the_log_and_in_health_issue25(
     let rss: Vec<i64> = readings
         .iter()
         .filter(|t| t.name == "self_watch")
-        .filter_map(|t| attr(t, "process.memory.usage").as_i64())
+        .filter_map(|t| span_attr(t, "process.memory.usage").as_i64())
         .collect();
     assert!(
         rss.len() >= 3 && rss.iter().all(|b| *b > 1024 * 1024),

@@ -3,12 +3,11 @@
 //! `execute_tool` children reach the collector before the process exits, though the export
 //! interval is far longer than the run. A collector that is down does not fail the command.
 
-use serde_json::{Value, json};
-use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
-use warren_testkit::otlp::{OtlpReceiver, ReceivedSpan};
+use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
+use warren_testkit::otlp::OtlpReceiver;
 use warren_testkit::{TempRoot, free_port, text};
 
-use crate::common::bin;
+use crate::common::{bin, push_note_turn, span_attr};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -36,25 +35,6 @@ service_name = "warren-oneshot"
     )
 }
 
-fn push_turn(fake: &FakeOpenAi) {
-    fake.push(
-        FakeReply::calls(
-            "",
-            vec![FakeCall::new(
-                "call-1",
-                "file_read",
-                json!({"path": "note.md"}),
-            )],
-        )
-        .with_usage(100, 10),
-    );
-    fake.push(FakeReply::text("the note is read").with_usage(200, 20));
-}
-
-fn attr<'a>(span: &'a ReceivedSpan, key: &str) -> &'a Value {
-    span.attributes.get(key).unwrap_or(&Value::Null)
-}
-
 #[test]
 fn a_one_shot_turn_exports_its_spans_before_exit_issue25() -> R {
     let root = TempRoot::new()?;
@@ -64,7 +44,7 @@ fn a_one_shot_turn_exports_its_spans_before_exit_issue25() -> R {
     let ws = root.path().join("agents/main/workspace");
     std::fs::create_dir_all(&ws)?;
     std::fs::write(ws.join("note.md"), "a note\n")?;
-    push_turn(&fake);
+    push_note_turn(&fake, "the note is read");
 
     let out = root.run(bin(), &["agent", "-a", "main", "-m", "read note.md"])?;
     let (stdout, stderr) = text(&out);
@@ -80,8 +60,8 @@ fn a_one_shot_turn_exports_its_spans_before_exit_issue25() -> R {
         .ok_or(format!("no turn span was exported: {spans:#?}"))?;
     assert_eq!(turn.service_name.as_deref(), Some("warren-oneshot"));
     assert_eq!(turn.parent_span_id, "", "the turn is the trace's root");
-    assert_eq!(attr(turn, "warren.channel"), "cli");
-    assert_eq!(attr(turn, "gen_ai.usage.input_tokens"), 300);
+    assert_eq!(span_attr(turn, "warren.channel"), "cli");
+    assert_eq!(span_attr(turn, "gen_ai.usage.input_tokens"), 300);
     let children: Vec<&str> = spans
         .iter()
         .filter(|s| s.trace_id == turn.trace_id && s.parent_span_id == turn.span_id)

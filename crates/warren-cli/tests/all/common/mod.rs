@@ -10,7 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use warren_testkit::fake_llm::FakeOpenAi;
+use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
+use warren_testkit::otlp::ReceivedSpan;
 use warren_testkit::{DaemonChild, TempRoot, pair, text};
 
 /// The `warren` binary cargo built for these tests.
@@ -108,4 +109,25 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// One tool round (`file_read` of `note.md`), then `reply`: 300 input and 30 output tokens.
+pub fn push_note_turn(fake: &FakeOpenAi, reply: &str) {
+    fake.push(
+        FakeReply::calls(
+            "",
+            vec![FakeCall::new(
+                "call-1",
+                "file_read",
+                serde_json::json!({"path": "note.md"}),
+            )],
+        )
+        .with_usage(100, 10),
+    );
+    fake.push(FakeReply::text(reply).with_usage(200, 20));
+}
+
+/// A span's attribute `key` (`Null` when it has none).
+pub fn span_attr<'a>(span: &'a ReceivedSpan, key: &str) -> &'a Value {
+    span.attributes.get(key).unwrap_or(&Value::Null)
 }
