@@ -6,7 +6,9 @@
 //!
 //! [`BackendLock`] is a [`StateCheck`] for [`warren_config::ConfigStore`]: on a write or
 //! reload it probes only agents whose effective backend changed; on `check_current` (config
-//! validate, daemon start) it probes every agent. The error names where the rows live.
+//! validate, daemon start) it probes every agent. The error names where the rows live. A
+//! server that does not answer blocks only agents on another backend (whose rows there cannot
+//! be ruled out); the agents that stay on it start, their memory calls failing until it answers.
 
 use std::collections::BTreeMap;
 
@@ -44,8 +46,11 @@ impl StateCheck for BackendLock {
         if changed.is_empty() {
             return Vec::new();
         }
-        let holdings = match holdings(root, config, previous) {
-            Ok(h) => h,
+        let Probe {
+            held: holdings,
+            unreachable,
+        } = match probe(root, config, previous) {
+            Ok(p) => p,
             Err(e) => {
                 return vec![Problem::at(
                     "memory",
@@ -53,14 +58,38 @@ impl StateCheck for BackendLock {
                 )];
             }
         };
+        // Lucid keeps its rows in the SQLite store: the two share one set of rows.
+        let store_of = |k: MemoryBackendKind| match k {
+            MemoryBackendKind::Lucid => MemoryBackendKind::Sqlite,
+            k => k,
+        };
         let mut out = Vec::new();
+        // A server that does not answer hides only its own rows: an agent that stays on it
+        // loses nothing (its calls report the server's error until it is back), so only agents
+        // on another backend cannot be checked.
+        for (kind, location, error) in &unreachable {
+            let blocked: Vec<&AgentAlias> = changed
+                .iter()
+                .filter(|(_, k)| store_of(*k) != store_of(*kind))
+                .map(|(a, _)| a)
+                .collect();
+            if blocked.is_empty() {
+                tracing::warn!(backend = name(*kind), %location, %error, "memory backend unreachable; the agents on it start without memory until it answers");
+                continue;
+            }
+            for alias in blocked {
+                out.push(Problem::at(
+                    format!("agents.{alias}.memory.backend"),
+                    format!(
+                        "cannot check whether agent '{alias}' has written memory to the {} backend \
+                         at {location} (MEM-9): {error}",
+                        name(*kind)
+                    ),
+                ));
+            }
+        }
         for (alias, kind) in changed {
             for (held_kind, location, rows) in holdings.get(alias.as_str()).into_iter().flatten() {
-                // Lucid keeps its rows in the SQLite store: the two share one set of rows.
-                let store_of = |k: MemoryBackendKind| match k {
-                    MemoryBackendKind::Lucid => MemoryBackendKind::Sqlite,
-                    k => k,
-                };
                 if store_of(*held_kind) == store_of(kind) {
                     continue;
                 }
@@ -105,7 +134,27 @@ pub fn holdings(
     config: &Config,
     previous: Option<&Config>,
 ) -> Result<BTreeMap<String, Vec<Holding>>, MemoryError> {
+    let probe = probe(root, config, previous)?;
+    match probe.unreachable.into_iter().next() {
+        Some((_, _, error)) => Err(error),
+        None => Ok(probe.held),
+    }
+}
+
+/// What the stores answered: the holdings of those that answered, and each server that did
+/// not (backend, location, error).
+struct Probe {
+    held: BTreeMap<String, Vec<Holding>>,
+    unreachable: Vec<(MemoryBackendKind, String, MemoryError)>,
+}
+
+fn probe(
+    root: &InstallRoot,
+    config: &Config,
+    previous: Option<&Config>,
+) -> Result<Probe, MemoryError> {
     let mut out: BTreeMap<String, Vec<Holding>> = BTreeMap::new();
+    let mut unreachable = Vec::new();
     let db = root.memory_db();
     for (alias, _backend, rows) in crate::sqlite::registered_agents_at(&db)? {
         out.entry(alias).or_default().push((
@@ -138,13 +187,17 @@ pub fn holdings(
     if let Some((url, schema)) = pg {
         let store = PostgresStore::new(&url, &schema)?;
         let location = crate::store::MemoryStore::location(&store);
-        let found = block_on(async move { store.probe_registered().await })??;
-        for (alias, _backend, rows) in found {
-            out.entry(alias).or_default().push((
-                MemoryBackendKind::Postgres,
-                location.clone(),
-                rows,
-            ));
+        match block_on(async move { store.probe_registered().await })? {
+            Ok(found) => {
+                for (alias, _backend, rows) in found {
+                    out.entry(alias).or_default().push((
+                        MemoryBackendKind::Postgres,
+                        location.clone(),
+                        rows,
+                    ));
+                }
+            }
+            Err(e) => unreachable.push((MemoryBackendKind::Postgres, location, e)),
         }
     }
     // Qdrant: probed when an agent of either config is on it; like PostgreSQL, a server that
@@ -166,14 +219,23 @@ pub fn holdings(
         }
         aliases.sort();
         aliases.dedup();
-        let found = block_on(async move { store.points_per_agent(aliases).await })??;
-        for (alias, rows) in found {
-            out.entry(alias)
-                .or_default()
-                .push((MemoryBackendKind::Qdrant, location.clone(), rows));
+        match block_on(async move { store.points_per_agent(aliases).await })? {
+            Ok(found) => {
+                for (alias, rows) in found {
+                    out.entry(alias).or_default().push((
+                        MemoryBackendKind::Qdrant,
+                        location.clone(),
+                        rows,
+                    ));
+                }
+            }
+            Err(e) => unreachable.push((MemoryBackendKind::Qdrant, location, e)),
         }
     }
-    Ok(out)
+    Ok(Probe {
+        held: out,
+        unreachable,
+    })
 }
 
 /// Runs `fut` to completion on a runtime of its own, on a thread of its own, so the probe

@@ -34,6 +34,12 @@ impl QdrantEngine {
     /// Starts the engine with an empty data directory; with `api_key`, every request but
     /// `/healthz` must carry it in the `api-key` header (as Qdrant).
     pub fn start(api_key: Option<&str>) -> io::Result<Self> {
+        Self::start_on(api_key, 0)
+    }
+
+    /// [`Self::start`] on `port` of 127.0.0.1 (0: any free port), e.g. the address a daemon
+    /// was configured with while no engine ran.
+    pub fn start_on(api_key: Option<&str>, port: u16) -> io::Result<Self> {
         let dir = tempfile::tempdir()?;
         let script = dir.path().join("qdrant_front.py");
         std::fs::write(&script, FRONT)?;
@@ -41,6 +47,8 @@ impl QdrantEngine {
         cmd.arg(&script)
             .arg("--data")
             .arg(dir.path().join("data"))
+            .arg("--port")
+            .arg(port.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

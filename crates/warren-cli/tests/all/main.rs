@@ -25,6 +25,7 @@ mod local_llm;
 mod log_level;
 mod mcp;
 mod memory;
+mod memory_qdrant_down;
 mod memory_versions;
 mod metrics;
 mod migrations;

@@ -23,7 +23,7 @@
 //!
 //! All HTTP (the client is in `rest.rs`) runs on the blocking pool, never on an async worker.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -95,6 +95,7 @@ impl QdrantStore {
                 agent,
                 ready: OnceLock::new(),
                 identity: embedder.as_ref().map(|e| e.identity()),
+                outage: Mutex::new(None),
             }),
             embedder,
             history: DEFAULT_HISTORY_VERSIONS,
@@ -113,9 +114,11 @@ impl QdrantStore {
     }
 
     /// The health check shown in `/api/health`: the server answers `/healthz` and accepts the
-    /// API key for the collection (which may not exist before the first write).
+    /// API key for the collection (which may not exist before the first write). It asks even
+    /// during an outage's backoff, and an answer ends the outage.
     pub async fn health(&self) -> Result<(), MemoryError> {
         self.run(|h| {
+            h.retry_now();
             h.call("GET", "/healthz", None)?;
             // With the key: a refused key (or a collection made by another embedder) shows
             // here, not at the first write. A collection not made yet is fine.

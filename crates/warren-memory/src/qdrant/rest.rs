@@ -1,7 +1,11 @@
 //! The REST side of the Qdrant store: one blocking HTTP client (`ureq`) for the collection,
-//! Qdrant's JSON envelope and errors, and the collection's creation with its payload indexes.
+//! Qdrant's JSON envelope and errors, the collection's creation with its payload indexes, and
+//! the outage state: a server that does not answer is retried with backoff, and calls in
+//! between fail at once with its last error, so a store is never dropped silently and a turn
+//! never waits on a dead server; the first answer ends the outage (no restart).
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -9,6 +13,9 @@ use crate::error::MemoryError;
 
 /// Largest response body accepted.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
+/// First wait after a server stopped answering; doubled per failed attempt up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(15);
 /// Points per scroll page (export, list scans).
 const SCROLL_PAGE: usize = 256;
 /// Payload indexes created with the collection: exact fields, the full-text fields and the
@@ -36,6 +43,16 @@ pub(super) struct Http {
     /// What makes this process's vectors comparable ([`crate::Embedder::identity`]); `None`
     /// for a store that only counts (the MEM-9 probe).
     pub(super) identity: Option<String>,
+    /// Set while the server does not answer.
+    pub(super) outage: Mutex<Option<Outage>>,
+}
+
+/// A server that stopped answering: since when, how often, the last error, the next attempt.
+pub(super) struct Outage {
+    since: Instant,
+    failures: u32,
+    error: String,
+    retry_at: Instant,
 }
 
 /// The point that records which embedder made the collection's vectors. It has no
@@ -55,6 +72,60 @@ impl Http {
         }
     }
 
+    /// During an outage, before its next attempt is due: the error every call fails with.
+    fn unavailable(&self) -> Result<(), MemoryError> {
+        let outage = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        match &*outage {
+            Some(o) if Instant::now() < o.retry_at => Err(self.err(format!(
+                "unavailable for {} s ({} attempts failed; the next in {} ms, no restart needed): {}",
+                o.since.elapsed().as_secs(),
+                o.failures,
+                o.retry_at.saturating_duration_since(Instant::now()).as_millis(),
+                o.error
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The server did not answer: the outage begins or its backoff doubles.
+    fn failed(&self, error: MemoryError) -> MemoryError {
+        let mut outage = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (since, failures) = match &*outage {
+            Some(o) => (o.since, o.failures.saturating_add(1)),
+            None => {
+                tracing::warn!(error = %error, "Qdrant memory store unavailable; memory calls fail until it answers (retried with backoff)");
+                (now, 1)
+            }
+        };
+        let wait = BACKOFF_FIRST
+            .saturating_mul(1 << (failures - 1).min(16))
+            .min(BACKOFF_MAX);
+        *outage = Some(Outage {
+            since,
+            failures,
+            error: error.to_string(),
+            retry_at: now + wait,
+        });
+        error
+    }
+
+    /// The server answered: an outage ends.
+    fn answered(&self) {
+        let mut outage = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(o) = outage.take() {
+            tracing::info!(url = %crate::error::redact_url(&self.base), down_secs = o.since.elapsed().as_secs(), "Qdrant memory store answers again");
+        }
+    }
+
+    /// The next request is attempted even inside an outage's backoff (the health check).
+    pub(super) fn retry_now(&self) {
+        let mut outage = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(o) = outage.as_mut() {
+            o.retry_at = Instant::now();
+        }
+    }
+
     /// One request; answers Qdrant's `result`. `Ok(None)` for 404.
     pub(super) fn request(
         &self,
@@ -62,6 +133,7 @@ impl Http {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Option<Value>, MemoryError> {
+        self.unavailable()?;
         let url = format!("{}{path}", self.base);
         let response = match (method, body) {
             ("GET", _) => self.with_key(self.agent.get(&url)).call(),
@@ -78,14 +150,17 @@ impl Http {
                     .send(body.as_bytes())
             }
         }
-        .map_err(|e| self.err(format!("{method} {path}: {e}")))?;
+        .map_err(|e| self.failed(self.err(format!("{method} {path}: {e}"))))?;
         let status = response.status().as_u16();
         let bytes = response
             .into_body()
             .with_config()
             .limit(MAX_RESPONSE_BYTES)
             .read_to_vec()
-            .map_err(|e| self.err(format!("{method} {path}: reading the response: {e}")))?;
+            .map_err(|e| {
+                self.failed(self.err(format!("{method} {path}: reading the response: {e}")))
+            })?;
+        self.answered();
         if status == 404 {
             return Ok(None);
         }

@@ -673,3 +673,69 @@ async fn a_collection_refuses_another_embedder_model() -> R {
     assert_eq!(seen(a.as_ref(), "model", 5).await?, pairs(&[("a", "k")]));
     Ok(())
 }
+
+/// A server that is down: the backend lock lets the agents on it start (their rows are not
+/// at risk) but not an agent on another backend; every call fails naming the URL (later ones
+/// at once, inside the backoff, saying so); nothing is kept of a failed store; once the engine
+/// answers on that address, the same store works again with no new handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_down_fails_calls_naming_it_and_its_first_answer_ends_the_outage() -> R {
+    use warren_config::StateCheck;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut fx = Fixture::new(MemoryBackendKind::Qdrant, &[("a", vec![]), ("b", vec![])])?;
+    let collection = format!("t_{}", uuid::Uuid::new_v4().simple());
+    configure_at(&mut fx.config, &url, &collection, &embeddings().base_url());
+    fx.stores = MemoryStores::new(fx.root.clone());
+
+    let lock = warren_memory::BackendLock;
+    let problems = tokio::task::block_in_place(|| lock.check(&fx.root, None, &fx.config));
+    assert!(problems.is_empty(), "{problems:?}");
+    let mut other = fx.config.clone();
+    let b = other
+        .agents
+        .get_mut(&AgentAlias::new("b")?)
+        .ok_or("no agent b")?;
+    b.memory.backend = Some(MemoryBackendKind::Sqlite);
+    let problems = tokio::task::block_in_place(|| lock.check(&fx.root, None, &other));
+    let said: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{:?}: {}", p.key, p.message))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("agent 'b'") && said[0].contains(&url),
+        "only b cannot be checked: {said:?}"
+    );
+
+    let a = fx.mem("a").await?;
+    let first = a
+        .store(entry("a", "k", "written while down", "core"))
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .ok_or("a store while down succeeded")?;
+    assert!(first.contains(&url), "{first}");
+    let second = a
+        .get("k".into())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .ok_or("a read while down succeeded")?;
+    assert!(
+        second.contains(&url) && second.contains("unavailable for"),
+        "{second}"
+    );
+    let health = fx.stores.health(&fx.config).await;
+    assert_eq!(health["qdrant"]["status"], "error", "{health}");
+
+    let _engine = QdrantEngine::start_on(Some(KEY), port)?;
+    let health = fx.stores.health(&fx.config).await;
+    assert_eq!(health["qdrant"]["status"], "ok", "{health}");
+    let stored = a.store(entry("a", "k", "written once up", "core")).await?;
+    assert_eq!(stored.version, 1, "the failed store left no version");
+    let got = a.get("k".into()).await?.ok_or("stored row missing")?;
+    assert_eq!(got.content, "written once up");
+    Ok(())
+}
