@@ -7,8 +7,9 @@
 //! [`BackendLock`] is a [`StateCheck`] for [`warren_config::ConfigStore`]: on a write or
 //! reload it probes only agents whose effective backend changed; on `check_current` (config
 //! validate, daemon start) it probes every agent. The error names where the rows live. A
-//! server that does not answer blocks only agents on another backend (whose rows there cannot
-//! be ruled out); the agents that stay on it start, their memory calls failing until it answers.
+//! Qdrant server that does not answer blocks only agents on another backend (whose rows there
+//! cannot be ruled out); the agents that stay on it start, their memory calls failing until it
+//! answers. An unreachable PostgreSQL server is an error (the rule cannot be checked).
 
 use std::collections::BTreeMap;
 
@@ -127,8 +128,8 @@ fn name(kind: MemoryBackendKind) -> &'static str {
 }
 
 /// Every store's agents with rows or a registration: alias → holdings. PostgreSQL is probed
-/// when a URL is configured in `config` or `previous`; an unreachable server is an error
-/// (the rule cannot be checked), not a pass.
+/// when a URL is configured in `config` or `previous`; an unreachable server (PostgreSQL or
+/// Qdrant) is an error (the rule cannot be checked), not a pass.
 pub fn holdings(
     root: &InstallRoot,
     config: &Config,
@@ -141,8 +142,8 @@ pub fn holdings(
     }
 }
 
-/// What the stores answered: the holdings of those that answered, and each server that did
-/// not (backend, location, error).
+/// What the stores answered: the holdings of those that answered, and each Qdrant server
+/// that did not (backend, location, error).
 struct Probe {
     held: BTreeMap<String, Vec<Holding>>,
     unreachable: Vec<(MemoryBackendKind, String, MemoryError)>,
@@ -187,21 +188,17 @@ fn probe(
     if let Some((url, schema)) = pg {
         let store = PostgresStore::new(&url, &schema)?;
         let location = crate::store::MemoryStore::location(&store);
-        match block_on(async move { store.probe_registered().await })? {
-            Ok(found) => {
-                for (alias, _backend, rows) in found {
-                    out.entry(alias).or_default().push((
-                        MemoryBackendKind::Postgres,
-                        location.clone(),
-                        rows,
-                    ));
-                }
-            }
-            Err(e) => unreachable.push((MemoryBackendKind::Postgres, location, e)),
+        let found = block_on(async move { store.probe_registered().await })??;
+        for (alias, _backend, rows) in found {
+            out.entry(alias).or_default().push((
+                MemoryBackendKind::Postgres,
+                location.clone(),
+                rows,
+            ));
         }
     }
-    // Qdrant: probed when an agent of either config is on it; like PostgreSQL, a server that
-    // does not answer is an error.
+    // Qdrant: probed when an agent of either config is on it; a server that does not answer
+    // leaves its rows unknown (see `Probe::unreachable`).
     let qdrant = previous
         .into_iter()
         .chain(std::iter::once(config))

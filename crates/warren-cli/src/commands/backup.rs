@@ -131,9 +131,20 @@ pub fn restore(
 
 /// `warren doctor`.
 pub fn doctor(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
-    let report = backup::doctor(root);
+    let mut report = backup::doctor(root);
+    // The external memory backends (Qdrant: its URL and why, while it does not answer).
+    let memory = warren_config::ConfigStore::load(root.clone())
+        .ok()
+        .and_then(|store| super::memory::backends_health(root, store.snapshot().config()));
+    for (status, line) in memory.iter().flat_map(super::memory::backend_lines) {
+        if status == "error" {
+            report.problems.push(format!("memory backend {line}"));
+        }
+    }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        value["memory_backends"] = memory.unwrap_or_default();
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!("install root {}", report.root.display());
         println!(
@@ -171,6 +182,9 @@ pub fn doctor(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         match report.free_bytes {
             Some(f) => println!(", {} free on its file system", human(f)),
             None => println!(),
+        }
+        for (_, line) in memory.iter().flat_map(super::memory::backend_lines) {
+            println!("memory backend {line}");
         }
         for p in &report.problems {
             println!("problem: {p}");

@@ -251,3 +251,47 @@ fn print_entries(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// The external memory backends the agents of `config` use, as `/api/health` reports them
+/// (`memory_backends`: Qdrant's URL and error while it does not answer); `None` when none is
+/// used. For `warren status` and `warren doctor`.
+pub(crate) fn backends_health(
+    root: &InstallRoot,
+    config: &warren_config::Config,
+) -> Option<serde_json::Value> {
+    use warren_config::schema::MemoryBackendKind;
+    let external = config.agents().any(|(_, a)| {
+        matches!(
+            config.memory_backend_of(a),
+            MemoryBackendKind::Qdrant | MemoryBackendKind::Lucid
+        )
+    });
+    if !external {
+        return None;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    Some(runtime.block_on(MemoryStores::new(root.clone()).health(config)))
+}
+
+/// One line per backend of [`backends_health`] with its status: `qdrant error <location>:
+/// <error>`.
+pub(crate) fn backend_lines(health: &serde_json::Value) -> Vec<(String, String)> {
+    health
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| name.as_str() != "status")
+        .map(|(name, v)| {
+            let status = v["status"].as_str().unwrap_or("unknown");
+            let location = v["location"].as_str().unwrap_or_default();
+            let line = match v["error"].as_str() {
+                Some(e) => format!("{name} {status} {location}: {e}"),
+                None => format!("{name} {status} {location}"),
+            };
+            (status.to_string(), line)
+        })
+        .collect()
+}

@@ -12,6 +12,11 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         Ok(store) => ("valid".to_string(), store.snapshot().agents.len()),
         Err(e) => (format!("{e}"), 0),
     };
+    // Qdrant (or Lucid) as the daemon's health reports it: the URL and why, while down.
+    let memory = config
+        .as_ref()
+        .ok()
+        .and_then(|store| super::memory::backends_health(root, store.snapshot().config()));
     let generation = match &daemon {
         DaemonStatus::Running { state: Some(s), .. } => Some(s.config_generation),
         _ => None,
@@ -32,6 +37,7 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
             "agents": agents,
             "daemon": daemon,
             "config_generation": generation,
+            "memory_backends": memory,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -42,6 +48,9 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         first_line(&config_state)
     );
     println!("agents:            {agents}");
+    for (_, line) in memory.iter().flat_map(super::memory::backend_lines) {
+        println!("memory:            {line}");
+    }
     match daemon {
         DaemonStatus::NotRunning => {
             println!("daemon:            not running");

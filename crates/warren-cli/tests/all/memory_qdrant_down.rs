@@ -110,6 +110,24 @@ model = "hash"
     assert!(!out.status.success(), "{stdout}{stderr}");
     assert!(stderr.contains(&url), "{stderr}");
 
+    // `warren status` and `warren doctor` name the server and why too.
+    let out = root.run(bin(), &["status"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(
+        stdout.contains("memory:") && stdout.contains("qdrant error") && stdout.contains(&url),
+        "{stdout}{stderr}"
+    );
+    let out = root.run(bin(), &["doctor"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success(),
+        "a memory backend down is a problem: {stdout}{stderr}"
+    );
+    assert!(
+        stdout.contains("problem: memory backend qdrant error") && stdout.contains(&url),
+        "{stdout}{stderr}"
+    );
+
     // Qdrant comes back on the configured port: the same daemon recovers.
     let _engine = QdrantEngine::start_on(None, qport)?;
     wait_until("memory to be reported ok", Duration::from_secs(40), || {
@@ -122,6 +140,11 @@ model = "hash"
     assert_eq!(reply["reply"], "remembered", "{reply}");
     let result = tool_result(&fake, "s2");
     assert!(!result.contains("Qdrant"), "{result}");
+    let status = json_of(&root, &["status"])?;
+    assert_eq!(
+        status["memory_backends"]["qdrant"]["status"], "ok",
+        "{status}"
+    );
     let listed = json_of(&root, &["memory", "list", "--agent", "main"])?;
     assert!(
         listed.to_string().contains("the user likes teal"),
