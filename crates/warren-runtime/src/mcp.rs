@@ -213,15 +213,22 @@ pub async fn probe(
     let began = std::time::Instant::now();
     let _ = mcp.tools().await;
     let start_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
-    // Give a failed server's last stderr lines a moment to arrive.
-    if mcp
-        .status()
-        .iter()
-        .any(|s| s.state != warren_tools::mcp::ServerState::Running)
-    {
+    // Give a failed server's last stderr lines a moment to arrive. Its supervisor may begin a
+    // restart meanwhile: a probe reports a server that failed and is restarting as down, with
+    // the failure (not "starting" with no detail).
+    if mcp.status().iter().any(|s| s.state != ServerState::Running) {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let servers = mcp.status();
+    let servers: Vec<ServerStatus> = mcp
+        .status()
+        .into_iter()
+        .map(|mut s| {
+            if s.state == ServerState::Starting && s.restarts > 0 {
+                s.state = ServerState::Down;
+            }
+            s
+        })
+        .collect();
     mcp.stop();
     let stderr = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(Probe {

@@ -64,7 +64,10 @@ pub struct ServerStatus {
 
 enum State {
     Idle,
-    Starting,
+    /// `after`: why the previous start ended, when this is a restart.
+    Starting {
+        after: Option<String>,
+    },
     /// `pid` is `None` for a `url` server.
     Running {
         peer: Peer<RoleClient>,
@@ -177,14 +180,14 @@ impl Server {
             return;
         }
         let Some(me) = self.me.upgrade() else { return };
-        self.set(State::Starting);
+        self.set(State::Starting { after: None });
         tokio::spawn(me.supervise());
     }
 
     pub(crate) fn stop(&self) {
         let _ = self.stop_tx.send_replace(true);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(*state, State::Running { .. } | State::Starting) {
+        if !matches!(*state, State::Running { .. } | State::Starting { .. }) {
             *state = State::Stopped;
         }
         drop(state);
@@ -196,8 +199,12 @@ impl Server {
         match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
             State::Running { peer, .. } => Ok(peer.clone()),
             State::Idle => Err(format!("MCP server '{}' has not started", self.spec.name)),
-            State::Starting => Err(format!(
+            State::Starting { after: None } => Err(format!(
                 "MCP server '{}' is starting; try again shortly",
+                self.spec.name
+            )),
+            State::Starting { after: Some(error) } => Err(format!(
+                "MCP server '{}' is restarting after it failed ({error}); try again shortly",
                 self.spec.name
             )),
             State::Down { error, retry_at } => Err(format!(
@@ -226,7 +233,7 @@ impl Server {
             notified.as_mut().enable();
             let starting = matches!(
                 *self.state.lock().unwrap_or_else(|p| p.into_inner()),
-                State::Starting
+                State::Starting { .. }
             );
             if !starting || tokio::time::timeout_at(deadline, notified).await.is_err() {
                 break;
@@ -271,7 +278,7 @@ impl Server {
                     None,
                 ),
                 State::Idle => (ServerState::NotStarted, None, None, None),
-                State::Starting => (ServerState::Starting, None, None, None),
+                State::Starting { after } => (ServerState::Starting, None, after.clone(), None),
                 State::Running { pid, .. } => (ServerState::Running, *pid, None, None),
                 State::Down { error, retry_at } => (
                     ServerState::Down,
@@ -311,11 +318,14 @@ impl Server {
     async fn supervise(self: Arc<Self>) {
         let mut stop = self.stop_tx.subscribe();
         let mut failures: u32 = 0;
+        let mut after: Option<String> = None;
         loop {
             if self.stopped() {
                 break;
             }
-            self.set(State::Starting);
+            self.set(State::Starting {
+                after: after.take(),
+            });
             let began = Instant::now();
             let reason = match self.start_once().await {
                 Ok(run) => {
@@ -364,6 +374,7 @@ impl Server {
                 error: reason.clone(),
                 retry_at: Instant::now() + delay,
             });
+            after = Some(reason.clone());
             self.emit(McpEvent::Died {
                 reason,
                 retry_in: delay,
