@@ -3,6 +3,11 @@
 //! answered 200 on PORT; then spawns it once more, asks `/health` once, waits 3 s and reads
 //! `/proc/PID/status`. Prints `median_ms VmRSS_KiB VmHWM_KiB threads`. With PROBE_SMAPS=FILE
 //! it also copies `/proc/PID/smaps` there (for the breakdown in docs/operations.md).
+//!
+//! `probe --peak-smaps FILE -- CMD...` runs CMD once (stdin, stdout and stderr to /dev/null),
+//! reads its `/proc/PID/smaps` over and over until it exits and writes the reading with the
+//! largest total Rss to FILE: where the memory of a short run (`warren agent -m`) is near its
+//! peak. Prints that Rss in KiB.
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -50,8 +55,43 @@ fn status(text: &str, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+fn peak_smaps(file: &str, cmd: &[String]) -> Result<(), E> {
+    let mut child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let path = format!("/proc/{}/smaps", child.id());
+    let (mut best, mut best_rss) = (String::new(), 0u64);
+    // A zombie (exited, not yet reaped: we have not waited) has an empty smaps.
+    while let Ok(text) = std::fs::read_to_string(&path) {
+        if text.is_empty() {
+            break;
+        }
+        let rss: u64 = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("Rss:"))
+            .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        if rss > best_rss {
+            (best, best_rss) = (text, rss);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(format!("{} exited with {status}", cmd[0]).into());
+    }
+    std::fs::write(file, best)?;
+    println!("{best_rss}");
+    Ok(())
+}
+
 fn main() -> Result<(), E> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() >= 4 && args[0] == "--peak-smaps" && args[2] == "--" {
+        return peak_smaps(&args[1], &args[3..]);
+    }
     if args.len() < 4 || args[2] != "--" {
         return Err("usage: probe RUNS PORT -- CMD...".into());
     }
