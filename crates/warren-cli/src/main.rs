@@ -4,6 +4,7 @@
 mod cli;
 mod commands;
 mod logging;
+mod resident;
 
 use std::process::ExitCode;
 
@@ -16,8 +17,9 @@ fn main() -> ExitCode {
     if let (Some(flag), None) = (args.next(), args.next())
         && (flag == "--version" || flag == "-V")
     {
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout(), "warren {}", env!("CARGO_PKG_VERSION"));
+        // One constant written whole: no formatting machinery paged in (issue 26).
+        const LINE: &str = concat!("warren ", env!("CARGO_PKG_VERSION"), "\n");
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), LINE.as_bytes());
         return ExitCode::SUCCESS;
     }
     let _failpoints = warren_config::failpoint::init_from_env();

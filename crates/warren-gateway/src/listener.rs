@@ -89,13 +89,19 @@ pub(crate) struct Listening {
 }
 
 impl Listening {
-    /// Starts accepting on `listener`; requests wait until a generation is installed.
-    pub fn start(listener: TcpListener, bind: &str, port: u16) -> io::Result<Self> {
+    /// Starts accepting on `listener` with `limits` (until a generation brings its own):
+    /// `/health` is answered at once, other requests wait until a generation is installed.
+    pub fn start(
+        listener: TcpListener,
+        bind: &str,
+        port: u16,
+        limits: ConnLimits,
+    ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
         let (slot, _) = watch::channel(None::<Serving>);
         let slot = Arc::new(slot);
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, slot.subscribe(), stopped));
+        tokio::spawn(accept_loop(listener, limits, slot.subscribe(), stopped));
         Ok(Self {
             bind: bind.to_string(),
             port,
@@ -165,26 +171,19 @@ impl Drop for OpenGuard {
 
 async fn accept_loop(
     listener: TcpListener,
+    initial: ConnLimits,
     slot: watch::Receiver<Option<Serving>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let count = Arc::new(OpenCount::default());
-    let mut limits: Option<ConnLimits> = None;
+    let mut current = initial;
     // Reaching the cap is logged at most once a minute (a flood would otherwise flood the log).
     let mut warned: Option<Instant> = None;
     let mut reached = 0u64;
     loop {
         if let Some(serving) = slot.borrow().as_ref() {
-            limits = Some(serving.limits);
+            current = serving.limits;
         }
-        let Some(current) = limits else {
-            // Nothing installed yet: wait for the first generation (or the stop).
-            let mut first = slot.clone();
-            tokio::select! {
-                _ = first.wait_for(Option::is_some) => continue,
-                _ = stop.changed() => return,
-            }
-        };
         // The cap: wait (in the kernel's backlog) until a connection closes.
         let closed = count.closed.notified();
         tokio::pin!(closed);
@@ -444,6 +443,12 @@ async fn route(
     let installed = slot.borrow_and_update().clone();
     let serving = match installed {
         Some(serving) => Ok(serving),
+        // Liveness needs no generation: the process is up and serving (issue 26: the daemon
+        // binds before its start-up work; a reload's gap answers it too).
+        None if crate::routes::is_health(req.method(), req.uri().path()) => {
+            drop(busy);
+            return Ok(crate::routes::health_response().into_response());
+        }
         None => {
             match tokio::time::timeout(BETWEEN_GENERATIONS, slot.wait_for(Option::is_some)).await {
                 Ok(Ok(serving)) => serving.clone().ok_or("no generation"),

@@ -669,10 +669,21 @@ async fn require_admin(State(state): State<AppState>, req: Request, next: Next) 
 }
 
 async fn health() -> impl IntoResponse {
+    health_response()
+}
+
+/// `GET /health`'s answer: liveness only. The listener gives it too while no generation's
+/// routes are installed (the daemon's start-up, a reload's gap).
+pub(crate) fn health_response() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         r#"{"status":"ok"}"#,
     )
+}
+
+/// Whether a request is the liveness probe (`GET` or `HEAD /health`).
+pub(crate) fn is_health(method: &axum::http::Method, path: &str) -> bool {
+    path == "/health" && (method == axum::http::Method::GET || method == axum::http::Method::HEAD)
 }
 
 #[derive(Deserialize)]

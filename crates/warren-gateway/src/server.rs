@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use warren_config::InstallRoot;
+use warren_config::Snapshot;
 use warren_config::atomic::{self, CrashPoints};
+use warren_runtime::daemon::PrepareFuture;
 use warren_runtime::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 
 use crate::listener::{ConnLimits, Listening, Serving};
@@ -91,13 +93,31 @@ impl GenerationHook for GatewayHook {
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
         Box::pin(async move { self.start_generation(generation).await })
     }
+
+    /// Binds the listener before the rest of the daemon's start-up (issue 26): `/health`
+    /// answers from here on, other requests wait for the first generation's routes. A failure
+    /// is reported by the start, which binds again.
+    fn prepare<'a>(&'a self, snapshot: &'a Arc<Snapshot>) -> PrepareFuture<'a> {
+        Box::pin(async move {
+            let (bind, port) = (&snapshot.gateway.bind, snapshot.gateway.port);
+            let limits = ConnLimits::of(&snapshot.gateway);
+            if let Err(e) = self.listener(bind, port, limits).await {
+                tracing::debug!("early bind of {bind}:{port} failed (the start retries): {e}");
+            }
+        })
+    }
 }
 
 impl GatewayHook {
     /// The running listener when the address is unchanged; otherwise the old one stops (a
     /// changed port stops answering, its open connections finish their request and close)
     /// and a new one is bound.
-    async fn listener(&self, bind: &str, port: u16) -> std::io::Result<Arc<Listening>> {
+    async fn listener(
+        &self,
+        bind: &str,
+        port: u16,
+        limits: ConnLimits,
+    ) -> std::io::Result<Arc<Listening>> {
         {
             let mut current = self.listening.lock().unwrap_or_else(|p| p.into_inner());
             match current.as_ref() {
@@ -106,7 +126,7 @@ impl GatewayHook {
             }
         }
         let socket = TcpListener::bind((bind, port)).await?;
-        let listening = Arc::new(Listening::start(socket, bind, port)?);
+        let listening = Arc::new(Listening::start(socket, bind, port, limits)?);
         *self.listening.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&listening));
         Ok(listening)
     }
@@ -114,8 +134,9 @@ impl GatewayHook {
     async fn start_generation(&self, generation: &Generation) -> Result<RunningSubsystem, String> {
         let snapshot = Arc::clone(&generation.snapshot);
         let (bind, port) = (snapshot.gateway.bind.clone(), snapshot.gateway.port);
+        let limits = ConnLimits::of(&snapshot.gateway);
         let listening = self
-            .listener(&bind, port)
+            .listener(&bind, port, limits)
             .await
             .map_err(|e| format!("cannot listen on {bind}:{port} ([gateway] bind/port): {e}"))?;
         let addr = listening.addr;
@@ -135,7 +156,7 @@ impl GatewayHook {
         listening.install(Serving {
             id,
             router: router(state.clone()),
-            limits: ConnLimits::of(&snapshot.gateway),
+            limits,
             drain,
         });
         let vacate = listening.vacater(id);

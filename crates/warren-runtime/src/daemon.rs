@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::future::Future;
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Read, Seek};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -77,11 +77,16 @@ impl DaemonLock {
                 Err(TryLockError::Error(e)) => return Err(lock_err(e)),
             }
         }
-        file.set_len(0).map_err(lock_err)?;
-        file.rewind().map_err(lock_err)?;
         // No fsync: the PID only names the holder to other processes (they read the page
-        // cache), and after a power loss the lock is gone with the process anyway.
-        writeln!(file, "{}", std::process::id()).map_err(lock_err)?;
+        // cache), and after a power loss the lock is gone with the process anyway. Written in
+        // place, truncated only when the old text was longer: truncating to zero first costs
+        // an ext4 journal transaction on the start path (issue 26).
+        let pid = format!("{}\n", std::process::id());
+        std::os::unix::fs::FileExt::write_all_at(&file, pid.as_bytes(), 0).map_err(lock_err)?;
+        let len = u64::try_from(pid.len()).unwrap_or(u64::MAX);
+        if file.metadata().map_err(lock_err)?.len() != len {
+            file.set_len(len).map_err(lock_err)?;
+        }
         Ok(Self { _file: file, path })
     }
 
@@ -298,12 +303,26 @@ impl RunningSubsystem {
 pub type StartFuture<'a> =
     Pin<Box<dyn Future<Output = Result<RunningSubsystem, String>> + Send + 'a>>;
 
+/// The future [`GenerationHook::prepare`] returns.
+pub type PrepareFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// A subsystem that crates above the runtime (the gateway) plug into the daemon loop: started
 /// for every generation, stopped before the next. A start failure is logged and the daemon
 /// keeps running without that subsystem until the next reload.
 pub trait GenerationHook: Send + Sync {
     fn name(&self) -> &'static str;
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a>;
+
+    /// Once per process, as soon as the first config is loaded and checked, before the
+    /// start-up work a liveness probe need not wait for (lifecycle journals, reaping lost runs,
+    /// opening stores): the gateway binds its listener here and answers `/health` while the
+    /// first generation starts (issue 26). Failures are the hook's to log; `start` runs anyway.
+    fn prepare<'a>(&'a self, _snapshot: &'a Arc<Snapshot>) -> PrepareFuture<'a> {
+        Box::pin(async {})
+    }
+
+    /// After every subsystem of `generation` started (the daemon is ready).
+    fn ready(&self, _generation: &Generation) {}
 }
 
 enum Exit {
@@ -355,6 +374,13 @@ pub async fn run(
     let store = ConfigStore::load(root.clone())?
         .with_check(std::sync::Arc::new(warren_memory::BackendLock));
     store.check_current()?;
+    // Liveness first (issue 26): the listener binds and answers `/health` now; the rest of the
+    // start-up below runs while it does, and other requests wait for the first generation.
+    let first = store.snapshot();
+    for hook in &hooks {
+        hook.prepare(&first).await;
+    }
+    drop(first);
     match root.migrate_legacy_workspace(store.snapshot().default_agent().as_ref())? {
         LegacyMigration::Moved { from, to } => {
             tracing::info!(from = %from.display(), to = %to.display(), "migrated the legacy workspace into the default agent's workspace");
@@ -464,6 +490,9 @@ pub async fn run(
                     running.push(engine.start());
                 }
                 Err(e) => tracing::error!("SOP engine not started: {e}"),
+            }
+            for hook in &hooks {
+                hook.ready(&generation);
             }
             // Idle session slots of the queue are dropped while the generation lives.
             let weak = Arc::downgrade(&generation_host);

@@ -42,7 +42,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::sync::Arc::new(warren_acp::AcpHook::new());
             // The log level first: the other subsystems start under the generation's `log.level`.
             let log_level = std::sync::Arc::new(crate::logging::LogLevelHook);
-            warren_runtime::run_blocking_with(root, vec![log_level, gateway, acp])?;
+            let mut hooks: Vec<std::sync::Arc<dyn warren_runtime::daemon::GenerationHook>> =
+                vec![log_level, gateway, acp];
+            // Issue 26: the code start-up ran is unmapped once the daemon is ready.
+            if !crate::resident::kept() {
+                hooks.push(std::sync::Arc::new(crate::resident::ResidentCodeHook));
+            }
+            warren_runtime::run_blocking_with(root, hooks)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Pair => gateway::pair(&root, cli.json),
