@@ -324,6 +324,7 @@ impl Plan {
     fn run(&self) -> std::io::Result<()> {
         // SAFETY: raw system calls on prepared, NUL-terminated buffers; see the module docs.
         unsafe {
+            let mut handshake = None;
             if let Some(ns) = &self.namespaces {
                 check(
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL),
@@ -338,7 +339,6 @@ impl Plan {
                 if let Some(fd) = self.proxy {
                     send_proxy_listener(fd)?;
                 }
-                let mut handshake = None;
                 if ns.pid {
                     handshake = reap_or_continue(ns.own_user.as_ref())?;
                     check(
@@ -352,30 +352,6 @@ impl Plan {
                     check(libc::setsid(), c"setsid")?;
                 }
                 build_root(ns)?;
-                // Before the rlimits: the new namespace records the daemon's process limit as
-                // its ceiling, and the call's own limit then applies inside it.
-                if let Some((to_reaper, from_reaper)) = handshake {
-                    check(
-                        libc::unshare(libc::CLONE_NEWUSER),
-                        c"unshare the user namespace",
-                    )?;
-                    let byte = [1u8];
-                    let mut got = [0u8];
-                    let sent = libc::write(to_reaper, byte.as_ptr().cast(), 1);
-                    let read = libc::read(from_reaper, got.as_mut_ptr().cast(), 1);
-                    libc::close(to_reaper);
-                    libc::close(from_reaper);
-                    if sent != 1 || read != 1 {
-                        return Err(last_error(c"map the user namespace"));
-                    }
-                }
-            }
-            for (resource, value) in &self.rlimits {
-                let lim = libc::rlimit {
-                    rlim_cur: *value,
-                    rlim_max: *value,
-                };
-                check(libc::setrlimit(*resource, &lim), c"setrlimit")?;
             }
             if let Some(id) = self.run_as {
                 check(libc::setgroups(0, std::ptr::null()), c"setgroups")?;
@@ -388,6 +364,36 @@ impl Plan {
                         c"parent-death signal",
                     )?;
                 }
+            }
+            // As `nobody` already, so the namespace's owner is `nobody` and the kernel's per-user
+            // counts of its processes roll up to the host's `nobody` as before, never to root
+            // (inotify instances counted against root's 128 made every root process fail).
+            // Before the rlimits: the namespace records the current process limit as its
+            // ceiling, and the call's own limit then applies inside it. Where the kernel refuses
+            // an unprivileged user namespace the call runs without one (the counts are then
+            // shared by every `nobody` process, as posture says).
+            if let Some((to_reaper, from_reaper)) = handshake {
+                let unshared = libc::unshare(libc::CLONE_NEWUSER) == 0;
+                let byte = [u8::from(unshared)];
+                let mut got = [0u8];
+                let sent = libc::write(to_reaper, byte.as_ptr().cast(), 1);
+                let read = libc::read(from_reaper, got.as_mut_ptr().cast(), 1);
+                libc::close(to_reaper);
+                libc::close(from_reaper);
+                if unshared && (sent != 1 || read != 1 || got[0] != 1) {
+                    return Err(last_error(c"map the user namespace"));
+                }
+                if unshared {
+                    // The creator holds every capability in the new namespace: drop them.
+                    drop_capabilities()?;
+                }
+            }
+            for (resource, value) in &self.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: *value,
+                    rlim_max: *value,
+                };
+                check(libc::setrlimit(*resource, &lim), c"setrlimit")?;
             }
             if self.drop_caps {
                 drop_capabilities()?;
@@ -618,16 +624,15 @@ unsafe fn reap_or_continue(
             let mut byte = [0u8];
             if libc::read(up[0], byte.as_mut_ptr().cast(), 1) == 1 {
                 let mut path = [0u8; 32];
-                let ok =
-                    [(c"/uid_map", uid_map), (c"/gid_map", gid_map)]
-                        .iter()
-                        .all(|(file, map)| {
+                let mapped = byte[0] == 1
+                    && [(c"/uid_map", uid_map), (c"/gid_map", gid_map)].iter().all(
+                        |(file, map)| {
                             pid_path(&mut path, pid as u32, file.to_bytes_with_nul());
                             write_at(proc_fd, &path, map.to_bytes())
-                        });
-                if ok {
-                    libc::write(down[1], byte.as_ptr().cast(), 1);
-                }
+                        },
+                    );
+                let reply = [u8::from(mapped)];
+                libc::write(down[1], reply.as_ptr().cast(), 1);
             }
         }
         // The reaper: no descriptor but stdio (std's exec-error pipe must close here so the

@@ -331,7 +331,8 @@ impl Sandbox {
                     "runs_as": if is_root() { "nobody (daemon is root), in a user namespace of its own" } else { "the daemon's user, in a user namespace" },
                 }),
                 vec![
-                    "the dynamic loader can be named as a program to run any readable binary, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)",
+                    "the dynamic loader can be named as a program to run any readable binary, and an interpreter can execute a memfd, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)",
+                    "inotify instances are counted per host user (nobody, or the daemon's user): one call can hold all of them",
                 ],
             ),
             Backend::Landlock => (
@@ -838,7 +839,7 @@ impl Sandbox {
     }
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 

@@ -462,12 +462,20 @@ fn shared_process_limit(sandbox: &Sandbox) -> Result<(Outcome, String), String> 
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut first);
     }
     let line = inside(sandbox, Probe::SharedProcessLimit, "fork".into());
+    // The daemon's own per-user budget (root's 128 inotify instances) is not the call's to use.
+    let daemon_inotify =
+        rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC).map(drop);
     let _ = filler.kill();
     let _ = filler.wait();
     let line = line?;
-    let detail = format!("{}; the other call: {line}", first.trim());
+    let daemon_hit = super::is_root() && daemon_inotify.is_err();
+    let detail = format!(
+        "{}; the other call: {line}; the daemon's inotify: {}",
+        first.trim(),
+        daemon_inotify.map_or_else(|e| e.to_string(), |()| "ok".into())
+    );
     Ok((
-        if succeeded(&line) {
+        if succeeded(&line) && !daemon_hit {
             Outcome::Held
         } else {
             Outcome::Escape
@@ -834,7 +842,17 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
         }
         Probe::SharedProcessLimit if spec.target == "fill" => {
             let (n, e) = super::probe_sys::fork_until_refused(FORK_CAP);
-            println!("started {n} processes, then: {e}");
+            let mut watches = Vec::new();
+            while watches.len() < FORK_CAP {
+                match rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC) {
+                    Ok(fd) => watches.push(fd),
+                    Err(_) => break,
+                }
+            }
+            println!(
+                "started {n} processes, then: {e}; held {} inotify instances",
+                watches.len()
+            );
             let _ = std::io::Write::flush(&mut std::io::stdout());
             std::thread::sleep(Duration::from_secs(60));
             Ok(String::new())
