@@ -7,7 +7,8 @@
 //! - `io_uring_*` (its operations, sockets included, bypass seccomp);
 //! - new namespaces and namespace entry (`unshare`, `setns`, `clone` with `CLONE_NEW*` flags,
 //!   and `clone3` answers `ENOSYS`, since its flags sit behind a pointer seccomp cannot read);
-//! - kernel-facing calls no agent command needs: `ptrace`, `process_vm_readv/writev`, `bpf`,
+//! - kernel-facing calls no agent command needs: `ptrace`, `process_vm_readv/writev`,
+//!   `pidfd_getfd`, `bpf`,
 //!   `perf_event_open`, `userfaultfd`, `keyctl`/`add_key`/`request_key`, `mount` and friends,
 //!   `pivot_root`, `chroot`, module and kexec calls, `reboot`, `swapon/off`, `acct`, `quotactl`.
 //!
@@ -72,6 +73,7 @@ pub(crate) fn program(network: bool) -> Result<BpfProgram, String> {
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
         libc::SYS_bpf,
         libc::SYS_perf_event_open,
         libc::SYS_userfaultfd,

@@ -103,9 +103,13 @@ impl Probe {
             Probe::ExecUnlisted => "run a program outside allowed_commands",
             Probe::IoUring => "io_uring (operations unseen by seccomp)",
             Probe::NestedNamespace => "nested user namespace (unshare, clone, clone3)",
-            Probe::KernelInterfaces => "bpf, perf_event_open, userfaultfd, keyctl, ptrace, mount",
+            Probe::KernelInterfaces => {
+                "bpf, perf_event_open, userfaultfd, keyctl, ptrace, mount, pidfd_getfd"
+            }
             Probe::SignalOutside => "signal a host process",
-            Probe::ProcessMemory => "read the daemon's memory (process_vm_readv, /proc/<pid>/mem)",
+            Probe::ProcessMemory => {
+                "read the daemon's memory or descriptors (process_vm_readv, /proc/<pid>/mem, pidfd_getfd)"
+            }
             Probe::AbstractUnixSocket => "host abstract Unix socket (@name)",
             Probe::SysvIpc => "host System V shared memory and POSIX message queues",
             Probe::HardlinkIntoWriteTier => "hard-link an own file into a Write-granted sibling",
@@ -776,21 +780,26 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
                 let mut buf = [0u8; 16];
                 std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, addr as u64).map(|()| buf)
             });
-            match (vm, mem) {
-                (Ok(b), _) if b == MEMORY_MARK => {
+            let stolen = super::probe_sys::pidfd_getfd(pid);
+            match (vm, mem, stolen) {
+                (Ok(b), _, _) if b == MEMORY_MARK => {
                     Ok("read the daemon's memory with process_vm_readv".into())
                 }
-                (_, Ok(b)) if b == MEMORY_MARK => {
+                (_, Ok(b), _) if b == MEMORY_MARK => {
                     Ok("read the daemon's memory through /proc/<pid>/mem".into())
                 }
-                (vm, mem) => Err(format!(
-                    "process_vm_readv: {}; /proc/{pid}/mem: {}",
+                (_, _, Ok(fd)) => Ok(format!(
+                    "took the daemon's descriptor {fd} with pidfd_getfd"
+                )),
+                (vm, mem, stolen) => Err(format!(
+                    "process_vm_readv: {}; /proc/{pid}/mem: {}; pidfd_getfd: {}",
                     vm.err()
                         .map(|e| e.to_string())
                         .unwrap_or_else(|| "other bytes".into()),
                     mem.err()
                         .map(|e| e.to_string())
-                        .unwrap_or_else(|| "other bytes".into())
+                        .unwrap_or_else(|| "other bytes".into()),
+                    stolen.err().map(|e| e.to_string()).unwrap_or_default()
                 )),
             }
         }

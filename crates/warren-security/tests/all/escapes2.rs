@@ -41,11 +41,17 @@ fn nested_user_namespaces_are_refused_by_unshare_clone_and_clone3_issue13() {
 }
 
 #[test]
-fn bpf_perf_userfaultfd_keyctl_ptrace_and_mount_are_refused_issue13() {
+fn bpf_perf_userfaultfd_keyctl_ptrace_mount_and_pidfd_getfd_are_refused_issue13() {
     escapes_without(
         Probe::KernelInterfaces,
         SandboxKind::Auto,
         &[Layer::Seccomp],
+    );
+    let (f, s) = sandbox(SandboxKind::Auto, &["ls"]);
+    let (_, detail) = outcome(&s.without(Layer::Seccomp), &f, Probe::KernelInterfaces);
+    assert!(
+        detail.contains("pidfd_getfd"),
+        "without seccomp a process takes a copy of a descriptor: {detail}"
     );
 }
 
