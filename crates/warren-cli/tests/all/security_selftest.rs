@@ -36,7 +36,7 @@ fn the_full_sandbox_reports_no_escape_and_every_row_held_issue13() -> R {
         .lines()
         .filter(|l| l.trim_start().starts_with("held"))
         .count();
-    assert_eq!(held, 26, "every probe runs and is held:\n{stdout}");
+    assert_eq!(held, 27, "every probe runs and is held:\n{stdout}");
     assert!(!stdout.contains("ESCAPE"), "{stdout}");
     Ok(())
 }

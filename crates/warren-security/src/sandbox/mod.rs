@@ -348,6 +348,7 @@ impl Sandbox {
                     "processes that leave the process group survive the call (no PID namespace)",
                     "/proc shows the host's processes (their cmdline is readable)",
                     "the host's System V IPC objects are reachable (no IPC namespace; POSIX message queues are held by Landlock)",
+                    "the mode, timestamps and extended attributes of files in Read-granted roots can be changed (Landlock does not cover chmod, utimes or setxattr; the full level binds those roots read-only)",
                     "the child runs with the daemon's uid (uid 0 without capabilities when the daemon is root, so no process limit applies)",
                 ],
             ),

@@ -49,10 +49,11 @@ pub enum Probe {
     HardlinkIntoWriteTier,
     SharedProcessLimit,
     I386Abi,
+    ReadOnlyTierMetadata,
 }
 
 impl Probe {
-    pub const ALL: [Probe; 26] = [
+    pub const ALL: [Probe; 27] = [
         Probe::Udp,
         Probe::Tcp,
         Probe::Mptcp,
@@ -79,6 +80,7 @@ impl Probe {
         Probe::HardlinkIntoWriteTier,
         Probe::SharedProcessLimit,
         Probe::I386Abi,
+        Probe::ReadOnlyTierMetadata,
     ];
 
     pub fn name(self) -> &'static str {
@@ -115,6 +117,7 @@ impl Probe {
             Probe::HardlinkIntoWriteTier => "hard-link an own file into a Write-granted sibling",
             Probe::SharedProcessLimit => "exhaust the process limit of another call",
             Probe::I386Abi => "i386 system calls (int 0x80): unshare a user namespace",
+            Probe::ReadOnlyTierMetadata => "chmod a file of a Read-granted sibling",
         }
     }
 
@@ -147,6 +150,7 @@ impl Probe {
             Probe::HardlinkIntoWriteTier => &[Layer::Landlock],
             Probe::SharedProcessLimit => &[Layer::OwnUserNamespace],
             Probe::I386Abi => &[Layer::Seccomp],
+            Probe::ReadOnlyTierMetadata => &[],
         }
     }
 }
@@ -159,6 +163,7 @@ fn stopped_by(probe: Probe) -> Vec<&'static str> {
         }
         Probe::OutsideStat => vec!["mount namespace (not bound)"],
         Probe::SysvIpc => vec!["ipc namespace"],
+        Probe::ReadOnlyTierMetadata => vec!["mount namespace (read-only bind)"],
         Probe::HardlinkIntoWriteTier => vec!["mount namespace (EXDEV)", "landlock (no refer)"],
         other => other.layers().iter().map(|l| l.name()).collect(),
     }
@@ -413,6 +418,21 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             }
         },
         Probe::SharedProcessLimit => shared_process_limit(sandbox),
+        Probe::ReadOnlyTierMetadata => match policy.read_only_roots().first() {
+            None => Ok((Outcome::Skipped, "the agent has no Read grant".into())),
+            Some(g) => {
+                // The daemon plants the file the probe aims at (a Read root is agent-writable
+                // for its owner): written and removed through a confined handle.
+                let dir = ConfinedDir::open_root(&g.root)
+                    .map_err(|e| e.to_string())?
+                    .ok_or("the Read grant is missing")?;
+                dir.write_atomic(PLANTED, b"x").map_err(|e| e.to_string())?;
+                let line = inside(sandbox, probe, g.root.join(PLANTED).display().to_string());
+                let _ = dir.remove(PLANTED);
+                let line = line?;
+                verdict(succeeded(&line), line)
+            }
+        },
         Probe::ExecUnlisted => {
             if sandbox.exec_allowlist().is_none() {
                 return Ok((Outcome::Skipped, "allowed_commands = [\"*\"]".into()));
@@ -848,6 +868,19 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
                     .into()
             })
             .map_err(|e| e.to_string())
+        }
+        Probe::ReadOnlyTierMetadata => {
+            use std::os::unix::fs::PermissionsExt;
+            // Its own mode again: harmless, but only the owner on a writable mount may do it.
+            let mode = std::fs::metadata(&spec.target)
+                .map_err(|e| e.to_string())?
+                .permissions()
+                .mode();
+            std::fs::set_permissions(&spec.target, std::fs::Permissions::from_mode(mode))
+                .map(|()| {
+                    "changed the mode of a file in the Read grant (chmod 000 works the same)".into()
+                })
+                .map_err(|e| e.to_string())
         }
         Probe::SharedProcessLimit if spec.target == "fill" => {
             let (n, e) = super::probe_sys::fork_until_refused(FORK_CAP);

@@ -287,3 +287,18 @@ fn a_root_child_of_the_landlock_level_has_no_process_limit_as_posture_says_issue
         "the full level's limit: {detail}"
     );
 }
+
+#[test]
+fn a_read_grants_file_modes_cannot_be_changed_under_full_and_the_landlock_level_names_the_gap_issue13()
+ {
+    // Landlock has no right for chmod, utimes or setxattr: only the full level's read-only bind
+    // keeps a Read grant's metadata (a `chmod 000` there locked the sibling out of its files).
+    held(SandboxKind::Auto, Probe::ReadOnlyTierMetadata);
+    let (f, s) = sandbox(SandboxKind::Landlock, &["ls"]);
+    let (got, detail) = outcome(&s, &f, Probe::ReadOnlyTierMetadata);
+    assert_eq!(got, Outcome::Escape, "{detail}");
+    assert!(
+        s.posture()["not_contained"].to_string().contains("chmod"),
+        "posture names the gap"
+    );
+}
