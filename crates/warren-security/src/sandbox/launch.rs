@@ -385,7 +385,7 @@ impl Plan {
                 }
                 if unshared {
                     // The creator holds every capability in the new namespace: drop them.
-                    drop_capabilities()?;
+                    drop_capabilities(None)?;
                 }
             }
             for (resource, value) in &self.rlimits {
@@ -396,7 +396,9 @@ impl Plan {
                 check(libc::setrlimit(*resource, &lim), c"setrlimit")?;
             }
             if self.drop_caps {
-                drop_capabilities()?;
+                // CAP_DAC_OVERRIDE stays: a workspace or grant handed to `nobody` by the full
+                // level stays usable; Landlock still decides every path.
+                drop_capabilities(Some(CAP_DAC_OVERRIDE))?;
             }
             check(
                 libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
@@ -473,8 +475,12 @@ unsafe fn close_inherited_on_exec() {
     }
 }
 
-/// Empties the bounding, ambient, inheritable, permitted and effective capability sets.
-unsafe fn drop_capabilities() -> std::io::Result<()> {
+/// `CAP_DAC_OVERRIDE` (linux/capability.h).
+const CAP_DAC_OVERRIDE: u32 = 1;
+
+/// Empties the ambient and inheritable capability sets and reduces the bounding, permitted
+/// and effective sets to `keep` (a capability number, or none).
+unsafe fn drop_capabilities(keep: Option<u32>) -> std::io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -489,11 +495,18 @@ unsafe fn drop_capabilities() -> std::io::Result<()> {
     }
     // SAFETY: raw system calls on stack data; see the module docs.
     unsafe {
-        let mut cap = 0;
+        let mut cap: u32 = 0;
         // Dropping past the last capability answers EINVAL.
-        while libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 {
+        loop {
+            if Some(cap) != keep && libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                break;
+            }
             cap += 1;
+            if cap > 63 {
+                break;
+            }
         }
+        let kept = keep.map_or(0, |c| 1u32 << c);
         check(
             libc::prctl(
                 libc::PR_CAP_AMBIENT,
@@ -508,11 +521,18 @@ unsafe fn drop_capabilities() -> std::io::Result<()> {
             version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
             pid: 0,
         };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
+        let data = [
+            Data {
+                effective: kept,
+                permitted: kept,
+                inheritable: 0,
+            },
+            Data {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
         let r = libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr());
         check(if r < 0 { -1 } else { 0 }, c"drop capabilities")?;
     }

@@ -349,7 +349,7 @@ impl Sandbox {
                     "/proc shows the host's processes (their cmdline is readable)",
                     "the host's System V IPC objects are reachable (no IPC namespace; POSIX message queues are held by Landlock)",
                     "the mode, timestamps and extended attributes of files in Read-granted roots can be changed (Landlock does not cover chmod, utimes or setxattr; the full level binds those roots read-only)",
-                    "the child runs with the daemon's uid (uid 0 without capabilities when the daemon is root, so no process limit applies)",
+                    "the child runs with the daemon's uid (uid 0 with only CAP_DAC_OVERRIDE when the daemon is root, so no process limit applies)",
                 ],
             ),
             Backend::Docker => (
@@ -723,8 +723,9 @@ impl Sandbox {
     }
 
     /// The landlock level with the daemon as root: the child keeps uid 0 (its roots may sit
-    /// below a directory only root can enter, such as `/root`) but loses every capability and
-    /// the bounding set, so an `exec` gains none back. With them, `CAP_SYS_PTRACE` read the
+    /// below a directory only root can enter, such as `/root`) and `CAP_DAC_OVERRIDE` (roots the
+    /// full level handed to `nobody` stay usable; Landlock decides every path) but loses every
+    /// other capability and the rest of the bounding set, so an `exec` gains none back. With them, `CAP_SYS_PTRACE` read the
     /// daemon's `/proc/<pid>/environ` through Landlock and `CAP_IPC_OWNER` attached any
     /// System V segment.
     fn drop_capabilities(&self) -> bool {

@@ -302,3 +302,38 @@ fn a_read_grants_file_modes_cannot_be_changed_under_full_and_the_landlock_level_
         "posture names the gap"
     );
 }
+
+#[test]
+fn the_landlock_level_as_root_still_writes_a_grant_the_full_level_handed_to_nobody_issue13() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (CI runs as root)");
+        return;
+    }
+    // A sibling under the full level owns its workspace as `nobody`: the landlock level's uid-0
+    // child keeps CAP_DAC_OVERRIDE (and nothing else) so its Write grant there still works,
+    // while Landlock keeps it write-only.
+    let (_f, p) = policy_with(SandboxKind::Landlock, &["cat", "sh"], false);
+    let inbox = p.write_only_roots()[0].root.clone();
+    std::os::unix::fs::chown(&inbox, Some(65534), Some(65534)).expect("chown");
+    let s = Sandbox::for_policy(&p).expect("landlock");
+    let out = s
+        .output(
+            "/bin/sh",
+            &[
+                "-c".into(),
+                format!(
+                    "echo x > {0}/dropped.txt && echo WROTE; cat {0}/secret.txt; cat /proc/self/status",
+                    inbox.display()
+                )
+                .into(),
+            ],
+        )
+        .expect("spawn");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("WROTE"), "{text}");
+    assert!(!text.contains("SECRET-inbox"), "still write-only: {text}");
+    assert!(
+        text.contains("CapEff:\t0000000000000002"),
+        "only CAP_DAC_OVERRIDE: {text}"
+    );
+}
