@@ -381,6 +381,9 @@ pub async fn run(
         hook.prepare(&first).await;
     }
     drop(first);
+    // Tests stall the start-up here (`FAILPOINTS=daemon-start-after-bind=sleep(MS)`) to see
+    // what the listener answers meanwhile.
+    warren_config::failpoint::injected_error("daemon-start-after-bind");
     match root.migrate_legacy_workspace(store.snapshot().default_agent().as_ref())? {
         LegacyMigration::Moved { from, to } => {
             tracing::info!(from = %from.display(), to = %to.display(), "migrated the legacy workspace into the default agent's workspace");

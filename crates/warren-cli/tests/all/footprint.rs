@@ -49,3 +49,45 @@ fn version_to_a_closed_stdout_exits_cleanly() -> R {
     assert!(out.stderr.is_empty(), "{out:?}");
     Ok(())
 }
+
+/// Issue 26: the listener binds right after the config loads and answers `/health` while the
+/// rest of the start-up runs (stalled here for 1.5 s by a failpoint); any other request waits
+/// for the first generation's routes and then gets their answer (not a refusal, not a 503).
+#[test]
+fn health_answers_while_the_daemon_is_still_starting() -> R {
+    use std::time::{Duration, Instant};
+    use warren_testkit::{DaemonChild, TempRoot, free_port, http};
+
+    let root = TempRoot::new()?;
+    let port = free_port()?;
+    root.write_config(&format!("[agents.main]\n\n[gateway]\nport = {port}\n"))?;
+    let mut cmd = root.warren(bin(), &["daemon"]);
+    cmd.env("FAILPOINTS", "daemon-start-after-bind=sleep(1500)");
+    let started = Instant::now();
+    let mut daemon = DaemonChild::spawn(cmd)?;
+    let health = loop {
+        if let Ok(answer) = http(port, "GET", "/health", None, "") {
+            break answer;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no /health answer"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let answered_after = started.elapsed();
+    assert_eq!(health, (200, serde_json::json!({"status": "ok"})));
+    // Still starting: the start-up stalls for 1.5 s after the bind, and no generation is up
+    // yet, so the endpoint file is not published.
+    assert!(
+        answered_after < Duration::from_millis(1500),
+        "/health answered only {answered_after:?} after spawn"
+    );
+    let endpoint = warren_config::InstallRoot::at(root.path()).gateway_admin();
+    assert!(!endpoint.exists(), "{} exists", endpoint.display());
+    // A route of the generation waits for it, then answers as it would have.
+    assert_eq!(http(port, "GET", "/api/status", None, "")?.0, 401);
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    daemon.wait_for("warren daemon ready", Duration::from_secs(20))?;
+    Ok(())
+}
