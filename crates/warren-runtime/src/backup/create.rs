@@ -134,7 +134,10 @@ fn write_backup(
         .mode(0o700)
         .create(partial)
         .map_err(|e| BackupError::io(partial, e))?;
-    let files_dir = partial.join(manifest::FILES_DIR);
+    // The tree is written under a fresh name in a directory marked as the top of a hierarchy,
+    // and renamed to `files/` once complete (see [`spread_inodes`]).
+    spread_inodes(partial);
+    let files_dir = partial.join(format!(".{}-{:016x}", manifest::FILES_DIR, nonce()));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&files_dir)
@@ -239,6 +242,8 @@ fn write_backup(
         }
     }
     m.warnings = warnings;
+    let final_files = partial.join(manifest::FILES_DIR);
+    std::fs::rename(&files_dir, &final_files).map_err(|e| BackupError::io(&final_files, e))?;
     // One flush of everything written, then the manifest, then the rename by the caller.
     let f = File::open(partial).map_err(|e| BackupError::io(partial, e))?;
     rustix::fs::syncfs(f.as_fd()).map_err(|e| BackupError::io(partial, e.into()))?;
@@ -253,6 +258,36 @@ fn write_backup(
         .map_err(|e| BackupError::io(&mpath, e))?;
     warren_config::atomic::sync_dir(partial).map_err(|e| BackupError::io(partial, e))?;
     Ok(m)
+}
+
+/// Marks `dir` as the top of a directory hierarchy (`chattr +T`), best effort. ext4 then
+/// places each new subdirectory in a block group with few directories and above-average free
+/// inodes, chosen from a hash of the subdirectory's name, instead of the parent's group; the
+/// files of a directory go to that directory's group. Why it matters: on ext4 without a
+/// journal, each new inode skips, one by one, every inode of its group deleted in the last
+/// 60 s (5 min while its table block is dirty), so creating the backup's thousands of files in
+/// a group where a previous backup (or a test run) was just deleted costs creations x deletions
+/// lookups: 2000 4 KiB files took 2.8-3.9 s with `cp -r` there and 0.12-0.14 s in a fresh
+/// group (2.1 s once when the hash fell on a busy group). The subdirectory's name is random for
+/// the same reason (a fixed `files` would hash to the same group every time).
+fn spread_inodes(dir: &Path) {
+    use rustix::fs::{IFlags, ioctl_getflags, ioctl_setflags};
+    let Ok(f) = File::open(dir) else { return };
+    if let Ok(flags) = ioctl_getflags(&f) {
+        let _ = ioctl_setflags(&f, flags | IFlags::TOPDIR);
+    }
+}
+
+/// A random number for a private name (not a secret).
+fn nonce() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        return t ^ u64::from(std::process::id());
+    }
+    u64::from_le_bytes(b)
 }
 
 /// Agents whose memory lives in a server, not in the root: the backup cannot hold it.
@@ -657,6 +692,10 @@ fn complete_lines(file: &mut File, len: u64) -> std::io::Result<u64> {
 
 /// Creates a new file (never replacing one) with `mode`.
 pub(super) fn create_file(path: &Path, mode: u32) -> Result<File, BackupError> {
+    // One creation at a time: two threads creating in one directory contend for its lock in
+    // the kernel, and the waiting one spun on a core (9% of a backup's CPU samples); here it
+    // sleeps, and the core copies or hashes for the other thread.
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if let Some(dir) = path.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -664,6 +703,7 @@ pub(super) fn create_file(path: &Path, mode: u32) -> Result<File, BackupError> {
             .create(dir)
             .map_err(|e| BackupError::io(dir, e))?;
     }
+    let _one = CREATING.lock().unwrap_or_else(|p| p.into_inner());
     OpenOptions::new()
         .write(true)
         .create_new(true)
