@@ -21,6 +21,9 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
 use warren_security::SecurityPolicy;
 use warren_security::sandbox::{ChildIo, Sandbox};
 
@@ -160,6 +163,10 @@ pub async fn run(
 }
 
 /// Starts `git argv` through the sandbox and collects its capped output.
+///
+/// The exit is awaited on a pidfd in the runtime's reactor, beside the two pipes, so a call
+/// hands nothing to another thread (each hand-off is a wake-up that waits for a CPU on a loaded
+/// machine); without pidfds (Linux before 5.3) a blocking pool thread waits instead.
 async fn spawn(
     sandbox: &Sandbox,
     argv: &[OsString],
@@ -177,29 +184,58 @@ async fn spawn(
             .map_err(|e| ToolError::Failed(format!("cannot read git's output: {e}")))
     };
     let (stdout, stderr) = (pipe(OwnedFd::from(stdout))?, pipe(OwnedFd::from(stderr))?);
-    let waiter = tokio::task::spawn_blocking(move || child.wait());
+    let guard = GroupKill(pgid);
+    // `child` stays here when a pidfd watches it (reaped below, or in the background after a
+    // timeout); the fallback thread takes it.
+    let (exit, mut child) = match exit_fd(child.id()) {
+        Some(fd) => (Exit::Fd(fd), Some(child)),
+        None => (
+            Exit::Thread(tokio::task::spawn_blocking(move || child.wait())),
+            None,
+        ),
+    };
+    let exited = async {
+        match exit {
+            // Readable once the process has exited; an error leaves the blocking wait below.
+            Exit::Fd(fd) => {
+                let _ = fd.readable().await;
+                None
+            }
+            Exit::Thread(waiter) => Some(waiter.await),
+        }
+    };
     let work = async {
         tokio::join!(
             read_capped(stdout, STDOUT_CAP),
             read_capped(stderr, STDERR_CAP),
-            waiter
+            exited
         )
     };
-    let guard = GroupKill(pgid);
     let timeout: Duration = sandbox.policy().shell_timeout();
     match tokio::time::timeout(timeout, work).await {
         Err(_) => {
             drop(guard);
+            if let Some(mut child) = child.take() {
+                // Killed with its group: reap it off the runtime.
+                drop(tokio::task::spawn_blocking(move || child.wait()));
+            }
             Err(ToolError::Failed(format!(
                 "git timed out after {}s and was killed",
                 timeout.as_secs()
             )))
         }
-        Ok(((stdout, stdout_truncated), (stderr, _), status)) => {
+        Ok(((stdout, stdout_truncated), (stderr, _), waited)) => {
             std::mem::forget(guard);
-            let status = status
-                .map_err(|e| ToolError::Failed(format!("waiting for git failed: {e}")))?
-                .map_err(|e| ToolError::Failed(format!("waiting for git failed: {e}")))?;
+            let failed = |e: &dyn std::fmt::Display| {
+                ToolError::Failed(format!("waiting for git failed: {e}"))
+            };
+            let status = match (waited, child.as_mut()) {
+                (Some(joined), _) => joined.map_err(|e| failed(&e))?,
+                // The pidfd said it exited: this wait only collects the status.
+                (None, Some(child)) => child.wait(),
+                (None, None) => return Err(failed(&"the child was lost")),
+            }
+            .map_err(|e| failed(&e))?;
             Ok(GitOutput {
                 stdout,
                 stdout_truncated,
@@ -208,6 +244,25 @@ async fn spawn(
             })
         }
     }
+}
+
+/// How [`spawn`] learns that git exited.
+enum Exit {
+    Fd(AsyncFd<OwnedFd>),
+    Thread(tokio::task::JoinHandle<std::io::Result<std::process::ExitStatus>>),
+}
+
+/// A pidfd of `pid` in the reactor, or `None` when the kernel has none.
+fn exit_fd(pid: u32) -> Option<AsyncFd<OwnedFd>> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()?;
+    // The safe constructor is deprecated because a borrowed descriptor could be closed under
+    // it; an `OwnedFd` it owns stays open on the same description until the `AsyncFd` drops
+    // (what `AsyncFd::register_with_interest` asks), so it is sound here.
+    #[allow(deprecated)]
+    AsyncFd::with_interest(fd, Interest::READABLE).ok()
 }
 
 /// The read pre-pass, step 1: the repository's config with origins and scopes, listed by git
