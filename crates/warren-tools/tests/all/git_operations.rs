@@ -167,3 +167,33 @@ fn log_of_a_repository_without_commits_is_empty_git1() {
     let st = op_ok(&f, "main", json!({"operation": "status", "path": "fresh"}));
     assert_eq!(st["clean"], true);
 }
+
+/// Reads compare only size and whole-second mtime (`core.checkStat=minimal`, so the hand-over
+/// of the workspace to the sandbox user does not make every status re-hash every file): a
+/// same-size edit made after the hand-over is still reported, and a touched but unchanged file
+/// is not.
+#[test]
+fn a_same_size_edit_after_the_hand_over_is_reported_git1() {
+    let f = Fixture::new();
+    let repo = init_repo(&f.ws("main").join("repo"));
+    fs::write(repo.join("b.txt"), "keep\n").expect("b");
+    git_ok(&repo, &["add", "b.txt"]);
+    git_ok(&repo, &["commit", "-q", "-m", "b"]);
+    let st = op_ok(&f, "main", json!({"operation": "status", "path": "repo"}));
+    assert_eq!(st["clean"], true, "{st}");
+
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let before = fs::read(repo.join("a.txt")).expect("read a");
+    let mut after = before.clone();
+    after[0] = after[0].to_ascii_uppercase();
+    assert_ne!(before, after);
+    fs::write(repo.join("a.txt"), &after).expect("same-size edit");
+    fs::write(repo.join("b.txt"), "keep\n").expect("rewrite b unchanged");
+
+    let st = op_ok(&f, "main", json!({"operation": "status", "path": "repo"}));
+    assert_eq!(
+        st["unstaged"],
+        json!([{"path": "a.txt", "change": "modified"}]),
+        "{st}"
+    );
+}
