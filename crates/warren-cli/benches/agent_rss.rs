@@ -13,21 +13,11 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-type E = Box<dyn std::error::Error>;
+mod common;
 
-const TARGETS: &str = include_str!("../../../bench/footprint-targets");
+use common::{E, target};
+
 const RUNS: usize = 7;
-
-/// A `NAME=VALUE` of `bench/footprint-targets`.
-fn target(name: &str) -> Result<f64, E> {
-    TARGETS
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
-        .ok_or_else(|| format!("bench/footprint-targets has no {name}"))?
-        .trim()
-        .parse()
-        .map_err(|e| format!("bench/footprint-targets {name}: {e}").into())
-}
 
 /// Peak RSS (KiB) of `warren --config-dir ROOT ARGS`, median of [`RUNS`].
 fn peak_rss_kib(args: &[&str], root: &Path, out: &Path) -> Result<u64, E> {

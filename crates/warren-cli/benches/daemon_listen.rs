@@ -11,21 +11,11 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-type E = Box<dyn std::error::Error>;
+mod common;
+
+use common::{E, target};
 
 const RUNS: usize = 15;
-const TARGETS: &str = include_str!("../../../bench/footprint-targets");
-
-/// A `NAME=VALUE` of `bench/footprint-targets`.
-fn target(name: &str) -> Result<f64, E> {
-    TARGETS
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
-        .ok_or_else(|| format!("bench/footprint-targets has no {name}"))?
-        .trim()
-        .parse()
-        .map_err(|e| format!("bench/footprint-targets {name}: {e}").into())
-}
 
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
