@@ -11,8 +11,10 @@
 //! The registry lives for the process (reloads keep the counts). `[metrics] enabled = false`
 //! makes every call return at once.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, PoisonError, RwLock};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -28,14 +30,63 @@ const TURN_BUCKETS: [f64; 12] = [
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
+/// A family looked up by borrowed label values. `Family::get_or_create` takes an owned label
+/// set, a `String` per label allocated and freed on every call (several per tool round); this
+/// keeps each label set's metric handle (sharing the family's storage) under a hash of the
+/// values, so a label set seen before costs a hash, a read lock and string compares.
+struct Keyed<const N: usize, M> {
+    names: [&'static str; N],
+    family: Family<Labels<N>, M>,
+    state: RandomState,
+    seen: RwLock<Seen<N, M>>,
+}
+
+/// Label values and their metric, by the hash of the values.
+type Seen<const N: usize, M> = HashMap<u64, Vec<([Box<str>; N], M)>>;
+
+impl<const N: usize, M: Clone + Default> Keyed<N, M> {
+    fn new(names: [&'static str; N]) -> Self {
+        Self {
+            names,
+            family: Family::default(),
+            state: RandomState::new(),
+            seen: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` on the metric of `values` (created at zero on first use).
+    fn with(&self, values: [&str; N], f: impl FnOnce(&M)) {
+        let key = self.state.hash_one(values);
+        let same = |k: &[Box<str>; N]| k.iter().zip(values).all(|(a, b)| **a == *b);
+        {
+            let seen = self.seen.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, metric)) = seen
+                .get(&key)
+                .and_then(|bucket| bucket.iter().find(|(k, _)| same(k)))
+            {
+                f(metric);
+                return;
+            }
+        }
+        let labels: Labels<N> = std::array::from_fn(|i| (self.names[i], values[i].to_string()));
+        let metric = self.family.get_or_create(&labels).clone();
+        f(&metric);
+        let mut seen = self.seen.write().unwrap_or_else(PoisonError::into_inner);
+        let bucket = seen.entry(key).or_default();
+        if !bucket.iter().any(|(k, _)| same(k)) {
+            bucket.push((values.map(Box::from), metric));
+        }
+    }
+}
+
 struct Metrics {
     registry: Registry,
-    turns: Family<Labels<3>, Counter>,
+    turns: Keyed<3, Counter>,
     turn_duration: Family<Labels<1>, Histogram>,
-    provider_requests: Family<Labels<3>, Counter>,
-    tokens: Family<Labels<3>, Counter>,
-    cost: Family<Labels<2>, Counter<f64, AtomicU64>>,
-    tool_calls: Family<Labels<3>, Counter>,
+    provider_requests: Keyed<3, Counter>,
+    tokens: Keyed<3, Counter>,
+    cost: Keyed<2, Counter<f64, AtomicU64>>,
+    tool_calls: Keyed<3, Counter>,
     approvals: Family<Labels<2>, Counter>,
     denials: Family<Labels<2>, Counter>,
     queue_depth: Family<Labels<1>, Gauge>,
@@ -47,12 +98,12 @@ static ENABLED: AtomicBool = AtomicBool::new(true);
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let mut registry = Registry::default();
-    let turns = Family::default();
+    let turns = Keyed::new(["agent", "channel", "outcome"]);
     // Counters get `_total` from the encoder: `warren_turns` is scraped as `warren_turns_total`.
     registry.register(
         "warren_turns",
         "Agent turns by agent, channel and outcome",
-        turns.clone(),
+        turns.family.clone(),
     );
     let turn_duration =
         Family::<Labels<1>, Histogram>::new_with_constructor(|| Histogram::new(TURN_BUCKETS));
@@ -61,29 +112,29 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Wall time of agent turns",
         turn_duration.clone(),
     );
-    let provider_requests = Family::default();
+    let provider_requests = Keyed::new(["provider", "model", "status"]);
     registry.register(
         "warren_provider_requests",
         "Provider requests by provider, model and status (ok, error)",
-        provider_requests.clone(),
+        provider_requests.family.clone(),
     );
-    let tokens = Family::default();
+    let tokens = Keyed::new(["agent", "model", "direction"]);
     registry.register(
         "warren_provider_tokens",
         "Tokens by agent, model and direction (input, output)",
-        tokens.clone(),
+        tokens.family.clone(),
     );
-    let cost = Family::default();
+    let cost = Keyed::new(["agent", "model"]);
     registry.register(
         "warren_cost_usd",
         "Cost in USD at the configured rates, by agent and model",
-        cost.clone(),
+        cost.family.clone(),
     );
-    let tool_calls = Family::default();
+    let tool_calls = Keyed::new(["agent", "tool", "outcome"]);
     registry.register(
         "warren_tool_calls",
         "Tool calls by agent, tool and outcome (ok, error)",
-        tool_calls.clone(),
+        tool_calls.family.clone(),
     );
     let approvals = Family::default();
     registry.register(
@@ -152,13 +203,9 @@ fn m() -> Option<&'static Metrics> {
 /// A turn ended: `outcome` is `ok`, `error` or `cancelled`.
 pub fn turn(agent: &str, channel: &str, outcome: &str, secs: f64) {
     if let Some(m) = m() {
-        m.turns
-            .get_or_create(&[
-                ("agent", agent.into()),
-                ("channel", channel.into()),
-                ("outcome", outcome.into()),
-            ])
-            .inc();
+        m.turns.with([agent, channel, outcome], |c| {
+            c.inc();
+        });
         m.turn_duration
             .get_or_create(&[("agent", agent.into())])
             .observe(secs);
@@ -168,13 +215,9 @@ pub fn turn(agent: &str, channel: &str, outcome: &str, secs: f64) {
 /// A provider request returned (`status` `ok`) or failed (`error`).
 pub fn provider_request(provider: &str, model: &str, status: &str) {
     if let Some(m) = m() {
-        m.provider_requests
-            .get_or_create(&[
-                ("provider", provider.into()),
-                ("model", model.into()),
-                ("status", status.into()),
-            ])
-            .inc();
+        m.provider_requests.with([provider, model, status], |c| {
+            c.inc();
+        });
     }
 }
 
@@ -182,18 +225,14 @@ pub fn provider_request(provider: &str, model: &str, status: &str) {
 pub fn usage(agent: &str, model: &str, input_tokens: u64, output_tokens: u64, cost_usd: f64) {
     if let Some(m) = m() {
         for (direction, n) in [("input", input_tokens), ("output", output_tokens)] {
-            m.tokens
-                .get_or_create(&[
-                    ("agent", agent.into()),
-                    ("model", model.into()),
-                    ("direction", direction.into()),
-                ])
-                .inc_by(n);
+            m.tokens.with([agent, model, direction], |c| {
+                c.inc_by(n);
+            });
         }
         if cost_usd > 0.0 {
-            m.cost
-                .get_or_create(&[("agent", agent.into()), ("model", model.into())])
-                .inc_by(cost_usd);
+            m.cost.with([agent, model], |c| {
+                c.inc_by(cost_usd);
+            });
         }
     }
 }
@@ -202,13 +241,9 @@ pub fn usage(agent: &str, model: &str, input_tokens: u64, output_tokens: u64, co
 pub fn tool_call(agent: &str, tool: &str, ok: bool) {
     if let Some(m) = m() {
         let outcome = if ok { "ok" } else { "error" };
-        m.tool_calls
-            .get_or_create(&[
-                ("agent", agent.into()),
-                ("tool", tool.into()),
-                ("outcome", outcome.into()),
-            ])
-            .inc();
+        m.tool_calls.with([agent, tool, outcome], |c| {
+            c.inc();
+        });
     }
 }
 
