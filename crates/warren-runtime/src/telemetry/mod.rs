@@ -119,6 +119,25 @@ pub fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// The start of a span the loop may report: [`now_ns`] while spans are exported, else 0 (no
+/// clock read per provider request and tool call for spans nobody exports). A span whose
+/// start is 0 (export was turned on while it ran) is not exported.
+pub fn span_start() -> u64 {
+    if ON.load(Ordering::Relaxed) {
+        now_ns()
+    } else {
+        0
+    }
+}
+
+/// The spans to build for an operation that started at `start_ns` ([`span_start`]).
+fn span_settings(start_ns: u64) -> Option<Arc<Settings>> {
+    if start_ns == 0 {
+        return None;
+    }
+    settings()
+}
+
 fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     if getrandom::fill(&mut b).is_err() || b.iter().all(|x| *x == 0) {
@@ -313,7 +332,9 @@ pub fn provider_call(
         usage.output_tokens,
         cost_usd,
     );
-    let Some(s) = settings() else { return };
+    let Some(s) = span_settings(start_ns) else {
+        return;
+    };
     let mut attributes = chat_attributes(&s, provider, model);
     attributes.extend([
         ("gen_ai.usage.input_tokens", tokens(usage.input_tokens)),
@@ -350,7 +371,9 @@ pub fn provider_call(
 /// A provider request that failed (`error_type`: a fixed word such as `provider`).
 pub fn provider_failed(provider: &str, model: &str, start_ns: u64, error_type: &str) {
     crate::metrics::provider_request(provider, model, "error");
-    let Some(s) = settings() else { return };
+    let Some(s) = span_settings(start_ns) else {
+        return;
+    };
     let mut attributes = chat_attributes(&s, provider, model);
     attributes.push(("error.type", AttrValue::Str(error_type.into())));
     push_child(
@@ -383,7 +406,9 @@ pub fn tool_call(
     result: &str,
 ) {
     crate::metrics::tool_call(agent, tool, ok);
-    let Some(s) = settings() else { return };
+    let Some(s) = span_settings(times.0) else {
+        return;
+    };
     let mut attributes = vec![
         (
             "gen_ai.operation.name",

@@ -111,7 +111,7 @@ impl AgentRunner {
                     let origin = call_origin(call, session);
                     origins[i] = Some(origin.clone());
                     set.spawn(context.scope(super::taint::Taint::carry(async move {
-                        let start = crate::telemetry::now_ns();
+                        let start = crate::telemetry::span_start();
                         let run = origin.scope(tool.execute(args));
                         (i, start, race(run, &cancel).await)
                     })));
@@ -119,7 +119,7 @@ impl AgentRunner {
             }
             while let Some(joined) = set.join_next().await {
                 if let Ok((i, start, Some(r))) = joined {
-                    times[i] = (start, crate::telemetry::now_ns());
+                    times[i] = (start, crate::telemetry::span_start());
                     let result = self.finish_call(&calls[i], r);
                     if let Some(origin) = &origins[i] {
                         self.receipt_signed(origin, &result).await;
@@ -137,9 +137,9 @@ impl AgentRunner {
                 if cancel.is_cancelled() {
                     break;
                 }
-                let start = crate::telemetry::now_ns();
+                let start = crate::telemetry::span_start();
                 results[i] = self.run_one(call, session, io).await;
-                times[i] = (start, crate::telemetry::now_ns());
+                times[i] = (start, crate::telemetry::span_start());
             }
         }
         let mut out = Vec::with_capacity(calls.len());

@@ -778,7 +778,7 @@ impl AgentRunner {
             &self.model,
             crate::cost::estimate(request),
         )?;
-        let started = crate::telemetry::now_ns();
+        let started = crate::telemetry::span_start();
         let call = self.route.chat(Arc::clone(request), Arc::clone(text_sink));
         let routed = tokio::select! {
             biased;
