@@ -12,7 +12,7 @@
 //! makes every call return at once.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 
@@ -37,8 +37,33 @@ const TURN_BUCKETS: [f64; 12] = [
 struct Keyed<const N: usize, M> {
     names: [&'static str; N],
     family: Family<Labels<N>, M>,
-    state: RandomState,
+    state: BuildHasherDefault<Fnv>,
     seen: RwLock<Seen<N, M>>,
+}
+
+/// FNV-1a over the label values: they are short and bounded (config names, the agent's own
+/// tool names, fixed words; never a session key or a client's text), so a keyed hash (SipHash,
+/// twice the time here) guards against nothing; equal hashes are told apart by comparing.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
 }
 
 /// Label values and their metric, by the hash of the values.
@@ -49,7 +74,7 @@ impl<const N: usize, M: Clone + Default> Keyed<N, M> {
         Self {
             names,
             family: Family::default(),
-            state: RandomState::new(),
+            state: BuildHasherDefault::default(),
             seen: RwLock::new(HashMap::new()),
         }
     }
