@@ -8,6 +8,7 @@ mod alias;
 pub mod hex;
 mod message;
 mod session;
+pub mod sse;
 
 pub use alias::{AgentAlias, AliasError, RESERVED_ALIAS};
 pub use message::{ChatMessage, ToolCall, ToolDefinition, Usage};

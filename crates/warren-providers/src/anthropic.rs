@@ -18,8 +18,8 @@ use warren_core::{ChatMessage, Role, ToolCall, Usage};
 
 use crate::error::ProviderError;
 use crate::http::{Wire, parse_arguments};
-use crate::sse::SseReader;
 use crate::{BoxFuture, Capabilities, ChatRequest, ChatResponse, EventSink, Provider, StreamEvent};
+use warren_core::sse::SseReader;
 
 /// The API version header Warren speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

@@ -14,7 +14,6 @@ mod http;
 mod openai;
 mod route;
 mod script;
-mod sse;
 
 use std::future::Future;
 use std::pin::Pin;

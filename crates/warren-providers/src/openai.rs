@@ -24,8 +24,8 @@ use warren_core::{ChatMessage, Role, ToolCall, Usage};
 
 use crate::error::ProviderError;
 use crate::http::{Wire, parse_arguments};
-use crate::sse::SseReader;
 use crate::{BoxFuture, Capabilities, ChatRequest, ChatResponse, EventSink, Provider, StreamEvent};
+use warren_core::sse::SseReader;
 
 /// Largest non-streamed response body read.
 const MAX_BODY: u64 = 32 * 1024 * 1024;

@@ -177,7 +177,7 @@ impl Endpoint {
         }
         let sse = header("content-type").is_some_and(|t| t.starts_with("text/event-stream"));
         let payloads = if sse {
-            sse_data(&reply.body)
+            warren_core::sse::events(&reply.body)
         } else {
             vec![reply.body.clone()]
         };
@@ -215,38 +215,13 @@ impl Endpoint {
     }
 }
 
-/// The `data` of each event of an SSE body (multi-line data joined with `\n`).
-fn sse_data(body: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut data: Option<String> = None;
-    for line in body.lines().chain(std::iter::once("")) {
-        if line.is_empty() {
-            if let Some(d) = data.take() {
-                out.push(d);
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("data:") {
-            let rest = rest.strip_prefix(' ').unwrap_or(rest);
-            match &mut data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(rest);
-                }
-                None => data = Some(rest.to_string()),
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn sse_events_are_split_and_multiline_data_joined() {
         let body = "event: message\ndata: {\"a\":1}\n\n: comment\ndata: x\ndata:y\n\nid: 3\n";
         assert_eq!(
-            super::sse_data(body),
+            warren_core::sse::events(body),
             vec!["{\"a\":1}".to_string(), "x\ny".to_string()]
         );
     }

@@ -1,15 +1,17 @@
 //! A server-sent-events reader: `data:` lines joined per event, events split by a blank line.
-//! Comments (`:`) and other fields are ignored.
+//! Comments (`:`) and other fields are ignored. Read by the providers' streamed replies and by
+//! MCP `url` servers' event-stream answers.
 
 use std::io::{self, BufRead};
 
-pub(crate) struct SseReader<R> {
+#[derive(Debug)]
+pub struct SseReader<R> {
     inner: R,
     line: String,
 }
 
 impl<R: BufRead> SseReader<R> {
-    pub(crate) fn new(inner: R) -> Self {
+    pub fn new(inner: R) -> Self {
         Self {
             inner,
             line: String::new(),
@@ -19,13 +21,13 @@ impl<R: BufRead> SseReader<R> {
     /// Reads what is left of a stream that ended with its last event (OpenAI's `[DONE]`; at
     /// most 64 KiB): the HTTP client returns a connection to its pool only once the body was
     /// read to its end, so without this every streamed request opened a new connection.
-    pub(crate) fn finish(mut self) {
+    pub fn finish(mut self) {
         use std::io::Read;
         let _ = io::copy(&mut (&mut self.inner).take(64 * 1024), &mut io::sink());
     }
 
     /// The data of the next event; `None` at the end of the stream.
-    pub(crate) fn next_event(&mut self) -> io::Result<Option<String>> {
+    pub fn next_event(&mut self) -> io::Result<Option<String>> {
         let mut data: Option<String> = None;
         loop {
             self.line.clear();
@@ -51,6 +53,17 @@ impl<R: BufRead> SseReader<R> {
             }
         }
     }
+}
+
+/// The data of every event of a whole body.
+pub fn events(body: &str) -> Vec<String> {
+    let mut reader = SseReader::new(body.as_bytes());
+    let mut out = Vec::new();
+    // Reading from a byte slice cannot fail.
+    while let Ok(Some(data)) = reader.next_event() {
+        out.push(data);
+    }
+    out
 }
 
 #[cfg(test)]
