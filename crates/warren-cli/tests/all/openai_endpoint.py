@@ -136,5 +136,19 @@ for call in (lambda: revoked_client.models.list(),
         check(e.status_code == 401, f"status {e.status_code}")
         check(e.body["code"] == "invalid_api_key", f"body: {e.body}")
 
+# A retried request: the SDK gives up on the first attempt (its 3 s timeout) and resends the same
+# body (`x-stainless-retry-count: 1`) while that attempt's turn still runs (about 5 s). The
+# retry joins that turn: its answer, one provider request, the message stored once (the Rust
+# test reads session oai-retry). Last, so a reply the fake keeps for a second run stays unused.
+retrying = openai.OpenAI(base_url=base_url, api_key=token, max_retries=2, timeout=3.0)
+raw = retrying.chat.completions.with_raw_response.create(
+    model="main",
+    messages=[{"role": "user", "content": "take your time"}],
+    extra_headers={"X-Warren-Session": "oai-retry"},
+)
+check(raw.retries_taken >= 1, f"the first attempt did not time out: {raw.retries_taken} retries")
+got = raw.parse().choices[0].message.content
+check(got == "Slow and steady.", f"retried reply: {got!r}")
+
 print(json.dumps({"plain_session": plain_session, "multi_session": "oai-multi",
                   "openai_version": openai.__version__}))

@@ -3,7 +3,8 @@
 //! server: list models, a non-streaming and a streaming completion (usage in the final chunk), a
 //! small Responses API call, a multi-turn conversation resent in full (stored once, not
 //! duplicated), a diverging history (409), another agent's session (409), client tools (400), an
-//! unknown model (404) and a revoked token (401).
+//! unknown model (404), a revoked token (401), and a request the SDK retries after its timeout
+//! while the first attempt's turn runs (run once, stored once).
 //! The Python client is required: CI installs it (`.ci/run`); a missing one fails the test.
 
 use crate::common::bin;
@@ -92,6 +93,15 @@ fn the_openai_python_client_talks_to_agents_through_the_gateway_issue27() -> R {
     for answer in ["Answer one.", "Answer two.", "Answer three.", "Responded."] {
         fake.push(FakeReply::text(answer));
     }
+    // The retried request's one run (4 events 1.25 s apart: 5 s), and what a second run would
+    // answer.
+    fake.push(FakeReply::Chat {
+        text: vec!["Slow and steady.".to_string()],
+        calls: Vec::new(),
+        usage: (10, 5),
+        chunk_delay: Duration::from_millis(1250),
+    });
+    fake.push(FakeReply::text("A second run."));
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
     let token = pair(&root, bin(), port, "client")?;
@@ -151,8 +161,17 @@ fn the_openai_python_client_talks_to_agents_through_the_gateway_issue27() -> R {
             ("assistant".to_string(), "Hello from the fake.".to_string())
         ]
     );
-    // Each completion was one provider request: refused calls never reached the provider.
-    assert_eq!(fake.requests().len(), 6);
+    // The retried request ran once: its message and answer are stored once.
+    pretty_assertions::assert_eq!(
+        stored(port, &token, "oai-retry")?,
+        vec![
+            ("user".to_string(), "take your time".to_string()),
+            ("assistant".to_string(), "Slow and steady.".to_string())
+        ]
+    );
+    // Each completion was one provider request: refused calls never reached the provider, and
+    // the retry joined its first attempt.
+    assert_eq!(fake.requests().len(), 7);
 
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));

@@ -16,12 +16,12 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use warren_runtime::{TurnEvent, TurnEvents, TurnOutcome};
+use warren_runtime::{TurnEvent, TurnEvents};
 
 use super::history::InMessage;
+use super::retry::{self, Answer, Recent};
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
-use crate::agents_api::turn_error;
 use crate::routes::Caller;
 use crate::state::AppState;
 
@@ -53,14 +53,15 @@ struct StreamOptions {
 
 const ROUTE: &str = "POST /v1/chat/completions";
 
-fn usage_json(outcome: &TurnOutcome) -> Value {
-    let (i, o) = (outcome.usage.input_tokens, outcome.usage.output_tokens);
+fn usage_json(answer: &Answer) -> Value {
+    let (i, o) = (answer.input_tokens, answer.output_tokens);
     json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o})
 }
 
 pub(super) async fn chat_completions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Extension(recent): Extension<Arc<Recent>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
@@ -84,9 +85,8 @@ pub(super) async fn chat_completions(
         messages: &request.messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &caller, &headers, ask).await?;
+    let placed = place(&state, &recent, &caller, &headers, ask).await?;
     let session = placed.session.clone();
-    let host = Arc::clone(state.host());
     let stream = request.stream.unwrap_or(false);
     let include_usage = request
         .stream_options
@@ -95,14 +95,10 @@ pub(super) async fn chat_completions(
     let id = random_id("chatcmpl-");
     let created = unix_now();
     let model = placed.alias.to_string();
-    let fail = |e: &warren_runtime::TurnError| OpenAiError::from(turn_error(ROUTE, e));
 
     if !stream {
-        let turn = host
-            .submit(placed.turn(&state, Arc::new(|_| {})))
-            .await
-            .map_err(|e| fail(&e))?;
-        let outcome = turn.finish().await.map_err(|e| fail(&e))?;
+        let pending = placed.answer(&state, &recent, Arc::new(|_| {})).await?;
+        let outcome = retry::wait(pending).await?;
         let body = json!({
             "id": id,
             "object": "chat.completion",
@@ -161,14 +157,11 @@ pub(super) async fn chat_completions(
         })
     };
     // Refusals before the turn starts (409, 429, ...) are the response's status.
-    let turn = host
-        .submit(placed.turn(&state, events))
-        .await
-        .map_err(|e| fail(&e))?;
+    let pending = placed.answer(&state, &recent, events).await?;
     let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), None));
-    // The turn runs to its end even if the client goes away (the door runs it on its own task).
+    // The turn runs to its end even if the client goes away (on its own task: Recent::track).
     tokio::spawn(async move {
-        match turn.finish().await {
+        match retry::wait(pending).await {
             Ok(outcome) => {
                 if !sent_text.load(std::sync::atomic::Ordering::Relaxed)
                     && !outcome.reply.is_empty()
@@ -190,8 +183,7 @@ pub(super) async fn chat_completions(
                 }
                 let _ = tx.send(Event::default().data("[DONE]"));
             }
-            Err(e) => {
-                let err = OpenAiError::from(turn_error(ROUTE, &e));
+            Err(err) => {
                 let _ = tx.send(Event::default().data(err.body().to_string()));
             }
         }

@@ -75,6 +75,23 @@ pub fn check_history(client: &[(usize, Visible)], stored: &[Visible]) -> Result<
     Ok(())
 }
 
+/// The stored reply when a request repeats the session's last answered exchange: `stored` ends
+/// with the user message `input` and its reply, and the client's earlier messages line up with
+/// what came before them ([`check_history`]). Used for retries ([`super::retry`]).
+pub fn repeated_reply<'a>(
+    client: &[(usize, Visible)],
+    input: &str,
+    stored: &'a [Visible],
+) -> Option<&'a str> {
+    let [before @ .., user, reply] = stored else {
+        return None;
+    };
+    let repeats = user.role == Role::User
+        && reply.role == Role::Assistant
+        && user.text.trim() == input.trim();
+    (repeats && check_history(client, before).is_ok()).then_some(reply.text.as_str())
+}
+
 fn role_name(role: Role) -> &'static str {
     match role {
         Role::System => "system",
@@ -224,6 +241,30 @@ mod tests {
         let mut failed = stored.clone();
         failed.push(v(Role::User, "three"));
         assert_eq!(check_history(&indexed(&stored), &failed), Ok(()));
+    }
+
+    #[test]
+    fn a_repeat_of_the_last_exchange_finds_its_stored_reply() {
+        let stored = vec![
+            v(Role::User, "one"),
+            v(Role::Assistant, "First."),
+            v(Role::User, "two"),
+            v(Role::Assistant, "Second."),
+        ];
+        // The whole conversation up to "two", or only "two": the reply to "two".
+        assert_eq!(
+            repeated_reply(&indexed(&stored[..2]), "two", &stored),
+            Some("Second.")
+        );
+        assert_eq!(repeated_reply(&[], "two", &stored), Some("Second."));
+        // Another input, or earlier messages that do not line up: not a repeat.
+        assert_eq!(
+            repeated_reply(&indexed(&stored[..2]), "three", &stored),
+            None
+        );
+        assert_eq!(repeated_reply(&indexed(&stored), "two", &stored), None);
+        // The last exchange is unanswered (a turn that runs or failed): nothing to repeat.
+        assert_eq!(repeated_reply(&[], "two", &stored[..3]), None);
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!   message is the turn's input; the earlier ones must equal the session's stored
 //!   conversation (user messages and final replies), so a client resending the whole
 //!   conversation does not duplicate it; a client whose history diverges gets 409 naming the
-//!   first differing index ([`check_history`]).
+//!   first differing index ([`check_history`]). A request an SDK retries (after its timeout,
+//!   a 408 or a 5xx) joins the attempt it repeats instead of running the turn again
+//!   ([`retry`]).
 //!
 //! These routes are not in [`crate::routes::ROUTES`]: their access check and error shape are
 //! OpenAI's, so they carry their own table ([`OPENAI_ROUTES`]), registered by
@@ -26,8 +28,10 @@ mod completions;
 mod history;
 mod openapi;
 mod responses;
+mod retry;
 mod turn;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -35,7 +39,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use warren_core::AgentAlias;
 
@@ -45,6 +49,7 @@ use crate::state::AppState;
 
 pub use history::{Divergence, Visible, check_history};
 pub use openapi::openapi_paths;
+pub use retry::RETRY_COUNT_HEADER;
 
 /// The header naming the Warren session of a request (else derived from token and `user`).
 pub const SESSION_HEADER: &str = "x-warren-session";
@@ -97,12 +102,14 @@ pub const OPENAI_ROUTES: &[OpenAiRoute] = &[
     },
 ];
 
-/// Adds [`OPENAI_ROUTES`] to `router`, each behind the bearer check and its time limit.
+/// Adds [`OPENAI_ROUTES`] to `router`, each behind the bearer check and its time limit, with
+/// one [`retry::Recent`] shared by the turn routes.
 pub(crate) fn register(
     mut router: Router<AppState>,
     state: &AppState,
     limits: TimeLimits,
 ) -> Router<AppState> {
+    let recent = Arc::new(retry::Recent::default());
     for route in OPENAI_ROUTES {
         let limit = if route.turn {
             limits.chat
@@ -112,7 +119,8 @@ pub(crate) fn register(
         let handler = (route.handler)()
             .route_layer(middleware::from_fn_with_state(state.clone(), gate))
             .route_layer(middleware::from_fn_with_state(limit, time_limit))
-            .route_layer(DefaultBodyLimit::max(OPENAI_BODY_LIMIT));
+            .route_layer(DefaultBodyLimit::max(OPENAI_BODY_LIMIT))
+            .route_layer(Extension(Arc::clone(&recent)));
         router = router.route(route.path, handler);
     }
     router
@@ -185,6 +193,13 @@ impl IntoResponse for OpenAiError {
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        // OpenAI's SDKs retry 408, 409, 429 and 5xx unless told not to: a diverging history,
+        // another agent's session, a missing provider or a spent cost limit stay as they are.
+        if self.status == StatusCode::CONFLICT || self.code == "cost_limit_reached" {
+            response
+                .headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
         }
         if self.status == StatusCode::UNAUTHORIZED {
             response

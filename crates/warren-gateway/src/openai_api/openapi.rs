@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::retry::RETRY_COUNT_HEADER;
 use super::{MAX_USER, OPENAI_ROUTES};
 
 /// The OpenAPI path items of [`OPENAI_ROUTES`] (added to `GET /api/openapi.json`).
@@ -79,6 +80,14 @@ pub fn openapi_paths(paths: &mut Map<String, Value>) {
         },
     });
     let security = json!([{"bearer": []}]);
+    let turn_headers = json!([
+        {"name": "X-Warren-Session", "in": "header", "required": false,
+         "description": "the Warren session of the turn (else one per token and `user`)",
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}},
+        {"name": RETRY_COUNT_HEADER, "in": "header", "required": false,
+         "description": "set by OpenAI's SDKs on a retry (1, 2, ...): the request joins the attempt it repeats instead of running the turn again",
+         "schema": {"type": "string", "pattern": "^[0-9]{1,3}$"}},
+    ]);
     let summary = |path: &str| {
         OPENAI_ROUTES
             .iter()
@@ -98,8 +107,7 @@ pub fn openapi_paths(paths: &mut Map<String, Value>) {
     paths.insert(
         "/v1/chat/completions".into(),
         json!({"post": {"summary": summary("/v1/chat/completions"), "operationId": "post_v1_chat_completions", "security": security,
-            "parameters": [{"name": "X-Warren-Session", "in": "header", "required": false,
-                            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}}],
+            "parameters": turn_headers.clone(),
             "requestBody": {"required": true, "content": {"application/json": {"schema": request,
                 "example": {"model": "main", "messages": [{"role": "user", "content": "hello"}]}}}},
             "responses": completion}}),
@@ -117,8 +125,7 @@ pub fn openapi_paths(paths: &mut Map<String, Value>) {
     paths.insert(
         "/v1/responses".into(),
         json!({"post": {"summary": summary("/v1/responses"), "operationId": "post_v1_responses", "security": security,
-            "parameters": [{"name": "X-Warren-Session", "in": "header", "required": false,
-                            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}}],
+            "parameters": turn_headers,
             "requestBody": {"required": true, "content": {"application/json": {"schema": response_request,
                 "example": {"model": "main", "input": "hello"}}}},
             "responses": response}}),

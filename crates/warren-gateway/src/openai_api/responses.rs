@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::history::InMessage;
+use super::retry::{self, Recent};
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
-use crate::agents_api::turn_error;
 use crate::routes::Caller;
 use crate::state::AppState;
 
@@ -73,6 +73,7 @@ fn messages_of(input: &Value) -> Result<Vec<InMessage>, OpenAiError> {
 pub(super) async fn responses(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Extension(recent): Extension<Arc<Recent>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
@@ -98,16 +99,11 @@ pub(super) async fn responses(
         messages: &messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &caller, &headers, ask).await?;
+    let placed = place(&state, &recent, &caller, &headers, ask).await?;
     let created = unix_now();
-    let fail = |e: &warren_runtime::TurnError| OpenAiError::from(turn_error(ROUTE, e));
-    let turn = state
-        .host()
-        .submit(placed.turn(&state, Arc::new(|_| {})))
-        .await
-        .map_err(|e| fail(&e))?;
-    let outcome = turn.finish().await.map_err(|e| fail(&e))?;
-    let (i, o) = (outcome.usage.input_tokens, outcome.usage.output_tokens);
+    let pending = placed.answer(&state, &recent, Arc::new(|_| {})).await?;
+    let outcome = retry::wait(pending).await?;
+    let (i, o) = (outcome.input_tokens, outcome.output_tokens);
     let body = json!({
         "id": random_id("resp_"),
         "object": "response",

@@ -14,8 +14,10 @@ use warren_core::{AgentAlias, Role, SessionKey};
 use warren_runtime::{CancelToken, Channel, TurnEvents, TurnRequest};
 use warren_store::sessions::Page;
 
-use super::history::{InMessage, Visible, check_history, conversation};
+use super::history::{InMessage, Visible, check_history, conversation, repeated_reply};
+use super::retry::{self, Answer, Pending, Recent};
 use super::{MAX_USER, OpenAiError, SESSION_HEADER, agent_of_model};
+use crate::agents_api::turn_error;
 use crate::routes::Caller;
 use crate::state::AppState;
 
@@ -59,12 +61,59 @@ pub(super) fn refuse_client_tools(
 
 /// A request placed: the agent, the session and the turn's input.
 pub(super) struct Placed {
+    pub route: &'static str,
     pub alias: AgentAlias,
     pub session: SessionKey,
     pub input: String,
+    /// The request's [`retry::fingerprint`].
+    pub fingerprint: [u8; 32],
+    /// The earlier attempt a retry repeats ([`retry`]).
+    pub repeat: Option<Repeat>,
+}
+
+/// The earlier attempt a retried request repeats.
+pub(super) enum Repeat {
+    /// Started through `/v1` and remembered: running, or answered.
+    Joined(Pending),
+    /// The stored reply of the session's last exchange.
+    Stored(String),
 }
 
 impl Placed {
+    /// The answer: the earlier attempt's when this request repeats one (one that failed is run
+    /// again), else that of a new turn through the door, which runs to its end on its own task
+    /// ([`Recent::track`]). `events` sees a new turn's events only.
+    pub async fn answer(
+        &self,
+        state: &AppState,
+        recent: &Recent,
+        events: TurnEvents,
+    ) -> Result<Pending, OpenAiError> {
+        let route = self.route;
+        match &self.repeat {
+            Some(Repeat::Stored(reply)) => {
+                return Ok(answered(Answer {
+                    reply: reply.clone(),
+                    input_tokens: 0,
+                    output_tokens: 0,
+                }));
+            }
+            Some(Repeat::Joined(pending)) => {
+                if let Ok(answer) = retry::wait(pending.clone()).await {
+                    return Ok(answered(answer));
+                }
+            }
+            None => {}
+        }
+        let fail = move |e: &warren_runtime::TurnError| OpenAiError::from(turn_error(route, e));
+        let turn = state
+            .host()
+            .submit(self.turn(state, events))
+            .await
+            .map_err(|e| fail(&e))?;
+        Ok(recent.track(self.session.clone(), self.fingerprint, turn, fail))
+    }
+
     /// The request for the runtime's door (the one way every entry point runs a turn).
     pub fn turn(&self, state: &AppState, events: TurnEvents) -> TurnRequest {
         TurnRequest {
@@ -89,10 +138,18 @@ pub(super) struct Ask<'a> {
     pub user: Option<&'a str>,
 }
 
+/// An answer already known.
+fn answered(answer: Answer) -> Pending {
+    tokio::sync::watch::channel(Some(Ok(answer))).1
+}
+
 /// Resolves the model, reads the messages, picks the session and checks the earlier messages
 /// against its stored conversation (409 `history_mismatch` naming the first differing index).
+/// A retry of the session's latest turn is told apart here ([`retry`]): with the SDK's retry
+/// count, or when it resends earlier messages that only line up as that same request.
 pub(super) async fn place(
     state: &AppState,
+    recent: &Recent,
     caller: &Caller,
     headers: &HeaderMap,
     ask: Ask<'_>,
@@ -107,8 +164,31 @@ pub(super) async fn place(
     let alias = agent_of_model(state, model)?;
     let (earlier, input) = conversation(field, messages)?;
     let session = session_of(headers, caller, user)?;
-    if let Some(stored) = stored_conversation(route, state, &session, &alias).await? {
-        check_history(&earlier, &stored).map_err(|d| OpenAiError {
+    let fingerprint = retry::fingerprint(route, &alias, &earlier, &input);
+    let marked = retry::marked_retry(headers);
+    let placed = |repeat| Placed {
+        route,
+        alias: alias.clone(),
+        session: session.clone(),
+        input: input.clone(),
+        fingerprint,
+        repeat,
+    };
+    if (marked || !earlier.is_empty())
+        && let Some(pending) = recent.find(&session, &fingerprint)
+    {
+        return Ok(placed(Some(Repeat::Joined(pending))));
+    }
+    let Some(stored) = stored_conversation(route, state, &session, &alias).await? else {
+        return Ok(placed(None)); // another agent's session: the door refuses it
+    };
+    let repeated = repeated_reply(&earlier, &input, &stored).map(str::to_string);
+    match (check_history(&earlier, &stored), repeated) {
+        (_, Some(reply)) if marked => Ok(placed(Some(Repeat::Stored(reply)))),
+        (Ok(()), _) => Ok(placed(None)),
+        // Resent earlier messages that line up only as the last exchange's request.
+        (Err(_), Some(reply)) => Ok(placed(Some(Repeat::Stored(reply)))),
+        (Err(d), None) => Err(OpenAiError {
             param: Some(format!("{field}[{}]", d.index)),
             ..OpenAiError::new(
                 StatusCode::CONFLICT,
@@ -118,13 +198,8 @@ pub(super) async fn place(
                     d.index, d.reason
                 ),
             )
-        })?;
+        }),
     }
-    Ok(Placed {
-        alias,
-        session,
-        input,
-    })
 }
 
 /// `prefix` and 24 random hex digits (`chatcmpl-...`, `resp_...`).

@@ -1,7 +1,9 @@
 //! The OpenAI-compatible routes through the router without a socket (issue 27): off by default,
 //! OpenAI's error shape for auth, unknown models and client tools, and a streamed completion
 //! whose call waits for approval (a content chunk naming the approval id, then the answer and
-//! `data: [DONE]` once approved). The end-to-end test with the `openai` Python client is in
+//! `data: [DONE]` once approved), a non-streamed one that answers when its approval is given or
+//! times out, and retried requests (the SDK's timeout, a 408) answered by the attempt they
+//! repeat instead of a second turn. The end-to-end test with the `openai` Python client is in
 //! `warren-cli`'s `openai_endpoint`.
 
 // Setup helpers outside #[test] fns panic on a broken fixture, like the tests themselves.
@@ -17,7 +19,8 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use warren_config::InstallRoot;
-use warren_gateway::router;
+use warren_gateway::{TimeLimits, router, router_with_limits};
+use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
 
 use crate::common;
 
@@ -30,6 +33,7 @@ const SCRIPT: &str = r#"{"turns": [
 struct Fixture {
     _dir: tempfile::TempDir,
     root: InstallRoot,
+    state: warren_gateway::AppState,
     app: Router,
     token: String,
 }
@@ -37,17 +41,28 @@ struct Fixture {
 /// A root whose `main` agent runs `SCRIPT` under a supervised profile; `extra` is appended to
 /// config.toml.
 fn fixture(extra: &str) -> Fixture {
+    fixture_timing(30, extra, None)
+}
+
+/// [`fixture`] with the approval timeout `approval_secs` and, when given, the router's time
+/// limits.
+fn fixture_timing(approval_secs: u64, extra: &str, limits: Option<TimeLimits>) -> Fixture {
     let f = common::scripted(
         SCRIPT,
         "sup",
-        "autonomy = \"supervised\"\napproval_timeout_secs = 30",
+        &format!("autonomy = \"supervised\"\napproval_timeout_secs = {approval_secs}"),
         extra,
     );
     let state = common::state_for(&f.root, &f.store, &f.process, &f.services);
-    let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+    let app = match limits {
+        Some(limits) => router_with_limits(state.clone(), limits),
+        None => router(state.clone()),
+    };
+    let app = app.layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
     Fixture {
         _dir: f.dir,
         root: f.root,
+        state,
         app,
         token: f.token,
     }
@@ -254,4 +269,259 @@ async fn a_streamed_completion_names_the_approval_a_call_waits_for_issue27() {
         .agent_workspace(&"main".parse().unwrap())
         .join("out.md");
     assert_eq!(std::fs::read_to_string(written).unwrap(), "hi");
+}
+
+/// A POST of `body` to `path` with `headers` through `app`: status, headers and body text.
+async fn post(
+    app: &Router,
+    token: &str,
+    path: &str,
+    body: &Value,
+    headers: &[(&'static str, &str)],
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut request = common::request("POST", path, Some(token), Some(&body.to_string()));
+    for (name, value) in headers {
+        request.headers_mut().insert(*name, value.parse().unwrap());
+    }
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+/// The reply of a `chat.completion` body.
+fn reply_of(body: &str) -> (String, Value) {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    (
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no reply: {body}"))
+            .to_string(),
+        v["usage"].clone(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_streamed_completion_answers_when_its_approval_is_given_or_times_out_issue27() {
+    let body = json!({"model": "main", "messages": [{"role": "user", "content": "write"}]});
+    // Approved while the request waits: the answer after the call ran.
+    let f = fixture(ENABLED);
+    let waiting = {
+        let (app, token, body) = (f.app.clone(), f.token.clone(), body.clone());
+        tokio::spawn(async move { post(&app, &token, "/v1/chat/completions", &body, &[]).await })
+    };
+    let id = loop {
+        let (_, listed) = f.call("GET", "/api/approvals", Some(&f.token), None).await;
+        if let Some(id) = listed["pending"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(!waiting.is_finished(), "answered before the approval");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (status, answer) = f
+        .call(
+            "POST",
+            &format!("/api/approvals/{id}"),
+            Some(&f.token),
+            Some(json!({"approve": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, _, text) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the answer once approved")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(reply_of(&text).0, "Done writing.");
+    let written = f
+        .root
+        .agent_workspace(&"main".parse().unwrap())
+        .join("out.md");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "hi");
+
+    // Nobody answers: the request answers when the approval timeout (1 s) denies the call.
+    let f = fixture_timing(1, ENABLED, None);
+    let started = std::time::Instant::now();
+    let (status, _, text) = post(&f.app, &f.token, "/v1/chat/completions", &body, &[]).await;
+    let waited = started.elapsed();
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(reply_of(&text).0, "Done writing.");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    let written = f
+        .root
+        .agent_workspace(&"main".parse().unwrap())
+        .join("out.md");
+    assert!(!written.exists(), "a denied call ran");
+}
+
+/// The visible `(role, content)` messages of session `key` of agent `slow`.
+async fn session_of(f: &Fixture, key: &str) -> Vec<(String, String)> {
+    let (status, page) = f
+        .call(
+            "GET",
+            &format!("/api/agents/slow/sessions/{key}?limit=1000"),
+            Some(&f.token),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(messages: &[(&str, &str)]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|(r, c)| ((*r).to_string(), (*c).to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_is_answered_by_the_attempt_it_repeats_issue27() {
+    let fake = FakeOpenAi::start().unwrap();
+    fake.push(FakeReply::Chat {
+        text: vec!["Slow".into(), " reply.".into()],
+        calls: Vec::new(),
+        usage: (10, 5),
+        chunk_delay: Duration::from_millis(400),
+    });
+    for reply in ["Again.", "Once more."] {
+        fake.push(FakeReply::text(reply));
+    }
+    let extra = format!(
+        "{ENABLED}\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"sup\"\n",
+        fake.base_url()
+    );
+    let limits = TimeLimits {
+        request: Duration::from_secs(30),
+        chat: Duration::from_secs(1),
+    };
+    let f = fixture_timing(30, &extra, Some(limits));
+    let session = [("x-warren-session", "oai-retry")];
+    let retried = [
+        ("x-warren-session", "oai-retry"),
+        ("x-stainless-retry-count", "1"),
+    ];
+    let first =
+        json!({"model": "slow", "messages": [{"role": "user", "content": "take your time"}]});
+
+    // The first attempt outlives the time limit: 408, which the SDK retries. The turn goes on.
+    let (status, _, text) = post(&f.app, &f.token, "/v1/chat/completions", &first, &session).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{text}");
+    let done = pairs(&[("user", "take your time"), ("assistant", "Slow reply.")]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while session_of(&f, "oai-retry").await != done {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first turn did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The retry (same body, the SDK's retry count) gets that turn's answer and usage.
+    let (status, _, text) = post(&f.app, &f.token, "/v1/chat/completions", &first, &retried).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let (reply, usage) = reply_of(&text);
+    assert_eq!(reply, "Slow reply.");
+    assert_eq!(usage["prompt_tokens"], 10, "{usage}");
+    // A router that never saw the first attempt (a restarted daemon) answers from the session.
+    let fresh = router_with_limits(f.state.clone(), limits)
+        .layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+    let (status, _, text) = post(&fresh, &f.token, "/v1/chat/completions", &first, &retried).await;
+    assert_eq!(
+        (status, reply_of(&text).0.as_str()),
+        (StatusCode::OK, "Slow reply."),
+        "{text}"
+    );
+
+    // A client resending the whole conversation: a second turn, then the same body again
+    // without the retry count (joined) and through the fresh router (from the session), also
+    // streamed.
+    let second = json!({"model": "slow", "messages": [
+        {"role": "user", "content": "take your time"},
+        {"role": "assistant", "content": "Slow reply."},
+        {"role": "user", "content": "again"},
+    ]});
+    for app in [&f.app, &f.app, &fresh] {
+        let (status, _, text) =
+            post(app, &f.token, "/v1/chat/completions", &second, &session).await;
+        assert_eq!(
+            (status, reply_of(&text).0.as_str()),
+            (StatusCode::OK, "Again."),
+            "{text}"
+        );
+    }
+    let mut streamed = second.clone();
+    streamed["stream"] = json!(true);
+    let (status, _, text) = post(
+        &fresh,
+        &f.token,
+        "/v1/chat/completions",
+        &streamed,
+        &session,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let data = sse_data(&text);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{text}");
+    let content: String = data
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(content, "Again.", "{text}");
+
+    // Only the newest message, sent again without the retry count: meant, so a new turn.
+    let (status, _, text) = post(&f.app, &f.token, "/v1/chat/completions", &first, &session).await;
+    assert_eq!(
+        (status, reply_of(&text).0.as_str()),
+        (StatusCode::OK, "Once more."),
+        "{text}"
+    );
+
+    assert_eq!(
+        session_of(&f, "oai-retry").await,
+        pairs(&[
+            ("user", "take your time"),
+            ("assistant", "Slow reply."),
+            ("user", "again"),
+            ("assistant", "Again."),
+            ("user", "take your time"),
+            ("assistant", "Once more."),
+        ])
+    );
+    assert_eq!(fake.requests().len(), 3, "one provider request per turn");
+
+    // A diverging history is final: OpenAI's SDKs are told not to retry the 409.
+    let (status, headers, text) = post(
+        &f.app,
+        &f.token,
+        "/v1/chat/completions",
+        &second,
+        &[("x-warren-session", "oai-other")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    assert_eq!(headers["x-should-retry"], "false");
 }
