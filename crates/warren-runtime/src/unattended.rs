@@ -157,6 +157,10 @@ pub(crate) async fn tool_call(
         }
         Requirement::Ask(reason) => return failed(needs_approval(&reason)),
     }
+    // PERM-2: the agent's `max_actions_per_hour` window is the one its turns count in.
+    if let Err(refused) = runner.admit_tool(name, None) {
+        return failed(format!("'{name}' refused by the runtime: {refused}"));
+    }
     let output = tokio::select! {
         r = tool.execute(args) => r,
         () = cancel.cancelled() => return ToolCall::Cancelled,
@@ -176,5 +180,93 @@ pub(crate) async fn tool_call(
             },
             output: Some(content),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+    use warren_config::{ConfigStore, InstallRoot};
+    use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
+
+    use super::*;
+    use crate::approval::DenyAll;
+    use crate::host::event_channel;
+
+    /// PERM-2 (issue 14 §4): the tool calls cron command jobs and SOP tool steps run without a
+    /// turn count in the same `max_actions_per_hour` window as the agent's turns: after a turn
+    /// through the door used one of 2 actions, one unattended call runs and the next is refused
+    /// without running, naming the limit and when it frees.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unattended_tool_calls_count_in_the_agents_actions_per_hour_perm2() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = InstallRoot::at(dir.path().join("warren"));
+        root.ensure_layout().unwrap();
+        let fake = FakeOpenAi::start().unwrap();
+        std::fs::write(
+            root.config_file(),
+            format!(
+                "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\
+                 [risk_profiles.open]\nautonomy = \"full\"\nmax_actions_per_hour = 2\n\
+                 [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
+                 retry_backoff_ms = 1\nmax_retries = 0\n",
+                fake.base_url()
+            ),
+        )
+        .unwrap();
+        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
+        let host = Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        let ada = AgentAlias::new("ada").unwrap();
+        let write = |path: &str| json!({"path": path, "content": "x"});
+
+        fake.push(FakeReply::calls(
+            "",
+            vec![FakeCall::new("c1", "file_write", write("turn.md"))],
+        ));
+        fake.push(FakeReply::text("wrote it"));
+        let (events, _rx) = event_channel();
+        let turn = host
+            .submit(TurnRequest {
+                agent: ada.clone(),
+                session: None,
+                channel: Channel::Cli,
+                input: "write".into(),
+                approver: Arc::new(DenyAll),
+                cancel: CancelToken::new(),
+                events,
+            })
+            .await
+            .unwrap();
+        assert_eq!(turn.finish().await.unwrap().tool_calls, 1);
+
+        let call = |path: &'static str| {
+            let host = Arc::clone(&host);
+            let ada = ada.clone();
+            async move {
+                tool_call(
+                    &host,
+                    &ada,
+                    "file_write",
+                    write(path),
+                    &CancelToken::new(),
+                    "a scheduled run never runs it unapproved",
+                )
+                .await
+            }
+        };
+        assert!(matches!(call("second.md").await, ToolCall::Done(_)));
+        let ToolCall::Failed { error, output } = call("third.md").await else {
+            panic!("the third action of the hour ran");
+        };
+        assert!(
+            error.contains("max_actions_per_hour = 2") && error.contains("possible in"),
+            "{error}"
+        );
+        assert!(output.is_none());
+        let workspace = root.agent_workspace(&ada);
+        assert!(workspace.join("turn.md").exists() && workspace.join("second.md").exists());
+        assert!(!workspace.join("third.md").exists(), "the refused call ran");
     }
 }

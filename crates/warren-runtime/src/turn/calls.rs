@@ -38,23 +38,34 @@ impl AgentRunner {
     /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
     /// tool execution; a refused call is answered with the limit and when it frees.
     fn admit_action(&self, call: &ToolCall, session: Option<&str>) -> Result<(), CallResult> {
+        self.admit_tool(&call.name, session)
+            .map_err(|refused| CallResult {
+                ok: false,
+                content: format!("Error: refused by the runtime: {refused}"),
+                receipt: None,
+            })
+    }
+
+    /// Takes a slot in the agent's `max_actions_per_hour` window for one execution of `tool`,
+    /// whoever runs it (a model's call, a cron command job, an SOP tool step: one window per
+    /// agent across every entry point); a refusal is traced as a `limit` event.
+    pub(crate) fn admit_tool(
+        &self,
+        tool: &str,
+        session: Option<&str>,
+    ) -> Result<(), crate::turn::limits::ActionLimited> {
         let limit = self.kit.policy().max_actions_per_hour();
         self.services
             .actions
             .admit(&self.alias, limit)
-            .map_err(|refused| {
+            .inspect_err(|refused| {
                 self.services.trace.emit(
                     "limit",
                     &self.alias,
                     session,
-                    json!({"limit": "max_actions_per_hour", "value": limit, "tool": call.name,
+                    json!({"limit": "max_actions_per_hour", "value": limit, "tool": tool,
                            "resets_in_secs": refused.resets_in.as_secs()}),
                 );
-                CallResult {
-                    ok: false,
-                    content: format!("Error: refused by the runtime: {refused}"),
-                    receipt: None,
-                }
             })
     }
 

@@ -1,9 +1,10 @@
 //! `max_actions_per_hour` (PERM-2, issue 14): every tool execution of an agent takes a slot in
 //! its one-hour sliding window, held by the process: the daemon's window spans its reloads and
-//! every entry point it serves (the gateway's chats; later cron, ACP, channels), while a
-//! `warren agent` process counts its own turns only. The limit is read from the agent's `SecurityPolicy` only, so a
-//! subagent, whose policy `narrow` capped at its parent's, counts in the same window under a
-//! limit no higher than the parent's.
+//! every entry point it serves (the gateway's chats, ACP, cron and SOP turns, and the tool
+//! calls cron command jobs and SOP tool steps run without a turn), while a `warren agent`
+//! process counts its own turns only. The limit is read from the agent's `SecurityPolicy`
+//! only, so a subagent, whose policy `narrow` capped at its parent's, counts in the same window
+//! under a limit no higher than the parent's.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

@@ -560,6 +560,71 @@ async fn a_turn_that_could_cross_the_daily_cap_is_refused_before_the_provider_is
     assert_eq!(f.fake().requests().len(), 1);
 }
 
+/// Issue 14 §4: `[cost] warn_at_percent` is applied, not only validated: the turn whose
+/// provider call takes the agent's spending today across 80% of its daily limit gives one
+/// notice (in its events and outcome) and one `cost_warning` trace event; later turns the same
+/// day do not repeat it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossing_warn_at_percent_gives_one_notice_and_trace_event_a_day_issue14() {
+    let f = Fixture::new(
+        1,
+        "[cost]
+daily_limit_usd = 1.0
+warn_at_percent = 80
+
+[cost.rates.gpt-test]
+input_per_mtok = 10.0
+output_per_mtok = 10.0
+max_output_tokens = 100
+",
+    );
+    // $0.50 (50%), then $0.85 (85%: crosses 80%), then $0.86.
+    f.fake().push(FakeReply::text("one").with_usage(50_000, 0));
+    f.fake().push(FakeReply::text("two").with_usage(35_000, 0));
+    f.fake().push(FakeReply::text("three").with_usage(1_000, 0));
+    let runner = f.runner(Arc::new(DenyAll)).await;
+    let mut notices = Vec::new();
+    for input in ["one", "two", "three"] {
+        let (events, seen) = collect();
+        let (outcome, _) = runner
+            .run_detached(Vec::new(), input, &CancelToken::new(), events)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let streamed: Vec<String> = seen
+            .lock()
+            .expect("events")
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::Notice(n) if n.contains("warn_at_percent") => Some(n.clone()),
+                _ => None,
+            })
+            .collect();
+        let kept: Vec<&String> = outcome
+            .notices
+            .iter()
+            .filter(|n| n.contains("warn_at_percent"))
+            .collect();
+        assert_eq!(streamed.iter().collect::<Vec<_>>(), kept, "{input}");
+        notices.push(streamed);
+    }
+    assert!(notices[0].is_empty(), "50% warned: {notices:?}");
+    assert_eq!(notices[1].len(), 1, "{notices:?}");
+    assert!(
+        notices[1][0].contains("agent 'ada' has spent $0.8500 today, 85% of its daily limit $1.00"),
+        "{}",
+        notices[1][0]
+    );
+    assert!(
+        notices[2].is_empty(),
+        "warned twice the same day: {notices:?}"
+    );
+    let warnings = read_trace(&f.root.runtime_trace())
+        .into_iter()
+        .filter(|e| e.kind == "cost_warning")
+        .count();
+    assert_eq!(warnings, 1);
+}
+
 /// Issue 16 §4: `[cost] enabled = false` writes no ledger, but the cap still refuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cost_recording_off_still_refuses_over_the_cap_issue16() {
