@@ -2,8 +2,9 @@
 //! OpenAI's error shape for auth, unknown models and client tools, and a streamed completion
 //! whose call waits for approval (a content chunk naming the approval id, then the answer and
 //! `data: [DONE]` once approved), a non-streamed one that answers when its approval is given or
-//! times out, and retried requests (the SDK's timeout, a 408) answered by the attempt they
-//! repeat instead of a second turn. The end-to-end test with the `openai` Python client is in
+//! times out, retried requests (the SDK's timeout, a 408) answered by the attempt they repeat
+//! instead of a second turn, and 429 for a spent cost limit (not to be retried) and a full
+//! session queue (Retry-After). The end-to-end test with the `openai` Python client is in
 //! `warren-cli`'s `openai_endpoint`.
 
 // Setup helpers outside #[test] fns panic on a broken fixture, like the tests themselves.
@@ -524,4 +525,82 @@ async fn a_retried_request_is_answered_by_the_attempt_it_repeats_issue27() {
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{text}");
     assert_eq!(headers["x-should-retry"], "false");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_cost_limit_and_a_full_session_queue_answer_429_in_openai_shape_issue27() {
+    let body =
+        |input: &str| json!({"model": "main", "messages": [{"role": "user", "content": input}]});
+    // A risk profile allowing one token a day: the turn's first request is refused, for good.
+    let f = common::scripted(
+        SCRIPT,
+        "tight",
+        "autonomy = \"supervised\"\nmax_tokens_per_day = 1",
+        ENABLED,
+    );
+    let state = common::state_for(&f.root, &f.store, &f.process, &f.services);
+    let app = router(state).layer(MockConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+    let (status, headers, text) =
+        post(&app, &f.token, "/v1/chat/completions", &body("write"), &[]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+    let err: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(err["error"]["code"], "cost_limit_reached", "{err}");
+    assert_eq!(err["error"]["type"], "insufficient_quota", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens_per_day"),
+        "{err}"
+    );
+    assert_eq!(headers["x-should-retry"], "false");
+
+    // No turn may wait behind the running one: while a call waits for approval, a second
+    // request to the session is refused with 429 queue_full and Retry-After (the SDKs retry it).
+    let f = fixture("[channels]\nsession_queue_depth = 0\n\n[gateway.openai]\nenabled = true\n");
+    let session = [("x-warren-session", "oai-busy")];
+    let mut streamed = body("write");
+    streamed["stream"] = json!(true);
+    let mut request = common::request(
+        "POST",
+        "/v1/chat/completions",
+        Some(&f.token),
+        Some(&streamed.to_string()),
+    );
+    request
+        .headers_mut()
+        .insert("x-warren-session", "oai-busy".parse().unwrap());
+    let running = f.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(running.status(), StatusCode::OK);
+    let id = loop {
+        let (_, listed) = f.call("GET", "/api/approvals", Some(&f.token), None).await;
+        if let Some(id) = listed["pending"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (status, headers, text) = post(
+        &f.app,
+        &f.token,
+        "/v1/chat/completions",
+        &body("another"),
+        &session,
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+    let err: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(err["error"]["code"], "queue_full", "{err}");
+    assert_eq!(err["error"]["type"], "rate_limit_error", "{err}");
+    assert_eq!(headers["retry-after"], "1");
+    assert!(headers.get("x-should-retry").is_none());
+    let (status, answer) = f
+        .call(
+            "POST",
+            &format!("/api/approvals/{id}"),
+            Some(&f.token),
+            Some(json!({"approve": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    drop(running);
 }

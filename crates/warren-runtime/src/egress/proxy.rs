@@ -3,7 +3,9 @@
 //! hands it over: `warren_security::sandbox::egress`). It understands `CONNECT host:port`
 //! (HTTPS and any TLS client honouring `HTTPS_PROXY`) and absolute-form plain HTTP requests
 //! (`GET http://host/path`, `HTTP_PROXY`); the destination is checked against the agent's
-//! allowlist and address rule exactly as `http_request` is, then connected from the host.
+//! allowlist and address rule exactly as `http_request` is, then connected from the host. In a
+//! CONNECT tunnel the TLS server name (SNI) of the client's first bytes is checked too before
+//! anything is forwarded (`sni`: no domain fronting to a site off the list by SNI).
 //! Every connection, allowed or refused, is an `egress` trace event with `via = "proxy"`.
 //! Secrets are never substituted here: the broker serves `http_request` only.
 
@@ -18,6 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use warren_security::sandbox::ExitWatch;
 
 use super::AgentEgress;
+
+mod sni;
 
 /// The longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -173,20 +177,55 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
         refuse(&mut client, "502 Bad Gateway", &e).await;
         return;
     };
-    egress.log(&host, port, &method, Some(200), None);
-    used.store(true, Ordering::Release);
-    let sent = if method == "CONNECT" {
-        client
+    let mut first = buf.split_off(end);
+    if method == "CONNECT" {
+        if client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await
-    } else {
-        upstream.write_all(&forwarded).await
-    };
-    let leftover = &buf[end..];
-    if sent.is_err() || (!leftover.is_empty() && upstream.write_all(leftover).await.is_err()) {
+            .is_err()
+        {
+            return;
+        }
+        // Nothing is forwarded before the TLS server name, if any, passed (see `sni`).
+        let names = sni::first_names(&mut client, &upstream, &mut first).await;
+        if let Err(e) = names.and_then(|names| server_names_allowed(&egress, &host, port, &names)) {
+            egress.log(&host, port, &method, None, Some(&e));
+            let _ = client.write_all(&sni::UNRECOGNIZED_NAME_ALERT).await;
+            let _ = client.shutdown().await;
+            return;
+        }
+    } else if upstream.write_all(&forwarded).await.is_err() {
+        return;
+    }
+    egress.log(&host, port, &method, Some(200), None);
+    used.store(true, Ordering::Release);
+    if !first.is_empty() && upstream.write_all(&first).await.is_err() {
         return;
     }
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Whether the TLS server names a client asked for in its tunnel to `host:port` may be
+/// reached: each is the CONNECT host itself or on the allowlist at that port (else the tunnel
+/// would front another site; the error names the name and the allowlist).
+fn server_names_allowed(
+    egress: &AgentEgress,
+    host: &str,
+    port: u16,
+    names: &[String],
+) -> Result<(), String> {
+    let host = super::allow::normalize_host(host);
+    for name in names {
+        let name = super::allow::normalize_host(name);
+        if name != host && !egress.allow.allows(&name, port) {
+            return Err(format!(
+                "the TLS server name '{name}' in the tunnel to {host}:{port} is not the CONNECT host and is not on the network allowlist of agent '{alias}' ([agents.{alias}.network] allow = [{list}])",
+                alias = egress.alias,
+                list = egress.allow.describe()
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn refuse(client: &mut TcpStream, status: &str, why: &str) {
