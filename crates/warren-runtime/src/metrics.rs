@@ -170,7 +170,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let denials = Family::default();
     registry.register(
         "warren_sandbox_denials",
-        "Tool calls refused by a layer of the agent's confinement (policy, autonomy)",
+        "Refusals by a layer of the agent's confinement the daemon enforces (policy, autonomy, network)",
         denials.clone(),
     );
     let queue_depth = Family::default();
@@ -293,7 +293,9 @@ pub fn approval_decision(agent: &str, decision: crate::approval::ApprovalDecisio
     approval(agent, name);
 }
 
-/// A call refused by a confinement layer: `policy` (paths, commands, grants) or `autonomy`.
+/// A refusal by a confinement layer the daemon enforces: `policy` (paths, commands, grants),
+/// `autonomy` (the profile refuses the call) or `network` (a destination off the allowlist).
+/// Kernel refusals inside a sandboxed child (Landlock, seccomp) reach only the audit log.
 pub fn denial(agent: &str, layer: &str) {
     if let Some(m) = m() {
         m.denials

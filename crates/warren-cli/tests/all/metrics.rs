@@ -644,3 +644,105 @@ fn metrics_off_answer_404_naming_the_key_and_open_no_scrape_port_issue25() -> R 
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+/// The network layer: a destination off the agent's allowlist, asked for by `http_request` and
+/// by a shell command through the sandbox's egress proxy, counts as a `network` denial (the
+/// daemon refuses both); a connection around the proxy fails inside the sandbox's empty network
+/// namespace (the kernel's refusal: the daemon never sees it, so it is not counted).
+#[test]
+fn network_refusals_count_as_sandbox_denials_of_layer_network_issue25() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    // Port 1 is allowed only so that the agent has an allowlist (and so the tool and the proxy).
+    let sections = "\n[risk_profiles.default]\nautonomy = \"full\"\nallowed_commands = [\"curl\"]\n\n\
+                    [agents.main.network]\nallow = [\"127.0.0.1:1\"]\n";
+    root.write_config(&common::fake_config(&fake, KEY, port, sections, ""))?;
+    let off_list = "http://127.0.0.1:9/off-list";
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("n1", "http_request", json!({ "url": off_list })),
+            FakeCall::new(
+                "n2",
+                "shell",
+                json!({ "command": format!("curl -s -m 5 {off_list}") }),
+            ),
+            FakeCall::new(
+                "n3",
+                "shell",
+                json!({ "command": format!("curl -s -m 5 --noproxy '*' {off_list}") }),
+            ),
+        ],
+    ));
+    fake.push(FakeReply::text("refused"));
+    let (mut daemon, token) = common::paired_daemon(&root, port, "ops")?;
+    let (status, mut now) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        Some(&token),
+        r#"{"message": "fetch it", "session": "network"}"#,
+    )?;
+    // The operator approves each curl (a high-risk command asks even under full autonomy).
+    assert_eq!(status, 202, "{now}");
+    let turn = now["turn"].as_str().ok_or("no turn id")?.to_string();
+    wait_until("the turn to end", WAIT, || {
+        if now["status"] == "waiting_approval" {
+            let id = now["approval"]["id"].as_str().unwrap_or_default();
+            let (status, decided) = http(
+                port,
+                "POST",
+                &format!("/api/approvals/{id}"),
+                Some(&token),
+                r#"{"approve": true}"#,
+            )?;
+            assert_eq!(status, 200, "{decided}");
+        }
+        now = http(
+            port,
+            "GET",
+            &format!("/api/turns/{turn}?wait=5"),
+            Some(&token),
+            "",
+        )?
+        .1;
+        Ok(now["status"] == "done")
+    })?;
+    assert_eq!(now["result"]["tool_calls"], 3, "{now}");
+    // The tool results the model got back: both refusals name the allowlist; the call around
+    // the proxy just fails to connect.
+    let results: Vec<String> = fake
+        .requests()
+        .last()
+        .and_then(|r| r.body["messages"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(results.len(), 3, "{results:?}");
+    for refused in &results[..2] {
+        assert!(
+            refused.contains("not on the network allowlist"),
+            "{results:?}"
+        );
+    }
+    assert!(
+        !results[2].contains("not on the network allowlist"),
+        "{results:?}"
+    );
+    let text = http_text(port, "GET", "/metrics", Some(&token), "")?.body;
+    assert_eq!(
+        common::sample(
+            &text,
+            r#"warren_sandbox_denials_total{agent="main",layer="network"}"#
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert!(!text.contains("off-list"), "no URL in a label:\n{text}");
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}

@@ -111,6 +111,14 @@ impl AgentEgress {
         &self.broker
     }
 
+    /// Counts a refusal by the allowlist or the address rule as a sandbox denial of layer
+    /// `network` (`warren_sandbox_denials_total`); a name that does not resolve is none.
+    fn count_refusal(&self, refused: &Refused) {
+        if !matches!(refused, Refused::Resolve { .. }) {
+            crate::metrics::denial(self.alias.as_str(), "network");
+        }
+    }
+
     /// One `egress` trace event.
     fn log(&self, host: &str, port: u16, method: &str, status: Option<u16>, refused: Option<&str>) {
         self.trace.emit_with("egress", &self.alias, None, || {

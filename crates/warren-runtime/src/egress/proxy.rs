@@ -149,6 +149,7 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
             egress
                 .allow
                 .resolve(egress.alias.as_str(), &host, port)
+                .inspect_err(|e| egress.count_refusal(e))
                 .map_err(|e| e.to_string())
         })
         .await
