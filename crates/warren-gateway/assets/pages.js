@@ -556,8 +556,10 @@ const sops = {
     }
     if (args[0] === 'run' && args[1]) {
       const d = await api('GET', `/api/sops/runs/${enc(args[1])}`, undefined, signal);
-      const step = h('input', { id: 'sop-step', placeholder: 'step' });
-      const decide = (what) => button(what, {}, slot, async () => {
+      // A waiting run waits at the step its index points to: the field starts with its id.
+      const at = d.run.status === 'waiting' ? ((d.run.definition && d.run.definition.steps) || [])[d.run.step_index] : null;
+      const step = h('input', { id: 'sop-step', placeholder: 'step', value: (at && at.id) || '' });
+      const decide = (what) => button(what, { 'data-sop-decision': what.toLowerCase() }, slot, async () => {
         await api('POST', `/api/sops/runs/${enc(args[1])}/${what.toLowerCase()}`, { step: step.value.trim() });
         window.dispatchEvent(new HashChangeEvent('hashchange'));
       });

@@ -129,9 +129,18 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
          [risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 120\n\n\
          [agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"sup\"\n\n\
          [agents.helper]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n\
+         [cost.rates.\"gpt-test\"]\ninput_per_mtok = 100.0\noutput_per_mtok = 200.0\n\n\
          [gateway]\nport = {port}\n",
         fake.base_url()
     ))?;
+    // An SOP whose one step is an approval gate (its runs wait for the operator).
+    let sops = root.path().join("shared/sops");
+    std::fs::create_dir_all(&sops)?;
+    std::fs::write(
+        sops.join("release.toml"),
+        "description = \"Ship a release\"\nagent = \"main\"\n\n[[steps]]\nid = \"ship\"\n\
+         kind = \"approval\"\nmessage = \"Ship {{input.version}}?\"\n",
+    )?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
     let base = format!("http://127.0.0.1:{port}");
@@ -548,6 +557,56 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     no_console_errors(&b, "cron")?;
     b.screenshot(&shots.join("cron-runs.png"))?;
 
+    // SOPs: a run waiting at its gate is listed on the SOP's page, opens on its own page
+    // (the gate's step filled in) and is approved there; the run then ends ok.
+    let (status, started) = http(
+        port,
+        "POST",
+        "/api/sops/release/run",
+        Some(&token),
+        r#"{"input": {"version": "1.2"}}"#,
+    )?;
+    assert_eq!(status, 202, "{started}");
+    let sop_run = started["run"]["id"]
+        .as_str()
+        .ok_or("no run id")?
+        .to_string();
+    wait_until("the run to wait at its gate", WAIT, || {
+        let (_, run) = http(
+            port,
+            "GET",
+            &format!("/api/sops/runs/{sop_run}"),
+            Some(&token),
+            "",
+        )?;
+        Ok(run["run"]["status"] == "waiting")
+    })?;
+    open(&b, &base, "sops/release")?;
+    b.click(&b.wait_for(&format!("a[href=\"#/sops/run/{sop_run}\"]"), None, WAIT)?)?;
+    b.wait_for("#sop-step", None, WAIT)?;
+    assert_eq!(
+        b.eval(
+            "return document.getElementById('sop-step').value",
+            json!([])
+        )?,
+        "ship",
+        "the step the run waits at is filled in"
+    );
+    b.screenshot(&shots.join("sops-run.png"))?;
+    b.click(&b.find("button[data-sop-decision=approve]")?)?;
+    wait_until("the approved SOP run to end", WAIT, || {
+        let (_, run) = http(
+            port,
+            "GET",
+            &format!("/api/sops/runs/{sop_run}"),
+            Some(&token),
+            "",
+        )?;
+        Ok(run["run"]["status"] == "ok")
+    })?;
+    b.wait_for("main", Some("approved ship"), WAIT)?;
+    no_console_errors(&b, "sops")?;
+
     // Every page: rendered, no error box, every control labelled, no console error; a
     // screenshot at 1280x800 and at phone width (390x844) without sideways scrolling.
     for (width, height, suffix) in [(1280, 800, ""), (390, 844, "-phone")] {
@@ -573,6 +632,33 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
         }
     }
     b.resize(1280, 800)?;
+
+    // Costs: the chart draws the day's spend at the configured rates (one day: the longest
+    // bar), and the overview's "costs today" is the same sum, both as the API counts it.
+    let (_, costs) = http(port, "GET", "/api/costs?limit=1000", Some(&token), "")?;
+    let total = costs["total_usd"].as_f64().ok_or("no total_usd")?;
+    assert!(total > 0.0, "the turns cost something: {costs}");
+    let spent = format!("${total:.4}");
+    open(&b, &base, "costs")?;
+    let bars = b.eval(
+        "return [...document.querySelectorAll('svg.chart rect.bar')]
+           .map(r => [r.getAttribute('width'), r.querySelector('title').textContent])",
+        json!([]),
+    )?;
+    let bars = bars.as_array().cloned().unwrap_or_default();
+    assert_eq!(bars.len(), 1, "{bars:?}");
+    assert_eq!(
+        bars[0][0], "340",
+        "the only day is the longest bar: {bars:?}"
+    );
+    assert!(
+        bars[0][1]
+            .as_str()
+            .is_some_and(|t| t.ends_with(&format!(": {spent}"))),
+        "{bars:?} vs {spent}"
+    );
+    open(&b, &base, "overview")?;
+    assert_eq!(b.text(&b.find("#costs-today")?)?, spent);
 
     // Keyboard: the skip link comes first, and a focused nav link opens its page with Enter.
     b.goto("about:blank")?;
