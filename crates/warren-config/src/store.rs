@@ -214,6 +214,21 @@ impl ConfigStore {
         self.begin(lock)
     }
 
+    /// [`Self::write_blocking`] on config.toml as it is now, for a one-shot process (the CLI):
+    /// a file changed since this store loaded it (another writer, a hand edit) is reloaded
+    /// under the same lock instead of refusing the write as stale, so a concurrent writer
+    /// neither loses its change nor makes this one fail (issue 15 §1, §3). A changed file that
+    /// does not load is the error, and nothing is written.
+    pub fn write_latest_blocking(&self) -> Result<WriteTxn<'_>, ConfigError> {
+        let lock = self.lock_blocking()?;
+        if let Some(loaded) = &self.snapshot().disk
+            && &read_config(&self.shared.root)? != loaded
+        {
+            self.reload_locked()?;
+        }
+        self.begin(lock)
+    }
+
     async fn lock_async(&self) -> Result<WriteLock<'_>, ConfigError> {
         let guard = self.shared.writer.lock().await;
         if !self.shared.bound {

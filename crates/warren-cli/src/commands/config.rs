@@ -95,7 +95,9 @@ fn set(
         );
     }
     let store = super::load_checked(root)?;
-    let mut txn = store.write_blocking()?;
+    // Onto the file as it is under the lock: a writer that got there first is kept, not a
+    // reason to refuse (issue 15 §1, §3).
+    let mut txn = store.write_latest_blocking()?;
     if secret || secret_field {
         txn.set_secret(&path, &value)?;
     } else {
