@@ -809,9 +809,25 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
     };
     let sessions = match inner.host.sessions_health() {
         warren_runtime::host::SessionsHealth::Starting => json!({"status": "starting"}),
-        warren_runtime::host::SessionsHealth::Ok { backend, durable } => {
+        warren_runtime::host::SessionsHealth::Ok {
+            backend,
+            durable,
+            skipped,
+        } if skipped.is_empty() => {
             json!({"status": "ok", "backend": backend, "durable": durable})
         }
+        // A legacy file left out of the import: the store serves, the file waits for the
+        // operator (issue 15 §7).
+        warren_runtime::host::SessionsHealth::Ok {
+            backend,
+            durable,
+            skipped,
+        } => json!({
+            "status": "warning",
+            "backend": backend,
+            "durable": durable,
+            "legacy_files_not_imported": skipped,
+        }),
         warren_runtime::host::SessionsHealth::Error(e) => json!({"status": "error", "error": e}),
     };
     let starting = reports.is_none() || sessions["status"] == "starting";
@@ -819,7 +835,7 @@ async fn api_health(State(state): State<AppState>) -> Json<Value> {
     let all_ok = config["status"] == "ok"
         && inner.process.devices.is_ok()
         && reports.is_some_and(|r| r.iter().all(|a| a.ok))
-        && sessions["status"] == "ok";
+        && (sessions["status"] == "ok" || sessions["status"] == "warning");
     // Qdrant down is an error; a missing or failing lucid only a warning (SQLite still answers).
     let memory_backends = inner
         .host

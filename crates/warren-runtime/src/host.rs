@@ -75,6 +75,8 @@ pub enum SessionsHealth {
     Ok {
         backend: &'static str,
         durable: bool,
+        /// Legacy JSONL files left out of the import, each with what to do (issue 15 §7).
+        skipped: Vec<String>,
     },
     Error(String),
 }
@@ -298,9 +300,14 @@ impl AgentHost {
     pub fn sessions_health(&self) -> SessionsHealth {
         match self.sessions.get() {
             None => SessionsHealth::Starting,
-            Some(SessionStores { chat: Ok(c), .. }) => SessionsHealth::Ok {
+            Some(SessionStores {
+                chat: Ok(c),
+                skipped,
+                ..
+            }) => SessionsHealth::Ok {
                 backend: c.backend().kind(),
                 durable: c.is_durable(),
+                skipped: skipped.clone(),
             },
             Some(SessionStores { chat: Err(e), .. }) => {
                 SessionsHealth::Error(format!("chat sessions could not be opened: {e}"))

@@ -14,7 +14,9 @@ use warren_config::InstallRoot;
 use warren_config::schema::ChannelsConfig;
 use warren_core::{AgentAlias, SessionKey};
 use warren_store::acp::AcpSessionStore;
-use warren_store::sessions::{ChatSessions, SessionHandle, SessionInit, open_chat_sessions};
+use warren_store::sessions::{
+    ChatSessions, SessionHandle, SessionInit, open_chat_sessions_reporting,
+};
 
 use crate::turn::TurnError;
 
@@ -105,6 +107,9 @@ pub struct SessionStores {
     pub chat: Result<ChatSessions, String>,
     /// `None` when not opened (a CLI process needs no ACP store) or when it failed.
     pub acp: Option<AcpSessionStore>,
+    /// Legacy JSONL files the import left in place on their own account (no valid message, a
+    /// symlink, ...), each with what to do; the rest of the store is open (MIG-5, issue 15 §7).
+    pub skipped: Vec<String>,
 }
 
 /// Opens the chat store (and the ACP store with `with_acp`) off the async workers (the import
@@ -112,8 +117,13 @@ pub struct SessionStores {
 pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool) -> SessionStores {
     let (root, channels) = (root.clone(), channels.clone());
     let opened = tokio::task::spawn_blocking(move || {
-        let chat = match open_chat_sessions(&root, &channels) {
-            Ok(chat) => {
+        let mut skipped = Vec::new();
+        let chat = match open_chat_sessions_reporting(&root, &channels) {
+            Ok((chat, left)) => {
+                for e in left {
+                    tracing::warn!("{e}");
+                    skipped.push(e.to_string());
+                }
                 tracing::info!(
                     backend = chat.backend().kind(),
                     durable = chat.is_durable(),
@@ -137,7 +147,7 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
         } else {
             None
         };
-        SessionStores { chat, acp }
+        SessionStores { chat, acp, skipped }
     })
     .await;
     opened.unwrap_or_else(|e| {
@@ -145,6 +155,7 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
         SessionStores {
             chat: Err(format!("opening the session stores failed: {e}")),
             acp: None,
+            skipped: Vec::new(),
         }
     })
 }

@@ -1,14 +1,17 @@
 //! Sessions under bad input and a full disk, as a user sees them (issue 15 items 7 and 8):
 //! - one bad legacy JSONL file (MIG-5) is a warning naming it and what to do, and every other
 //!   session command (and `warren agent`) keeps working; a symlinked `.jsonl` is never
-//!   followed and the migration's progress line never passes 100 %;
+//!   followed and the migration's progress line never passes 100 %; the daemon chats on, and
+//!   says so in `/api/health` and its log;
 //! - a full disk during a JSONL append reads once (not doubled) and leaves no partial line.
 
-use crate::common::{Tmpfs, bin};
+use crate::common::{Tmpfs, bin, fake_config, paired_daemon};
 use std::fs;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use warren_testkit::{TempRoot, text};
+use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
+use warren_testkit::{TempRoot, free_port, http, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -63,6 +66,66 @@ fn one_bad_legacy_file_is_a_warning_and_every_other_session_command_works_mig5()
         JUNK,
         "the bad file is left as it was"
     );
+    Ok(())
+}
+
+/// Issue 15 §7 in the daemon: with a bad legacy file beside a good one, the daemon's chat
+/// works, `/api/health` names the file and what to do (sessions "warning", not an error), and
+/// the log says it too; the file is left as it was.
+#[test]
+fn a_bad_legacy_file_leaves_the_daemon_chatting_and_is_reported_in_health_and_log_mig5() -> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&fake_config(&fake, "sk-test", port, "", ""))?;
+    let dir = sessions_dir(&root);
+    fs::create_dir_all(&dir)?;
+    fs::write(
+        dir.join("old.jsonl"),
+        "{\"role\":\"user\",\"content\":\"from the old days\"}\n",
+    )?;
+    let junk = dir.join("junk.jsonl");
+    fs::write(&junk, JUNK)?;
+    let (mut daemon, token) = paired_daemon(&root, port, "ci")?;
+    let token = Some(token.as_str());
+
+    fake.push(FakeReply::text("hello back"));
+    let (status, body) = http(
+        port,
+        "POST",
+        "/api/agents/main/chat",
+        token,
+        r#"{"message": "hello", "session": "web"}"#,
+    )?;
+    assert_eq!(status, 200, "the daemon's chat works: {body}");
+    assert!(body.to_string().contains("hello back"), "{body}");
+
+    let (status, health) = http(port, "GET", "/api/health", token, "")?;
+    assert_eq!(status, 200, "{health}");
+    let sessions = &health["components"]["sessions"];
+    assert_eq!(sessions["status"], "warning", "{health}");
+    let reported = sessions["legacy_files_not_imported"].to_string();
+    assert!(
+        reported.contains(&junk.display().to_string())
+            && reported.contains("holds no valid message")
+            && reported.contains("warren sessions migrate"),
+        "the file and what to do: {health}"
+    );
+    let logged = daemon.saw_or_wait_for("holds no valid message", Duration::from_secs(20))?;
+    assert!(
+        logged.contains(&junk.display().to_string()) && logged.contains("WARN"),
+        "{logged}"
+    );
+    let (status, listed) = http(port, "GET", "/api/agents/main/sessions", token, "")?;
+    assert_eq!(status, 200, "{listed}");
+    assert!(listed.to_string().contains("\"web\""), "{listed}");
+    assert_eq!(
+        fs::read_to_string(&junk)?,
+        JUNK,
+        "the bad file is left as it was"
+    );
+    daemon.signal("TERM")?;
+    daemon.wait(Duration::from_secs(20))?;
     Ok(())
 }
 
