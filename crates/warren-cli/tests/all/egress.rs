@@ -17,8 +17,9 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 const SECRET: &str = "ghp_CliBrokeredToken_40417x";
 
-/// Answers every request `ok` and records its head.
-fn upstream() -> std::io::Result<(u16, Arc<Mutex<Vec<String>>>)> {
+/// A plain-HTTP server on loopback (the hosts of the egress tests here, in `subagent_http` and
+/// in `mcp`): answers every request `200 {body}` and records its request head.
+pub(crate) fn upstream(body: &'static str) -> std::io::Result<(u16, Arc<Mutex<Vec<String>>>)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let heads = Arc::new(Mutex::new(Vec::new()));
@@ -40,18 +41,33 @@ fn upstream() -> std::io::Result<(u16, Arc<Mutex<Vec<String>>>)> {
             if let Ok(mut h) = seen.lock() {
                 h.push(head);
             }
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes());
         }
     });
     Ok((port, heads))
+}
+
+/// The request lines of the heads `upstream` recorded.
+pub(crate) fn request_lines(heads: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    heads
+        .lock()
+        .map(|h| {
+            h.iter()
+                .map(|head| head.lines().next().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
 fn http_request_uses_a_brokered_secret_and_security_egress_shows_it_issue24() -> R {
     let root = TempRoot::new()?;
     let fake = FakeOpenAi::start()?;
-    let (port, heads) = upstream()?;
+    let (port, heads) = upstream("ok")?;
     let host = format!("127.0.0.1:{port}");
     root.write_config(&format!(
         "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[agents.main.network]\nallow = [\"{host}\"]\n\n[risk_profiles.hands]\nautonomy = \"full\"\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-e2e-provider\"\nretry_backoff_ms = 1\n\n[secrets.gh]\nhosts = [\"{host}\"]\n",

@@ -342,6 +342,72 @@ fn server_probes_cannot_read_a_sibling_or_reach_the_network_perm2_sbx() -> R {
     Ok(())
 }
 
+/// Agent A has no `allow_network` but an egress allowlist: its server (HTTP_PROXY set for it
+/// by the sandbox) reaches the listed host through the daemon's egress proxy, and nothing
+/// else: another host is refused by the proxy naming the allowlist, and a direct connection
+/// to the listed host fails (the server's namespace has only the proxy).
+#[test]
+fn a_server_reaches_an_allowlisted_host_only_through_the_egress_proxy_issue24() -> R {
+    let fake = FakeOpenAi::start()?;
+    let (allowed, allowed_seen) = crate::egress::upstream("hello-from-the-listed-host")?;
+    let (other, other_seen) = crate::egress::upstream("other")?;
+    let extra = [
+        agent("a", "hands"),
+        format!("\n[agents.a.network]\nallow = [\"127.0.0.1:{allowed}\"]\n"),
+        server_table("a", LOW),
+    ]
+    .concat();
+    let root = setup(&fake, &extra)?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new(
+                "ok",
+                "mcp__t__fetch",
+                json!({"url": format!("http://127.0.0.1:{allowed}/listed")}),
+            ),
+            FakeCall::new(
+                "no",
+                "mcp__t__fetch",
+                json!({"url": format!("http://127.0.0.1:{other}/other")}),
+            ),
+            FakeCall::new(
+                "direct",
+                "mcp__t__connect",
+                json!({"host": "127.0.0.1", "port": allowed}),
+            ),
+        ],
+    ));
+    fake.push(FakeReply::text("fetched"));
+    run_agent(&root, "a", "fetch")?;
+    let result = tool_results(&fake.requests()[1].body);
+    assert!(
+        result.contains("STATUS 200: hello-from-the-listed-host"),
+        "the listed host answered through the proxy: {result}"
+    );
+    assert!(
+        result.contains("STATUS 403")
+            && result.contains(&format!(
+                "127.0.0.1:{other} is not on the network allowlist of agent 'a'"
+            )),
+        "the other host is refused naming the allowlist: {result}"
+    );
+    assert!(
+        !result.contains("connected"),
+        "a direct connection got out: {result}"
+    );
+    assert_eq!(
+        crate::egress::request_lines(&allowed_seen),
+        vec!["GET /listed HTTP/1.1".to_string()]
+    );
+    assert!(crate::egress::request_lines(&other_seen).is_empty());
+    assert!(
+        trace(&root).contains("\"via\":\"proxy\""),
+        "the proxied connection is traced"
+    );
+    Ok(())
+}
+
 /// A server that dies is restarted with backoff; a call while it is down fails at once and
 /// says so (no hang, no crash of the turn), and a later turn of the same process uses the
 /// restarted server. The death and both starts are in the trace.

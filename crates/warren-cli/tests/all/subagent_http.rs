@@ -4,51 +4,17 @@
 //! The real binary (`warren agent -m`), the fake OpenAI server scripting parent and child, a
 //! plain-HTTP server on loopback as the allowed host and another as the host not listed.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
-
 use serde_json::{Value, json};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::{TempRoot, text};
 
 use crate::common::bin;
+use crate::egress::{request_lines, upstream};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const CHILD_TASK: &str = "CHILD-TASK: fetch the status page";
-
-/// Answers every request `200 upstream-body` and records its request line.
-fn upstream() -> std::io::Result<(u16, Arc<Mutex<Vec<String>>>)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let Ok(clone) = stream.try_clone() else {
-                continue;
-            };
-            let mut reader = BufReader::new(clone);
-            let mut first = String::new();
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                if first.is_empty() {
-                    first = line.trim_end().to_string();
-                }
-                line.clear();
-            }
-            if let Ok(mut l) = seen.lock() {
-                l.push(first);
-            }
-            let _ = stream.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nupstream-body",
-            );
-        }
-    });
-    Ok((port, lines))
-}
 
 fn config(fake: &FakeOpenAi, allow: &str) -> String {
     format!(
@@ -136,8 +102,8 @@ fn get(id: &str, url: String) -> FakeReply {
 fn a_subagent_reaches_its_parents_allowed_host_and_no_other_issue24() -> R {
     let root = TempRoot::new()?;
     let fake = FakeOpenAi::start()?;
-    let (allowed, allowed_seen) = upstream()?;
-    let (other, other_seen) = upstream()?;
+    let (allowed, allowed_seen) = upstream("upstream-body")?;
+    let (other, other_seen) = upstream("upstream-body")?;
     root.write_config(&config(
         &fake,
         &format!("\n[agents.main.network]\nallow = [\"127.0.0.1:{allowed}\"]\n"),
@@ -173,13 +139,12 @@ fn a_subagent_reaches_its_parents_allowed_host_and_no_other_issue24() -> R {
         )),
         "the other host is refused naming the allowlist: {refused}"
     );
-    let lock = |m: &Arc<Mutex<Vec<String>>>| m.lock().map(|v| v.clone()).unwrap_or_default();
     assert_eq!(
-        lock(&allowed_seen),
+        request_lines(&allowed_seen),
         vec!["GET /status HTTP/1.1".to_string()]
     );
     assert_eq!(
-        lock(&other_seen),
+        request_lines(&other_seen),
         Vec::<String>::new(),
         "nothing reached the host not listed"
     );

@@ -1,7 +1,7 @@
 """A stdio MCP server for Warren's tests (issue 23), on the official `mcp` package from PyPI.
 
 Tools: echo, env (one variable's value), env_sha256, env_names, read_file (a path), connect (a TCP host:port),
-crash (the process exits), grow (adds the tool `late` and sends tools/list_changed).
+fetch (an HTTP GET with urllib, which honours HTTP_PROXY), crash (the process exits), grow (adds the tool `late` and sends tools/list_changed).
 Whatever a probe tries is done for real from inside the server's process, so a refusal comes
 from the sandbox it runs in.
 """
@@ -10,6 +10,8 @@ import hashlib
 import os
 import socket
 import sys
+import urllib.error
+import urllib.request
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -60,6 +62,18 @@ def connect(host: str, port: int) -> str:
     try:
         with socket.create_connection((host, port), timeout=3):
             return "connected"
+    except Exception as e:  # noqa: BLE001
+        return f"ERR: {type(e).__name__}: {e}"
+
+
+@server.tool()
+def fetch(url: str) -> str:
+    """GETs a URL (through HTTP_PROXY when set); answers 'STATUS <code>: <body>' or the error."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return f"STATUS {r.status}: {r.read().decode()}"
+    except urllib.error.HTTPError as e:
+        return f"STATUS {e.code}: {e.read().decode()}"
     except Exception as e:  # noqa: BLE001
         return f"ERR: {type(e).__name__}: {e}"
 
