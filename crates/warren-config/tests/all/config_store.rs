@@ -271,6 +271,42 @@ fn a_write_built_on_a_stale_read_is_refused_cfg2() -> R {
     Ok(())
 }
 
+/// What `warren config set` uses (issue 15 §1, §3): a write onto the file as it is under the
+/// lock keeps another writer's change instead of refusing as stale; a changed file that does
+/// not load is the error and nothing is written.
+#[test]
+fn a_write_onto_the_latest_file_keeps_the_other_writer_and_refuses_a_broken_file() -> R {
+    let (_d, root) = root_with(USER_CONFIG)?;
+    let cli_view = ConfigStore::load(root.clone())?;
+    let other = ConfigStore::load(root.clone())?;
+    let mut txn = other.write_blocking()?;
+    txn.set_from_str(&key("gateway.port"), "3333")?;
+    txn.commit()?;
+    let mut txn = cli_view.write_latest_blocking()?;
+    txn.set_from_str(&key("agents.main.model"), "gpt-5")?;
+    txn.commit()?;
+    let text = fs::read_to_string(root.config_file())?;
+    assert!(
+        text.contains("port = 3333 # chosen by ops") && text.contains("model =   \"gpt-5\""),
+        "both writes landed: {text}"
+    );
+
+    let broken = text.replace("port = 3333", "port = \"x\"");
+    fs::write(root.config_file(), &broken)?;
+    let err = cli_view.write_latest_blocking().err();
+    assert!(
+        err.as_ref()
+            .is_some_and(|e| e.to_string().contains("gateway.port")),
+        "{err:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(root.config_file())?,
+        broken,
+        "nothing written"
+    );
+    Ok(())
+}
+
 #[test]
 fn concurrent_writers_serialise_and_lose_nothing_cfg3() -> R {
     let (_d, root) = root_with("[agents.main]\n")?;
