@@ -389,7 +389,8 @@ fn config_edits_beside_the_daemon_are_picked_up_issue15() -> R {
     Ok(())
 }
 
-/// Issue 15 §5: 100 reloads (50 `POST /admin/reload`, 50 SIGHUP) while one client hammers
+/// Issue 15 §5: 100 reloads (45 `POST /admin/reload`, 45 SIGHUP, 10 agent renames through the
+/// lifecycle API) while one client hammers
 /// `/health` on a keep-alive connection,
 /// another on fresh connections, and a third chats on a keep-alive connection: every request
 /// gets a whole response (0 resets, 0 closes without an answer), each a 200.
@@ -399,7 +400,7 @@ fn reloads_drop_no_connection_issue15() -> R {
     let fake = FakeOpenAi::start()?;
     let port = free_port()?;
     root.write_config(&format!(
-        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[gateway]\nport = {port}\n",
+        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[agents.spare]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[gateway]\nport = {port}\n",
         fake.base_url()
     ))?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
@@ -477,13 +478,26 @@ fn reloads_drop_no_connection_issue15() -> R {
         ),
     ];
 
-    // Half the reloads through the API, half by SIGHUP (as `kill -HUP` and the issue's run).
-    // Each reload ends in one "warren daemon ready" line; a SIGHUP's reload has finished
-    // once the log holds one such line per reload so far.
+    // Every tenth reload is a lifecycle call's (an agent rename, back and forth); of the rest,
+    // half go through the API and half by SIGHUP (as `kill -HUP` and the issue's run). Each
+    // reload ends in one "warren daemon ready" line; a SIGHUP's reload has finished once the
+    // log holds one such line per reload so far.
     let started = Instant::now();
     let mut readies = 0;
+    let mut spare = ["spare", "spare2"];
     for i in 0..100 {
-        if i % 2 == 0 {
+        if i % 10 == 9 {
+            let (status, body) = http(
+                port,
+                "POST",
+                &format!("/api/agents/{}/rename", spare[0]),
+                Some(&token),
+                &json!({"to": spare[1]}).to_string(),
+            )?;
+            assert_eq!(status, 200, "rename {i}: {body}");
+            assert!(body["reloaded_generation"].is_u64(), "reload {i}: {body}");
+            spare.reverse();
+        } else if i % 2 == 0 {
             let (status, body) = http(port, "POST", "/admin/reload", Some(&token), "")?;
             assert_eq!(status, 200, "reload {i}: {body}");
         } else {
