@@ -357,7 +357,9 @@ pub enum MemoryCommand {
 pub enum CronCommand {
     /// Add a job: an agent turn (--message) or a shell command (--command) on a schedule
     Add {
+        /// The job's name (letters, digits, '-', '_')
         name: String,
+        /// The agent that runs it
         #[arg(long, value_name = "ALIAS")]
         agent: warren_core::AgentAlias,
         /// A 5- or 6-field cron expression
@@ -409,7 +411,8 @@ pub enum CronCommand {
     /// A job's runs, newest first
     Runs {
         name: String,
-        #[arg(long, default_value_t = 20)]
+        /// How many runs to show, newest first
+        #[arg(long, value_name = "N", default_value_t = 20)]
         limit: u32,
     },
 }
@@ -419,9 +422,11 @@ pub enum CronCommand {
 pub enum RunsCommand {
     /// Background runs, newest first
     List {
+        /// Only this agent's runs
         #[arg(long, value_name = "ALIAS")]
         agent: Option<String>,
-        #[arg(long, default_value_t = 50)]
+        /// How many runs to show, newest first
+        #[arg(long, value_name = "N", default_value_t = 50)]
         limit: u32,
     },
     /// Ask a running background run to stop

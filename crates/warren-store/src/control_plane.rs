@@ -292,9 +292,21 @@ impl ControlPlane {
 
     /// Marks `lost` every running row whose owner is provably gone; returns their ids.
     pub fn reap(&self) -> Result<Vec<String>, ControlPlaneError> {
+        self.reap_with(Reaper::Anytime)
+    }
+
+    /// [`ControlPlane::reap`] at daemon start, before this process registered any run: a row
+    /// owned by this very PID in this boot is an earlier process's that had the same PID (a
+    /// container's PID 1 restarted), so it is gone too.
+    pub fn reap_at_start(&self) -> Result<Vec<String>, ControlPlaneError> {
+        self.reap_with(Reaper::AtStart)
+    }
+
+    fn reap_with(&self, reaper: Reaper) -> Result<Vec<String>, ControlPlaneError> {
         let lost = gone_owners(
             &self.conn(),
             "SELECT id, owner_pid, owner_boot FROM runs WHERE state = 'running'",
+            reaper,
         )
         .map_err(|e| self.err(e))?;
         for id in &lost {
@@ -346,7 +358,20 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
 
 /// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot)` whose owner process is
 /// provably gone (the reapers of the control plane and the cron store).
-pub(crate) fn gone_owners(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
+/// When a reaper runs: any time (this process may own running rows), or at the start of a
+/// process that owns none yet (a row of its own PID and boot is an earlier process's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reaper {
+    Anytime,
+    AtStart,
+}
+
+pub(crate) fn gone_owners(
+    conn: &Connection,
+    sql: &str,
+    reaper: Reaper,
+) -> rusqlite::Result<Vec<String>> {
+    let me = Owner::current();
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt.query_map([], |r| {
         Ok((
@@ -358,7 +383,8 @@ pub(crate) fn gone_owners(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<
     let mut gone = Vec::new();
     for row in rows {
         let (id, pid, boot_id) = row?;
-        if !(Owner { pid, boot_id }).is_alive() {
+        let owner = Owner { pid, boot_id };
+        if (reaper == Reaper::AtStart && owner == me) || !owner.is_alive() {
             gone.push(id);
         }
     }
@@ -396,6 +422,22 @@ mod tests {
             Err(ControlPlaneError::NotRunning { .. })
         ));
         assert_eq!(cp.list(Some("main"), 10)?.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn at_start_a_row_of_this_pid_is_an_earlier_process_and_lost()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let cp = ControlPlane::open(&dir.path().join("control_plane.db"))?;
+        // A daemon that is PID 1 of a container, killed and started again: same PID, same boot.
+        cp.register("a", "cron", "main", "cron:a", &Owner::current())?;
+        assert!(
+            cp.reap()?.is_empty(),
+            "any time, this process's row is live"
+        );
+        assert_eq!(cp.reap_at_start()?, vec!["a".to_string()]);
+        assert_eq!(cp.get("a")?.map(|r| r.state).as_deref(), Some("lost"));
         Ok(())
     }
 }

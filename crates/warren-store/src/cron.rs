@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use warren_core::AgentAlias;
 
-use crate::control_plane::Owner;
+use crate::control_plane::{Owner, Reaper};
 use crate::sqlite_util::{SharedConn, Sync, alias_column};
 use crate::timefmt;
 
@@ -652,13 +652,25 @@ impl CronStore {
     }
 
     /// Marks `lost` every running run whose owner is provably gone and releases its job's
-    /// lock (the reaper at daemon start); returns the lost run ids.
+    /// lock; returns the lost run ids.
     pub fn reap(&self) -> Result<Vec<String>, CronError> {
+        self.reap_with(Reaper::Anytime)
+    }
+
+    /// [`CronStore::reap`] at daemon start, before this process claimed any job: a run or
+    /// lock of this very PID in this boot is an earlier process's that had the same PID (a
+    /// container's PID 1 restarted), so it is lost too and its lock released.
+    pub fn reap_at_start(&self) -> Result<Vec<String>, CronError> {
+        self.reap_with(Reaper::AtStart)
+    }
+
+    fn reap_with(&self, reaper: Reaper) -> Result<Vec<String>, CronError> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let lost = crate::control_plane::gone_owners(
             &tx,
             "SELECT id, owner_pid, owner_boot FROM runs WHERE status = 'running'",
+            reaper,
         )
         .map_err(|e| self.err(e))?;
         for id in &lost {
@@ -668,6 +680,7 @@ impl CronStore {
         let stale = crate::control_plane::gone_owners(
             &tx,
             "SELECT name, lock_pid, lock_boot FROM jobs WHERE lock_run IS NOT NULL",
+            reaper,
         )
         .map_err(|e| self.err(e))?;
         for name in stale {
@@ -1077,6 +1090,25 @@ mod tests {
         let job = store.get("a")?;
         assert_eq!(job.and_then(|j| j.lock_run), None);
         assert_eq!(store.run("r1")?.map(|r| r.status).as_deref(), Some("lost"));
+        Ok(())
+    }
+
+    #[test]
+    fn at_start_a_lock_of_this_pid_is_an_earlier_process_and_its_run_lost()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = CronStore::open(&dir.path().join("jobs.db"))?;
+        store.insert(&job("a"))?;
+        // A daemon that is PID 1 of a container, killed mid-run and started again.
+        store.claim("a", "r1", "schedule", None, &Owner::current(), None)?;
+        assert!(
+            store.reap()?.is_empty(),
+            "any time, this process's run is live"
+        );
+        assert_eq!(store.reap_at_start()?, vec!["r1".to_string()]);
+        assert_eq!(store.get("a")?.and_then(|j| j.lock_run), None);
+        assert_eq!(store.run("r1")?.map(|r| r.status).as_deref(), Some("lost"));
+        store.claim("a", "r2", "schedule", None, &Owner::current(), None)?;
         Ok(())
     }
 

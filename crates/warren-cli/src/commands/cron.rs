@@ -60,6 +60,9 @@ pub fn run(root: &InstallRoot, cmd: CronCommand, json: bool) -> anyhow::Result<E
         CronCommand::Pause { name } => set_enabled(root, &name, false, json),
         CronCommand::Resume { name } => set_enabled(root, &name, true, json),
         CronCommand::Remove { name } => {
+            if open_read(root)?.is_none() {
+                anyhow::bail!(warren_store::cron::CronError::NotFound(name));
+            }
             CronStore::open(&root.cron_db())?.remove(&name)?;
             nudge(root);
             println!("removed cron job '{name}' and its run history");
@@ -77,26 +80,62 @@ fn daemon_pid(root: &InstallRoot) -> Option<Option<u32>> {
     }
 }
 
+/// What a running daemon said when told to re-read the store.
+enum Daemon {
+    /// No daemon runs on this root.
+    None,
+    /// Its scheduler runs and re-reads the store (pid).
+    Scheduling(Option<u32>),
+    /// It runs with `[cron] enabled = false`: nothing fires (pid).
+    SchedulerOff(Option<u32>),
+    /// It runs but did not answer (pid).
+    Unreached(Option<u32>),
+}
+
 /// Tells a running daemon's scheduler to re-read the store.
-fn nudge(root: &InstallRoot) {
-    if daemon_pid(root).is_some()
-        && let Err(e) = warren_gateway::client::admin_call(root, "POST", "/admin/cron/wake")
-    {
-        eprintln!(
-            "warning: the running daemon was not told about the change ({e}); it picks it up at its next reload"
-        );
+fn nudge(root: &InstallRoot) -> Daemon {
+    let Some(pid) = daemon_pid(root) else {
+        return Daemon::None;
+    };
+    match warren_gateway::client::admin_call(root, "POST", "/admin/cron/wake") {
+        Ok((200, answer)) if answer["scheduler"] == "running" => Daemon::Scheduling(pid),
+        Ok((200, answer)) if answer["scheduler"] == "off" => Daemon::SchedulerOff(pid),
+        Ok((status, answer)) => {
+            eprintln!(
+                "warning: the running daemon was not told about the change (HTTP {status}: {answer}); it picks it up at its next reload"
+            );
+            Daemon::Unreached(pid)
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: the running daemon was not told about the change ({e}); it picks it up at its next reload"
+            );
+            Daemon::Unreached(pid)
+        }
     }
 }
 
-/// What a stored job will do, honestly: scheduled by a running daemon, or only stored.
-fn where_it_runs(root: &InstallRoot, job: &Job) -> String {
-    match (daemon_pid(root), job.next_fire()) {
-        (_, None) => "stored; it has no next fire time".to_string(),
-        (Some(pid), Some(next)) => format!(
+/// What a stored job will do, honestly: scheduled by a running daemon's scheduler, or only
+/// stored (no daemon, its scheduler off, or it was not reached).
+fn where_it_runs(daemon: &Daemon, job: &Job) -> String {
+    let pid = |p: &Option<u32>| p.map_or_else(|| "?".into(), |p| p.to_string());
+    let Some(next) = job.next_fire() else {
+        return "stored; it has no next fire time".to_string();
+    };
+    match daemon {
+        Daemon::Scheduling(p) => format!(
             "scheduled by the running daemon (pid {}); next run at {next}",
-            pid.map_or_else(|| "?".into(), |p| p.to_string())
+            pid(p)
         ),
-        (None, Some(next)) => {
+        Daemon::SchedulerOff(p) => format!(
+            "stored; the running daemon (pid {}) has its scheduler off ([cron] enabled = false), so it does not run (next fire time {next})",
+            pid(p)
+        ),
+        Daemon::Unreached(p) => format!(
+            "stored; the running daemon (pid {}) was not reached: it runs once the daemon reloads (next fire time {next})",
+            pid(p)
+        ),
+        Daemon::None => {
             format!("stored; it runs when `warren daemon` is running (next fire time {next})")
         }
     }
@@ -109,8 +148,7 @@ fn add(root: &InstallRoot, spec: JobSpec, json: bool) -> anyhow::Result<ExitCode
         .into_job(config.snapshot().config(), "runtime")
         .with_context(|| format!("cron job '{name}' not added"))?;
     CronStore::open(&root.cron_db())?.insert(&job)?;
-    nudge(root);
-    let status = where_it_runs(root, &job);
+    let status = where_it_runs(&nudge(root), &job);
     if json {
         super::print_json(&json!({"job": job, "status": status}))?;
     } else {
@@ -266,10 +304,13 @@ fn set_enabled(
     enabled: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let store = CronStore::open(&root.cron_db())?;
+    // A job that is not there creates no store.
+    let store =
+        open_read(root)?.ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
     let job = store
         .get(name)?
         .ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
+    let store = CronStore::open(&root.cron_db())?;
     let next = if enabled {
         schedule_of(&job)
             .map_err(anyhow::Error::msg)?
@@ -279,9 +320,9 @@ fn set_enabled(
     };
     let reason = (!enabled).then_some("paused by the operator");
     let job = store.set_enabled(name, enabled, reason, next)?;
-    nudge(root);
+    let daemon = nudge(root);
     let status = if enabled {
-        where_it_runs(root, &job)
+        where_it_runs(&daemon, &job)
     } else {
         "paused".to_string()
     };
@@ -296,6 +337,14 @@ fn set_enabled(
 /// Runs the job now in this process, under the job's lock row (the daemon's scheduled runs
 /// and this one can never overlap).
 fn run_now(root: &InstallRoot, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+    // A job that is not there creates no store (the scheduler below opens them for writing).
+    let known = match open_read(root)? {
+        Some(store) => store.get(name)?.is_some(),
+        None => false,
+    };
+    if !known {
+        anyhow::bail!(warren_store::cron::CronError::NotFound(name.into()));
+    }
     let store = ConfigStore::load(root.clone())?;
     let snapshot = store.snapshot();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -129,11 +129,25 @@ fn an_every_second_job_runs_repeatedly_with_one_row_per_run_and_its_cost_state9(
             && r["label"] == "cron:tick"),
         "{cp:?}"
     );
-    // The API lists the job, and health shows the scheduler.
+    let mine = json_of(&root, &["runs", "list", "--agent", "main"])?;
+    assert!(
+        mine.as_array()
+            .is_some_and(|rows| !rows.is_empty() && rows.iter().all(|r| r["agent"] == "main")),
+        "{mine}"
+    );
+    let others = json_of(&root, &["runs", "list", "--agent", "careful"])?;
+    assert_eq!(others, json!([]), "--agent filters");
+    // The API lists the job and its runs, and health shows the scheduler.
     let token = pair(&root, bin(), port, "ci")?;
     let (status, listed) = http(port, "GET", "/api/cron", Some(&token), "")?;
     assert_eq!(status, 200, "{listed}");
     assert_eq!(listed["jobs"][0]["name"], "tick", "{listed}");
+    let (status, plane) = http(port, "GET", "/api/runs", Some(&token), "")?;
+    assert_eq!(status, 200, "{plane}");
+    assert!(
+        plane.to_string().contains("cron:tick"),
+        "GET /api/runs lists the control plane's runs: {plane}"
+    );
     let (_, health) = http(port, "GET", "/api/health", Some(&token), "")?;
     assert_eq!(
         health["components"]["cron"]["scheduler"], "running",
@@ -162,8 +176,35 @@ fn an_every_second_job_runs_repeatedly_with_one_row_per_run_and_its_cost_state9(
     Ok(())
 }
 
+/// How the first daemon dies during a run of job `beat`.
+#[derive(Clone, Copy, Debug)]
+enum Death {
+    /// It aborts at this named failpoint (SIGABRT: no destructors, no flushing).
+    At(&'static str),
+    /// The test SIGKILLs it while the run's turn streams.
+    Kill,
+}
+
 #[test]
-fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state11() -> R {
+fn a_daemon_killed_right_after_the_claim_leaves_the_run_lost_and_the_job_runs_again_once_state11()
+-> R {
+    killed_during_a_run(Death::At("cron-run-started"))
+}
+
+#[test]
+fn a_daemon_killed_after_the_turn_before_its_result_is_stored_leaves_the_run_lost_not_ok_state11()
+-> R {
+    killed_during_a_run(Death::At("cron-run-before-finish"))
+}
+
+#[test]
+fn a_daemon_sigkilled_while_the_turn_streams_leaves_the_run_lost_and_the_job_runs_again_once_state11()
+-> R {
+    killed_during_a_run(Death::Kill)
+}
+
+fn killed_during_a_run(death: Death) -> R {
+    use std::os::unix::process::ExitStatusExt;
     let root = TempRoot::new()?;
     let fake = FakeOpenAi::start()?;
     let port = free_port()?;
@@ -172,19 +213,44 @@ fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state
         port,
         "\n[cron.jobs.beat]\nagent = \"main\"\nevery = \"2s\"\nmessage = \"beat\"\n",
     ))?;
-    // The first daemon dies at the named failpoint right after claiming the first run.
     let mut cmd = root.warren(bin(), &["daemon"]);
-    cmd.env("FAILPOINTS", "cron-run-started=return");
-    let mut first = DaemonChild::spawn(cmd)?;
-    let status = first.wait(WAIT)?;
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        status.signal(),
-        Some(6),
-        "killed at the failpoint: {status:?}"
-    );
+    let status = match death {
+        Death::At(point) => {
+            cmd.env("FAILPOINTS", format!("{point}=return"));
+            let mut first = DaemonChild::spawn(cmd)?;
+            let status = first.wait(WAIT)?;
+            assert_eq!(status.signal(), Some(6), "killed at {point}: {status:?}");
+            status
+        }
+        Death::Kill => {
+            // The first turn streams for about 4 s; the daemon is killed in the middle of it.
+            fake.push(FakeReply::Chat {
+                text: (0..40).map(|i| format!("w{i} ")).collect(),
+                calls: Vec::new(),
+                usage: (10, 40),
+                chunk_delay: Duration::from_millis(100),
+            });
+            let mut first = DaemonChild::spawn(cmd)?;
+            wait_until("the turn of the first run to stream", WAIT, || {
+                Ok(fake.requests().len() == 1
+                    && json_of(&root, &["cron", "show", "beat"])?["job"]["lock_run"].is_string())
+            })?;
+            std::thread::sleep(Duration::from_millis(300));
+            first.signal("KILL")?;
+            let status = first.wait(WAIT)?;
+            assert_eq!(status.signal(), Some(9), "SIGKILLed: {status:?}");
+            status
+        }
+    };
+    // Where it died: before the turn (no provider call) or after it (one call, its reply not
+    // stored as the run's result).
+    let calls = fake.requests().len();
+    match death {
+        Death::At("cron-run-started") => assert_eq!(calls, 0, "died before the turn"),
+        _ => assert_eq!(calls, 1, "died during or after the turn"),
+    }
     let crashed = runs(&root, "beat")?;
-    assert_eq!(crashed.len(), 1, "{crashed:?}");
+    assert_eq!(crashed.len(), 1, "{status:?}: {crashed:?}");
     assert_eq!(crashed[0]["status"], "running", "{crashed:?}");
     let lost_id = crashed[0]["id"].as_str().unwrap_or_default().to_string();
     let show = json_of(&root, &["cron", "show", "beat"])?;
@@ -192,6 +258,13 @@ fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state
         show["job"]["lock_run"],
         lost_id.as_str(),
         "the lock names the dead run: {show}"
+    );
+    let cp = json_of(&root, &["runs", "list"])?;
+    assert!(
+        cp.as_array().is_some_and(|rows| rows
+            .iter()
+            .any(|r| r["id"] == lost_id.as_str() && r["state"] == "running")),
+        "the control plane still says running before the restart: {cp}"
     );
 
     let started = Instant::now();
@@ -209,6 +282,11 @@ fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0]["status"], "lost", "never ok: {all:?}");
     assert!(lost[0]["finished_at"].is_string(), "{all:?}");
+    assert_eq!(
+        lost[0]["output"],
+        Value::Null,
+        "no result was stored: {all:?}"
+    );
     let show = json_of(&root, &["cron", "show", "beat"])?;
     assert_ne!(
         show["job"]["lock_run"],
@@ -223,6 +301,7 @@ fn a_daemon_killed_during_a_run_leaves_it_lost_and_the_job_runs_again_once_state
         "{} runs in {elapsed:.1} s: {all:?}",
         after.len()
     );
+    assert!(after.iter().all(|r| r["trigger"] == "schedule"), "{all:?}");
     let mut starts: Vec<&str> = after
         .iter()
         .filter_map(|r| r["started_at"].as_str())
@@ -584,9 +663,14 @@ fn a_reload_rebuilds_the_scheduler_the_running_run_finishes_and_new_config_appli
         bin(),
         &["config", "set", "cron.jobs.tick.message", "version two"],
     )?;
-    assert!(out.status.success(), "{:?}", text(&out));
-    daemon.signal("HUP")?;
-    daemon.wait_for("config reloaded", WAIT)?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    // `config set` asks the daemon to reload over POST /admin/reload.
+    assert!(
+        stderr.contains("the running daemon reloaded"),
+        "{stdout}{stderr}"
+    );
+    daemon.saw_or_wait_for("config reloaded", WAIT)?;
     wait_until("a run with the new message", WAIT, || {
         Ok(fake
             .requests()
@@ -953,6 +1037,206 @@ fn a_command_job_runs_as_the_agents_shell_tool_and_one_needing_approval_never_ru
         std::fs::read_to_string(workspace.join("keep.txt"))?,
         "x",
         "the command never ran"
+    );
+    Ok(())
+}
+
+#[test]
+fn reads_create_no_store_the_api_is_documented_and_a_scheduler_that_is_off_never_says_scheduled_state9()
+-> R {
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    let port = free_port()?;
+    root.write_config(&config(&fake, port, "\n[cron]\nenabled = false\n"))?;
+    let data = root.path().join("data");
+    let (jobs_db, plane_db) = (
+        data.join("cron").join("jobs.db"),
+        data.join("control_plane.db"),
+    );
+    let untouched = || !jobs_db.exists() && !plane_db.exists();
+    // The CLI's reads, and changes to a job that does not exist, create neither store.
+    assert_eq!(json_of(&root, &["cron", "list"])?, json!([]));
+    assert_eq!(json_of(&root, &["runs", "list"])?, json!([]));
+    for verb in ["show", "runs", "run", "pause", "resume", "remove"] {
+        let out = root.run(bin(), &["cron", verb, "ghost"])?;
+        let (stdout, stderr) = text(&out);
+        assert!(!out.status.success(), "cron {verb}: {stdout}");
+        assert!(
+            stderr.contains("no cron job 'ghost'"),
+            "cron {verb}: {stderr}"
+        );
+        assert!(
+            !jobs_db.exists(),
+            "`warren cron {verb} ghost` created {}",
+            jobs_db.display()
+        );
+    }
+    assert!(untouched(), "a read created a store");
+
+    // A daemon with the scheduler off: the API's reads create nothing either (the control
+    // plane is the daemon's own: its SOP runner opens it at start).
+    let mut daemon = common::ready_daemon(&root)?;
+    let plane_at_start = plane_db.exists();
+    let token = pair(&root, bin(), port, "ci")?;
+    let (status, listed) = http(port, "GET", "/api/cron", Some(&token), "")?;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        (&listed["scheduler"], &listed["jobs"]),
+        (&json!("off"), &json!([])),
+        "{listed}"
+    );
+    let (status, body) = http(port, "GET", "/api/runs", Some(&token), "")?;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(port, "GET", "/api/cron/ghost", Some(&token), "")?;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        !jobs_db.exists() && plane_db.exists() == plane_at_start,
+        "an API read created a store"
+    );
+    // The routes scripts rely on are in the OpenAPI document.
+    let (status, doc) = http(port, "GET", "/api/openapi.json", Some(&token), "")?;
+    assert_eq!(status, 200, "{doc}");
+    for (path, method) in [
+        ("/api/cron", "get"),
+        ("/api/cron", "post"),
+        ("/api/cron/{name}", "get"),
+        ("/api/cron/{name}", "delete"),
+        ("/api/cron/{name}/run", "post"),
+        ("/api/cron/{name}/pause", "post"),
+        ("/api/cron/{name}/resume", "post"),
+        ("/api/cron/{name}/runs", "get"),
+        ("/api/runs", "get"),
+        ("/api/runs/{id}/cancel", "post"),
+    ] {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} missing from the OpenAPI document"
+        );
+    }
+
+    // Adding a job is honest: stored, and neither the CLI nor the API says "scheduled".
+    let out = root.run(
+        bin(),
+        &[
+            "cron",
+            "add",
+            "quiet",
+            "--agent",
+            "main",
+            "--every",
+            "1s",
+            "--message",
+            "hi",
+        ],
+    )?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "stored; the running daemon (pid {}) has its scheduler off",
+            daemon.pid()
+        )) && !stdout.contains("scheduled"),
+        "{stdout}"
+    );
+    let out = root.run(bin(), &["cron", "resume", "quiet"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("scheduler off") && !stdout.contains("scheduled"),
+        "{stdout}"
+    );
+    let spec = json!({"name": "quiet2", "agent": "main", "every": "1s", "message": "hi"});
+    let (status, body) = http(port, "POST", "/api/cron", Some(&token), &spec.to_string())?;
+    assert_eq!(status, 201, "{body}");
+    let said = body["status"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("the scheduler is off") && !said.contains("scheduled"),
+        "{body}"
+    );
+    // The API checks the webhook when the job is created.
+    let spec = json!({"name": "hook", "agent": "main", "every": "1h", "message": "hi",
+                      "webhook": "http://example.com/hook"});
+    let (status, body) = http(port, "POST", "/api/cron", Some(&token), &spec.to_string())?;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("webhook"), "{body}");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(runs(&root, "quiet")?.is_empty() && runs(&root, "quiet2")?.is_empty());
+    assert_eq!(fake.requests().len(), 0, "nothing ran");
+    let (_, listed) = http(port, "GET", "/api/cron", Some(&token), "")?;
+    assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(2), "{listed}");
+    daemon.signal("TERM")?;
+    assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn per_run_and_daily_budgets_fail_runs_with_the_reason_and_a_spent_day_calls_no_model_state9() -> R
+{
+    let root = TempRoot::new()?;
+    let fake = FakeOpenAi::start()?;
+    root.write_config(&config(&fake, free_port()?, ""))?;
+    // Each turn: 100 × $1000/M + 50 × $2000/M = $0.20.
+    for _ in 0..5 {
+        fake.push(FakeReply::text("spent").with_usage(100, 50));
+    }
+    let add = |name: &str, budget: &[&str]| -> R {
+        let mut args = vec![
+            "cron",
+            "add",
+            name,
+            "--agent",
+            "main",
+            "--every",
+            "1h",
+            "--message",
+            "m",
+        ];
+        args.extend_from_slice(budget);
+        let out = root.run(bin(), &args)?;
+        assert!(out.status.success(), "{:?}", text(&out));
+        Ok(())
+    };
+    add("pricey", &["--budget-usd", "0.1"])?;
+    let out = root.run(bin(), &["cron", "run", "pricey"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("over the job's per-run budget of $0.1000"),
+        "{stdout}{stderr}"
+    );
+    let run = &runs(&root, "pricey")?[0];
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        (run["cost_usd"].as_f64().unwrap_or(0.0) - 0.2).abs() < 1e-9,
+        "the spend is still recorded: {run}"
+    );
+
+    add("daily", &["--daily-budget-usd", "0.3"])?;
+    for _ in 0..2 {
+        let out = root.run(bin(), &["cron", "run", "daily"])?;
+        assert!(
+            out.status.success(),
+            "under the daily budget: {:?}",
+            text(&out)
+        );
+    }
+    let out = root.run(bin(), &["cron", "run", "daily"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("daily budget reached: $0.4000 of $0.3000 spent today"),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(
+        fake.requests().len(),
+        3,
+        "the run refused by the daily budget called no model"
+    );
+    let all = runs(&root, "daily")?;
+    assert_eq!(
+        all.iter().map(|r| r["status"].clone()).collect::<Vec<_>>(),
+        vec![json!("failed"), json!("ok"), json!("ok")],
+        "{all:?}"
     );
     Ok(())
 }

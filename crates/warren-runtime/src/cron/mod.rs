@@ -86,11 +86,13 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// The reaper of daemon start (STATE-11): runs whose owner is provably gone become `lost`,
-/// their locks are cleared. Returns the lost run ids.
+/// their locks are cleared. Called before this process claims or registers any run, so a row
+/// of this very PID and boot is an earlier process's (a container's PID 1 restarted) and is
+/// gone too. Returns the lost run ids.
 pub fn reap(root: &InstallRoot) -> Vec<String> {
     let mut lost = Vec::new();
     match CronStore::open_existing(&root.cron_db()) {
-        Ok(Some(_)) => match CronStore::open(&root.cron_db()).and_then(|s| s.reap()) {
+        Ok(Some(_)) => match CronStore::open(&root.cron_db()).and_then(|s| s.reap_at_start()) {
             Ok(ids) => lost.extend(ids),
             Err(e) => tracing::error!("cron reaper: {e}"),
         },
@@ -99,7 +101,9 @@ pub fn reap(root: &InstallRoot) -> Vec<String> {
     }
     match ControlPlane::open_existing(&root.control_plane_db()) {
         Ok(Some(_)) => {
-            if let Err(e) = ControlPlane::open(&root.control_plane_db()).and_then(|c| c.reap()) {
+            if let Err(e) =
+                ControlPlane::open(&root.control_plane_db()).and_then(|c| c.reap_at_start())
+            {
                 tracing::error!("control plane reaper: {e}");
             }
         }
