@@ -90,11 +90,35 @@ async fn serve(
     Ok(())
 }
 
-/// The destination of a request head: `(method, host, port, head to forward)`; the head is
-/// rewritten to origin form for plain HTTP and empty for CONNECT.
-fn parse_head(head: &[u8]) -> Result<(String, String, u16, Vec<u8>), String> {
+/// A parsed request head.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Head {
+    method: String,
+    host: String,
+    port: u16,
+    /// What goes to the host: empty for CONNECT; for plain HTTP the head in origin form, with
+    /// `Connection: close` (so a kept-alive client cannot send its next request, to another
+    /// host, down this connection) and no proxy or hop-by-hop headers.
+    forwarded: Vec<u8>,
+    /// The `Host` header of a plain HTTP request.
+    host_header: Option<String>,
+    /// The length of a plain HTTP request's body (its `Content-Length`; 0 without one).
+    body_len: u64,
+}
+
+/// Headers the proxy does not pass on (hop-by-hop, or meant for the proxy).
+const DROPPED: [&str; 4] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+];
+
+/// The destination of a request head and what to forward.
+fn parse_head(head: &[u8]) -> Result<Head, String> {
     let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
-    let line = text.lines().next().unwrap_or_default();
+    let mut lines = text.split("\r\n");
+    let line = lines.next().unwrap_or_default();
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
     else {
@@ -105,14 +129,55 @@ fn parse_head(head: &[u8]) -> Result<(String, String, u16, Vec<u8>), String> {
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
             .ok_or_else(|| format!("CONNECT needs host:port, not '{target}'"))?;
-        return Ok(("CONNECT".into(), host.to_string(), port, Vec::new()));
+        return Ok(Head {
+            method: "CONNECT".into(),
+            host: host.to_string(),
+            port,
+            ..Head::default()
+        });
     }
     let (_, host, port) = super::http::target(target)?;
     let rest = target.split_once("://").map_or("", |(_, r)| r);
     let path = rest.find('/').map_or("/", |i| &rest[i..]);
-    let mut forwarded = format!("{method} {path} {version}").into_bytes();
-    forwarded.extend_from_slice(&head[line.len()..]);
-    Ok((method.to_string(), host, port, forwarded))
+    let mut forwarded = format!("{method} {path} {version}\r\n");
+    let (mut host_header, mut body_len) = (None, None);
+    for header in lines.take_while(|l| !l.is_empty()) {
+        let name = header.split(':').next().unwrap_or_default().trim();
+        let value = header.get(name.len() + 1..).unwrap_or_default().trim();
+        if name.eq_ignore_ascii_case("host") {
+            if host_header.is_some() {
+                return Err("the request has more than one Host header".into());
+            }
+            host_header = Some(value.to_string());
+        } else if name.eq_ignore_ascii_case("content-length") {
+            let len = value
+                .parse::<u64>()
+                .map_err(|_| format!("Content-Length '{value}' is not a number"))?;
+            if body_len.is_some_and(|l| l != len) {
+                return Err("the request has conflicting Content-Length headers".into());
+            }
+            body_len = Some(len);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // The proxy relays exactly one request per connection, so it must know where the
+            // body ends.
+            return Err(
+                "the egress proxy relays plain-HTTP request bodies with a Content-Length only (not Transfer-Encoding); HTTPS is tunnelled as is".into(),
+            );
+        }
+        if !DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            forwarded.push_str(header);
+            forwarded.push_str("\r\n");
+        }
+    }
+    forwarded.push_str("Connection: close\r\n\r\n");
+    Ok(Head {
+        method: method.to_string(),
+        host,
+        port,
+        forwarded: forwarded.into_bytes(),
+        host_header,
+        body_len: body_len.unwrap_or(0),
+    })
 }
 
 async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool>) {
@@ -136,13 +201,32 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
     let Ok(Some(end)) = head_end else {
         return;
     };
-    let (method, host, port, forwarded) = match parse_head(&buf[..end]) {
+    let Head {
+        method,
+        host,
+        port,
+        forwarded,
+        host_header,
+        body_len,
+    } = match parse_head(&buf[..end]) {
         Ok(parsed) => parsed,
         Err(e) => {
             refuse(&mut client, "400 Bad Request", &e).await;
             return;
         }
     };
+    // Plain HTTP: the Host header must name a host the agent may reach (no fronting by Host).
+    if let Some(named) = &host_header {
+        let named_host = match named.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() && !h.ends_with(':') => h,
+            _ => named.as_str(),
+        };
+        if let Err(e) = names_allowed(&egress, "Host header", &host, port, &[named_host]) {
+            egress.log(&host, port, &method, None, Some(&e));
+            refuse(&mut client, "403 Forbidden", &e).await;
+            return;
+        }
+    }
     let check = {
         let (egress, host) = (egress.clone(), host.clone());
         tokio::task::spawn_blocking(move || {
@@ -189,7 +273,9 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
         }
         // Nothing is forwarded before the TLS server name, if any, passed (see `sni`).
         let names = sni::first_names(&mut client, &upstream, &mut first).await;
-        if let Err(e) = names.and_then(|names| server_names_allowed(&egress, &host, port, &names)) {
+        if let Err(e) =
+            names.and_then(|names| names_allowed(&egress, "TLS server name", &host, port, &names))
+        {
             egress.log(&host, port, &method, None, Some(&e));
             let _ = client.write_all(&sni::UNRECOGNIZED_NAME_ALERT).await;
             let _ = client.shutdown().await;
@@ -200,27 +286,70 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
     }
     egress.log(&host, port, &method, Some(200), None);
     used.store(true, Ordering::Release);
+    if method != "CONNECT" {
+        relay_one_request(&mut client, &mut upstream, &first, body_len).await;
+        return;
+    }
     if !first.is_empty() && upstream.write_all(&first).await.is_err() {
         return;
     }
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
 }
 
-/// Whether the TLS server names a client asked for in its tunnel to `host:port` may be
-/// reached: each is the CONNECT host itself or on the allowlist at that port (else the tunnel
-/// would front another site; the error names the name and the allowlist).
-fn server_names_allowed(
+/// Plain HTTP after the head went out: the request's body (`body_len` bytes, the first ones in
+/// `first`) to the host and its answer back, and nothing more from the client. A kept-alive
+/// client (curl reuses a proxy connection for ANY next URL) would otherwise send its next
+/// request, naming another host, down this connection to this host; the proxy closes the
+/// connection instead, and the client sends that request afresh, where it is checked.
+async fn relay_one_request(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    first: &[u8],
+    body_len: u64,
+) {
+    let (mut from_client, mut to_client) = client.split();
+    let (mut from_host, mut to_host) = upstream.split();
+    let send = async {
+        let now = usize::try_from(body_len)
+            .unwrap_or(usize::MAX)
+            .min(first.len());
+        to_host.write_all(&first[..now]).await?;
+        let rest = body_len.saturating_sub(now as u64);
+        tokio::io::copy(&mut (&mut from_client).take(rest), &mut to_host).await?;
+        if first.len() > now {
+            return Ok(()); // the next request came with this one
+        }
+        // Anything more is a next request. A client that only closed its side still waits
+        // for the answer.
+        let mut byte = [0u8; 1];
+        match from_client.read(&mut byte).await? {
+            0 => std::future::pending().await,
+            _ => Ok::<(), std::io::Error>(()),
+        }
+    };
+    tokio::select! {
+        _ = send => {}
+        _ = tokio::io::copy(&mut from_host, &mut to_client) => {}
+    }
+}
+
+/// Whether the names a client gave inside its request to `host:port` (its TLS server names in
+/// a tunnel, the `Host` header of plain HTTP: `what`) may be reached: each is `host` itself or
+/// on the allowlist at that port, else the request would front another site. The error names
+/// the name and the allowlist.
+fn names_allowed(
     egress: &AgentEgress,
+    what: &str,
     host: &str,
     port: u16,
-    names: &[String],
+    names: &[impl AsRef<str>],
 ) -> Result<(), String> {
     let host = super::allow::normalize_host(host);
     for name in names {
-        let name = super::allow::normalize_host(name);
+        let name = super::allow::normalize_host(name.as_ref());
         if name != host && !egress.allow.allows(&name, port) {
             return Err(format!(
-                "the TLS server name '{name}' in the tunnel to {host}:{port} is not the CONNECT host and is not on the network allowlist of agent '{alias}' ([agents.{alias}.network] allow = [{list}])",
+                "the {what} '{name}' of the request to {host}:{port} is neither that host nor on the network allowlist of agent '{alias}' ([agents.{alias}.network] allow = [{list}])",
                 alias = egress.alias,
                 list = egress.allow.describe()
             ));
@@ -247,18 +376,28 @@ mod tests {
     fn connect_and_absolute_heads_name_their_destination() {
         let c = parse_head(b"CONNECT api.github.com:443 HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(
-            c.map(|(m, h, p, f)| (m, h, p, f.is_empty())),
+            c.map(|h| (h.method, h.host, h.port, h.forwarded.is_empty())),
             Ok(("CONNECT".into(), "api.github.com".into(), 443, true))
         );
-        let g =
-            parse_head(b"GET http://127.0.0.1:8080/a?b HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n");
-        let (m, h, p, f) = g.unwrap_or_default();
-        assert_eq!((m.as_str(), h.as_str(), p), ("GET", "127.0.0.1", 8080));
-        assert!(
-            f.starts_with(b"GET /a?b HTTP/1.1\r\nHost: 127.0.0.1:8080"),
-            "{}",
-            String::from_utf8_lossy(&f)
+        let g = parse_head(
+            b"GET http://127.0.0.1:8080/a?b HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: Keep-Alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            (g.method.as_str(), g.host.as_str(), g.port),
+            ("GET", "127.0.0.1", 8080)
+        );
+        assert_eq!(g.host_header.as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(
+            String::from_utf8_lossy(&g.forwarded),
+            "GET /a?b HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
         assert!(parse_head(b"GET /relative HTTP/1.1\r\n\r\n").is_err());
+        assert!(
+            parse_head(
+                b"GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nhost: b.example\r\n\r\n"
+            )
+            .is_err()
+        );
     }
 }

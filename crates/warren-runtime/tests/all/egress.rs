@@ -537,8 +537,8 @@ async fn a_tls_server_name_off_the_allowlist_is_refused_inside_a_connect_tunnel_
     );
     let trace = std::fs::read_to_string(f.root.runtime_trace()).expect("trace");
     assert!(
-        trace.contains("the TLS server name 'evil.example' in the tunnel to 127.0.0.1")
-            && trace.contains("is not on the network allowlist of agent 'ada'"),
+        trace.contains("the TLS server name 'evil.example' of the request to 127.0.0.1")
+            && trace.contains("is neither that host nor on the network allowlist of agent 'ada'"),
         "the refusal is traced, naming the server name and the allowlist: {trace}"
     );
 
@@ -550,6 +550,98 @@ async fn a_tls_server_name_off_the_allowlist_is_refused_inside_a_connect_tunnel_
         sink.got("evil.example"),
         "the ClientHello reached the host when its name is allowed"
     );
+}
+
+/// A plain-HTTP server on loopback that keeps connections alive (unless a request says
+/// `Connection: close`), answering every request `body`; records each request line.
+struct KeepAlive {
+    port: u16,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl KeepAlive {
+    fn start(body: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let seen = Arc::clone(&seen);
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                    let mut stream = stream;
+                    loop {
+                        let mut head = String::new();
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            head.push_str(&line);
+                        }
+                        let first = head.lines().next().unwrap_or_default().to_string();
+                        seen.lock().expect("lock").push(first);
+                        let close = head.to_ascii_lowercase().contains("connection: close");
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{}\r\n{body}",
+                            body.len(),
+                            if close { "Connection: close\r\n" } else { "" }
+                        );
+                        if stream.write_all(reply.as_bytes()).is_err() || close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { port, lines }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lock").clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_through_the_proxy_cannot_reach_another_host_by_host_header_or_keep_alive_issue24()
+ {
+    let listed = KeepAlive::start("from-the-listed-host");
+    let other = Upstream::start(|_| "from-the-other-host".into());
+    let host = format!("127.0.0.1:{}", listed.port);
+    let f = Fixture::new(std::slice::from_ref(&host), &host, "");
+    // Fronting by Host: the listed address, another site's name.
+    let out = shell_once(
+        &f,
+        format!("curl -s -m 5 -H Host:evil.example http://{host}/fronted"),
+    )
+    .await;
+    assert!(
+        out.contains("the Host header 'evil.example' of the request to 127.0.0.1"),
+        "{out}"
+    );
+    assert_eq!(listed.lines(), Vec::<String>::new(), "it reached the host");
+    // Two URLs in one curl: curl reuses its proxy connection for the second, which names a
+    // host off the list; it must not ride the first request's connection to the listed host.
+    let out = shell_once(
+        &f,
+        format!(
+            "curl -s -m 5 http://{host}/one http://127.0.0.1:{}/two",
+            other.port
+        ),
+    )
+    .await;
+    assert!(out.contains("from-the-listed-host"), "{out}");
+    assert!(out.contains("not on the network allowlist"), "{out}");
+    assert_eq!(
+        listed.lines(),
+        vec!["GET /one HTTP/1.1".to_string()],
+        "only the first request reached the listed host"
+    );
+    assert!(other.heads().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
