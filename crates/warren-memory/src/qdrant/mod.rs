@@ -10,6 +10,9 @@
 //!   every candidate is checked against the exact allowlist (agent and category grant), and
 //!   further pages are fetched until `limit` allowed rows are found or the candidates are
 //!   exhausted, so forbidden rows never crowd out allowed ones.
+//! - Writes (store, forget, undo, import) read the key's versions, check `expected_version`
+//!   and write under an exclusive `flock` on `data/memory/qdrant.lock` (`Http::lock_writes`),
+//!   so the daemon and CLI commands of one install never take the same version of a key.
 //! - A write upserts the NEW point first and only then marks the older live versions of the key
 //!   `replaced` (crash point [`FAILPOINT_AFTER_UPSERT`] between the two): a crash leaves two
 //!   live versions, never none. Readers take the newest live version of each key, and the next
@@ -96,6 +99,7 @@ impl QdrantStore {
                 ready: OnceLock::new(),
                 identity: embedder.as_ref().map(|e| e.identity()),
                 outage: Mutex::new(None),
+                write_lock: None,
             }),
             embedder,
             history: DEFAULT_HISTORY_VERSIONS,
@@ -105,6 +109,16 @@ impl QdrantStore {
     /// Keeps at most `versions` earlier versions per key.
     pub fn with_history_limit(mut self, versions: u32) -> Self {
         self.history = versions;
+        self
+    }
+
+    /// Serializes this install's writes through `path` (`data/memory/qdrant.lock`), so
+    /// compare-and-set and version numbers hold between the daemon and CLI commands; without
+    /// it (a store made by hand) writes of one key may race.
+    pub fn with_write_lock(mut self, path: std::path::PathBuf) -> Self {
+        if let Some(http) = Arc::get_mut(&mut self.http) {
+            http.write_lock = Some(path);
+        }
         self
     }
 
@@ -391,6 +405,8 @@ impl MemoryStore for QdrantStore {
             let keep = self.history;
             self.run(move |h| {
                 h.ensure(Some(vector.len()))?;
+                // Read, check and write under the install's write lock.
+                let _lock = h.lock_writes()?;
                 let versions = h.versions(&agent, &entry.key)?;
                 let last = versions.iter().map(|r| r.entry.version).max().unwrap_or(0);
                 let current = versions
@@ -536,6 +552,7 @@ impl MemoryStore for QdrantStore {
             if !h.ensure(None)? {
                 return Ok(false);
             }
+            let _lock = h.lock_writes()?;
             let filter = live(key_filter(&agent, &key));
             if h.count(filter.clone())? == 0 {
                 return Ok(false);
@@ -639,25 +656,49 @@ impl MemoryStore for QdrantStore {
         to: Option<u64>,
     ) -> MemFuture<'_, MemoryEntry> {
         Box::pin(async move {
-            let plan_key = key.clone();
-            let plan_agent = agent.clone();
-            let restored = self
-                .run(move |h| {
-                    if !h.ensure(None)? {
-                        return Err(no_version(&plan_agent, &plan_key, "no such key"));
-                    }
-                    undo_plan(h, &plan_agent, &plan_key, to)
-                })
-                .await?;
-            let vector = self
-                .vector_of(format!("{}\n{}", restored.key, restored.content))
-                .await?;
             let keep = self.history;
-            self.run(move |h| {
-                write(h, &agent, &restored, &vector, keep)?;
-                Ok(restored)
-            })
-            .await
+            // The vector is made outside the write lock (the embedder may be slow); the plan is
+            // made again under it, and a version written meanwhile that changes what is
+            // restored starts over.
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                let (plan_agent, plan_key) = (agent.clone(), key.clone());
+                let planned = self
+                    .run(move |h| {
+                        if !h.ensure(None)? {
+                            return Err(no_version(&plan_agent, &plan_key, "no such key"));
+                        }
+                        undo_plan(h, &plan_agent, &plan_key, to)
+                    })
+                    .await?;
+                let vector = self
+                    .vector_of(format!("{}\n{}", planned.key, planned.content))
+                    .await?;
+                let (write_agent, write_key) = (agent.clone(), key.clone());
+                let done = self
+                    .run(move |h| {
+                        let _lock = h.lock_writes()?;
+                        let restored = undo_plan(h, &write_agent, &write_key, to)?;
+                        if (&restored.key, &restored.content) != (&planned.key, &planned.content) {
+                            return Ok(None);
+                        }
+                        write(h, &write_agent, &restored, &vector, keep)?;
+                        Ok(Some(restored))
+                    })
+                    .await?;
+                match done {
+                    Some(restored) => return Ok(restored),
+                    None if attempts >= 3 => {
+                        return Err(no_version(
+                            &agent,
+                            &key,
+                            "other writers kept changing it during the undo; try again",
+                        ));
+                    }
+                    None => {}
+                }
+            }
         })
     }
 
@@ -729,6 +770,7 @@ impl MemoryStore for QdrantStore {
                 let done = self
                     .run(move |h| {
                         h.ensure(Some(vector.len()))?;
+                        let _lock = h.lock_writes()?;
                         let present = h.versions(&agent, &v.entry.key)?.iter().any(|r| {
                             r.state != VersionState::Current && r.entry.version == v.entry.version
                         });
@@ -763,6 +805,7 @@ impl MemoryStore for QdrantStore {
                 let added = self
                     .run(move |h| {
                         h.ensure(Some(vector.len()))?;
+                        let _lock = h.lock_writes()?;
                         if h.current(&agent, &e.key)?.is_some() {
                             return Ok(false);
                         }

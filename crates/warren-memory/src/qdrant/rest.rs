@@ -45,6 +45,13 @@ pub(super) struct Http {
     pub(super) identity: Option<String>,
     /// Set while the server does not answer.
     pub(super) outage: Mutex<Option<Outage>>,
+    /// `data/memory/qdrant.lock`: held across a write's read-check-write (see [`Http::lock_writes`]).
+    pub(super) write_lock: Option<std::path::PathBuf>,
+}
+
+/// A held Qdrant write lock; dropping it closes the descriptor, which releases the lock.
+pub(super) struct WriteGuard {
+    _file: Option<std::fs::File>,
 }
 
 /// A server that stopped answering: since when, how often, the last error, the next attempt.
@@ -60,6 +67,28 @@ pub(super) struct Outage {
 const IDENTITY_POINT: &str = "00000000-0000-4000-8000-00000000e1d0";
 
 impl Http {
+    /// Serializes the writes of every process of this install (daemon, CLI) that share the
+    /// collection: a write reads the key's versions, checks `expected_version` and upserts the
+    /// next one under an exclusive `flock` on `data/memory/qdrant.lock`, so two writers never
+    /// both take the same version (compare-and-set holds; no write overwrites another
+    /// unseen). Each call opens its own descriptor, so threads of one process exclude each
+    /// other too. Installs on other machines sharing the collection are not covered.
+    pub(super) fn lock_writes(&self) -> Result<WriteGuard, MemoryError> {
+        let Some(path) = &self.write_lock else {
+            return Ok(WriteGuard { _file: None });
+        };
+        let fail = |source: std::io::Error| MemoryError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        let file = warren_config::atomic::open_lock_file(path).map_err(fail)?;
+        file.lock().map_err(fail)?;
+        Ok(WriteGuard { _file: Some(file) })
+    }
+
     pub(super) fn err(&self, message: impl Into<String>) -> MemoryError {
         let mut message = message.into();
         if let Some(key) = &self.api_key {

@@ -1,9 +1,9 @@
 //! Provenance and versioned writes (issue 20 §3, §4) on SQLite and, when
 //! WARREN_TEST_POSTGRES_URL is set, PostgreSQL: every entry records who wrote it; overwrites and
 //! forgets keep the replaced version (bounded per key); undo restores the exact earlier content;
-//! compare-and-set writers racing on one key from separate connections: exactly one wins and the
-//! others get a conflict; writers without CAS never lose a version; old stores are migrated in
-//! place with their rows kept.
+//! compare-and-set writers racing on one key from separate connections (on Qdrant too): exactly
+//! one wins and the others get a conflict; writers without CAS never lose a version; old stores
+//! are migrated in place with their rows kept.
 
 use std::sync::{Arc, Barrier};
 
@@ -13,8 +13,8 @@ use common::{Fixture, R, entry, shared_kinds};
 use warren_config::schema::MemoryBackendKind;
 use warren_core::AgentAlias;
 use warren_memory::{
-    MemoryError, MemoryStore, NewEntry, PostgresStore, Provenance, RecallQuery, SqliteStore, Trust,
-    VersionState,
+    MemoryError, MemoryStore, MemoryStores, NewEntry, PostgresStore, Provenance, RecallQuery,
+    SqliteStore, Trust, VersionState,
 };
 
 fn prov(trust: Trust, call: &str) -> Provenance {
@@ -241,7 +241,9 @@ fn own_store(fx: &Fixture, kind: MemoryBackendKind) -> Result<Arc<dyn MemoryStor
 }
 
 /// Runs `writers` threads, each with its own store and runtime, released together; each
-/// stores `make(i)` under agent `a`'s key `race`. Results in thread order.
+/// stores `make(i)` under agent `a`'s key `race`. Results in thread order. On Qdrant each
+/// thread has a factory of its own (its own client, as the daemon and a CLI command have)
+/// over the same install and collection.
 fn race(
     fx: &Fixture,
     kind: MemoryBackendKind,
@@ -252,7 +254,11 @@ fn race(
     let make = Arc::new(make);
     let mut threads = Vec::new();
     for i in 0..writers {
-        let store = own_store(fx, kind)?;
+        let store = match kind {
+            MemoryBackendKind::Qdrant => None,
+            _ => Some(own_store(fx, kind)?),
+        };
+        let (root, config) = (fx.root.clone(), fx.config.clone());
         let (barrier, make) = (Arc::clone(&barrier), Arc::clone(&make));
         threads.push(std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -261,6 +267,13 @@ fn race(
                 .map_err(|e| e.to_string())?;
             rt.block_on(async {
                 let ready = async {
+                    let store = match store {
+                        Some(s) => s,
+                        None => MemoryStores::new(root)
+                            .store(&config, kind)
+                            .await
+                            .map_err(|e| e.to_string())?,
+                    };
                     let alias = AgentAlias::new("a").map_err(|e| e.to_string())?;
                     let id = store
                         .agent_id(&alias, true)
@@ -272,17 +285,13 @@ fn race(
                         .count_for_agent(id.clone())
                         .await
                         .map_err(|e| e.to_string())?;
-                    Ok::<_, String>(id)
+                    Ok::<_, String>((store, id))
                 }
                 .await;
                 // Every thread reaches the line, even one whose setup failed.
                 barrier.wait();
-                Ok::<_, String>(
-                    store
-                        .store_with_agent(ready?, make(i))
-                        .await
-                        .map(|e| e.version),
-                )
+                let (store, id) = ready?;
+                Ok::<_, String>(store.store_with_agent(id, make(i)).await.map(|e| e.version))
             })
         }));
     }
@@ -295,7 +304,10 @@ fn race(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_compare_and_set_writers_exactly_one_wins() -> R {
-    for kind in shared_kinds() {
+    for kind in shared_kinds()
+        .into_iter()
+        .chain([MemoryBackendKind::Qdrant])
+    {
         let fx = Fixture::new(kind, &[("a", vec![])])?;
         let a = fx.mem("a").await?;
         a.store(entry("a", "race", "base", "core")).await?;
@@ -322,7 +334,10 @@ async fn racing_compare_and_set_writers_exactly_one_wins() -> R {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_without_cas_never_lose_a_version() -> R {
-    for kind in shared_kinds() {
+    for kind in shared_kinds()
+        .into_iter()
+        .chain([MemoryBackendKind::Qdrant])
+    {
         let fx = Fixture::new(kind, &[("a", vec![])])?;
         let n = 8;
         let results = race(&fx, kind, n, |i| {
