@@ -234,18 +234,21 @@ fn print_entries(
         println!("no memories");
         return Ok(ExitCode::SUCCESS);
     }
+    // The version and trust level (issue 20 §3): who wrote a row decides how far to believe it.
     println!(
-        "{:<12} {:<24} {:<12} {:<20} CONTENT",
-        "AGENT", "KEY", "CATEGORY", "UPDATED"
+        "{:<12} {:<24} {:<12} {:<4} {:<10} {:<20} CONTENT",
+        "AGENT", "KEY", "CATEGORY", "VER", "TRUST", "UPDATED"
     );
     for e in rows {
         let content: String = e.content.replace('\n', " ").chars().take(60).collect();
         let updated = e.updated_at.format(&Rfc3339).unwrap_or_default();
         println!(
-            "{:<12} {:<24} {:<12} {:<20} {content}",
+            "{:<12} {:<24} {:<12} {:<4} {:<10} {:<20} {content}",
             e.agent,
             e.key,
             e.category,
+            e.version,
+            e.provenance.trust.as_str(),
             updated.get(..19).unwrap_or(&updated)
         );
     }

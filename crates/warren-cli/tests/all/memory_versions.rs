@@ -62,6 +62,14 @@ fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
         assert!(show.contains(line), "{line:?} missing:\n{show}");
     }
     assert!(show.ends_with(&format!("{DEMO_TEXT}\n")), "{show}");
+    // Recall's table shows each hit's version and trust too.
+    let recall = ok(&root, &["memory", "recall", "--agent", "main", "demo"])?;
+    let row = recall
+        .lines()
+        .find(|l| l.contains(DEMO_KEY))
+        .ok_or_else(|| format!("no {DEMO_KEY} in:\n{recall}"))?;
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols.get(3..5), Some(&["1", "agent"][..]), "{recall}");
     let first = json(&root, &["memory", "show", DEMO_KEY, "--agent", "main"])?;
     let call = first["provenance"]["tool_call"]
         .as_str()

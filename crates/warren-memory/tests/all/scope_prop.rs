@@ -2,9 +2,10 @@
 //! category-limited, including unknown categories), upserts and queries. For every agent and
 //! query, recall returns EXACTLY the rows a simple model allows: never a forbidden row, always
 //! every own matching row; and with a small limit, a full page of allowed rows (forbidden rows
-//! never crowd allowed ones out before the limit). Run on SQLite and Markdown (plain grants, MEM-4), on Qdrant
-//! (Qdrant's own engine, see `qdrant`), and on PostgreSQL when WARREN_TEST_POSTGRES_URL is set
-//! — equal to the model, hence to SQLite.
+//! never crowd allowed ones out before the limit). Run on SQLite and Markdown (plain grants,
+//! MEM-4), on Qdrant (Qdrant's own engine, see `qdrant`), and on PostgreSQL when
+//! WARREN_TEST_POSTGRES_URL is set: each equal to the model, and on the same scenario equal to
+//! what SQLite answered.
 
 use crate::common;
 
@@ -94,7 +95,11 @@ fn expected(s: &Scenario, reader: usize, query: Option<usize>) -> BTreeSet<(Stri
         .collect()
 }
 
-fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
+/// What one backend answered: per reader and query, the full recall and how many rows the
+/// top-2 held (which two depends on the backend's ranking).
+type Answers = Vec<(BTreeSet<(String, String)>, usize)>;
+
+fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<Answers, TestCaseError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -138,6 +143,7 @@ fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
             .map_err(|e| fail(&e))?;
             mems[*agent].store(entry).await.map_err(|e| fail(&e))?;
         }
+        let mut answers = Answers::new();
         for reader in 0..s.agents {
             for q in &s.queries {
                 let text = q.map_or("*", |w| WORDS[w]);
@@ -181,9 +187,10 @@ fn run(kind: MemoryBackendKind, s: &Scenario) -> Result<(), TestCaseError> {
                     AGENTS[reader],
                     text
                 );
+                answers.push((got, top.len()));
             }
         }
-        Ok(())
+        Ok(answers)
     })
 }
 
@@ -208,7 +215,8 @@ proptest! {
     #[test]
     fn postgres_recall_matches_the_grant_model_and_sqlite(s in scenario(true)) {
         if postgres_url().is_some() {
-            run(MemoryBackendKind::Postgres, &s)?;
+            let postgres = run(MemoryBackendKind::Postgres, &s)?;
+            prop_assert_eq!(postgres, run(MemoryBackendKind::Sqlite, &s)?);
         }
     }
 }
@@ -217,6 +225,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
     #[test]
     fn qdrant_recall_matches_the_grant_model_and_sqlite(s in scenario(true)) {
-        run(MemoryBackendKind::Qdrant, &s)?;
+        let qdrant = run(MemoryBackendKind::Qdrant, &s)?;
+        prop_assert_eq!(qdrant, run(MemoryBackendKind::Sqlite, &s)?);
     }
 }
