@@ -279,6 +279,51 @@ fn an_mcp_tool_call_is_counted_under_its_name_and_a_made_up_one_as_unknown() -> 
     Ok(())
 }
 
+/// `tools = [...]` exposes only the listed tools of a server (the others are neither offered
+/// nor callable), and `call_timeout_secs` ends a call that takes longer with an error naming
+/// the key, without ending the turn; the server still answers the next call.
+#[test]
+fn only_the_listed_tools_are_exposed_and_a_slow_call_times_out_issue23() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = [
+        agent("a", "hands"),
+        server_table(
+            "a",
+            &format!("{LOW}\ntools = [\"echo\", \"sleep\"]\ncall_timeout_secs = 1"),
+        ),
+    ]
+    .concat();
+    let root = setup(&fake, &extra)?;
+    fake.push(FakeReply::calls(
+        "",
+        vec![
+            FakeCall::new("slow", "mcp__t__sleep", json!({"seconds": 20})),
+            FakeCall::new("hidden", "mcp__t__env", json!({"name": "PATH"})),
+            FakeCall::new("after", "mcp__t__echo", json!({"text": "still here"})),
+        ],
+    ));
+    fake.push(FakeReply::text("done"));
+    let began = std::time::Instant::now();
+    run_agent(&root, "a", "go")?;
+    let took = began.elapsed();
+    let mut tools = offered(&fake.requests()[0].body);
+    tools.retain(|t| t.starts_with("mcp__"));
+    tools.sort();
+    assert_eq!(tools, vec!["mcp__t__echo", "mcp__t__sleep"]);
+    let result = tool_results(&fake.requests()[1].body);
+    assert!(
+        result.contains("MCP tool 'mcp__t__sleep' did not answer within 1s (call_timeout_secs)"),
+        "{result}"
+    );
+    assert!(
+        !result.contains("/usr/bin") && !result.contains("slept"),
+        "a hidden tool ran or the slow call was waited for: {result}"
+    );
+    assert!(result.contains("echo: still here"), "{result}");
+    assert!(took < Duration::from_secs(15), "the turn took {took:?}");
+    Ok(())
+}
+
 /// From inside agent A's server: reading sibling B's workspace and opening a TCP connection
 /// both fail (sandbox: B's workspace is not in A's root; no network without `allow_network`).
 /// Agent C runs the same server with a Read grant on B and `allow_network = true`: the same

@@ -1,11 +1,13 @@
 """A stdio MCP server for Warren's tests (issue 23), on the official `mcp` package from PyPI.
 
-Tools: echo, env (one variable's value), env_sha256, env_names, read_file (a path), connect (a TCP host:port),
-fetch (an HTTP GET with urllib, which honours HTTP_PROXY), crash (the process exits), grow (adds the tool `late` and sends tools/list_changed).
+Tools: echo, env (one variable's value), env_sha256, env_names, read_file (a path), connect (a
+TCP host:port), fetch (an HTTP GET with urllib, which honours HTTP_PROXY), sleep (answers after N
+seconds), crash (the process exits), grow (adds the tool `late` and sends tools/list_changed).
 Whatever a probe tries is done for real from inside the server's process, so a refusal comes
 from the sandbox it runs in.
 """
 
+import asyncio
 import hashlib
 import os
 import socket
@@ -76,6 +78,13 @@ def fetch(url: str) -> str:
         return f"STATUS {e.code}: {e.read().decode()}"
     except Exception as e:  # noqa: BLE001
         return f"ERR: {type(e).__name__}: {e}"
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Answers 'slept' after the given number of seconds (other calls are served meanwhile)."""
+    await asyncio.sleep(seconds)
+    return "slept"
 
 
 @server.tool()
