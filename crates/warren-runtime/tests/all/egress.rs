@@ -334,6 +334,34 @@ async fn a_host_off_the_allowlist_is_refused_with_the_allowlist_named_issue24() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_is_capped_at_the_profiles_max_response_kb_issue24() {
+    let upstream = Upstream::start(|_| format!("{}END", "a".repeat(5000)));
+    let host = format!("127.0.0.1:{}", upstream.port);
+    let f = Fixture::new(std::slice::from_ref(&host), &host, "max_response_kb = 1");
+    f.fake
+        .push(http_call("c1", &format!("http://{host}/big"), json!({})));
+    f.fake.push(FakeReply::text("done"));
+    f.turn(Arc::new(Recorder::default())).await;
+    let content = f.fake.requests()[1].body["messages"]
+        .as_array()
+        .and_then(|m| m.last().cloned())
+        .unwrap_or_default()["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let reply: serde_json::Value = serde_json::Deserializer::from_str(&content)
+        .into_iter::<serde_json::Value>()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON reply: {content}"));
+    assert_eq!(reply["status"], 200, "{reply}");
+    assert_eq!(reply["truncated"], true, "{reply}");
+    let body = reply["body"].as_str().unwrap_or_default();
+    assert_eq!(body.len(), 1024, "{body}");
+    assert!(!body.contains("END"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_to_a_host_off_the_allowlist_is_not_followed_issue24() {
     let target = Upstream::start(|_| "secret-drop".into());
     let target_port = target.port;
