@@ -38,8 +38,8 @@ pub struct ProcessServices {
     pub approvals: Arc<PendingApprovals>,
     pub receipts: Arc<ReceiptKey>,
     pub costs: Arc<CostTracker>,
-    /// Each agent's `max_actions_per_hour` window: one per process, so it spans reloads and
-    /// every entry point of the daemon.
+    /// Each agent's `max_actions_per_hour` window, kept in `data/state/actions.db`: shared by
+    /// every process of the install root (opened at the first tool call).
     pub actions: Arc<ActionWindow>,
 }
 
@@ -53,7 +53,7 @@ impl ProcessServices {
             approvals: Arc::new(PendingApprovals::new()),
             receipts: Arc::new(ReceiptKey::generate()?),
             costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
-            actions: Arc::new(ActionWindow::new()),
+            actions: Arc::new(ActionWindow::open(root)),
         })
     }
 }

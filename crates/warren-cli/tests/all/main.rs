@@ -1,6 +1,7 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
 mod acp;
+mod actions_per_hour;
 mod agent;
 mod agent_repl;
 mod backup;

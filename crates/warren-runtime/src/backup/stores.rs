@@ -75,6 +75,13 @@ pub fn state_map(root: &InstallRoot) -> Vec<StoreFile> {
         row("STATE-14", "costs", root.costs_ledger(), Ledger, None),
         row("STATE-16", "devices", root.devices_db(), Sqlite, v1),
         row(
+            "PERM-2",
+            "actions",
+            crate::turn::limits::actions_db(root),
+            Sqlite,
+            v1,
+        ),
+        row(
             "LIFE-4",
             "deleted_agents",
             root.deleted_agents_dir(),

@@ -279,6 +279,7 @@ pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
         Box::new(CostState::new(ctx.clone())),
         Box::new(crate::cron::lifecycle::CronState::new(ctx.clone())),
         Box::new(crate::sop::lifecycle::SopState::new(ctx.clone())),
+        Box::new(ActionsState::new(ctx.clone())),
     ]
 }
 
@@ -620,6 +621,53 @@ impl AgentStateStore for AcpState {
             )
             .map_err(|e| e.to_string())
         })
+    }
+}
+
+// ---- max_actions_per_hour window -------------------------------------------------------------
+
+/// The agent's tool executions of the last hour (`data/state/actions.db`): rename moves them to
+/// the new alias (it keeps its hour's count), delete archives and removes them, restore puts
+/// back those still inside the hour. A connection of its own, in or out of a daemon: every
+/// process of the install root shares the file through SQLite's locks.
+struct ActionsState {
+    window: crate::turn::limits::ActionWindow,
+}
+
+impl ActionsState {
+    fn new(ctx: StoreContext) -> Self {
+        Self {
+            window: crate::turn::limits::ActionWindow::open(&ctx.root),
+        }
+    }
+}
+
+impl AgentStateStore for ActionsState {
+    fn name(&self) -> &'static str {
+        "actions"
+    }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+        self.window.count(alias)
+    }
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+        let rows = self.window.rows(alias)?;
+        Ok((rows.len() as u64, json(&rows)?))
+    }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
+        self.window.purge(alias)
+    }
+    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
+        self.window.rename(from, to)
+    }
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        _: &AgentAlias,
+        data: Value,
+        _: &WorkspaceMove,
+    ) -> Result<u64, String> {
+        let rows: Vec<i64> = from_json(data)?;
+        self.window.restore(alias, &rows)
     }
 }
 

@@ -125,7 +125,7 @@ impl Fixture {
             receipts: Arc::new(ReceiptKey::generate().expect("key")),
             costs: Arc::new(CostTracker::open(self.root.costs_ledger(), &config.cost)),
             trace: Arc::new(Trace::new(&self.root, &config)),
-            actions: Arc::new(ActionWindow::new()),
+            actions: Arc::new(ActionWindow::open(&self.root)),
         });
         let stores = MemoryStores::new(self.root.clone());
         AgentRunner::build(&config, &self.root, &alias(), &stores, services)

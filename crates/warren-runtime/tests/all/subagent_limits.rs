@@ -82,7 +82,7 @@ async fn a_subagent_asks_under_its_parents_always_ask_and_approval_timeout_perm7
         receipts: Arc::new(ReceiptKey::generate().unwrap()),
         costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
         trace: Arc::new(Trace::new(&root, &config)),
-        actions: Arc::new(ActionWindow::new()),
+        actions: Arc::new(ActionWindow::open(&root)),
     });
     let ada = AgentAlias::new("ada").unwrap();
     let runner = AgentRunner::build(

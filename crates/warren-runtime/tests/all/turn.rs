@@ -62,10 +62,10 @@ impl Fixture {
         std::fs::write(root.config_file(), config).expect("config");
         Self {
             _dir: dir,
+            actions: Arc::new(ActionWindow::open(&root)),
             root,
             servers,
             receipts: Arc::new(ReceiptKey::generate().expect("key")),
-            actions: Arc::new(ActionWindow::new()),
         }
     }
 
