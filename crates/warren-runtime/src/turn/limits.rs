@@ -28,10 +28,15 @@ pub const WINDOW: Duration = Duration::from_secs(3600);
 
 const WINDOW_MS: i64 = 3_600_000;
 
-/// The window's table: one row per admitted action.
-const SCHEMA: &str =
-    "CREATE TABLE IF NOT EXISTS actions (agent TEXT NOT NULL, at_ms INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS actions_by_agent ON actions (agent, at_ms);";
+/// The window's tables: one row per admitted action, and each agent's number of rows (kept in
+/// the same transactions, so an admission never counts the rows: its cost does not grow with
+/// the limit or the hour's actions).
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS actions (agent TEXT NOT NULL, at_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS actions_by_agent ON actions (agent, at_ms);
+CREATE TABLE IF NOT EXISTS action_counts (agent TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;";
+
+/// Sets `agent`'s row count from its rows (after a rename, purge or restore).
+const RECOUNT: &str = "INSERT OR REPLACE INTO action_counts (agent, n) SELECT ?1, count(*) FROM actions WHERE agent = ?1";
 
 /// `data/state/actions.db`: the `max_actions_per_hour` windows of every agent of `root`.
 pub fn actions_db(root: &InstallRoot) -> PathBuf {
@@ -171,17 +176,34 @@ impl ActionWindow {
 
     /// Deletes every action of `agent` (agent delete); returns how many.
     pub fn purge(&self, agent: &AgentAlias) -> Result<u64, String> {
-        self.with_existing(|c| c.execute("DELETE FROM actions WHERE agent = ?1", [agent.as_str()]))
-            .map(|n| n.unwrap_or(0) as u64)
+        self.with_existing(|c| {
+            let tx = c.unchecked_transaction()?;
+            let n = tx.execute("DELETE FROM actions WHERE agent = ?1", [agent.as_str()])?;
+            tx.execute(
+                "DELETE FROM action_counts WHERE agent = ?1",
+                [agent.as_str()],
+            )?;
+            tx.commit()?;
+            Ok(n)
+        })
+        .map(|n| n.unwrap_or(0) as u64)
     }
 
     /// Moves `from`'s actions to `to` (agent rename): the new alias keeps the hour's count.
     pub fn rename(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, String> {
         self.with_existing(|c| {
-            c.execute(
+            let tx = c.unchecked_transaction()?;
+            let n = tx.execute(
                 "UPDATE actions SET agent = ?2 WHERE agent = ?1",
                 (from.as_str(), to.as_str()),
-            )
+            )?;
+            tx.execute(
+                "DELETE FROM action_counts WHERE agent = ?1",
+                [from.as_str()],
+            )?;
+            tx.execute(RECOUNT, [to.as_str()])?;
+            tx.commit()?;
+            Ok(n)
         })
         .map(|n| n.unwrap_or(0) as u64)
     }
@@ -205,6 +227,7 @@ impl ActionWindow {
                     (agent.as_str(), t),
                 )? as u64;
             }
+            tx.execute(RECOUNT, [agent.as_str()])?;
             tx.commit()?;
             Ok(n)
         };
@@ -237,24 +260,31 @@ fn admit_tx(
     now: i64,
 ) -> rusqlite::Result<Option<i64>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.prepare_cached("DELETE FROM actions WHERE agent = ?1 AND at_ms <= ?2")?
+    let expired = tx
+        .prepare_cached("DELETE FROM actions WHERE agent = ?1 AND at_ms <= ?2")?
         .execute((agent, now - WINDOW_MS))?;
-    // Rows never exceed the limit (one is inserted only below it), so this reads at most
-    // `limit` index entries.
+    if expired > 0 {
+        tx.prepare_cached("UPDATE action_counts SET n = max(n - ?2, 0) WHERE agent = ?1")?
+            .execute((agent, expired as i64))?;
+    }
     let used: i64 = tx
-        .prepare_cached("SELECT count(*) FROM (SELECT 1 FROM actions WHERE agent = ?1 LIMIT ?2)")?
-        .query_row((agent, i64::from(limit)), |r| r.get(0))?;
+        .prepare_cached("SELECT n FROM action_counts WHERE agent = ?1")?
+        .query_row([agent], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
     if used >= i64::from(limit) {
         let oldest: Option<i64> = tx
             .prepare_cached("SELECT min(at_ms) FROM actions WHERE agent = ?1")?
-            .query_row([agent], |r| r.get(0))
-            .optional()?
-            .flatten();
+            .query_row([agent], |r| r.get(0))?;
         tx.commit()?;
         return Ok(Some(oldest.unwrap_or(now)));
     }
     tx.prepare_cached("INSERT INTO actions (agent, at_ms) VALUES (?1, ?2)")?
         .execute((agent, now))?;
+    tx.prepare_cached(
+        "INSERT INTO action_counts (agent, n) VALUES (?1, 1) ON CONFLICT (agent) DO UPDATE SET n = n + 1",
+    )?
+    .execute([agent])?;
     tx.commit()?;
     Ok(None)
 }
