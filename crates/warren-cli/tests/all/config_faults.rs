@@ -28,6 +28,60 @@ fn rate_key(name: &str) -> String {
     format!("cost.rates.{name}.input_per_mtok")
 }
 
+/// The last acknowledged value per writer, and every unexpected failure.
+type Acked = Arc<Mutex<Vec<(String, f64)>>>;
+type Failures = Arc<Mutex<Vec<String>>>;
+
+fn push(list: &Failures, what: String) {
+    if let Ok(mut l) = list.lock() {
+        l.push(what);
+    }
+}
+
+/// `writers` threads, each running `warren config set` on its own key `sets` times. Every set
+/// must succeed (the CLI writes onto the file as it is under the lock, never a stale-read
+/// refusal); a failure is recorded, each success counted in `acks`, and each writer's last
+/// acknowledged value kept in `acked`.
+fn spawn_cli_setters(
+    temp: &Arc<TempRoot>,
+    writers: usize,
+    sets: u32,
+    acked: &Acked,
+    failures: &Failures,
+    acks: &Arc<AtomicU32>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..writers)
+        .map(|w| {
+            let (temp, acked, failures, acks) =
+                (temp.clone(), acked.clone(), failures.clone(), acks.clone());
+            std::thread::spawn(move || {
+                let name = format!("cli{w}");
+                let mut last = None;
+                for i in 1..=sets {
+                    let value = format!("{i}.5");
+                    let out = match temp.run(bin(), &["config", "set", &rate_key(&name), &value]) {
+                        Ok(out) => out,
+                        Err(e) => {
+                            push(&failures, format!("{name}: spawn: {e}"));
+                            break;
+                        }
+                    };
+                    let (_, stderr) = text(&out);
+                    if out.status.success() {
+                        acks.fetch_add(1, Ordering::Relaxed);
+                        last = Some(f64::from(i) + 0.5);
+                    } else {
+                        push(&failures, format!("{name} set {value}: {}", stderr.trim()));
+                    }
+                }
+                if let (Some(v), Ok(mut a)) = (last, acked.lock()) {
+                    a.push((name, v));
+                }
+            })
+        })
+        .collect()
+}
+
 /// The value on disk of every `cost.rates.<name>.input_per_mtok`, read by a fresh process.
 fn on_disk(root: &InstallRoot) -> Result<Vec<(String, f64)>, ConfigError> {
     let store = ConfigStore::load(root.clone())?;
@@ -49,49 +103,11 @@ fn concurrent_cli_sets_store_writes_and_reloads_keep_every_acknowledged_value_cf
     let temp = Arc::new(temp);
     let done = Arc::new(AtomicBool::new(false));
     // (key, last acknowledged value) per writer, and every unexpected failure.
-    let acked: Arc<Mutex<Vec<(String, f64)>>> = Arc::default();
-    let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+    let acked: Acked = Arc::default();
+    let failures: Failures = Arc::default();
     let (cli_acks, store_acks) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let push = |list: &Arc<Mutex<Vec<String>>>, what: String| {
-        if let Ok(mut l) = list.lock() {
-            l.push(what);
-        }
-    };
 
-    let mut cli = Vec::new();
-    for w in 0..CLI_WRITERS {
-        let (temp, acked, failures, acks) = (
-            temp.clone(),
-            acked.clone(),
-            failures.clone(),
-            cli_acks.clone(),
-        );
-        cli.push(std::thread::spawn(move || {
-            let name = format!("cli{w}");
-            let mut last = None;
-            for i in 1..=CLI_SETS {
-                let value = format!("{i}.5");
-                let out = match temp.run(bin(), &["config", "set", &rate_key(&name), &value]) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        push(&failures, format!("{name}: spawn: {e}"));
-                        break;
-                    }
-                };
-                let (_, stderr) = text(&out);
-                if out.status.success() {
-                    acks.fetch_add(1, Ordering::Relaxed);
-                    last = Some(f64::from(i) + 0.5);
-                } else {
-                    // Not even a stale-read refusal: the CLI writes onto the file as it is.
-                    push(&failures, format!("{name} set {value}: {}", stderr.trim()));
-                }
-            }
-            if let (Some(v), Ok(mut a)) = (last, acked.lock()) {
-                a.push((name, v));
-            }
-        }));
-    }
+    let cli = spawn_cli_setters(&temp, CLI_WRITERS, CLI_SETS, &acked, &failures, &cli_acks);
 
     let mut inproc = Vec::new();
     for w in 0..STORE_WRITERS {
@@ -347,48 +363,11 @@ fn daemon_patches_cli_sets_and_sighups_at_once_keep_every_acknowledged_value_cfg
     daemon.wait_for("warren daemon ready", WAIT)?;
     let token = pair(&temp, bin(), port, "ci")?;
     let done = Arc::new(AtomicBool::new(false));
-    let acked: Arc<Mutex<Vec<(String, f64)>>> = Arc::default();
-    let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+    let acked: Acked = Arc::default();
+    let failures: Failures = Arc::default();
     let cli_acks = Arc::new(AtomicU32::new(0));
-    let push = |list: &Arc<Mutex<Vec<String>>>, what: String| {
-        if let Ok(mut l) = list.lock() {
-            l.push(what);
-        }
-    };
 
-    let mut cli = Vec::new();
-    for w in 0..2 {
-        let (temp, acked, failures, acks) = (
-            temp.clone(),
-            acked.clone(),
-            failures.clone(),
-            cli_acks.clone(),
-        );
-        cli.push(std::thread::spawn(move || {
-            let name = format!("cli{w}");
-            let mut last = None;
-            for i in 1..=SETS {
-                let value = format!("{i}.5");
-                let out = match temp.run(bin(), &["config", "set", &rate_key(&name), &value]) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        push(&failures, format!("{name}: spawn: {e}"));
-                        break;
-                    }
-                };
-                let (_, stderr) = text(&out);
-                if out.status.success() {
-                    acks.fetch_add(1, Ordering::Relaxed);
-                    last = Some(f64::from(i) + 0.5);
-                } else {
-                    push(&failures, format!("{name} set {value}: {}", stderr.trim()));
-                }
-            }
-            if let (Some(v), Ok(mut a)) = (last, acked.lock()) {
-                a.push((name, v));
-            }
-        }));
-    }
+    let cli = spawn_cli_setters(&temp, 2, SETS, &acked, &failures, &cli_acks);
     let patcher = {
         let (done, acked, failures, token) =
             (done.clone(), acked.clone(), failures.clone(), token.clone());
