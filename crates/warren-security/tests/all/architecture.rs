@@ -243,6 +243,14 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
         "the cost ledger and its lock under data/state",
     ),
     (
+        "crates/warren-runtime/src/turn/limits.rs",
+        "data/state/actions.db (the max_actions_per_hour window), opened by SQLite; only looked for before a rename or purge",
+    ),
+    (
+        "crates/warren-memory/src/qdrant/rest.rs",
+        "data/memory/qdrant.lock (the Qdrant write lock) and its directory under data/memory, which no agent can reach",
+    ),
+    (
         "crates/warren-runtime/src/trace.rs",
         "its own rotated trace files under data/state",
     ),
