@@ -272,7 +272,8 @@ fn writer_may_be_running(tail: &str) -> bool {
     pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists()
 }
 
-fn random_u64() -> u64 {
+/// A random number for a private temp or staging name (not a secret).
+pub fn random_u64() -> u64 {
     let mut buf = [0u8; 8];
     // A failed RNG only weakens the uniqueness of a name that is also O_EXCL-protected.
     let _ = getrandom::fill(&mut buf);

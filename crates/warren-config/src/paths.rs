@@ -163,6 +163,11 @@ impl InstallRoot {
     pub fn memory_dir(&self) -> PathBuf {
         self.data_dir().join("memory")
     }
+    /// The lock every process of the install holds across a Qdrant memory write's
+    /// read-check-write (compare-and-set on the key's version).
+    pub fn qdrant_lock(&self) -> PathBuf {
+        self.memory_dir().join("qdrant.lock")
+    }
     /// The install-wide SQLite memory store (MEM-2), shared by every agent on that backend.
     pub fn memory_db(&self) -> PathBuf {
         self.memory_dir().join("memory.db")

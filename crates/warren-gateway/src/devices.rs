@@ -61,33 +61,20 @@ impl std::fmt::Debug for Devices {
 impl Devices {
     /// Opens (creating) the registry at `path`.
     pub fn open(path: &Path) -> Result<Self, DeviceError> {
-        let err = |e: rusqlite::Error| DeviceError {
-            path: path.to_path_buf(),
-            message: sqlite::cause_text(&e, path),
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| DeviceError {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
-        }
         let schema = "CREATE TABLE IF NOT EXISTS devices (
                  token_hash TEXT PRIMARY KEY,
                  name TEXT NOT NULL,
                  created_at INTEGER NOT NULL,
                  last_seen INTEGER
              );";
-        // A failed migration leaves the registry read-only at its old schema (issue 22 §4).
-        let conn = sqlite::open_migrated(
-            path,
-            sqlite::Sync::Normal,
-            sqlite::STORE_SCHEMA_VERSION,
-            |c| c.execute_batch(schema),
-        )
-        .map_err(err)?;
-        if conn.read_only().is_none() {
-            conn.lock().execute_batch(schema).map_err(err)?;
-        }
+        // The stores' one open routine: a failed migration leaves the registry read-only at its
+        // old schema (issue 22 §4).
+        let conn = sqlite::SharedConn::open_store(path, sqlite::Sync::Normal, schema).map_err(
+            |message| DeviceError {
+                path: path.to_path_buf(),
+                message,
+            },
+        )?;
         Ok(Self {
             path: path.to_path_buf(),
             conn,

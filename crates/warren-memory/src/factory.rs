@@ -109,7 +109,7 @@ impl MemoryStores {
     pub async fn qdrant(&self, config: &Config) -> Result<Arc<QdrantStore>, MemoryError> {
         let embedder = crate::openai::from_config(config)?;
         let (qdrant, history) = (config.memory.qdrant.clone(), config.memory.history_versions);
-        let lock = self.root.memory_dir().join("qdrant.lock");
+        let lock = self.root.qdrant_lock();
         self.qdrant
             .get_or_try_init(|| async move {
                 Ok(Arc::new(

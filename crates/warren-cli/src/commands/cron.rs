@@ -60,7 +60,7 @@ pub fn run(root: &InstallRoot, cmd: CronCommand, json: bool) -> anyhow::Result<E
         CronCommand::Pause { name } => set_enabled(root, &name, false, json),
         CronCommand::Resume { name } => set_enabled(root, &name, true, json),
         CronCommand::Remove { name } => {
-            if open_read(root)?.is_none() {
+            if !root.cron_db().exists() {
                 anyhow::bail!(warren_store::cron::CronError::NotFound(name));
             }
             CronStore::open(&root.cron_db())?.remove(&name)?;
@@ -305,12 +305,13 @@ fn set_enabled(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     // A job that is not there creates no store.
-    let store =
-        open_read(root)?.ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
+    if !root.cron_db().exists() {
+        anyhow::bail!(warren_store::cron::CronError::NotFound(name.into()));
+    }
+    let store = CronStore::open(&root.cron_db())?;
     let job = store
         .get(name)?
         .ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
-    let store = CronStore::open(&root.cron_db())?;
     let next = if enabled {
         schedule_of(&job)
             .map_err(anyhow::Error::msg)?

@@ -6,7 +6,7 @@
 //! child; a child cannot widen its parent's grants, tools, budget or iterations (each axis
 //! named, nothing started); a `delegate_results` link the agent planted is not followed.
 
-use crate::common::bin;
+use crate::common::{bin, tool_result};
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -105,19 +105,6 @@ fn chat(port: u16, token: &str, message: &str) -> Res<Value> {
         return Err(format!("chat: {status} {reply}").into());
     }
     Ok(reply)
-}
-
-/// The content of the tool result `call_id` the parent sent back to the model.
-fn tool_result(fake: &FakeOpenAi, call_id: &str) -> Res<String> {
-    for req in fake.requests().iter().rev() {
-        if let Some(m) = req.body["messages"].as_array().and_then(|ms| {
-            ms.iter()
-                .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        }) {
-            return Ok(m["content"].as_str().unwrap_or_default().to_string());
-        }
-    }
-    Err(format!("no tool result for {call_id}").into())
 }
 
 /// The JSON a tool answered (the receipt line after it is left off).

@@ -4,7 +4,7 @@
 //! the URL (nothing is dropped silently), and once the engine answers, the same daemon stores
 //! again with no restart.
 
-use crate::common::{self, bin, json_of, wait_until};
+use crate::common::{self, bin, json_of, tool_result, wait_until};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -24,19 +24,6 @@ fn chat(port: u16, token: &str, message: &str) -> Result<Value, Box<dyn std::err
     )?;
     assert_eq!(status, 200, "{reply}");
     Ok(reply)
-}
-
-/// The tool result the model was sent for call `id` (the last request holding it).
-fn tool_result(fake: &FakeOpenAi, id: &str) -> String {
-    fake.requests()
-        .iter()
-        .rev()
-        .find_map(|r| {
-            r.body["messages"].as_array()?.iter().find_map(|m| {
-                (m["role"] == "tool" && m["tool_call_id"] == id).then(|| m["content"].to_string())
-            })
-        })
-        .unwrap_or_default()
 }
 
 fn store_call(id: &str, key: &str, content: &str) -> FakeReply {
@@ -98,7 +85,7 @@ model = "hash"
     fake.push(FakeReply::text("could not remember"));
     let reply = chat(port, &token, "remember teal")?;
     assert_eq!(reply["reply"], "could not remember", "{reply}");
-    let result = tool_result(&fake, "s1");
+    let result = tool_result(&fake, "s1")?;
     assert!(result.contains(&url), "the model is told where: {result}");
 
     // The operator's store fails too, naming the URL; nothing was kept.
@@ -138,7 +125,7 @@ model = "hash"
     fake.push(FakeReply::text("remembered"));
     let reply = chat(port, &token, "remember teal again")?;
     assert_eq!(reply["reply"], "remembered", "{reply}");
-    let result = tool_result(&fake, "s2");
+    let result = tool_result(&fake, "s2")?;
     assert!(!result.contains("Qdrant"), "{result}");
     let status = json_of(&root, &["status"])?;
     assert_eq!(

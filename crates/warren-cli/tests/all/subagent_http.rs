@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_testkit::{TempRoot, text};
 
-use crate::common::bin;
+use crate::common::{bin, tool_result};
 use crate::egress::{request_lines, upstream};
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -43,19 +43,6 @@ max_retries = 0
 "#,
         fake.base_url()
     )
-}
-
-/// The content of the tool result `call_id` sent back to the model.
-fn tool_result(fake: &FakeOpenAi, call_id: &str) -> Res<String> {
-    for req in fake.requests().iter().rev() {
-        if let Some(m) = req.body["messages"].as_array().and_then(|ms| {
-            ms.iter()
-                .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
-        }) {
-            return Ok(m["content"].as_str().unwrap_or_default().to_string());
-        }
-    }
-    Err(format!("no tool result for {call_id}").into())
 }
 
 /// The tool names offered in the first request of the child (its task is the user message).

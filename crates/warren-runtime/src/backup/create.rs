@@ -137,7 +137,11 @@ fn write_backup(
     // The tree is written under a fresh name in a directory marked as the top of a hierarchy,
     // and renamed to `files/` once complete (see [`spread_inodes`]).
     spread_inodes(partial);
-    let files_dir = partial.join(format!(".{}-{:016x}", manifest::FILES_DIR, nonce()));
+    let files_dir = partial.join(format!(
+        ".{}-{:016x}",
+        manifest::FILES_DIR,
+        warren_config::atomic::random_u64()
+    ));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&files_dir)
@@ -276,18 +280,6 @@ fn spread_inodes(dir: &Path) {
     if let Ok(flags) = ioctl_getflags(&f) {
         let _ = ioctl_setflags(&f, flags | IFlags::TOPDIR);
     }
-}
-
-/// A random number for a private name (not a secret).
-fn nonce() -> u64 {
-    let mut b = [0u8; 8];
-    if getrandom::fill(&mut b).is_err() {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        return t ^ u64::from(std::process::id());
-    }
-    u64::from_le_bytes(b)
 }
 
 /// Agents whose memory lives in a server, not in the root: the backup cannot hold it.

@@ -74,8 +74,13 @@ pub fn doctor(root: &InstallRoot) -> DoctorReport {
         let status = match (schema, row.schema) {
             _ if !exists => "absent",
             (Some(v), Some(want)) if v == want => "current",
-            (Some(v), Some(want)) if v < want && read_only.is_some() => "read-only",
-            (Some(v), Some(want)) if v < want => "pending",
+            (Some(v), Some(want)) if v < want => {
+                if read_only.is_some() {
+                    "read-only"
+                } else {
+                    "pending"
+                }
+            }
             (Some(_), Some(_)) => "newer",
             _ => "unknown",
         };

@@ -127,7 +127,6 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         let addrs = match egress.resolve(&host, port) {
             Ok(a) => a,
             Err(refused) => {
-                egress.count_refusal(&refused);
                 egress.log(&host, port, &method, None, Some(&refused.to_string()));
                 return Err(if hop == 0 {
                     refused.to_string()

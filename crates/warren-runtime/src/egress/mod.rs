@@ -90,7 +90,7 @@ impl AgentEgress {
     /// The addresses to connect to for `host:port` (see [`Allowlist::resolve`]). Blocking.
     fn resolve(&self, host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, Refused> {
         if !self.open {
-            return self.allow.resolve(self.alias.as_str(), host, port);
+            return self.checked(host, port);
         }
         use std::net::ToSocketAddrs;
         let name = allow::normalize_host(host);
@@ -111,12 +111,17 @@ impl AgentEgress {
         &self.broker
     }
 
-    /// Counts a refusal by the allowlist or the address rule as a sandbox denial of layer
-    /// `network` (`warren_sandbox_denials_total`); a name that does not resolve is none.
-    fn count_refusal(&self, refused: &Refused) {
-        if !matches!(refused, Refused::Resolve { .. }) {
-            crate::metrics::denial(self.alias.as_str(), "network");
-        }
+    /// `host:port` through the allowlist and the address rule (blocking); a refusal counts as a
+    /// sandbox denial of layer `network` (`warren_sandbox_denials_total`), a name that does not
+    /// resolve as none.
+    fn checked(&self, host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, Refused> {
+        self.allow
+            .resolve(self.alias.as_str(), host, port)
+            .inspect_err(|refused| {
+                if !matches!(refused, Refused::Resolve { .. }) {
+                    crate::metrics::denial(self.alias.as_str(), "network");
+                }
+            })
     }
 
     /// One `egress` trace event.

@@ -229,15 +229,9 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
     }
     let check = {
         let (egress, host) = (egress.clone(), host.clone());
-        tokio::task::spawn_blocking(move || {
-            egress
-                .allow
-                .resolve(egress.alias.as_str(), &host, port)
-                .inspect_err(|e| egress.count_refusal(e))
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()))
+        tokio::task::spawn_blocking(move || egress.checked(&host, port).map_err(|e| e.to_string()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
     };
     let addrs: Vec<SocketAddr> = match check {
         Ok(a) => a,

@@ -14,7 +14,7 @@
 //! read-only directory, a full disk) the call is refused (fail closed), naming the file and the
 //! cause.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -101,11 +101,6 @@ impl ActionWindow {
         }
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     fn conn(&self) -> Result<SharedConn, String> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(conn) = slot.as_ref() {
@@ -120,41 +115,39 @@ impl ActionWindow {
         Ok(conn)
     }
 
-    /// Takes a slot for one action of `agent` under `limit`, or says when one frees.
-    pub fn admit(&self, agent: &AgentAlias, limit: u32) -> Result<(), ActionLimited> {
-        self.admit_at(agent, limit, now_ms())
+    /// Takes a slot for one action of `agent` under `limit`, or says when one frees. The
+    /// transaction runs on the blocking pool (`SharedConn::run`, as every store's calls from
+    /// async code do): it may wait on another process's write lock, up to the busy timeout.
+    pub async fn admit(&self, agent: &AgentAlias, limit: u32) -> Result<(), ActionLimited> {
+        let now = now_ms();
+        let conn = self
+            .conn()
+            .map_err(|cause| unavailable(agent, limit, cause))?;
+        let name = agent.as_str().to_owned();
+        let oldest = conn
+            .run(
+                move |c, path| {
+                    admit_tx(c, &name, limit, now)
+                        .map_err(|e| format!("{}: {}", path.display(), cause_text(&e, path)))
+                },
+                |path, e| format!("{}: {e}", path.display()),
+            )
+            .await
+            .map_err(|cause| unavailable(agent, limit, cause))?;
+        decide(agent, limit, now, oldest)
     }
 
+    /// [`Self::admit`] at `now` (unix ms), on the caller's thread (the unit tests' clock).
+    #[cfg(test)]
     fn admit_at(&self, agent: &AgentAlias, limit: u32, now: i64) -> Result<(), ActionLimited> {
-        let unavailable = |cause: String| ActionLimited {
-            agent: agent.clone(),
-            limit,
-            resets_in: Duration::ZERO,
-            unavailable: Some(cause),
-        };
-        let conn = self.conn().map_err(unavailable)?;
-        let mut conn = conn.lock();
-        match admit_tx(&mut conn, agent.as_str(), limit, now) {
-            Ok(None) => Ok(()),
-            Ok(Some(oldest)) => Err(ActionLimited {
-                agent: agent.clone(),
-                limit,
-                resets_in: Duration::from_millis(
-                    (oldest + WINDOW_MS - now).clamp(0, WINDOW_MS) as u64
-                ),
-                unavailable: None,
-            }),
-            Err(e) => Err(unavailable(format!(
-                "{}: {}",
-                self.path.display(),
-                cause_text(&e, &self.path)
-            ))),
-        }
-    }
-
-    /// Actions of `agent` in the window now (0 when the file cannot be read).
-    pub fn used(&self, agent: &AgentAlias) -> usize {
-        self.count(agent).map_or(0, |n| n as usize)
+        let conn = self
+            .conn()
+            .map_err(|cause| unavailable(agent, limit, cause))?;
+        let oldest = admit_tx(&mut conn.lock(), agent.as_str(), limit, now).map_err(|e| {
+            let cause = format!("{}: {}", self.path.display(), cause_text(&e, &self.path));
+            unavailable(agent, limit, cause)
+        })?;
+        decide(agent, limit, now, oldest)
     }
 
     /// Actions of `agent` in the window now; `Ok(0)` when there is no file yet.
@@ -289,6 +282,34 @@ fn admit_tx(
     Ok(None)
 }
 
+/// A call refused because the window's file could not be used.
+fn unavailable(agent: &AgentAlias, limit: u32, cause: String) -> ActionLimited {
+    ActionLimited {
+        agent: agent.clone(),
+        limit,
+        resets_in: Duration::ZERO,
+        unavailable: Some(cause),
+    }
+}
+
+/// The outcome of an admission: `oldest` is the window's oldest action when it was full.
+fn decide(
+    agent: &AgentAlias,
+    limit: u32,
+    now: i64,
+    oldest: Option<i64>,
+) -> Result<(), ActionLimited> {
+    match oldest {
+        None => Ok(()),
+        Some(oldest) => Err(ActionLimited {
+            agent: agent.clone(),
+            limit,
+            resets_in: Duration::from_millis((oldest + WINDOW_MS - now).clamp(0, WINDOW_MS) as u64),
+            unavailable: None,
+        }),
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -338,38 +359,39 @@ mod tests {
 
     /// Two windows on one install root (two processes' connections) share the count: what one
     /// admitted, the other refuses beyond the limit.
-    #[test]
-    fn windows_on_one_install_root_share_the_count() {
+    #[tokio::test]
+    async fn windows_on_one_install_root_share_the_count() {
         let dir = tempfile::tempdir().unwrap();
         let root = InstallRoot::at(dir.path());
         let (one, two) = (ActionWindow::open(&root), ActionWindow::open(&root));
         let a = alias("ada");
-        one.admit(&a, 2).unwrap_or_else(|e| panic!("{e}"));
-        two.admit(&a, 2).unwrap_or_else(|e| panic!("{e}"));
+        one.admit(&a, 2).await.unwrap_or_else(|e| panic!("{e}"));
+        two.admit(&a, 2).await.unwrap_or_else(|e| panic!("{e}"));
         let refused = one
             .admit(&a, 2)
+            .await
             .expect_err("the third action, counted by both");
         assert!(refused.unavailable.is_none());
-        assert_eq!(two.used(&a), 2);
+        assert_eq!(two.count(&a), Ok(2));
         // Rename moves the count; delete removes it.
         let b = alias("bee");
         assert_eq!(one.rename(&a, &b).unwrap(), 2);
-        assert!(two.admit(&b, 2).is_err(), "bee inherits ada's hour");
-        assert_eq!(two.used(&a), 0);
+        assert!(two.admit(&b, 2).await.is_err(), "bee inherits ada's hour");
+        assert_eq!(two.count(&a), Ok(0));
         assert_eq!(one.purge(&b).unwrap(), 2);
-        two.admit(&b, 2).unwrap_or_else(|e| panic!("{e}"));
+        two.admit(&b, 2).await.unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// A window whose file cannot be created refuses the call (fail closed), naming the file.
-    #[test]
-    fn an_unusable_window_file_refuses_the_call_naming_it() {
+    #[tokio::test]
+    async fn an_unusable_window_file_refuses_the_call_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let root = InstallRoot::at(dir.path());
         // `data/state` is a file: the database cannot be created below it.
         std::fs::create_dir_all(root.data_dir()).unwrap();
         std::fs::write(root.state_dir(), b"not a directory").unwrap();
         let w = ActionWindow::open(&root);
-        let refused = w.admit(&alias("ada"), 120).expect_err("fail closed");
+        let refused = w.admit(&alias("ada"), 120).await.expect_err("fail closed");
         let text = refused.to_string();
         assert!(refused.unavailable.is_some());
         assert!(text.contains("actions.db"), "{text}");

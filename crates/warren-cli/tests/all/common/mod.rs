@@ -111,6 +111,19 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The content of the tool result `call_id` sent back to the model (the last request holding it).
+pub fn tool_result(fake: &FakeOpenAi, call_id: &str) -> Result<String, Box<dyn std::error::Error>> {
+    for req in fake.requests().iter().rev() {
+        if let Some(m) = req.body["messages"].as_array().and_then(|ms| {
+            ms.iter()
+                .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        }) {
+            return Ok(m["content"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    Err(format!("no tool result for {call_id}").into())
+}
+
 /// One tool round (`file_read` of `note.md`), then `reply`: 300 input and 30 output tokens.
 pub fn push_note_turn(fake: &FakeOpenAi, reply: &str) {
     fake.push(
