@@ -158,7 +158,7 @@ pub(crate) async fn tool_call(
         Requirement::Ask(reason) => return failed(needs_approval(&reason)),
     }
     // PERM-2: the agent's `max_actions_per_hour` window is the one its turns count in.
-    if let Err(refused) = runner.admit_tool(name, None).await {
+    if let Err(refused) = runner.admit_tool(name, None) {
         return failed(format!("'{name}' refused by the runtime: {refused}"));
     }
     let output = tokio::select! {

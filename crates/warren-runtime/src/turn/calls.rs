@@ -37,9 +37,8 @@ impl AgentRunner {
 
     /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
     /// tool execution; a refused call is answered with the limit and when it frees.
-    async fn admit_action(&self, call: &ToolCall, session: Option<&str>) -> Result<(), CallResult> {
+    fn admit_action(&self, call: &ToolCall, session: Option<&str>) -> Result<(), CallResult> {
         self.admit_tool(&call.name, session)
-            .await
             .map_err(|refused| CallResult {
                 ok: false,
                 content: format!("Error: refused by the runtime: {refused}"),
@@ -50,7 +49,7 @@ impl AgentRunner {
     /// Takes a slot in the agent's `max_actions_per_hour` window for one execution of `tool`,
     /// whoever runs it (a model's call, a cron command job, an SOP tool step: one window per
     /// agent across every entry point); a refusal is traced as a `limit` event.
-    pub(crate) async fn admit_tool(
+    pub(crate) fn admit_tool(
         &self,
         tool: &str,
         session: Option<&str>,
@@ -59,7 +58,6 @@ impl AgentRunner {
         self.services
             .actions
             .admit(&self.alias, limit)
-            .await
             .inspect_err(|refused| {
                 self.services.trace.emit(
                     "limit",
@@ -113,7 +111,7 @@ impl AgentRunner {
             let mut origins = vec![None; calls.len()];
             for (i, call) in calls.iter().enumerate() {
                 if let Ok(tool) = self.tool(&call.name) {
-                    if let Err(refused) = self.admit_action(call, session).await {
+                    if let Err(refused) = self.admit_action(call, session) {
                         results[i] = Some(refused);
                         continue;
                     }
@@ -259,7 +257,7 @@ impl AgentRunner {
             }
             Requirement::Run => {}
         }
-        if let Err(refused) = self.admit_action(call, session).await {
+        if let Err(refused) = self.admit_action(call, session) {
             return Some(refused);
         }
         let origin = call_origin(call, session);
