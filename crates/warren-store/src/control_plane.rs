@@ -1,10 +1,10 @@
 //! The control plane (STATE-11): `data/control_plane.db`, one row per background run (cron
-//! now; SOP runs and background delegates later) with its owner (PID + boot ID), producer kind,
-//! start time and state `running | ok | failed | lost | cancelled | timed_out`. Rows of owners
-//! that are provably gone (another boot, or a dead PID of this boot) are marked `lost` by the
-//! reaper the daemon runs at start ([`ControlPlane::reap`]). A cancel request is a flag on the
-//! row; the owning process acts on it. Read paths ([`ControlPlane::open_existing`]) never create
-//! the file.
+//! now; SOP runs and background delegates later) with its owner (PID + boot ID + the process's
+//! start time), producer kind, start time and state `running | ok | failed | lost | cancelled |
+//! timed_out`. Rows of owners that are provably gone (another boot, a dead PID of this boot, or
+//! a PID now held by a process that started at another time) are marked `lost` by the reaper
+//! the daemon runs at start ([`ControlPlane::reap`]). A cancel request is a flag on the row; the
+//! owning process acts on it. Read paths ([`ControlPlane::open_existing`]) never create the file.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,10 @@ use serde::Serialize;
 use crate::sqlite_util::{SharedConn, Sync, alias_column};
 use crate::timefmt;
 
+/// Schema version of `control_plane.db` (`PRAGMA user_version`): 1 without the owner's start
+/// time, 2 with it (`owner_start`, issue 17).
+pub const SCHEMA_VERSION: i64 = 2;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
     id               TEXT PRIMARY KEY NOT NULL,
@@ -22,6 +26,7 @@ CREATE TABLE IF NOT EXISTS runs (
     label            TEXT NOT NULL,
     owner_pid        INTEGER NOT NULL,
     owner_boot       TEXT NOT NULL,
+    owner_start      INTEGER,
     started_at       TEXT NOT NULL,
     finished_at      TEXT,
     state            TEXT NOT NULL CHECK (state IN
@@ -34,7 +39,27 @@ CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state);
 CREATE INDEX IF NOT EXISTS runs_by_started ON runs(started_at);
 ";
 
-/// Who runs something: a process of one boot of one machine.
+/// Brings a file of any older schema to [`SCHEMA_VERSION`] (run by
+/// [`warren_config::sqlite::open_migrated`], which snapshots the file first). Version 2 adds
+/// `owner_start` in place: the rows of version 1 keep everything and get no start time (NULL:
+/// their owners are judged by PID and boot only, as when they were written).
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    tx.execute_batch(SCHEMA)?;
+    let has_start = tx
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'owner_start'")?
+        .exists([])?;
+    if !has_start {
+        tx.execute_batch("ALTER TABLE runs ADD COLUMN owner_start INTEGER")?;
+    }
+    tx.commit()
+}
+
+/// Who runs something: a process of one boot of one machine. The PID alone does not name the
+/// process for long: after a crash the kernel may give it to an unrelated process (a container's
+/// small PID space, a machine up for months). The control plane therefore also records the
+/// owner's start time ([`Owner::start_time`]) and judges its rows with
+/// [`Owner::is_alive_started`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Owner {
     pub pid: u32,
@@ -50,17 +75,66 @@ impl Owner {
         }
     }
 
-    /// Whether the owner may still run: `false` only when it is provably gone (another boot,
-    /// or no process with its PID in this boot).
+    /// When the process with this owner's PID started ([`process_start`]), if it runs in this
+    /// boot. Read while the owner runs (it registers its own rows), this is the owner's.
+    pub fn start_time(&self) -> Option<u64> {
+        if self.boot_id != boot_id() {
+            return None;
+        }
+        process_start(self.pid)
+    }
+
+    /// Whether the owner may still run, judged by PID and boot only (a record that kept no
+    /// start time): `false` only when it is provably gone (another boot, or no process with
+    /// its PID in this boot).
     pub fn is_alive(&self) -> bool {
+        self.is_alive_started(None)
+    }
+
+    /// Whether the owner that started at `started` ([`Owner::start_time`] when its row was
+    /// written) may still run: `false` when it is provably gone — another boot, no process
+    /// with its PID, or a process with its PID that started at another time (the PID was
+    /// reused). With no recorded start time, the PID and boot decide ([`Owner::is_alive`]).
+    pub fn is_alive_started(&self, started: Option<u64>) -> bool {
         if self.boot_id != boot_id() {
             return false;
         }
-        if self.pid == std::process::id() {
-            return true;
+        let Some(started) = started else {
+            if self.pid == std::process::id() {
+                return true;
+            }
+            return self.pid != 0 && Path::new(&format!("/proc/{}", self.pid)).exists();
+        };
+        if self.pid == 0 {
+            return false;
         }
-        self.pid != 0 && Path::new(&format!("/proc/{}", self.pid)).exists()
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            // Unparsable: the process cannot be told apart, so it may be the owner.
+            Ok(stat) => parse_start(&stat).is_none_or(|now| now == started),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            // Unreadable for another reason (permissions, a race with its exit): not provably
+            // gone; the next reap looks again.
+            Err(_) => true,
+        }
     }
+}
+
+/// The start time of process `pid`: `/proc/<pid>/stat` field 22 (`starttime`, clock ticks after
+/// boot). With the boot ID and the PID it names one process. `None` when there is no such
+/// process or the file cannot be read.
+pub fn process_start(pid: u32) -> Option<u64> {
+    if pid == 0 {
+        return None;
+    }
+    parse_start(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2, in parentheses) may hold
+/// spaces and parentheses itself, so the fields are counted after its LAST `)`: field 3 is the
+/// first there, field 22 the 20th.
+fn parse_start(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
 }
 
 /// `/proc/sys/kernel/random/boot_id` (empty when unreadable: then only the PID decides).
@@ -110,12 +184,19 @@ impl ControlPlane {
         // a power loss may roll back the last commits — a registration or an end then reads as still running
         // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
         // lateness low.
-        let conn = SharedConn::open_store(path, Sync::Normal, SCHEMA).map_err(|cause| {
-            ControlPlaneError::Db {
-                path: path.to_path_buf(),
-                cause,
-            }
-        })?;
+        let db = |cause: String| ControlPlaneError::Db {
+            path: path.to_path_buf(),
+            cause,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| db(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        // Schema 2 ([`migrate`]); a failed migration leaves the file read-only at its old
+        // schema, where reads still answer and writes say why ([`ControlPlane::writable`]).
+        let conn =
+            warren_config::sqlite::open_migrated(path, Sync::Normal, SCHEMA_VERSION, migrate)
+                .map_err(|e| db(warren_config::sqlite::cause_text(&e, path)))?;
         Ok(Self { conn })
     }
 
@@ -138,6 +219,18 @@ impl ControlPlane {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock()
+    }
+
+    /// Refuses a write to a store left read-only at schema 1 by a failed migration, with why
+    /// (its statements name `owner_start`, which SQLite would report as a missing column).
+    fn writable(&self) -> Result<(), ControlPlaneError> {
+        match self.conn.read_only() {
+            None => Ok(()),
+            Some(why) => Err(ControlPlaneError::Db {
+                path: self.conn.path().to_path_buf(),
+                cause: why.to_string(),
+            }),
+        }
     }
 
     /// Registers a running run of `owner`.
@@ -169,7 +262,8 @@ impl ControlPlane {
             label,
             owner,
             "ON CONFLICT (id) DO UPDATE SET state = 'running', owner_pid = ?5,
-                 owner_boot = ?6, finished_at = NULL, error = NULL, cancel_requested = 0",
+                 owner_boot = ?6, owner_start = ?8, finished_at = NULL, error = NULL,
+                 cancel_requested = 0",
         )
     }
 
@@ -184,11 +278,13 @@ impl ControlPlane {
         owner: &Owner,
         on_conflict: &str,
     ) -> Result<(), ControlPlaneError> {
+        self.writable()?;
         self.conn()
             .execute(
                 &format!(
-                    "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at, state)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running') {on_conflict}"
+                    "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at,
+                     state, owner_start)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8) {on_conflict}"
                 ),
                 params![
                     id,
@@ -197,7 +293,8 @@ impl ControlPlane {
                     label,
                     owner.pid,
                     owner.boot_id,
-                    timefmt::format(timefmt::now())
+                    timefmt::format(timefmt::now()),
+                    owner.start_time()
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -303,9 +400,10 @@ impl ControlPlane {
     }
 
     fn reap_with(&self, reaper: Reaper) -> Result<Vec<String>, ControlPlaneError> {
+        self.writable()?;
         let lost = gone_owners(
             &self.conn(),
-            "SELECT id, owner_pid, owner_boot FROM runs WHERE state = 'running'",
+            "SELECT id, owner_pid, owner_boot, owner_start FROM runs WHERE state = 'running'",
             reaper,
         )
         .map_err(|e| self.err(e))?;
@@ -356,8 +454,6 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     })
 }
 
-/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot)` whose owner process is
-/// provably gone (the reapers of the control plane and the cron store).
 /// When a reaper runs: any time (this process may own running rows), or at the start of a
 /// process that owns none yet (a row of its own PID and boot is an earlier process's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,6 +462,10 @@ pub(crate) enum Reaper {
     AtStart,
 }
 
+/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot[, owner_start])` whose
+/// owner process is provably gone (the reapers of the control plane and the cron store). A
+/// fourth column is the owner's recorded start time (NULL: unknown); without it the PID and
+/// boot decide.
 pub(crate) fn gone_owners(
     conn: &Connection,
     sql: &str,
@@ -373,18 +473,24 @@ pub(crate) fn gone_owners(
 ) -> rusqlite::Result<Vec<String>> {
     let me = Owner::current();
     let mut stmt = conn.prepare(sql)?;
+    let with_start = stmt.column_count() > 3;
     let rows = stmt.query_map([], |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, u32>(1)?,
             r.get::<_, String>(2)?,
+            if with_start {
+                r.get::<_, Option<u64>>(3)?
+            } else {
+                None
+            },
         ))
     })?;
     let mut gone = Vec::new();
     for row in rows {
-        let (id, pid, boot_id) = row?;
+        let (id, pid, boot_id, started) = row?;
         let owner = Owner { pid, boot_id };
-        if (reaper == Reaper::AtStart && owner == me) || !owner.is_alive() {
+        if (reaper == Reaper::AtStart && owner == me) || !owner.is_alive_started(started) {
             gone.push(id);
         }
     }
@@ -394,6 +500,17 @@ pub(crate) fn gone_owners(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22_counted_after_the_last_parenthesis_of_the_command_name() {
+        // A command name may hold spaces and parentheses: `x) 1 2 (y`.
+        let fields: Vec<String> = (3..=52).map(|n| format!("{n}")).collect();
+        let stat = format!("4242 (x) 1 2 (y) {}\n", fields.join(" "));
+        assert_eq!(parse_start(&stat), Some(22));
+        assert_eq!(parse_start("4242 (sleep) S 1"), None, "a cut-off line");
+        assert_eq!(parse_start("no parenthesis"), None);
+        assert!(process_start(std::process::id()).is_some());
+    }
 
     #[test]
     fn runs_of_a_gone_owner_are_reaped_as_lost_and_live_ones_stay()

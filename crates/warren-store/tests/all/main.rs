@@ -2,6 +2,7 @@
 
 mod acp;
 mod backends;
+mod control_plane_owner;
 mod group_commit;
 mod migrate;
 mod policy;

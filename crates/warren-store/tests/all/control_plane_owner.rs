@@ -1,0 +1,283 @@
+//! The control plane's owner is one process, not just a PID (issue 17, STATE-11): a row records
+//! its owner's start time (`/proc/<pid>/stat` field 22), so a PID the kernel gave to an
+//! unrelated process after a crash no longer keeps a dead owner's run `running` forever; and a
+//! file of schema 1 (no start time) is upgraded in place through the one migration routine,
+//! keeping its rows. Real processes (`sleep`), real files.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use rusqlite::{Connection, params};
+use warren_store::control_plane::{ControlPlane, Owner, RunRecord, boot_id, process_start};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// A child process that is killed and waited for when dropped (also when a test fails).
+struct Proc(Child);
+
+impl Proc {
+    fn spawn(program: &Path) -> Self {
+        Self(Command::new(program).arg("30").spawn().unwrap())
+    }
+    fn owner(&self) -> Owner {
+        Owner {
+            pid: self.0.id(),
+            boot_id: boot_id(),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `sleep` program: found on PATH, like a shell would.
+fn sleep_program() -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("sleep"))
+                .find(|f| f.is_file())
+        })
+        .unwrap()
+}
+
+/// `(id, state)` of every row, by id.
+fn states(cp: &ControlPlane) -> Vec<(String, String)> {
+    let mut rows: Vec<_> = cp
+        .list(None, 100)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.state))
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn pairs(rows: &[(&str, &str)]) -> Vec<(String, String)> {
+    rows.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// `owner_start` of row `id`, read by another connection.
+fn recorded_start(db: &Path, id: &str) -> Option<u64> {
+    Connection::open(db)
+        .unwrap()
+        .query_row(
+            "SELECT owner_start FROM runs WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_not_issue17() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    let cp = ControlPlane::open(&db)?;
+    let sleep = sleep_program();
+    // The live owner runs under a command name with spaces and parentheses (its `stat` line
+    // must be read after the last `)`).
+    let odd = dir.path().join("x) y (z");
+    std::fs::copy(&sleep, &odd)?;
+
+    // A daemon that registers its run and then dies (SIGKILL: it never ends the row).
+    let crashed = Proc::spawn(&sleep);
+    cp.register("crashed", "cron", "main", "cron:a", &crashed.owner())?;
+    let crashed_start = recorded_start(&db, "crashed");
+    assert_eq!(crashed_start, process_start(crashed.0.id()));
+    assert!(crashed_start.is_some());
+    drop(crashed);
+
+    // An unrelated process, started later, now has the dead owner's PID (the kernel reused it:
+    // here the row is pointed at it, as reuse would leave it).
+    std::thread::sleep(Duration::from_millis(50));
+    let unrelated = Proc::spawn(&odd);
+    let unrelated_start = process_start(unrelated.0.id());
+    assert!(unrelated_start.is_some(), "the odd command name parses");
+    assert!(
+        unrelated_start != crashed_start,
+        "started {crashed_start:?} and {unrelated_start:?}"
+    );
+    Connection::open(&db)?.execute(
+        "UPDATE runs SET owner_pid = ?1 WHERE id = 'crashed'",
+        params![unrelated.0.id()],
+    )?;
+    assert!(
+        unrelated.owner().is_alive(),
+        "by PID and boot alone the dead owner still looks alive"
+    );
+
+    // The unrelated process's own run, and a row of schema 1 (no start time) of the same PID.
+    cp.register("live", "cron", "main", "cron:b", &unrelated.owner())?;
+    assert_eq!(recorded_start(&db, "live"), unrelated_start);
+    cp.register("old-row", "cron", "main", "cron:c", &unrelated.owner())?;
+    Connection::open(&db)?.execute(
+        "UPDATE runs SET owner_start = NULL WHERE id = 'old-row'",
+        [],
+    )?;
+
+    assert_eq!(cp.reap()?, vec!["crashed".to_string()]);
+    assert_eq!(
+        states(&cp),
+        pairs(&[
+            ("crashed", "lost"),
+            ("live", "running"),
+            ("old-row", "running")
+        ])
+    );
+    let lost = cp.get("crashed")?.unwrap();
+    assert_eq!(
+        lost.error.as_deref(),
+        Some("its owner process exited during the run")
+    );
+    // The owner of a right start time stays alive by the same check the reaper uses.
+    assert!(unrelated.owner().is_alive_started(unrelated_start));
+    assert!(!unrelated.owner().is_alive_started(crashed_start));
+
+    // Once the live owner is gone too, its rows are reaped as before.
+    let live_pid = unrelated.0.id();
+    drop(unrelated);
+    assert_eq!(process_start(live_pid), None);
+    let mut reaped = cp.reap()?;
+    reaped.sort();
+    assert_eq!(reaped, vec!["live".to_string(), "old-row".to_string()]);
+    Ok(())
+}
+
+/// Schema 1 of `control_plane.db`, as the previous warren wrote it.
+const SCHEMA_1: &str = "
+CREATE TABLE runs (
+    id               TEXT PRIMARY KEY NOT NULL,
+    kind             TEXT NOT NULL,
+    agent            TEXT NOT NULL,
+    label            TEXT NOT NULL,
+    owner_pid        INTEGER NOT NULL,
+    owner_boot       TEXT NOT NULL,
+    started_at       TEXT NOT NULL,
+    finished_at      TEXT,
+    state            TEXT NOT NULL CHECK (state IN
+                     ('running', 'ok', 'failed', 'lost', 'cancelled', 'timed_out')),
+    heartbeat_at     TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    error            TEXT
+);
+CREATE INDEX runs_by_state ON runs(state);
+CREATE INDEX runs_by_started ON runs(started_at);
+PRAGMA user_version = 1;
+";
+
+fn version(db: &Path) -> i64 {
+    Connection::open(db)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_control_plane_of_schema_1_is_upgraded_in_place_and_keeps_its_rows_issue17() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    std::fs::create_dir_all(db.parent().unwrap())?;
+    {
+        let old = Connection::open(&db)?;
+        let _: String = old.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        old.execute_batch(SCHEMA_1)?;
+        let me = std::process::id();
+        let insert = "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot,
+                      started_at, finished_at, state, cancel_requested, error)
+                      VALUES (?1, 'cron', 'main', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+        old.execute(
+            insert,
+            params![
+                "mine",
+                "cron:a",
+                me,
+                boot_id(),
+                "2026-11-30T10:00:00Z",
+                None::<String>,
+                "running",
+                1,
+                None::<String>
+            ],
+        )?;
+        old.execute(
+            insert,
+            params![
+                "other-boot",
+                "cron:b",
+                me,
+                "00000000-0000-0000-0000-000000000000",
+                "2026-11-30T09:00:00Z",
+                None::<String>,
+                "running",
+                0,
+                None::<String>
+            ],
+        )?;
+        old.execute(
+            insert,
+            params![
+                "done",
+                "delegate",
+                4242,
+                boot_id(),
+                "2026-11-29T08:00:00Z",
+                Some("2026-11-29T08:05:00Z"),
+                "failed",
+                0,
+                Some("model refused")
+            ],
+        )?;
+    }
+    // Read paths answer at schema 1 without touching the file.
+    let before: Vec<RunRecord> = ControlPlane::open_existing(&db)?.unwrap().list(None, 10)?;
+    assert_eq!(before.len(), 3);
+    assert_eq!(version(&db), 1);
+
+    let cp = ControlPlane::open(&db)?;
+    assert_eq!(version(&db), warren_store::control_plane::SCHEMA_VERSION);
+    assert_eq!(version(&db), 2);
+    assert_eq!(cp.list(None, 10)?, before, "every row and field kept");
+    for id in ["mine", "other-boot", "done"] {
+        assert_eq!(
+            recorded_start(&db, id),
+            None,
+            "{id}: schema 1 knew no start"
+        );
+    }
+    let snapshots = warren_config::sqlite::snapshots_of(&db);
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+
+    // Rows without a start time are judged by PID and boot, as before.
+    assert_eq!(cp.reap()?, vec!["other-boot".to_string()]);
+    assert_eq!(
+        states(&cp),
+        pairs(&[
+            ("done", "failed"),
+            ("mine", "running"),
+            ("other-boot", "lost")
+        ])
+    );
+
+    // New rows record their owner's start; opening again migrates nothing more.
+    cp.register("new", "cron", "main", "cron:c", &Owner::current())?;
+    assert_eq!(
+        recorded_start(&db, "new"),
+        process_start(std::process::id())
+    );
+    drop(cp);
+    let again = ControlPlane::open(&db)?;
+    assert_eq!(warren_config::sqlite::snapshots_of(&db), snapshots);
+    assert_eq!(again.list(None, 10)?.len(), 4);
+    Ok(())
+}
