@@ -69,7 +69,7 @@ pub fn state_map(root: &InstallRoot) -> Vec<StoreFile> {
             "control_plane",
             root.control_plane_db(),
             Sqlite,
-            v1,
+            Some(warren_store::control_plane::SCHEMA_VERSION),
         ),
         row("STATE-13", "trace", root.runtime_trace(), Ledger, None),
         row("STATE-14", "costs", root.costs_ledger(), Ledger, None),
