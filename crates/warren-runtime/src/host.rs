@@ -371,6 +371,8 @@ impl AgentHost {
                 cancel,
                 events,
             };
+            // A repeated input a failed turn left unanswered is not stored twice.
+            let sessions = crate::sessions::for_turn(&sessions, claimed.key(), &input);
             let chat = runner.chat(&sessions, &claimed, &input, &io);
             let (alias, label) = (runner.alias().as_str(), channel.label());
             let result = crate::telemetry::turn(alias, runner.model(), label, &input, chat).await;

@@ -8,14 +8,19 @@
 //! `ephemeral` runs the generation with in-memory sessions and a loud error.
 //!
 //! A session belongs to one agent (SESS-1): [`claim`] creates a session for its agent, or
-//! refuses a key another agent owns before anything of it is loaded.
+//! refuses a key another agent owns before anything of it is loaded. A turn sees its session
+//! through [`for_turn`], which keeps a retried input from being stored twice.
+
+use std::sync::{Arc, Mutex};
 
 use warren_config::InstallRoot;
 use warren_config::schema::ChannelsConfig;
-use warren_core::{AgentAlias, SessionKey};
+use warren_core::{AgentAlias, Role, SessionKey};
 use warren_store::acp::AcpSessionStore;
 use warren_store::sessions::{
-    ChatSessions, SessionHandle, SessionInit, open_chat_sessions_reporting,
+    AppendReceiver, ChatSessions, History, NewMessage, Page, SearchHit, SessionBackend,
+    SessionError, SessionHandle, SessionInit, SessionMeta, SessionState, StoredMessage,
+    open_chat_sessions_reporting,
 };
 
 use crate::turn::TurnError;
@@ -101,6 +106,152 @@ pub async fn claim(
     }
 }
 
+/// The session store as the turn answering `input` in `key` sees it. When the session's
+/// newest message is the user message of a turn that failed (a provider error, a timeout, a
+/// cancel before any answer) and `input` repeats it (a client's retry, a user asking again),
+/// the turn goes on from that message instead of storing it twice: the turn's history load
+/// leaves it out (the turn sends it as its input, so the provider sees it once) and the
+/// turn's append of it writes nothing. Run under the session's queue slot, so no other turn
+/// of this process answers the message in between (which is why the door decides it for every
+/// entry point, rather than each caller checking before it submits).
+pub(crate) fn for_turn(sessions: &SessionHandle, key: &SessionKey, input: &str) -> SessionHandle {
+    SessionHandle::new(Arc::new(TurnStore {
+        inner: Arc::clone(sessions.blocking()),
+        key: key.clone(),
+        input: input.to_string(),
+        unanswered: Mutex::new(Unanswered::NotLoaded),
+    }))
+}
+
+/// What the turn's first load found at the end of its session.
+#[derive(Debug)]
+enum Unanswered {
+    NotLoaded,
+    /// The failed turn's user message the input repeats, until the turn appends it.
+    Repeated(StoredMessage),
+    None,
+}
+
+/// [`for_turn`]'s store: the backend, but for one session's repeated user message.
+#[derive(Debug)]
+struct TurnStore {
+    inner: Arc<dyn SessionBackend>,
+    key: SessionKey,
+    input: String,
+    unanswered: Mutex<Unanswered>,
+}
+
+impl TurnStore {
+    /// The stored message `message` repeats, once: the turn's append of its input.
+    fn repeats(&self, key: &SessionKey, message: &NewMessage) -> Option<StoredMessage> {
+        if *key != self.key || message.role != Role::User || message.content != self.input {
+            return None;
+        }
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *unanswered, Unanswered::None) {
+            Unanswered::Repeated(stored) => Some(stored),
+            _ => None,
+        }
+    }
+}
+
+impl SessionBackend for TurnStore {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn ensure(&self, key: &SessionKey, init: &SessionInit) -> Result<SessionMeta, SessionError> {
+        self.inner.ensure(key, init)
+    }
+
+    fn append(
+        &self,
+        key: &SessionKey,
+        message: &NewMessage,
+    ) -> Result<StoredMessage, SessionError> {
+        match self.repeats(key, message) {
+            Some(stored) => Ok(stored),
+            None => self.inner.append(key, message),
+        }
+    }
+
+    fn queue_append(
+        &self,
+        key: &SessionKey,
+        message: &NewMessage,
+    ) -> Option<Result<AppendReceiver, SessionError>> {
+        let Some(stored) = self.repeats(key, message) else {
+            return self.inner.queue_append(key, message);
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = tx.send(Ok(stored));
+        Some(Ok(rx))
+    }
+
+    fn load(&self, key: &SessionKey, page: Page) -> Result<History, SessionError> {
+        let mut history = self.inner.load(key, page)?;
+        if *key != self.key {
+            return Ok(history);
+        }
+        let mut unanswered = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*unanswered, Unanswered::NotLoaded) {
+            let repeated = history
+                .messages
+                .last()
+                .is_some_and(|m| m.role == Role::User && m.content == self.input);
+            *unanswered = match history.messages.pop() {
+                Some(last) if repeated => Unanswered::Repeated(last),
+                Some(last) => {
+                    history.messages.push(last);
+                    Unanswered::None
+                }
+                None => Unanswered::None,
+            };
+        }
+        Ok(history)
+    }
+
+    fn list(&self) -> Result<Vec<SessionMeta>, SessionError> {
+        self.inner.list()
+    }
+
+    fn meta(&self, key: &SessionKey) -> Result<Option<SessionMeta>, SessionError> {
+        self.inner.meta(key)
+    }
+
+    fn rename(&self, from: &SessionKey, to: &SessionKey) -> Result<(), SessionError> {
+        self.inner.rename(from, to)
+    }
+
+    fn delete(&self, key: &SessionKey) -> Result<bool, SessionError> {
+        self.inner.delete(key)
+    }
+
+    fn clear(&self, key: &SessionKey) -> Result<u64, SessionError> {
+        self.inner.clear(key)
+    }
+
+    fn set_name(&self, key: &SessionKey, name: Option<&str>) -> Result<(), SessionError> {
+        self.inner.set_name(key, name)
+    }
+
+    fn set_state(&self, key: &SessionKey, state: SessionState) -> Result<(), SessionError> {
+        self.inner.set_state(key, state)
+    }
+
+    fn set_agent(&self, key: &SessionKey, agent: Option<&AgentAlias>) -> Result<(), SessionError> {
+        self.inner.set_agent(key, agent)
+    }
+
+    fn rename_agent(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, SessionError> {
+        self.inner.rename_agent(from, to)
+    }
+
+    fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SessionError> {
+        self.inner.search(query, limit)
+    }
+}
+
 /// Chat and ACP session stores; where construction failed, why (already logged).
 #[derive(Debug)]
 pub struct SessionStores {
@@ -158,4 +309,62 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
             skipped: Vec::new(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use warren_store::sessions::MemoryBackend;
+
+    use super::*;
+
+    fn texts(history: &History) -> Vec<(Role, &str)> {
+        history
+            .messages
+            .iter()
+            .map(|m| (m.role, m.content.as_str()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_turn_repeating_a_failed_turns_message_does_not_store_it_twice() {
+        let store = SessionHandle::new(Arc::new(MemoryBackend::new()));
+        let key = SessionKey::new("s").unwrap();
+        let user = |text: &str| NewMessage::new(Role::User, text);
+        store.append(key.clone(), user("one")).await.unwrap();
+        store
+            .append(key.clone(), NewMessage::new(Role::Assistant, "First."))
+            .await
+            .unwrap();
+        store.append(key.clone(), user("two")).await.unwrap(); // its turn failed
+
+        // Another input: loaded and stored as it is.
+        let other = for_turn(&store, &key, "three");
+        let loaded = other.load(key.clone(), Page::All).await.unwrap();
+        assert_eq!(loaded.messages.len(), 3);
+        // The same input: the turn loads the history before it and stores its input once.
+        let again = for_turn(&store, &key, "two");
+        let loaded = again.load(key.clone(), Page::All).await.unwrap();
+        assert_eq!(
+            texts(&loaded),
+            vec![(Role::User, "one"), (Role::Assistant, "First.")]
+        );
+        again.append(key.clone(), user("two")).await.unwrap();
+        again
+            .append(key.clone(), NewMessage::new(Role::Assistant, "Second."))
+            .await
+            .unwrap();
+        // A second append of the same text is a new message ("two" asked again).
+        again.append(key.clone(), user("two")).await.unwrap();
+        let stored = store.load(key.clone(), Page::All).await.unwrap();
+        assert_eq!(
+            texts(&stored),
+            vec![
+                (Role::User, "one"),
+                (Role::Assistant, "First."),
+                (Role::User, "two"),
+                (Role::Assistant, "Second."),
+                (Role::User, "two"),
+            ]
+        );
+    }
 }

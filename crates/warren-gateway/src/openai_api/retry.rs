@@ -10,8 +10,10 @@
 //! client resending the whole conversation sends a longer one for a new turn, so the same
 //! conversation twice is a retry). A request that only sends its newest message is a retry only
 //! with the retry count: "yes" twice may be meant. A turn that failed is not joined: the retry
-//! runs it again. The stored-history side of the rule (a retry whose first attempt ended before
-//! the daemon restarted or the entry expired) is [`super::history::repeated_reply`].
+//! runs it again, going on from the user message the failed attempt stored (the runtime's door
+//! does not store a failed turn's message twice when the next turn repeats it). The
+//! stored-history side of the rule (a retry whose first attempt ended before the daemon
+//! restarted or the entry expired) is [`super::history::repeated_reply`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;

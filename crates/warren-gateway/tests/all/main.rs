@@ -8,5 +8,6 @@ mod memory_api;
 mod memory_backends;
 mod memory_provenance;
 mod openai_api;
+mod openai_failed_retry;
 mod routes;
 mod sqlite_stores;
