@@ -261,6 +261,12 @@ impl AgentHost {
         &self.process.costs
     }
 
+    /// The process's `max_actions_per_hour` window (its turns, cron and SOP tool calls count
+    /// in it; a lifecycle operation moves the agent's rows through it).
+    pub fn actions(&self) -> &Arc<ActionWindow> {
+        &self.process.actions
+    }
+
     pub fn memory_stores(&self) -> &MemoryStores {
         &self.memory
     }

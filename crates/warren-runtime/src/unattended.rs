@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use warren_core::{AgentAlias, SessionKey};
 use warren_tools::ToolError;
 
-use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture, Requirement};
+use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
 use crate::cancel::CancelToken;
 use crate::host::{AgentHost, TurnRequest};
 use crate::turn::{Channel, TurnError, TurnEvent, TurnOutcome};
@@ -149,23 +149,27 @@ pub(crate) async fn tool_call(
     };
     let needs_approval =
         |reason: &str| format!("'{name}' needs the operator's approval ({reason}); {refusal}");
-    match crate::approval::requirement_for(kit.policy(), name, tool.risk(), &args) {
-        Requirement::Run => {}
-        Requirement::Refuse(reason) => {
-            crate::metrics::denial(agent.as_str(), "autonomy");
-            return failed(format!("'{name}' refused: {reason}"));
-        }
-        Requirement::Ask(reason) => return failed(needs_approval(&reason)),
-    }
-    // PERM-2: the agent's `max_actions_per_hour` window is the one its turns count in.
-    if let Err(refused) = runner.admit_tool(name, None) {
-        return failed(format!("'{name}' refused by the runtime: {refused}"));
+    // The gate of a model's call (autonomy, `always_ask`, the taint rule, PERM-2's action
+    // window); what needs approval is refused here, never run.
+    let call = warren_core::ToolCall {
+        id: String::new(),
+        name: name.to_string(),
+        arguments: args,
+    };
+    let unattended = |reason: String| async move { Err(needs_approval(&reason)) };
+    if let Err(stopped) = runner.gate(&call, tool.risk(), None, unattended).await {
+        return failed(
+            stopped.answer(|reason| format!("'{name}' refused by the runtime: {reason}")),
+        );
     }
     let output = tokio::select! {
-        r = tool.execute(args) => r,
+        r = tool.execute(call.arguments) => r,
         () = cancel.cancelled() => return ToolCall::Cancelled,
     };
     crate::metrics::tool_call(agent.as_str(), name, output.is_ok());
+    if let Err(e) = &output {
+        runner.count_denial(e);
+    }
     let content = match output {
         Ok(out) => out.content,
         Err(ToolError::ApprovalRequired(reason)) => return failed(needs_approval(&reason)),
@@ -268,5 +272,80 @@ mod tests {
         let workspace = root.agent_workspace(&ada);
         assert!(workspace.join("turn.md").exists() && workspace.join("second.md").exists());
         assert!(!workspace.join("third.md").exists(), "the refused call ran");
+    }
+
+    /// The unattended gate is the turn's: an `http_request` that may change something on the
+    /// other side (a POST) counts as a write, so under `supervised` it needs approval, and an
+    /// SOP tool step or cron command job fails without sending it. The unattended copy judged
+    /// the tool's own class (a read) and sent the POST unapproved.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unattended_http_post_needs_approval_like_a_turns_issue24() {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                seen.lock().unwrap().push(line);
+                let _ = (&stream).write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let root = InstallRoot::at(dir.path().join("warren"));
+        root.ensure_layout().unwrap();
+        std::fs::write(
+            root.config_file(),
+            format!(
+                // The provider is never called: an unattended tool call asks no model.
+                "[agents.ada]\nprovider = \"idle\"\nmodel = \"m\"\nrisk_profile = \"careful\"\n\
+                 [providers.idle]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                 api_key = \"sk-test\"\n\
+                 [agents.ada.network]\nallow = [\"127.0.0.1:{port}\"]\n\
+                 [risk_profiles.careful]\nautonomy = \"supervised\"\n"
+            ),
+        )
+        .unwrap();
+        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
+        let host = Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        let ada = AgentAlias::new("ada").unwrap();
+        let call = |method: &str| {
+            let host = Arc::clone(&host);
+            let ada = ada.clone();
+            let args = json!({"url": format!("http://127.0.0.1:{port}/hook"), "method": method});
+            async move {
+                tool_call(
+                    &host,
+                    &ada,
+                    "http_request",
+                    args,
+                    &CancelToken::new(),
+                    "an SOP step never runs it unapproved",
+                )
+                .await
+            }
+        };
+        // A plain GET is a read: it runs (the server is reachable, so a refused POST is the
+        // gate's doing).
+        match call("GET").await {
+            ToolCall::Done(_) => {}
+            ToolCall::Failed { error, .. } => panic!("the GET failed: {error}"),
+            ToolCall::Cancelled => panic!("the GET was cancelled"),
+        }
+        let ToolCall::Failed { error, output } = call("POST").await else {
+            panic!("the POST ran unapproved");
+        };
+        assert!(
+            error.starts_with("'http_request' needs the operator's approval (")
+                && error.ends_with("; an SOP step never runs it unapproved"),
+            "{error}"
+        );
+        assert!(output.is_none());
+        let requests = requests.lock().unwrap().clone();
+        assert_eq!(requests, vec!["GET /hook HTTP/1.1\r\n".to_string()]);
     }
 }

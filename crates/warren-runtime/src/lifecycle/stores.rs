@@ -26,6 +26,7 @@ use warren_store::sop::SopStore;
 
 use crate::cost::{CostRecord, CostTracker, read_ledger};
 use crate::host::AgentHost;
+use crate::turn::limits::ActionWindow;
 
 /// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
 #[derive(Debug, Clone)]
@@ -84,6 +85,8 @@ pub struct OwnStores {
     chat: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
     acp: OnceLock<Result<Arc<AcpSessionStore>, String>>,
     costs: OnceLock<CostTracker>,
+    /// Opens its connection at the first use.
+    actions: Arc<ActionWindow>,
     cron: Mutex<Option<Arc<CronStore>>>,
     control: Mutex<Option<Arc<ControlPlane>>>,
     sop: Mutex<Option<Arc<SopStore>>>,
@@ -96,6 +99,7 @@ impl OwnStores {
             chat: OnceLock::new(),
             acp: OnceLock::new(),
             costs: OnceLock::new(),
+            actions: Arc::new(ActionWindow::open(root)),
             cron: Mutex::new(None),
             control: Mutex::new(None),
             sop: Mutex::new(None),
@@ -256,6 +260,15 @@ impl StoreContext {
         match &self.source {
             StoreSource::Own(own) => own_store(slot(own), path, create, open),
             StoreSource::Host(_) => own_store(&Mutex::new(None), path, create, open),
+        }
+    }
+
+    /// The `max_actions_per_hour` window: the process's inside a daemon (the one its turns
+    /// admit through, so no second connection on `actions.db`), else this process's.
+    pub fn actions(&self) -> &Arc<ActionWindow> {
+        match &self.source {
+            StoreSource::Host(host) => host.actions(),
+            StoreSource::Own(own) => &own.actions,
         }
     }
 
@@ -628,16 +641,16 @@ impl AgentStateStore for AcpState {
 
 /// The agent's tool executions of the last hour (`data/state/actions.db`): rename moves them to
 /// the new alias (it keeps its hour's count), delete archives and removes them, restore puts
-/// back those still inside the hour. A connection of its own, in or out of a daemon: every
-/// process of the install root shares the file through SQLite's locks.
+/// back those still inside the hour. The window is [`StoreContext::actions`]: inside a daemon
+/// the one its turns admit through; other processes share the file through SQLite's locks.
 struct ActionsState {
-    window: crate::turn::limits::ActionWindow,
+    window: Arc<ActionWindow>,
 }
 
 impl ActionsState {
     fn new(ctx: StoreContext) -> Self {
         Self {
-            window: crate::turn::limits::ActionWindow::open(&ctx.root),
+            window: Arc::clone(ctx.actions()),
         }
     }
 }
@@ -732,6 +745,102 @@ mod tests {
 
     fn alias(s: &str) -> AgentAlias {
         AgentAlias::new(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// How many descriptors this process holds on `db` (with its `-wal` and `-shm`).
+    fn open_handles(db: &std::path::Path) -> usize {
+        let prefix = db.display().to_string();
+        std::fs::read_dir("/proc/self/fd")
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter(|t| t.display().to_string().starts_with(&prefix))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Issue 14 §6: inside a daemon, the `max_actions_per_hour` share of a rename works through
+    /// the window the generation's turns admit through: while the cascade's stores are alive
+    /// (the rename done), the process holds exactly the descriptors on `actions.db` it held
+    /// before (the old way opened a second connection of its own). Without a daemon, every
+    /// operation of one `Lifecycle` shares one window.
+    #[test]
+    fn inside_a_daemon_the_actions_share_borrows_the_hosts_window_issue14() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = InstallRoot::at(dir.path());
+        std::fs::write(
+            root.config_file(),
+            "[agents.b]\n[agents.b.memory]\nbackend = \"none\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let (b, bee) = (alias("b"), alias("bee"));
+            let store = ConfigStore::load(root.clone()).unwrap_or_else(|e| panic!("{e}"));
+            let config = store.snapshot().config().clone();
+            let generation = crate::daemon::Generation::detached(root.clone(), store)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let host = Arc::clone(&generation.host);
+            // A turn's tool call opened the generation's window.
+            host.actions()
+                .admit(&b, 10)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let db = crate::turn::limits::actions_db(&root);
+            let before = open_handles(&db);
+            assert!(before > 0, "the host's window is open");
+
+            let ctx = StoreContext {
+                root: root.clone(),
+                config: Arc::new(config),
+                memory_backend: MemoryBackendKind::None,
+                handle: tokio::runtime::Handle::current(),
+                source: StoreSource::Host(Arc::clone(&host)),
+            };
+            let (b2, bee2) = (b.clone(), bee.clone());
+            let during = tokio::task::spawn_blocking(move || {
+                let shares = registered(&ctx);
+                let ws = WorkspaceMove {
+                    from: PathBuf::from("/b"),
+                    to: PathBuf::from("/bee"),
+                };
+                let moved: Vec<u64> = shares
+                    .iter()
+                    .filter(|s| s.name() == "actions")
+                    .map(|s| s.rename(&b2, &bee2, &ws).unwrap_or_else(|e| panic!("{e}")))
+                    .collect();
+                assert_eq!(moved, vec![1], "the action moved to the new alias");
+                let during = open_handles(&db);
+                drop(shares);
+                during
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                during, before,
+                "descriptors on actions.db while the rename's stores were alive"
+            );
+            assert_eq!(
+                (host.actions().count(&b), host.actions().count(&bee)),
+                (Ok(0), Ok(1)),
+                "the host's window sees the moved action"
+            );
+        });
+
+        // Without a daemon: one window for every operation of the process's stores.
+        let own = StoreSource::Own(Arc::new(OwnStores::new(&root)));
+        let ctx = |source: StoreSource| StoreContext {
+            root: root.clone(),
+            config: Arc::new(Config::default()),
+            memory_backend: MemoryBackendKind::None,
+            handle: rt.handle().clone(),
+            source,
+        };
+        assert!(Arc::ptr_eq(ctx(own.clone()).actions(), ctx(own).actions()));
     }
 
     /// Issue 14 §6: inside a daemon, the cron, control-plane and SOP shares of a lifecycle

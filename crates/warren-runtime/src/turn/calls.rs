@@ -1,6 +1,7 @@
 //! Running a round's tool calls (LOOP-1, issue 7 §3 and §5): approvals by autonomy level,
 //! concurrent execution of an admitted batch, cancellation, receipts, and results in call
-//! order.
+//! order. [`AgentRunner::gate`] is the one policy gate of every tool execution, a model's call
+//! or an unattended one (`crate::unattended`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,21 +36,43 @@ impl AgentRunner {
         super::taint::apply(self.kit.policy(), needed, call, risk)
     }
 
-    /// Takes a slot in the agent's `max_actions_per_hour` window (its policy's limit) for one
-    /// tool execution; a refused call is answered with the limit and when it frees.
-    fn admit_action(&self, call: &ToolCall, session: Option<&str>) -> Result<(), CallResult> {
+    /// THE policy gate of one tool execution, for a model's call and an unattended one (a cron
+    /// command job, an SOP tool step) alike: the call's [`Self::requirement`] (autonomy,
+    /// `always_ask`, a session's cap, the taint rule); a refusal counts as an `autonomy`
+    /// denial; a call that needs approval goes to `ask`, the caller's own handling (a turn asks
+    /// the operator, an unattended caller refuses); then a slot in the agent's
+    /// `max_actions_per_hour` window. `Ok(approved)`: run it (`approved` when `ask` approved).
+    pub(crate) async fn gate<A, F>(
+        &self,
+        call: &ToolCall,
+        risk: RiskClass,
+        session: Option<&str>,
+        ask: impl FnOnce(String) -> F,
+    ) -> Result<bool, Stopped<A>>
+    where
+        F: std::future::Future<Output = Result<(), A>>,
+    {
+        let approved = match self.requirement(call, risk) {
+            Requirement::Refuse(reason) => {
+                crate::metrics::denial(self.alias.as_str(), "autonomy");
+                return Err(Stopped::Refused(reason));
+            }
+            Requirement::Ask(reason) => {
+                ask(reason).await.map_err(Stopped::Unapproved)?;
+                true
+            }
+            Requirement::Run => false,
+        };
         self.admit_tool(&call.name, session)
-            .map_err(|refused| CallResult {
-                ok: false,
-                content: format!("Error: refused by the runtime: {refused}"),
-                receipt: None,
-            })
+            .map_err(|refused| Stopped::Refused(refused.to_string()))?;
+        Ok(approved)
     }
 
     /// Takes a slot in the agent's `max_actions_per_hour` window for one execution of `tool`,
     /// whoever runs it (a model's call, a cron command job, an SOP tool step: one window per
-    /// agent across every entry point); a refusal is traced as a `limit` event.
-    pub(crate) fn admit_tool(
+    /// agent across every entry point, all through [`Self::gate`]); a refusal is traced as a
+    /// `limit` event.
+    fn admit_tool(
         &self,
         tool: &str,
         session: Option<&str>,
@@ -111,8 +134,11 @@ impl AgentRunner {
             let mut origins = vec![None; calls.len()];
             for (i, call) in calls.iter().enumerate() {
                 if let Ok(tool) = self.tool(&call.name) {
-                    if let Err(refused) = self.admit_action(call, session) {
-                        results[i] = Some(refused);
+                    // No call of a parallel batch asks (`may_need_approval`); a refusal still
+                    // stops it.
+                    let asked = |reason| async { Err(reason) };
+                    if let Err(stopped) = self.gate(call, tool.risk(), session, asked).await {
+                        results[i] = Some(refused(&stopped.answer(|reason| reason)));
                         continue;
                     }
                     let args = call.arguments.clone();
@@ -239,27 +265,18 @@ impl AgentRunner {
             Ok(t) => t,
             Err(_) => return Some(self.unknown_tool(call)),
         };
-        let mut approved = false;
-        match self.requirement(call, tool.risk()) {
-            Requirement::Refuse(reason) => {
-                crate::metrics::denial(self.alias.as_str(), "autonomy");
-                return Some(CallResult {
-                    ok: false,
-                    content: format!("Error: refused by the runtime: {reason}"),
-                    receipt: None,
-                });
+        // The operator decides; `Err(None)`: cancelled while asking.
+        let ask = |reason| async move {
+            match self.approve(call, reason, session, io).await {
+                Some(None) => Ok(()),
+                Some(Some(denied)) => Err(Some(denied)),
+                None => Err(None),
             }
-            Requirement::Ask(reason) => {
-                if let Some(denied) = self.approve(call, reason, session, io).await? {
-                    return Some(denied);
-                }
-                approved = true;
-            }
-            Requirement::Run => {}
-        }
-        if let Err(refused) = self.admit_action(call, session) {
-            return Some(refused);
-        }
+        };
+        let approved = match self.gate(call, tool.risk(), session, ask).await {
+            Ok(approved) => approved,
+            Err(stopped) => return stopped.answer(|reason| Some(refused(&reason))),
+        };
         let origin = call_origin(call, session);
         let run = |approved: bool| {
             let tool = Arc::clone(&tool);
@@ -356,6 +373,14 @@ impl AgentRunner {
         })
     }
 
+    /// Counts a tool's own refusal (paths, commands, grants) as a `policy` denial, whoever ran
+    /// the call.
+    pub(crate) fn count_denial(&self, error: &ToolError) {
+        if matches!(error, ToolError::Denied(_)) {
+            crate::metrics::denial(self.alias.as_str(), "policy");
+        }
+    }
+
     pub(super) fn finish_call(
         &self,
         call: &ToolCall,
@@ -391,9 +416,7 @@ impl AgentRunner {
                 }
             }
             Err(e) => {
-                if matches!(e, ToolError::Denied(_)) {
-                    crate::metrics::denial(self.alias.as_str(), "policy");
-                }
+                self.count_denial(&e);
                 CallResult {
                     ok: false,
                     content: format!("Error: {e}"),
@@ -401,6 +424,33 @@ impl AgentRunner {
                 }
             }
         }
+    }
+}
+
+/// Why [`AgentRunner::gate`] stopped a call before it ran.
+pub(crate) enum Stopped<A> {
+    /// Refused, by the policy or by the agent's full `max_actions_per_hour` window: why.
+    Refused(String),
+    /// The call needed approval and the caller's `ask` did not give it: its answer.
+    Unapproved(A),
+}
+
+impl<A> Stopped<A> {
+    /// The caller's answer: its own for an unapproved call, `refused`'s for a refusal.
+    pub(crate) fn answer(self, refused: impl FnOnce(String) -> A) -> A {
+        match self {
+            Self::Refused(reason) => refused(reason),
+            Self::Unapproved(answer) => answer,
+        }
+    }
+}
+
+/// A model's call the runtime refused, answered with why.
+fn refused(reason: &str) -> CallResult {
+    CallResult {
+        ok: false,
+        content: format!("Error: refused by the runtime: {reason}"),
+        receipt: None,
     }
 }
 
@@ -430,4 +480,90 @@ pub(super) struct CallResult {
     pub(super) ok: bool,
     pub(super) content: String,
     pub(super) receipt: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+    use warren_config::schema::Autonomy;
+    use warren_config::{ConfigStore, InstallRoot};
+    use warren_core::AgentAlias;
+    use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
+
+    use crate::approval::DenyAll;
+    use crate::host::{AgentHost, TurnRequest, event_channel};
+    use crate::turn::Channel;
+    use crate::{CancelToken, TurnEvent};
+
+    /// A session whose mode caps the autonomy at `read_only` (an ACP session) refuses every
+    /// call with side effects, in a parallel batch too: the batch went through the action
+    /// window only, so two writes of a `parallel_tools` agent ran under a read-only mode.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_parallel_batch_is_refused_under_a_read_only_session_mode_like_a_single_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = InstallRoot::at(dir.path().join("warren"));
+        root.ensure_layout().unwrap();
+        let fake = FakeOpenAi::start().unwrap();
+        std::fs::write(
+            root.config_file(),
+            format!(
+                "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\
+                 runtime_profile = \"parallel\"\n\
+                 [risk_profiles.open]\nautonomy = \"full\"\n\
+                 [runtime_profiles.parallel]\nparallel_tools = true\n\
+                 [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
+                 retry_backoff_ms = 1\nmax_retries = 0\n",
+                fake.base_url()
+            ),
+        )
+        .unwrap();
+        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
+        let host = std::sync::Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        let ada = AgentAlias::new("ada").unwrap();
+        let write = |id: &str, path: &str| {
+            FakeCall::new(id, "file_write", json!({"path": path, "content": "x"}))
+        };
+        fake.push(FakeReply::calls(
+            "",
+            vec![write("c1", "one.md"), write("c2", "two.md")],
+        ));
+        fake.push(FakeReply::text("done"));
+        let (events, mut rx) = event_channel();
+        let read_only = warren_tools::ToolContext {
+            autonomy_cap: Some(Autonomy::ReadOnly),
+            ..Default::default()
+        };
+        let turn = read_only
+            .scope(host.submit(TurnRequest {
+                agent: ada.clone(),
+                session: None,
+                channel: Channel::Cli,
+                input: "write both".into(),
+                approver: std::sync::Arc::new(DenyAll),
+                cancel: CancelToken::new(),
+                events,
+            }))
+            .await
+            .unwrap();
+        assert_eq!(turn.finish().await.unwrap().tool_calls, 2);
+        let mut results = Vec::new();
+        while let Some(event) = rx.recv().await {
+            if let TurnEvent::ToolResult { ok, content, .. } = event {
+                results.push((ok, content));
+            }
+        }
+        let refusal = "Error: refused by the runtime: the session's mode is read_only: \
+                       'file_write' has side effects and is not run";
+        assert_eq!(
+            results,
+            vec![(false, refusal.to_string()), (false, refusal.to_string())]
+        );
+        let workspace = root.agent_workspace(&ada);
+        assert!(
+            !workspace.join("one.md").exists() && !workspace.join("two.md").exists(),
+            "a refused write ran"
+        );
+    }
 }
