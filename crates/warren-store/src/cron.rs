@@ -3,10 +3,11 @@
 //! cost, receipts, delivery). Read paths ([`CronStore::open_existing`]) never create the file.
 //!
 //! Honest runs: every run path claims the job with [`CronStore::claim`] in one transaction — the
-//! lock columns name the run and its owner (PID + boot ID); a second claim while the holder is
-//! alive is refused naming it, a holder that is provably gone loses its lock and its run becomes
-//! `lost`. [`CronStore::finish`] stores the result and the status in one transaction, so `ok`
-//! is never recorded for a result that was not stored.
+//! lock columns name the run and its owner (PID + boot ID + the process's start time, issue 17);
+//! a second claim while the holder is alive is refused naming it, a holder that is provably gone
+//! (another boot, a dead PID, or a PID now held by a process that started at another time) loses
+//! its lock and its run becomes `lost`. [`CronStore::finish`] stores the result and the status
+//! in one transaction, so `ok` is never recorded for a result that was not stored.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,10 @@ use warren_core::AgentAlias;
 use crate::control_plane::{Owner, Reaper};
 use crate::sqlite_util::{SharedConn, Sync, alias_column};
 use crate::timefmt;
+
+/// Schema version of `jobs.db` (`PRAGMA user_version`): 1 without the owner's start time, 2
+/// with it (`jobs.lock_start`, `runs.owner_start`, issue 17).
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,6 +48,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lock_run         TEXT,
     lock_pid         INTEGER,
     lock_boot        TEXT,
+    lock_start       INTEGER,
     locked_at        TEXT,
     probe            TEXT,
     probe_state      TEXT,
@@ -68,10 +74,30 @@ CREATE TABLE IF NOT EXISTS runs (
     delivery       TEXT,
     delivery_error TEXT,
     owner_pid      INTEGER NOT NULL,
-    owner_boot     TEXT NOT NULL
+    owner_boot     TEXT NOT NULL,
+    owner_start    INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs(job, started_at);
 ";
+
+/// Brings a file of any older schema to [`SCHEMA_VERSION`] (run by
+/// [`warren_config::sqlite::open_migrated`], which snapshots the file first). Version 2 adds
+/// `jobs.lock_start` and `runs.owner_start` in place: the jobs and runs of version 1 keep
+/// everything and get no start time (NULL: their owners are judged by PID and boot only, as when
+/// they were written).
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    tx.execute_batch(SCHEMA)?;
+    for (table, column) in [("jobs", "lock_start"), ("runs", "owner_start")] {
+        let has = tx
+            .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+            .exists(params![table, column])?;
+        if !has {
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} INTEGER"))?;
+        }
+    }
+    tx.commit()
+}
 
 /// Output kept per run (the rest is cut with a marker).
 pub const OUTPUT_EXCERPT: usize = 4096;
@@ -226,11 +252,19 @@ impl CronStore {
         // a power loss may roll back the last commits — a claim or a result then reads as still running
         // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
         // lateness low.
+        let db = |cause: String| CronError::Db {
+            path: path.to_path_buf(),
+            cause,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| db(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        // Schema 2 ([`migrate`]); a failed migration leaves the file read-only at its old
+        // schema, where reads still answer and writes say why ([`CronStore::writable`]).
         let conn =
-            SharedConn::open_store(path, Sync::Normal, SCHEMA).map_err(|cause| CronError::Db {
-                path: path.to_path_buf(),
-                cause,
-            })?;
+            warren_config::sqlite::open_migrated(path, Sync::Normal, SCHEMA_VERSION, migrate)
+                .map_err(|e| db(warren_config::sqlite::cause_text(&e, path)))?;
         Ok(Self { conn })
     }
 
@@ -257,6 +291,19 @@ impl CronStore {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock()
+    }
+
+    /// Refuses a lock change on a store left read-only at schema 1 by a failed migration, with
+    /// why (its statements name `lock_start` / `owner_start`, which SQLite would report as a
+    /// missing column).
+    fn writable(&self) -> Result<(), CronError> {
+        match self.conn.read_only() {
+            None => Ok(()),
+            Some(why) => Err(CronError::Db {
+                path: self.conn.path().to_path_buf(),
+                cause: why.to_string(),
+            }),
+        }
     }
 
     /// Adds a job; refused if the name exists.
@@ -491,10 +538,12 @@ impl CronStore {
         tx.commit().map_err(|e| self.err(e))
     }
 
-    /// Claims `name` for run `run_id` of `owner` and records the run as `running`. A live
-    /// holder refuses the claim ([`CronError::Held`], naming it); a holder that is provably gone
-    /// loses the lock and its run becomes `lost`. `next_fire` (scheduled runs) advances the
-    /// schedule in the same transaction.
+    /// Claims `name` for run `run_id` of `owner` and records the run as `running`, with the
+    /// owner's start time ([`Owner::start_time`]). A live holder refuses the claim
+    /// ([`CronError::Held`], naming it); a holder that is provably gone
+    /// ([`Owner::is_alive_started`]: a PID reused by another process counts) loses the lock and
+    /// its run becomes `lost`. `next_fire` (scheduled runs) advances the schedule in the same
+    /// transaction.
     pub fn claim(
         &self,
         name: &str,
@@ -504,6 +553,7 @@ impl CronStore {
         owner: &Owner,
         next_fire: Option<Option<i64>>,
     ) -> Result<Job, CronError> {
+        self.writable()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let job = get_job(&tx, name)
@@ -514,7 +564,14 @@ impl CronStore {
                 pid,
                 boot_id: boot.clone(),
             };
-            if holder.is_alive() {
+            let started: Option<u64> = tx
+                .query_row(
+                    "SELECT lock_start FROM jobs WHERE name = ?1",
+                    params![name],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.err(e))?;
+            if holder.is_alive_started(started) {
                 return Err(CronError::Held {
                     job: name.into(),
                     run: run.clone(),
@@ -525,9 +582,11 @@ impl CronStore {
             mark_lost(&tx, run).map_err(|e| self.err(e))?;
         }
         let now = timefmt::format(timefmt::now());
+        let started = owner.start_time();
         tx.execute(
-            "INSERT INTO runs (id, job, agent, trigger, started_at, status, session, owner_pid, owner_boot)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8)",
+            "INSERT INTO runs (id, job, agent, trigger, started_at, status, session, owner_pid,
+             owner_boot, owner_start)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?9)",
             params![
                 run_id,
                 name,
@@ -536,13 +595,15 @@ impl CronStore {
                 now,
                 session,
                 owner.pid,
-                owner.boot_id
+                owner.boot_id,
+                started
             ],
         )
         .map_err(|e| self.err(e))?;
         tx.execute(
-            "UPDATE jobs SET lock_run = ?2, lock_pid = ?3, lock_boot = ?4, locked_at = ?5,
-             next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END WHERE name = ?1",
+            "UPDATE jobs SET lock_run = ?2, lock_pid = ?3, lock_boot = ?4, lock_start = ?8,
+             locked_at = ?5, next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
+             WHERE name = ?1",
             params![
                 name,
                 run_id,
@@ -550,7 +611,8 @@ impl CronStore {
                 owner.boot_id,
                 now,
                 next_fire.is_some(),
-                next_fire.flatten()
+                next_fire.flatten(),
+                started
             ],
         )
         .map_err(|e| self.err(e))?;
@@ -571,6 +633,7 @@ impl CronStore {
         after: &JobAfterRun,
         keep: u32,
     ) -> Result<bool, CronError> {
+        self.writable()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let output = excerpt(&result.output);
@@ -602,8 +665,8 @@ impl CronStore {
         if let Some(job) = job {
             let ok = result.status == RunStatus::Ok;
             tx.execute(
-                "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, locked_at = NULL,
-                 failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
+                "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
+                 lock_start = NULL, locked_at = NULL, failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
                  next_fire_ms = CASE WHEN ?4 THEN ?5 ELSE next_fire_ms END,
                  enabled = CASE WHEN ?6 IS NULL THEN enabled ELSE 0 END,
                  paused_reason = COALESCE(?6, paused_reason), updated_at = ?7
@@ -665,11 +728,15 @@ impl CronStore {
     }
 
     fn reap_with(&self, reaper: Reaper) -> Result<Vec<String>, CronError> {
+        self.writable()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(|e| self.err(e))?;
+        // With the owner's start time, a PID reused by an unrelated process after a crash does
+        // not keep a run `running` (and its job locked) forever; NULL (a row of schema 1): the
+        // PID and boot decide.
         let lost = crate::control_plane::gone_owners(
             &tx,
-            "SELECT id, owner_pid, owner_boot FROM runs WHERE status = 'running'",
+            "SELECT id, owner_pid, owner_boot, owner_start FROM runs WHERE status = 'running'",
             reaper,
         )
         .map_err(|e| self.err(e))?;
@@ -679,14 +746,14 @@ impl CronStore {
         // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
         let stale = crate::control_plane::gone_owners(
             &tx,
-            "SELECT name, lock_pid, lock_boot FROM jobs WHERE lock_run IS NOT NULL",
+            "SELECT name, lock_pid, lock_boot, lock_start FROM jobs WHERE lock_run IS NOT NULL",
             reaper,
         )
         .map_err(|e| self.err(e))?;
         for name in stale {
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 locked_at = NULL WHERE name = ?1",
+                 lock_start = NULL, locked_at = NULL WHERE name = ?1",
                 params![name],
             )
             .map_err(|e| self.err(e))?;
@@ -862,13 +929,16 @@ fn mark_lost(tx: &Transaction<'_>, run: &str) -> rusqlite::Result<()> {
         params![run, timefmt::format(timefmt::now())],
     )?;
     tx.execute(
-        "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, locked_at = NULL
-         WHERE lock_run = ?1",
+        "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, lock_start = NULL,
+         locked_at = NULL WHERE lock_run = ?1",
         params![run],
     )?;
     Ok(())
 }
 
+// The owner's start time (`jobs.lock_start`, `runs.owner_start`) is read only where a lock is
+// judged (claim, reap), not with these columns: read paths still answer on a file left at
+// schema 1 (never migrated by a read, or read-only after a failed migration).
 const JOB_COLUMNS: &str = "name, agent, schedule_kind, schedule, tz, message, command, session, \
     enabled, paused_reason, source, catch_up, budget_usd, daily_budget_usd, webhook, \
     next_fire_ms, failures, note, created_at, updated_at, lock_run, lock_pid, lock_boot, locked_at, \

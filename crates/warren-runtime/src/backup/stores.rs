@@ -62,7 +62,13 @@ pub fn state_map(root: &InstallRoot) -> Vec<StoreFile> {
             Sqlite,
             Some(warren_store::acp::SCHEMA_VERSION),
         ),
-        row("STATE-9", "cron", root.cron_db(), Sqlite, v1),
+        row(
+            "STATE-9",
+            "cron",
+            root.cron_db(),
+            Sqlite,
+            Some(warren_store::cron::SCHEMA_VERSION),
+        ),
         row("STATE-10", "sop", root.sop_runs_db(), Sqlite, v1),
         row(
             "STATE-11",

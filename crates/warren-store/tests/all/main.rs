@@ -3,6 +3,7 @@
 mod acp;
 mod backends;
 mod control_plane_owner;
+mod cron_owner;
 mod group_commit;
 mod migrate;
 mod policy;

@@ -1,0 +1,421 @@
+//! The cron store's job lock names one process, not just a PID (issue 17, STATE-9/STATE-11): a
+//! claim records its owner's start time (`/proc/<pid>/stat` field 22), so after a daemon crash a
+//! PID the kernel gave to an unrelated process no longer keeps the job locked (never firing
+//! again) nor its run `running`; and a `jobs.db` of schema 1 (no start time) is upgraded in place
+//! through the one migration routine, keeping its jobs and runs. Real processes (`sleep`), real
+//! files.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use rusqlite::{Connection, params};
+use warren_store::control_plane::{Owner, boot_id, process_start};
+use warren_store::cron::{CronError, CronStore, Job, Run};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// A child process that is killed and waited for when dropped (also when a test fails).
+struct Proc(Child);
+
+impl Proc {
+    fn spawn() -> Self {
+        Self(Command::new(sleep_program()).arg("30").spawn().unwrap())
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    fn owner(&self) -> Owner {
+        Owner {
+            pid: self.pid(),
+            boot_id: boot_id(),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `sleep` program: found on PATH, like a shell would.
+fn sleep_program() -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("sleep"))
+                .find(|f| f.is_file())
+        })
+        .unwrap()
+}
+
+fn job(name: &str) -> Job {
+    let now = "2026-12-01T10:00:00Z".to_string();
+    Job {
+        name: name.into(),
+        agent: "main".parse().unwrap(),
+        schedule_kind: "every".into(),
+        schedule: "1h".into(),
+        tz: None,
+        message: Some("hi".into()),
+        command: None,
+        session: None,
+        enabled: true,
+        paused_reason: None,
+        source: "runtime".into(),
+        catch_up: "skip".into(),
+        budget_usd: None,
+        daily_budget_usd: None,
+        webhook: None,
+        next_fire_ms: Some(1000),
+        failures: 0,
+        note: None,
+        created_at: now.clone(),
+        updated_at: now,
+        lock_run: None,
+        lock_pid: None,
+        lock_boot: None,
+        locked_at: None,
+        probe: None,
+        probe_state: None,
+    }
+}
+
+/// A daemon that claimed `job` for run `run` and then died (SIGKILL: it never finished the run),
+/// its PID now held by `reused`, an unrelated process started later. The rows are pointed at the
+/// new process's PID, as the kernel's reuse would leave them.
+fn crash_and_reuse(store: &CronStore, db: &Path, job: &str, run: &str) -> Proc {
+    let crashed = Proc::spawn();
+    store
+        .claim(job, run, "schedule", None, &crashed.owner(), None)
+        .unwrap();
+    drop(crashed);
+    // Start times are clock ticks (1/100 s): the unrelated process starts visibly later.
+    std::thread::sleep(Duration::from_millis(50));
+    let reused = Proc::spawn();
+    let conn = Connection::open(db).unwrap();
+    conn.execute(
+        "UPDATE jobs SET lock_pid = ?2 WHERE name = ?1",
+        params![job, reused.pid()],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE runs SET owner_pid = ?2 WHERE id = ?1",
+        params![run, reused.pid()],
+    )
+    .unwrap();
+    assert!(
+        reused.owner().is_alive(),
+        "by PID and boot alone the dead owner still looks alive"
+    );
+    reused
+}
+
+fn status(store: &CronStore, run: &str) -> Option<String> {
+    store.run(run).unwrap().map(|r| r.status)
+}
+
+fn lock(store: &CronStore, job: &str) -> Option<String> {
+    store.get(job).unwrap().and_then(|j| j.lock_run)
+}
+
+/// `(jobs.lock_start, runs.owner_start)` of `job` and `run`, read by another connection.
+fn recorded_starts(db: &Path, job: &str, run: &str) -> (Option<u64>, Option<u64>) {
+    let conn = Connection::open(db).unwrap();
+    let lock = conn
+        .query_row(
+            "SELECT lock_start FROM jobs WHERE name = ?1",
+            params![job],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let owner = conn
+        .query_row(
+            "SELECT owner_start FROM runs WHERE id = ?1",
+            params![run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    (lock, owner)
+}
+
+#[test]
+fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lock_issue17() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("cron").join("jobs.db");
+    let store = CronStore::open(&db)?;
+    store.insert(&job("crashed"))?;
+    store.insert(&job("live"))?;
+    let reused = crash_and_reuse(&store, &db, "crashed", "r1");
+    // The unrelated process holds a lock of its own, with its own start time.
+    store.claim("live", "r2", "schedule", None, &reused.owner(), None)?;
+
+    // The dead daemon's lock is gone: the job fires again, its run is lost.
+    let me = Owner::current();
+    store.claim("crashed", "r3", "manual", None, &me, None)?;
+    assert_eq!(status(&store, "r1").as_deref(), Some("lost"));
+    assert_eq!(lock(&store, "crashed").as_deref(), Some("r3"));
+    // The live owner of the same PID keeps its lock, named in the refusal.
+    match store.claim("live", "r4", "manual", None, &me, None) {
+        Err(CronError::Held { run, pid, .. }) => {
+            assert_eq!((run.as_str(), pid), ("r2", reused.pid()))
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    assert_eq!(status(&store, "r2").as_deref(), Some("running"));
+    assert_eq!(status(&store, "r4"), None);
+
+    // Each claim recorded its owner's start time, in the lock and in the run.
+    let mine = process_start(me.pid);
+    assert!(mine.is_some());
+    assert_eq!(recorded_starts(&db, "crashed", "r3"), (mine, mine));
+    let theirs = process_start(reused.pid());
+    assert_eq!(recorded_starts(&db, "live", "r2"), (theirs, theirs));
+    Ok(())
+}
+
+#[test]
+fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_lost_and_a_live_one_is_not_issue17() -> R
+{
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("cron").join("jobs.db");
+    let store = CronStore::open(&db)?;
+    store.insert(&job("crashed"))?;
+    store.insert(&job("live"))?;
+    let reused = crash_and_reuse(&store, &db, "crashed", "r1");
+    store.claim("live", "r2", "schedule", None, &reused.owner(), None)?;
+
+    assert_eq!(store.reap()?, vec!["r1".to_string()]);
+    assert_eq!(status(&store, "r1").as_deref(), Some("lost"));
+    assert_eq!(lock(&store, "crashed"), None, "the job fires again");
+    assert_eq!(status(&store, "r2").as_deref(), Some("running"));
+    assert_eq!(lock(&store, "live").as_deref(), Some("r2"));
+    let lost = store.run("r1")?.unwrap();
+    assert_eq!(
+        lost.error.as_deref(),
+        Some("the process running it exited before the result was stored")
+    );
+
+    // Once the live owner is gone too, its run is reaped as before.
+    let pid = reused.pid();
+    drop(reused);
+    assert_eq!(process_start(pid), None);
+    assert_eq!(store.reap()?, vec!["r2".to_string()]);
+    assert_eq!(lock(&store, "live"), None);
+    Ok(())
+}
+
+/// Schema 1 of `jobs.db`, as the previous warren wrote it.
+const SCHEMA_1: &str = "
+CREATE TABLE jobs (
+    name             TEXT PRIMARY KEY NOT NULL,
+    agent            TEXT NOT NULL,
+    schedule_kind    TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
+    schedule         TEXT NOT NULL,
+    tz               TEXT,
+    message          TEXT,
+    command          TEXT,
+    session          TEXT,
+    enabled          INTEGER NOT NULL DEFAULT 1,
+    paused_reason    TEXT,
+    source           TEXT NOT NULL CHECK (source IN ('declared', 'runtime', 'heartbeat')),
+    catch_up         TEXT NOT NULL DEFAULT 'skip' CHECK (catch_up IN ('skip', 'once')),
+    budget_usd       REAL,
+    daily_budget_usd REAL,
+    webhook          TEXT,
+    next_fire_ms     INTEGER,
+    failures         INTEGER NOT NULL DEFAULT 0,
+    note             TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL,
+    lock_run         TEXT,
+    lock_pid         INTEGER,
+    lock_boot        TEXT,
+    locked_at        TEXT,
+    probe            TEXT,
+    probe_state      TEXT,
+    CHECK ((message IS NULL) != (command IS NULL))
+);
+CREATE INDEX jobs_next_fire ON jobs(next_fire_ms) WHERE enabled = 1;
+CREATE TABLE runs (
+    id             TEXT PRIMARY KEY NOT NULL,
+    job            TEXT NOT NULL,
+    agent          TEXT NOT NULL,
+    trigger        TEXT NOT NULL,
+    started_at     TEXT NOT NULL,
+    finished_at    TEXT,
+    status         TEXT NOT NULL CHECK (status IN
+                   ('running', 'ok', 'failed', 'lost', 'cancelled', 'timed_out')),
+    error          TEXT,
+    output         TEXT,
+    tokens_in      INTEGER NOT NULL DEFAULT 0,
+    tokens_out     INTEGER NOT NULL DEFAULT 0,
+    cost_usd       REAL NOT NULL DEFAULT 0,
+    receipts       TEXT NOT NULL DEFAULT '[]',
+    session        TEXT,
+    delivery       TEXT,
+    delivery_error TEXT,
+    owner_pid      INTEGER NOT NULL,
+    owner_boot     TEXT NOT NULL
+);
+CREATE INDEX runs_by_job ON runs(job, started_at);
+PRAGMA user_version = 1;
+";
+
+fn version(db: &Path) -> i64 {
+    Connection::open(db)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Every job, and every run of each, as the store reads them.
+fn everything(store: &CronStore) -> (Vec<Job>, Vec<Run>) {
+    let jobs = store.list().unwrap();
+    let runs = jobs
+        .iter()
+        .flat_map(|j| store.runs(&j.name, 100).unwrap())
+        .collect();
+    (jobs, runs)
+}
+
+#[test]
+fn a_cron_store_of_schema_1_is_upgraded_in_place_and_keeps_its_jobs_and_runs_issue17() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("cron").join("jobs.db");
+    std::fs::create_dir_all(db.parent().unwrap())?;
+    let me = std::process::id();
+    let other_boot = "00000000-0000-0000-0000-000000000000";
+    {
+        let old = Connection::open(&db)?;
+        let _: String = old.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        old.execute_batch(SCHEMA_1)?;
+        let job = "INSERT INTO jobs (name, agent, schedule_kind, schedule, message, source,
+                   next_fire_ms, failures, created_at, updated_at, lock_run, lock_pid, lock_boot,
+                   locked_at)
+                   VALUES (?1, 'main', 'every', '1h', 'hi', 'runtime', 5000, ?2,
+                   '2026-11-30T08:00:00Z', '2026-11-30T08:00:00Z', ?3, ?4, ?5, ?6)";
+        old.execute(
+            job,
+            params!["mine", 0, "r-mine", me, boot_id(), "2026-11-30T10:00:00Z"],
+        )?;
+        old.execute(
+            job,
+            params![
+                "rebooted",
+                2,
+                "r-other",
+                me,
+                other_boot,
+                "2026-11-30T09:00:00Z"
+            ],
+        )?;
+        old.execute(
+            job,
+            params![
+                "idle",
+                0,
+                None::<String>,
+                None::<u32>,
+                None::<String>,
+                None::<String>
+            ],
+        )?;
+        let run = "INSERT INTO runs (id, job, agent, trigger, started_at, finished_at, status,
+                   output, tokens_in, cost_usd, owner_pid, owner_boot)
+                   VALUES (?1, ?2, 'main', 'schedule', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+        old.execute(
+            run,
+            params![
+                "r-mine",
+                "mine",
+                "2026-11-30T10:00:00Z",
+                None::<String>,
+                "running",
+                None::<String>,
+                0,
+                0.0,
+                me,
+                boot_id()
+            ],
+        )?;
+        old.execute(
+            run,
+            params![
+                "r-other",
+                "rebooted",
+                "2026-11-30T09:00:00Z",
+                None::<String>,
+                "running",
+                None::<String>,
+                0,
+                0.0,
+                me,
+                other_boot
+            ],
+        )?;
+        old.execute(
+            run,
+            params![
+                "r-done",
+                "idle",
+                "2026-11-29T08:00:00Z",
+                Some("2026-11-29T08:05:00Z"),
+                "ok",
+                Some("digest sent"),
+                120,
+                0.25,
+                4242,
+                boot_id()
+            ],
+        )?;
+    }
+    // Read paths answer at schema 1 without touching the file.
+    let before = everything(&CronStore::open_existing(&db)?.unwrap());
+    assert_eq!((before.0.len(), before.1.len()), (3, 3));
+    assert_eq!(version(&db), 1);
+
+    let store = CronStore::open(&db)?;
+    assert_eq!(version(&db), 2);
+    assert_eq!(everything(&store), before, "every job, run and field kept");
+    for (job, run) in [
+        ("mine", "r-mine"),
+        ("rebooted", "r-other"),
+        ("idle", "r-done"),
+    ] {
+        assert_eq!(
+            recorded_starts(&db, job, run),
+            (None, None),
+            "{job}: schema 1 knew no start"
+        );
+    }
+    let snapshots = warren_config::sqlite::snapshots_of(&db);
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+
+    // Locks and runs without a start time are judged by PID and boot, as before: another
+    // boot's run is lost, this live PID's lock holds.
+    assert_eq!(store.reap()?, vec!["r-other".to_string()]);
+    assert_eq!(lock(&store, "rebooted"), None);
+    assert_eq!(status(&store, "r-mine").as_deref(), Some("running"));
+    let me_now = Owner::current();
+    assert!(matches!(
+        store.claim("mine", "r-again", "manual", None, &me_now, None),
+        Err(CronError::Held { .. })
+    ));
+
+    // New claims record their owner's start; opening again migrates nothing more.
+    store.claim("idle", "r-new", "manual", None, &me_now, None)?;
+    let mine = process_start(me);
+    assert!(mine.is_some());
+    assert_eq!(recorded_starts(&db, "idle", "r-new"), (mine, mine));
+    drop(store);
+    let again = CronStore::open(&db)?;
+    assert_eq!(warren_config::sqlite::snapshots_of(&db), snapshots);
+    assert_eq!(again.runs("idle", 10)?.len(), 2);
+    Ok(())
+}
