@@ -13,9 +13,22 @@
 //! milliseconds, which every process shares. If the file cannot be opened or written (a
 //! read-only directory, a full disk) the call is refused (fail closed), naming the file and the
 //! cause.
+//!
+//! Leases: an agent calling tools in quick succession under a high limit claims several slots
+//! per transaction and uses them from memory. A lease is at most [`MAX_LEASE`] slots and at
+//! most 1/[`LEASE_SHARE`] of the limit (so under 512 actions per hour, the default 120 too,
+//! every call is its own transaction, as without leases), it grows by doubling only while each
+//! lease is used up within [`LEASE_MS`] of its claim, and its slots are usable only until then.
+//! Its rows carry that end time, never the claim time, so every action stays in the window at
+//! least an hour after it ran: a lease never admits more than the limit. Slots a lease did not
+//! use go back at the process's next claim for the agent, at rename and delete, and when the
+//! window is dropped; a process killed with a lease open leaves them counted until the hour
+//! ends (fewer than 1/256 of the limit). Other processes therefore may be refused up to that
+//! many actions early, never late.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use warren_config::InstallRoot;
@@ -27,6 +40,13 @@ use warren_core::AgentAlias;
 pub const WINDOW: Duration = Duration::from_secs(3600);
 
 const WINDOW_MS: i64 = 3_600_000;
+
+/// A lease's slots are usable for this long after its claim (see the module docs).
+pub const LEASE_MS: i64 = 1_000;
+/// The most slots one lease claims.
+pub const MAX_LEASE: u32 = 32;
+/// A lease claims at most this fraction of the limit (1/256).
+pub const LEASE_SHARE: u32 = 256;
 
 /// The window's tables: one row per admitted action, and each agent's number of rows (kept in
 /// the same transactions, so an admission never counts the rows: its cost does not grow with
@@ -90,6 +110,42 @@ pub struct ActionWindow {
     path: PathBuf,
     /// Opened at the first admission.
     conn: Mutex<Option<SharedConn>>,
+    /// This process's open lease of each agent (locked before `conn`, never after).
+    leases: Mutex<HashMap<AgentAlias, Lease>>,
+}
+
+/// Slots of one agent claimed together (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+struct Lease {
+    /// The `at_ms` of the claimed rows.
+    stamp: i64,
+    /// The slots are usable until then (the claim time + [`LEASE_MS`]).
+    until: i64,
+    /// Claimed slots not used yet.
+    left: u32,
+    /// How many the claim took.
+    size: u32,
+    /// The limit they were claimed under.
+    limit: u32,
+}
+
+impl Lease {
+    /// The size of the next claim under `limit` at `now`: double the last one when it was used
+    /// up in its time, else one.
+    fn next_size(&self, limit: u32, now: i64) -> u32 {
+        let cap = (limit / LEASE_SHARE).clamp(1, MAX_LEASE);
+        let busy = self.left == 0 && self.limit == limit && now < self.until;
+        if busy {
+            (self.size * 2).clamp(1, cap)
+        } else {
+            1
+        }
+    }
+
+    /// The claimed slots to give back: (the rows' stamp, how many).
+    fn unused(&self) -> Option<(i64, u32)> {
+        (self.left > 0).then_some((self.stamp, self.left))
+    }
 }
 
 impl ActionWindow {
@@ -98,7 +154,12 @@ impl ActionWindow {
         Self {
             path: actions_db(root),
             conn: Mutex::new(None),
+            leases: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn leases(&self) -> MutexGuard<'_, HashMap<AgentAlias, Lease>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn conn(&self) -> Result<SharedConn, String> {
@@ -117,24 +178,60 @@ impl ActionWindow {
 
     /// Takes a slot for one action of `agent` under `limit`, or says when one frees.
     ///
-    /// The transaction runs on the caller's thread, an async worker too: it takes about 10 µs
-    /// and waits only while another process holds the file's write lock for an admission of
-    /// its own (microseconds). On the blocking pool (`SharedConn::run`) it cost about 55 µs
-    /// more per tool call in `turn_loop`'s script run (67.5× instead of 16.7×; over HTTP 1.18×
-    /// either way), so it stays here.
+    /// From the agent's open lease when it has a slot left in its time (no I/O), else through a
+    /// claim. The claim's transaction runs on the caller's thread, an async worker too: it
+    /// takes about 10 µs and waits only while another process holds the file's write lock for
+    /// a claim of its own (microseconds). On the blocking pool (`SharedConn::run`) it cost
+    /// about 55 µs more per tool call in `turn_loop`'s script run (67.5× instead of 16.7×,
+    /// before leases), so it stays here.
     pub fn admit(&self, agent: &AgentAlias, limit: u32) -> Result<(), ActionLimited> {
         self.admit_at(agent, limit, now_ms())
     }
 
     fn admit_at(&self, agent: &AgentAlias, limit: u32, now: i64) -> Result<(), ActionLimited> {
+        let mut leases = self.leases();
+        let lease = leases.get(agent).copied().unwrap_or_default();
+        if lease.left > 0 && lease.limit == limit && now < lease.until {
+            if let Some(l) = leases.get_mut(agent) {
+                l.left -= 1;
+            }
+            return Ok(());
+        }
+        let size = lease.next_size(limit, now);
+        // One slot is used at once and recorded at its time; a lease's rows carry its end.
+        let stamp = if size > 1 { now + LEASE_MS } else { now };
         let conn = self
             .conn()
             .map_err(|cause| unavailable(agent, limit, cause))?;
-        let oldest = admit_tx(&mut conn.lock(), agent.as_str(), limit, now).map_err(|e| {
+        let claim = Claim {
+            agent: agent.as_str(),
+            limit,
+            now,
+            give_back: lease.unused(),
+            size,
+            stamp,
+        };
+        let granted = claim_tx(&mut conn.lock(), &claim).map_err(|e| {
             let cause = format!("{}: {}", self.path.display(), cause_text(&e, &self.path));
             unavailable(agent, limit, cause)
         })?;
-        decide(agent, limit, now, oldest)
+        let next = match granted {
+            Ok(n) => Lease {
+                stamp,
+                until: now + LEASE_MS,
+                left: n - 1,
+                size: n,
+                limit,
+            },
+            Err(_) => Lease::default(),
+        };
+        match leases.get_mut(agent) {
+            Some(l) => *l = next,
+            None => {
+                leases.insert(agent.clone(), next);
+            }
+        }
+        decide(agent, limit, now, granted.err())
     }
 
     /// Actions of `agent` in the window now; `Ok(0)` when there is no file yet.
@@ -156,6 +253,7 @@ impl ActionWindow {
 
     /// Deletes every action of `agent` (agent delete); returns how many.
     pub fn purge(&self, agent: &AgentAlias) -> Result<u64, String> {
+        self.leases().remove(agent);
         self.with_existing(|c| {
             let tx = c.unchecked_transaction()?;
             let n = tx.execute("DELETE FROM actions WHERE agent = ?1", [agent.as_str()])?;
@@ -171,6 +269,7 @@ impl ActionWindow {
 
     /// Moves `from`'s actions to `to` (agent rename): the new alias keeps the hour's count.
     pub fn rename(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, String> {
+        self.give_back(from);
         self.with_existing(|c| {
             let tx = c.unchecked_transaction()?;
             let n = tx.execute(
@@ -215,6 +314,22 @@ impl ActionWindow {
             .map_err(|e| format!("{}: {}", self.path.display(), cause_text(&e, &self.path)))
     }
 
+    /// Returns the unused slots of `agent`'s lease to the window (best effort: slots that
+    /// cannot be returned stay counted until their hour ends, the safe side).
+    fn give_back(&self, agent: &AgentAlias) {
+        let lease = self.leases().remove(agent);
+        if let Some((stamp, n)) = lease.and_then(|l| l.unused()) {
+            let returned = self.with_existing(|c| {
+                let tx = c.unchecked_transaction()?;
+                give_back_tx(&tx, agent.as_str(), stamp, n)?;
+                tx.commit()
+            });
+            if let Err(error) = returned {
+                tracing::warn!(%agent, %error, "returning unused max_actions_per_hour slots");
+            }
+        }
+    }
+
     /// `f` on the window's connection; `None` when there is no file yet (nothing to change).
     fn with_existing<T>(
         &self,
@@ -231,42 +346,87 @@ impl ActionWindow {
     }
 }
 
-/// One admission, one `BEGIN IMMEDIATE` transaction (the write lock first, so two processes
-/// never both count the same free slot): `None` when admitted, else the oldest action's time.
-fn admit_tx(
-    conn: &mut Connection,
-    agent: &str,
+impl Drop for ActionWindow {
+    /// Returns every open lease's unused slots.
+    fn drop(&mut self) {
+        let agents: Vec<AgentAlias> = self.leases().keys().cloned().collect();
+        for agent in agents {
+            self.give_back(&agent);
+        }
+    }
+}
+
+/// One claim of `size` slots (see [`claim_tx`]).
+struct Claim<'a> {
+    agent: &'a str,
     limit: u32,
     now: i64,
-) -> rusqlite::Result<Option<i64>> {
+    /// The previous lease's unused slots, returned first: (their stamp, how many).
+    give_back: Option<(i64, u32)>,
+    size: u32,
+    /// The `at_ms` of the claimed rows.
+    stamp: i64,
+}
+
+/// One claim, one `BEGIN IMMEDIATE` transaction (the write lock first, so two processes never
+/// both count the same free slot): `Ok(n)` slots granted (1..=size, as many as are free), else
+/// `Err` with the oldest action's time.
+fn claim_tx(conn: &mut Connection, c: &Claim<'_>) -> rusqlite::Result<Result<u32, i64>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if let Some((stamp, n)) = c.give_back {
+        give_back_tx(&tx, c.agent, stamp, n)?;
+    }
     let expired = tx
         .prepare_cached("DELETE FROM actions WHERE agent = ?1 AND at_ms <= ?2")?
-        .execute((agent, now - WINDOW_MS))?;
+        .execute((c.agent, c.now - WINDOW_MS))?;
     if expired > 0 {
         tx.prepare_cached("UPDATE action_counts SET n = max(n - ?2, 0) WHERE agent = ?1")?
-            .execute((agent, expired as i64))?;
+            .execute((c.agent, expired as i64))?;
     }
     let used: i64 = tx
         .prepare_cached("SELECT n FROM action_counts WHERE agent = ?1")?
-        .query_row([agent], |r| r.get(0))
+        .query_row([c.agent], |r| r.get(0))
         .optional()?
         .unwrap_or(0);
-    if used >= i64::from(limit) {
+    let free = i64::from(c.limit) - used;
+    if free <= 0 {
         let oldest: Option<i64> = tx
             .prepare_cached("SELECT min(at_ms) FROM actions WHERE agent = ?1")?
-            .query_row([agent], |r| r.get(0))?;
+            .query_row([c.agent], |r| r.get(0))?;
         tx.commit()?;
-        return Ok(Some(oldest.unwrap_or(now)));
+        return Ok(Err(oldest.unwrap_or(c.now)));
     }
-    tx.prepare_cached("INSERT INTO actions (agent, at_ms) VALUES (?1, ?2)")?
-        .execute((agent, now))?;
+    let n = i64::from(c.size).min(free);
     tx.prepare_cached(
-        "INSERT INTO action_counts (agent, n) VALUES (?1, 1) ON CONFLICT (agent) DO UPDATE SET n = n + 1",
+        "WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?3)
+         INSERT INTO actions (agent, at_ms) SELECT ?1, ?2 FROM slot",
     )?
-    .execute([agent])?;
+    .execute((c.agent, c.stamp, n))?;
+    tx.prepare_cached(
+        "INSERT INTO action_counts (agent, n) VALUES (?1, ?2) ON CONFLICT (agent) DO UPDATE SET n = n + ?2",
+    )?
+    .execute((c.agent, n))?;
     tx.commit()?;
-    Ok(None)
+    Ok(Ok(u32::try_from(n).unwrap_or(1)))
+}
+
+/// Deletes `n` of `agent`'s rows stamped `stamp` (a lease's unused slots) inside a transaction.
+fn give_back_tx(
+    tx: &rusqlite::Transaction<'_>,
+    agent: &str,
+    stamp: i64,
+    n: u32,
+) -> rusqlite::Result<()> {
+    let gone = tx
+        .prepare_cached(
+            "DELETE FROM actions WHERE rowid IN (SELECT rowid FROM actions WHERE agent = ?1 AND at_ms = ?2 LIMIT ?3)",
+        )?
+        .execute((agent, stamp, n))?;
+    if gone > 0 {
+        tx.prepare_cached("UPDATE action_counts SET n = max(n - ?2, 0) WHERE agent = ?1")?
+            .execute((agent, gone as i64))?;
+    }
+    Ok(())
 }
 
 /// A call refused because the window's file could not be used.
@@ -366,6 +526,64 @@ mod tests {
         assert_eq!(two.count(&a), Ok(0));
         assert_eq!(one.purge(&b).unwrap(), 2);
         two.admit(&b, 2).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Leases (issue 14's benchmark): quick calls under a high limit claim growing leases, but
+    /// two processes together never admit more than the limit, every action stays counted at
+    /// least an hour after it ran, and unused slots go back.
+    #[test]
+    fn leases_never_admit_beyond_the_limit_and_give_back_what_they_did_not_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = InstallRoot::at(dir.path());
+        let a = alias("ada");
+        // 1024 per hour: leases of up to 4 slots.
+        let limit = 1024;
+        let (one, two) = (ActionWindow::open(&root), ActionWindow::open(&root));
+        let t0 = now_ms();
+        let (mut admitted, mut last) = (0u32, t0);
+        let mut t = t0;
+        for i in 0..3000 {
+            t += 1;
+            let w = if i % 3 == 0 { &two } else { &one };
+            match w.admit_at(&a, limit, t) {
+                Ok(()) => (admitted, last) = (admitted + 1, t),
+                Err(refused) => assert!(refused.unavailable.is_none(), "{refused}"),
+            }
+        }
+        // Each process may hold up to 3 unused slots of its lease: refused early, never late.
+        assert!(admitted <= limit && admitted >= limit - 6, "{admitted}");
+        assert_eq!(one.count(&a), Ok(u64::from(limit)), "claimed slots count");
+        // No row is older than the call it stands for: the earliest is the first call's time.
+        let rows = one.rows(&a).unwrap();
+        assert!(rows.iter().all(|at| *at > t0), "{:?}", &rows[..4]);
+        assert!(
+            rows.iter().any(|at| *at > last),
+            "leased rows carry the lease's end, after the last admitted call"
+        );
+        drop(two);
+        drop(one);
+        let after = ActionWindow::open(&root);
+        assert_eq!(
+            after.count(&a),
+            Ok(u64::from(admitted)),
+            "unused slots given back"
+        );
+
+        // A lapsed lease gives its slots back at the next claim, which starts small again; a
+        // limit under 512 claims one slot per call, recorded at its time.
+        let b = alias("bee");
+        let w = ActionWindow::open(&root);
+        for i in 0..4 {
+            w.admit_at(&b, 100_000, t0 + i).unwrap();
+        }
+        assert!(w.count(&b).unwrap() > 4, "a lease is open");
+        w.admit_at(&b, 100_000, t0 + 10 * LEASE_MS).unwrap();
+        assert_eq!(w.count(&b), Ok(5));
+        let c = alias("cid");
+        for i in 0..5 {
+            w.admit_at(&c, 511, t0 + i).unwrap();
+        }
+        assert_eq!(w.rows(&c).unwrap(), (t0..t0 + 5).collect::<Vec<_>>());
     }
 
     /// A window whose file cannot be created refuses the call (fail closed), naming the file.
