@@ -189,6 +189,11 @@ impl ActionWindow {
     }
 
     fn admit_at(&self, agent: &AgentAlias, limit: u32, now: i64) -> Result<(), ActionLimited> {
+        // Opened (at the first call: created, migrated) before the leases are locked, so that
+        // never holds up another agent's admission from its lease.
+        let conn = self
+            .conn()
+            .map_err(|cause| unavailable(agent, limit, cause))?;
         let mut leases = self.leases();
         let lease = leases.get(agent).copied().unwrap_or_default();
         if lease.left > 0 && lease.limit == limit && now < lease.until {
@@ -200,9 +205,6 @@ impl ActionWindow {
         let size = lease.next_size(limit, now);
         // One slot is used at once and recorded at its time; a lease's rows carry its end.
         let stamp = if size > 1 { now + LEASE_MS } else { now };
-        let conn = self
-            .conn()
-            .map_err(|cause| unavailable(agent, limit, cause))?;
         let claim = Claim {
             agent: agent.as_str(),
             limit,
@@ -211,10 +213,8 @@ impl ActionWindow {
             size,
             stamp,
         };
-        let granted = claim_tx(&mut conn.lock(), &claim).map_err(|e| {
-            let cause = format!("{}: {}", self.path.display(), cause_text(&e, &self.path));
-            unavailable(agent, limit, cause)
-        })?;
+        let granted = claim_tx(&mut conn.lock(), &claim)
+            .map_err(|e| unavailable(agent, limit, self.db_error(&e)))?;
         let next = match granted {
             Ok(n) => Lease {
                 stamp,
@@ -295,23 +295,28 @@ impl ActionWindow {
         if keep.is_empty() {
             return Ok(0);
         }
+        // Rows of one lease share their time: restore each time's number of rows, less those
+        // already there (a repeated restore adds nothing).
+        let mut per_time = std::collections::BTreeMap::<i64, i64>::new();
+        for t in keep {
+            *per_time.entry(t).or_default() += 1;
+        }
         let conn = self.conn()?;
         let mut conn = conn.lock();
         let run = |c: &mut Connection| -> rusqlite::Result<u64> {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut n = 0;
-            for t in &keep {
-                n += tx.execute(
-                    "INSERT INTO actions (agent, at_ms) SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM actions WHERE agent = ?1 AND at_ms = ?2)",
-                    (agent.as_str(), t),
-                )? as u64;
+            for (t, want) in &per_time {
+                let there: i64 = tx
+                    .prepare_cached("SELECT count(*) FROM actions WHERE agent = ?1 AND at_ms = ?2")?
+                    .query_row((agent.as_str(), t), |r| r.get(0))?;
+                n += insert_rows(&tx, agent.as_str(), *t, want - there)?;
             }
             tx.execute(RECOUNT, [agent.as_str()])?;
             tx.commit()?;
             Ok(n)
         };
-        run(&mut conn)
-            .map_err(|e| format!("{}: {}", self.path.display(), cause_text(&e, &self.path)))
+        run(&mut conn).map_err(|e| self.db_error(&e))
     }
 
     /// Returns the unused slots of `agent`'s lease to the window (best effort: slots that
@@ -340,9 +345,12 @@ impl ActionWindow {
         }
         let conn = self.conn()?;
         let conn = conn.lock();
-        f(&conn)
-            .map(Some)
-            .map_err(|e| format!("{}: {}", self.path.display(), cause_text(&e, &self.path)))
+        f(&conn).map(Some).map_err(|e| self.db_error(&e))
+    }
+
+    /// A database error of the window's file, naming it.
+    fn db_error(&self, e: &rusqlite::Error) -> String {
+        format!("{}: {}", self.path.display(), cause_text(e, &self.path))
     }
 }
 
@@ -379,10 +387,7 @@ fn claim_tx(conn: &mut Connection, c: &Claim<'_>) -> rusqlite::Result<Result<u32
     let expired = tx
         .prepare_cached("DELETE FROM actions WHERE agent = ?1 AND at_ms <= ?2")?
         .execute((c.agent, c.now - WINDOW_MS))?;
-    if expired > 0 {
-        tx.prepare_cached("UPDATE action_counts SET n = max(n - ?2, 0) WHERE agent = ?1")?
-            .execute((c.agent, expired as i64))?;
-    }
+    uncount(&tx, c.agent, expired)?;
     let used: i64 = tx
         .prepare_cached("SELECT n FROM action_counts WHERE agent = ?1")?
         .query_row([c.agent], |r| r.get(0))
@@ -396,18 +401,40 @@ fn claim_tx(conn: &mut Connection, c: &Claim<'_>) -> rusqlite::Result<Result<u32
         tx.commit()?;
         return Ok(Err(oldest.unwrap_or(c.now)));
     }
-    let n = i64::from(c.size).min(free);
+    let n = insert_rows(&tx, c.agent, c.stamp, i64::from(c.size).min(free))?;
+    tx.commit()?;
+    Ok(Ok(u32::try_from(n).unwrap_or(1)))
+}
+
+/// Inserts `n` rows of `agent` at `at` (none when `n` <= 0) and counts them; returns `n`.
+fn insert_rows(
+    tx: &rusqlite::Transaction<'_>,
+    agent: &str,
+    at: i64,
+    n: i64,
+) -> rusqlite::Result<u64> {
+    if n <= 0 {
+        return Ok(0);
+    }
     tx.prepare_cached(
         "WITH RECURSIVE slot(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM slot WHERE i < ?3)
          INSERT INTO actions (agent, at_ms) SELECT ?1, ?2 FROM slot",
     )?
-    .execute((c.agent, c.stamp, n))?;
+    .execute((agent, at, n))?;
     tx.prepare_cached(
         "INSERT INTO action_counts (agent, n) VALUES (?1, ?2) ON CONFLICT (agent) DO UPDATE SET n = n + ?2",
     )?
-    .execute((c.agent, n))?;
-    tx.commit()?;
-    Ok(Ok(u32::try_from(n).unwrap_or(1)))
+    .execute((agent, n))?;
+    Ok(n as u64)
+}
+
+/// Takes `gone` deleted rows off `agent`'s count.
+fn uncount(tx: &rusqlite::Transaction<'_>, agent: &str, gone: usize) -> rusqlite::Result<()> {
+    if gone > 0 {
+        tx.prepare_cached("UPDATE action_counts SET n = max(n - ?2, 0) WHERE agent = ?1")?
+            .execute((agent, gone as i64))?;
+    }
+    Ok(())
 }
 
 /// Deletes `n` of `agent`'s rows stamped `stamp` (a lease's unused slots) inside a transaction.
@@ -422,11 +449,7 @@ fn give_back_tx(
             "DELETE FROM actions WHERE rowid IN (SELECT rowid FROM actions WHERE agent = ?1 AND at_ms = ?2 LIMIT ?3)",
         )?
         .execute((agent, stamp, n))?;
-    if gone > 0 {
-        tx.prepare_cached("UPDATE action_counts SET n = max(n - ?2, 0) WHERE agent = ?1")?
-            .execute((agent, gone as i64))?;
-    }
-    Ok(())
+    uncount(tx, agent, gone)
 }
 
 /// A call refused because the window's file could not be used.
@@ -568,6 +591,13 @@ mod tests {
             Ok(u64::from(admitted)),
             "unused slots given back"
         );
+        // Delete and restore (agents delete/restore) bring back every row, leased ones sharing
+        // their time too, and a repeated restore adds none.
+        let rows = after.rows(&a).unwrap();
+        assert_eq!(after.purge(&a), Ok(u64::from(admitted)));
+        assert_eq!(after.restore(&a, &rows), Ok(u64::from(admitted)));
+        assert_eq!(after.restore(&a, &rows), Ok(0));
+        assert_eq!(after.count(&a), Ok(u64::from(admitted)));
 
         // A lapsed lease gives its slots back at the next claim, which starts small again; a
         // limit under 512 claims one slot per call, recorded at its time.
