@@ -188,7 +188,7 @@ pub(crate) async fn tool_call(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
 
     use serde_json::json;
@@ -199,29 +199,40 @@ mod tests {
     use crate::approval::DenyAll;
     use crate::host::event_channel;
 
+    /// A host of an install root in a temp dir whose config.toml is `config` (the unit tests
+    /// of the policy gate: an unattended call's here, a turn's in `turn::calls`).
+    pub(crate) fn host_of(config: &str) -> (tempfile::TempDir, InstallRoot, Arc<AgentHost>) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = InstallRoot::at(dir.path().join("warren"));
+        root.ensure_layout().unwrap();
+        std::fs::write(root.config_file(), config).unwrap();
+        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
+        let host = Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        (dir, root, host)
+    }
+
+    /// The `[providers.fake]` table of `fake`: no retries, so each pushed reply answers one
+    /// request.
+    pub(crate) fn fake_provider(fake: &FakeOpenAi) -> String {
+        format!(
+            "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
+             retry_backoff_ms = 1\nmax_retries = 0\n",
+            fake.base_url()
+        )
+    }
+
     /// PERM-2 (issue 14 §4): the tool calls cron command jobs and SOP tool steps run without a
     /// turn count in the same `max_actions_per_hour` window as the agent's turns: after a turn
     /// through the door used one of 2 actions, one unattended call runs and the next is refused
     /// without running, naming the limit and when it frees.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unattended_tool_calls_count_in_the_agents_actions_per_hour_perm2() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = InstallRoot::at(dir.path().join("warren"));
-        root.ensure_layout().unwrap();
         let fake = FakeOpenAi::start().unwrap();
-        std::fs::write(
-            root.config_file(),
-            format!(
-                "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\
-                 [risk_profiles.open]\nautonomy = \"full\"\nmax_actions_per_hour = 2\n\
-                 [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
-                 retry_backoff_ms = 1\nmax_retries = 0\n",
-                fake.base_url()
-            ),
-        )
-        .unwrap();
-        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
-        let host = Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        let (_dir, root, host) = host_of(&format!(
+            "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\
+             [risk_profiles.open]\nautonomy = \"full\"\nmax_actions_per_hour = 2\n{}",
+            fake_provider(&fake)
+        ));
         let ada = AgentAlias::new("ada").unwrap();
         let write = |path: &str| json!({"path": path, "content": "x"});
 
@@ -295,23 +306,14 @@ mod tests {
                 );
             }
         });
-        let dir = tempfile::tempdir().unwrap();
-        let root = InstallRoot::at(dir.path().join("warren"));
-        root.ensure_layout().unwrap();
-        std::fs::write(
-            root.config_file(),
-            format!(
-                // The provider is never called: an unattended tool call asks no model.
-                "[agents.ada]\nprovider = \"idle\"\nmodel = \"m\"\nrisk_profile = \"careful\"\n\
-                 [providers.idle]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
-                 api_key = \"sk-test\"\n\
-                 [agents.ada.network]\nallow = [\"127.0.0.1:{port}\"]\n\
-                 [risk_profiles.careful]\nautonomy = \"supervised\"\n"
-            ),
-        )
-        .unwrap();
-        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
-        let host = Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        let (_dir, _root, host) = host_of(&format!(
+            // The provider is never called: an unattended tool call asks no model.
+            "[agents.ada]\nprovider = \"idle\"\nmodel = \"m\"\nrisk_profile = \"careful\"\n\
+             [providers.idle]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             api_key = \"sk-test\"\n\
+             [agents.ada.network]\nallow = [\"127.0.0.1:{port}\"]\n\
+             [risk_profiles.careful]\nautonomy = \"supervised\"\n"
+        ));
         let ada = AgentAlias::new("ada").unwrap();
         let call = |method: &str| {
             let host = Arc::clone(&host);

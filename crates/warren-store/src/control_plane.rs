@@ -39,20 +39,43 @@ CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state);
 CREATE INDEX IF NOT EXISTS runs_by_started ON runs(started_at);
 ";
 
-/// Brings a file of any older schema to [`SCHEMA_VERSION`] (run by
-/// [`warren_config::sqlite::open_migrated`], which snapshots the file first). Version 2 adds
-/// `owner_start` in place: the rows of version 1 keep everything and get no start time (NULL:
-/// their owners are judged by PID and boot only, as when they were written).
-fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    tx.execute_batch(SCHEMA)?;
-    let has_start = tx
-        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'owner_start'")?
-        .exists([])?;
-    if !has_start {
-        tx.execute_batch("ALTER TABLE runs ADD COLUMN owner_start INTEGER")?;
+/// Opens (creating its directory) a store that records owners with their start time for
+/// writing: `control_plane.db` and the cron store's `jobs.db` at schema `version`, of which
+/// version 1 knew no start time. [`warren_config::sqlite::open_migrated`] snapshots an older
+/// file first, applies `schema` and adds each `(table, column)` of `start_columns` it lacks in
+/// place: the rows of version 1 keep everything and get no start time (NULL: their owners are
+/// judged by PID and boot only, as when they were written). A failed migration leaves the file
+/// read-only at its old schema, where reads still answer and writes say why
+/// ([`SharedConn::read_only`]). The error is the cause only; callers name the file.
+pub(crate) fn open_with_owner_start(
+    path: &Path,
+    version: i64,
+    schema: &str,
+    start_columns: &[(&str, &str)],
+) -> Result<SharedConn, String> {
+    // WAL NORMAL: every commit survives a process crash (the case the reapers handle); a power
+    // loss may roll back the last commits — a registration, a claim or a result then reads as
+    // still running and the next boot marks it `lost`, never `ok`. No fsync per run keeps
+    // fire-time lateness low.
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    tx.commit()
+    let migrate = |conn: &mut Connection| {
+        let tx = conn.transaction()?;
+        tx.execute_batch(schema)?;
+        for (table, column) in start_columns {
+            let has = tx
+                .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+                .exists(params![table, column])?;
+            if !has {
+                tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} INTEGER"))?;
+            }
+        }
+        tx.commit()
+    };
+    warren_config::sqlite::open_migrated(path, Sync::Normal, version, migrate)
+        .map_err(|e| warren_config::sqlite::cause_text(&e, path))
 }
 
 /// Who runs something: a process of one boot of one machine. The PID alone does not name the
@@ -178,25 +201,14 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Opens (creating) the control plane for writing.
+    /// Opens (creating) the control plane for writing, at schema 2 ([`open_with_owner_start`]:
+    /// version 2 adds `runs.owner_start`).
     pub fn open(path: &Path) -> Result<Self, ControlPlaneError> {
-        // WAL NORMAL: every commit survives a process crash (the case the reaper handles);
-        // a power loss may roll back the last commits — a registration or an end then reads as still running
-        // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
-        // lateness low.
-        let db = |cause: String| ControlPlaneError::Db {
-            path: path.to_path_buf(),
-            cause,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| db(format!("cannot create {}: {e}", dir.display())))?;
-        }
-        // Schema 2 ([`migrate`]); a failed migration leaves the file read-only at its old
-        // schema, where reads still answer and writes say why ([`ControlPlane::writable`]).
-        let conn =
-            warren_config::sqlite::open_migrated(path, Sync::Normal, SCHEMA_VERSION, migrate)
-                .map_err(|e| db(warren_config::sqlite::cause_text(&e, path)))?;
+        let conn = open_with_owner_start(path, SCHEMA_VERSION, SCHEMA, &[("runs", "owner_start")])
+            .map_err(|cause| ControlPlaneError::Db {
+                path: path.to_path_buf(),
+                cause,
+            })?;
         Ok(Self { conn })
     }
 

@@ -15,8 +15,8 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use warren_core::AgentAlias;
 
-use crate::control_plane::{Owner, Reaper};
-use crate::sqlite_util::{SharedConn, Sync, alias_column};
+use crate::control_plane::{Owner, Reaper, open_with_owner_start};
+use crate::sqlite_util::{SharedConn, alias_column};
 use crate::timefmt;
 
 /// Schema version of `jobs.db` (`PRAGMA user_version`): 1 without the owner's start time, 2
@@ -79,25 +79,6 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs(job, started_at);
 ";
-
-/// Brings a file of any older schema to [`SCHEMA_VERSION`] (run by
-/// [`warren_config::sqlite::open_migrated`], which snapshots the file first). Version 2 adds
-/// `jobs.lock_start` and `runs.owner_start` in place: the jobs and runs of version 1 keep
-/// everything and get no start time (NULL: their owners are judged by PID and boot only, as when
-/// they were written).
-fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    tx.execute_batch(SCHEMA)?;
-    for (table, column) in [("jobs", "lock_start"), ("runs", "owner_start")] {
-        let has = tx
-            .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
-            .exists(params![table, column])?;
-        if !has {
-            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} INTEGER"))?;
-        }
-    }
-    tx.commit()
-}
 
 /// Output kept per run (the rest is cut with a marker).
 pub const OUTPUT_EXCERPT: usize = 4096;
@@ -246,25 +227,19 @@ pub struct CronStore {
 }
 
 impl CronStore {
-    /// Opens (creating `data/cron/` and the file) for writing.
+    /// Opens (creating `data/cron/` and the file) for writing, at schema 2
+    /// ([`open_with_owner_start`]: version 2 adds `jobs.lock_start` and `runs.owner_start`).
     pub fn open(path: &Path) -> Result<Self, CronError> {
-        // WAL NORMAL: every commit survives a process crash (the case the reaper handles);
-        // a power loss may roll back the last commits — a claim or a result then reads as still running
-        // and the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time
-        // lateness low.
-        let db = |cause: String| CronError::Db {
+        let conn = open_with_owner_start(
+            path,
+            SCHEMA_VERSION,
+            SCHEMA,
+            &[("jobs", "lock_start"), ("runs", "owner_start")],
+        )
+        .map_err(|cause| CronError::Db {
             path: path.to_path_buf(),
             cause,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| db(format!("cannot create {}: {e}", dir.display())))?;
-        }
-        // Schema 2 ([`migrate`]); a failed migration leaves the file read-only at its old
-        // schema, where reads still answer and writes say why ([`CronStore::writable`]).
-        let conn =
-            warren_config::sqlite::open_migrated(path, Sync::Normal, SCHEMA_VERSION, migrate)
-                .map_err(|e| db(warren_config::sqlite::cause_text(&e, path)))?;
+        })?;
         Ok(Self { conn })
     }
 

@@ -23,7 +23,7 @@ use warren_config::InstallRoot;
 use warren_gateway::{TimeLimits, router, router_with_limits};
 use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
 
-use crate::common;
+use crate::common::{self, pairs};
 
 const SCRIPT: &str = r#"{"turns": [
   [ {"text": "I will write it.", "tool_calls": [{"name": "file_write", "arguments": {"path": "out.md", "content": "hi"}}],
@@ -366,33 +366,7 @@ async fn a_non_streamed_completion_answers_when_its_approval_is_given_or_times_o
 
 /// The visible `(role, content)` messages of session `key` of agent `slow`.
 async fn session_of(f: &Fixture, key: &str) -> Vec<(String, String)> {
-    let (status, page) = f
-        .call(
-            "GET",
-            &format!("/api/agents/slow/sessions/{key}?limit=1000"),
-            Some(&f.token),
-            None,
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    page["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap().to_string(),
-                m["content"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-fn pairs(messages: &[(&str, &str)]) -> Vec<(String, String)> {
-    messages
-        .iter()
-        .map(|(r, c)| ((*r).to_string(), (*c).to_string()))
-        .collect()
+    common::session_messages(&f.app, &f.token, "slow", key).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,11 +12,10 @@ use axum::Router;
 use axum::extract::connect_info::MockConnectInfo;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use warren_gateway::router;
 use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
 
-use crate::common;
+use crate::common::{self, pairs};
 
 /// A POST of `body` to `/v1/chat/completions` in session `key` (`retry` = the SDK's count).
 async fn complete(
@@ -35,51 +34,19 @@ async fn complete(
     let headers = request.headers_mut();
     headers.insert("x-warren-session", key.parse().unwrap());
     headers.insert("x-stainless-retry-count", retry.into());
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    common::send(app.clone(), request).await
 }
 
 /// The `(role, content)` messages of session `key` of agent `fake`, as stored.
 async fn stored(app: &Router, token: &str, key: &str) -> Vec<(String, String)> {
-    let (status, page) = common::call(
-        app.clone(),
-        "GET",
-        &format!("/api/agents/fake/sessions/{key}?limit=1000"),
-        Some(token),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    page["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| (m["role"].to_string(), m["content"].to_string()))
-        .collect()
+    common::session_messages(app, token, "fake", key).await
 }
 
 /// The `(role, content)` messages a provider request carried (the system prompt left out).
 fn sent(body: &Value) -> Vec<(String, String)> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] != "system")
-        .map(|m| (m["role"].to_string(), m["content"].to_string()))
-        .collect()
-}
-
-fn pairs(messages: &[(&str, &str)]) -> Vec<(String, String)> {
-    messages
-        .iter()
-        .map(|(r, c)| (json!(r).to_string(), json!(c).to_string()))
+    common::messages(&body["messages"])
+        .into_iter()
+        .filter(|(role, _)| role != "system")
         .collect()
 }
 

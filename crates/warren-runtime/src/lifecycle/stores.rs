@@ -760,6 +760,41 @@ mod tests {
             .unwrap_or(0)
     }
 
+    /// An install root whose config.toml is `config`, and a runtime of two workers to run a
+    /// daemon's generation in.
+    fn install(config: &str) -> (tempfile::TempDir, InstallRoot, tokio::runtime::Runtime) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = InstallRoot::at(dir.path());
+        std::fs::write(root.config_file(), config).unwrap_or_else(|e| panic!("{e}"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        (dir, root, rt)
+    }
+
+    /// A daemon's generation of `root` (its host holds the stores a running daemon holds) and
+    /// the config it loaded.
+    fn generation(root: &InstallRoot) -> (Config, crate::daemon::Generation) {
+        let store = ConfigStore::load(root.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let config = store.snapshot().config().clone();
+        let generation = crate::daemon::Generation::detached(root.clone(), store)
+            .unwrap_or_else(|e| panic!("{e}"));
+        (config, generation)
+    }
+
+    /// The stores of a lifecycle operation inside the daemon of `host` (on its runtime).
+    fn in_daemon(root: &InstallRoot, config: Config, host: &Arc<AgentHost>) -> StoreContext {
+        StoreContext {
+            root: root.clone(),
+            config: Arc::new(config),
+            memory_backend: MemoryBackendKind::None,
+            handle: tokio::runtime::Handle::current(),
+            source: StoreSource::Host(Arc::clone(host)),
+        }
+    }
+
     /// Issue 14 §6: inside a daemon, the `max_actions_per_hour` share of a rename works through
     /// the window the generation's turns admit through: while the cascade's stores are alive
     /// (the rename done), the process holds exactly the descriptors on `actions.db` it held
@@ -767,24 +802,10 @@ mod tests {
     /// operation of one `Lifecycle` shares one window.
     #[test]
     fn inside_a_daemon_the_actions_share_borrows_the_hosts_window_issue14() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let root = InstallRoot::at(dir.path());
-        std::fs::write(
-            root.config_file(),
-            "[agents.b]\n[agents.b.memory]\nbackend = \"none\"\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (_dir, root, rt) = install("[agents.b]\n[agents.b.memory]\nbackend = \"none\"\n");
         rt.block_on(async {
             let (b, bee) = (alias("b"), alias("bee"));
-            let store = ConfigStore::load(root.clone()).unwrap_or_else(|e| panic!("{e}"));
-            let config = store.snapshot().config().clone();
-            let generation = crate::daemon::Generation::detached(root.clone(), store)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let (config, generation) = generation(&root);
             let host = Arc::clone(&generation.host);
             // A turn's tool call opened the generation's window.
             host.actions()
@@ -794,13 +815,7 @@ mod tests {
             let before = open_handles(&db);
             assert!(before > 0, "the host's window is open");
 
-            let ctx = StoreContext {
-                root: root.clone(),
-                config: Arc::new(config),
-                memory_backend: MemoryBackendKind::None,
-                handle: tokio::runtime::Handle::current(),
-                source: StoreSource::Host(Arc::clone(&host)),
-            };
+            let ctx = in_daemon(&root, config, &host);
             let (b2, bee2) = (b.clone(), bee.clone());
             let during = tokio::task::spawn_blocking(move || {
                 let shares = registered(&ctx);
@@ -849,24 +864,12 @@ mod tests {
     /// those runs too: a store opened from disk (the old way) never sees them.
     #[test]
     fn inside_a_daemon_cron_and_sop_shares_borrow_the_running_stores_issue14() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let root = InstallRoot::at(dir.path());
-        std::fs::write(
-            root.config_file(),
+        let (_dir, root, rt) = install(
             "[agents.b]\n[agents.b.memory]\nbackend = \"none\"\n\n[sop]\ndurable_runs = false\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
+        );
         rt.block_on(async {
             let (b, bee) = (alias("b"), alias("bee"));
-            let store = ConfigStore::load(root.clone()).unwrap_or_else(|e| panic!("{e}"));
-            let config = store.snapshot().config().clone();
-            let generation = crate::daemon::Generation::detached(root.clone(), store)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let (config, generation) = generation(&root);
             let host = Arc::clone(&generation.host);
             let scheduler = crate::cron::Scheduler::open(&root, Arc::clone(&host))
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -910,13 +913,7 @@ mod tests {
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
 
-            let ctx = StoreContext {
-                root: root.clone(),
-                config: Arc::new(config),
-                memory_backend: MemoryBackendKind::None,
-                handle: tokio::runtime::Handle::current(),
-                source: StoreSource::Host(Arc::clone(&host)),
-            };
+            let ctx = in_daemon(&root, config, &host);
             let (s, e) = (Arc::clone(&scheduler), Arc::clone(&engine));
             tokio::task::spawn_blocking(move || {
                 let borrowed = |what: &str, same: bool| assert!(same, "{what} is not borrowed");

@@ -488,13 +488,13 @@ mod tests {
 
     use serde_json::json;
     use warren_config::schema::Autonomy;
-    use warren_config::{ConfigStore, InstallRoot};
     use warren_core::AgentAlias;
     use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 
     use crate::approval::DenyAll;
-    use crate::host::{AgentHost, TurnRequest, event_channel};
+    use crate::host::{TurnRequest, event_channel};
     use crate::turn::Channel;
+    use crate::unattended::tests::{fake_provider, host_of};
     use crate::{CancelToken, TurnEvent};
 
     /// A session whose mode caps the autonomy at `read_only` (an ACP session) refuses every
@@ -502,25 +502,14 @@ mod tests {
     /// window only, so two writes of a `parallel_tools` agent ran under a read-only mode.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_parallel_batch_is_refused_under_a_read_only_session_mode_like_a_single_call() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = InstallRoot::at(dir.path().join("warren"));
-        root.ensure_layout().unwrap();
         let fake = FakeOpenAi::start().unwrap();
-        std::fs::write(
-            root.config_file(),
-            format!(
-                "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\
-                 runtime_profile = \"parallel\"\n\
-                 [risk_profiles.open]\nautonomy = \"full\"\n\
-                 [runtime_profiles.parallel]\nparallel_tools = true\n\
-                 [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
-                 retry_backoff_ms = 1\nmax_retries = 0\n",
-                fake.base_url()
-            ),
-        )
-        .unwrap();
-        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
-        let host = std::sync::Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        let (_dir, root, host) = host_of(&format!(
+            "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\
+             runtime_profile = \"parallel\"\n\
+             [risk_profiles.open]\nautonomy = \"full\"\n\
+             [runtime_profiles.parallel]\nparallel_tools = true\n{}",
+            fake_provider(&fake)
+        ));
         let ada = AgentAlias::new("ada").unwrap();
         let write = |id: &str, path: &str| {
             FakeCall::new(id, "file_write", json!({"path": path, "content": "x"}))

@@ -7,47 +7,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use rusqlite::{Connection, params};
 use warren_store::control_plane::{ControlPlane, Owner, RunRecord, boot_id, process_start};
 
+use crate::common::{Proc, old_file, sleep_program, version};
+
 type R = Result<(), Box<dyn std::error::Error>>;
-
-/// A child process that is killed and waited for when dropped (also when a test fails).
-struct Proc(Child);
-
-impl Proc {
-    fn spawn(program: &Path) -> Self {
-        Self(Command::new(program).arg("30").spawn().unwrap())
-    }
-    fn owner(&self) -> Owner {
-        Owner {
-            pid: self.0.id(),
-            boot_id: boot_id(),
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The `sleep` program: found on PATH, like a shell would.
-fn sleep_program() -> std::path::PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("sleep"))
-                .find(|f| f.is_file())
-        })
-        .unwrap()
-}
 
 /// `(id, state)` of every row, by id.
 fn states(cp: &ControlPlane) -> Vec<(String, String)> {
@@ -94,7 +62,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
     let crashed = Proc::spawn(&sleep);
     cp.register("crashed", "cron", "main", "cron:a", &crashed.owner())?;
     let crashed_start = recorded_start(&db, "crashed");
-    assert_eq!(crashed_start, process_start(crashed.0.id()));
+    assert_eq!(crashed_start, process_start(crashed.pid()));
     assert!(crashed_start.is_some());
     drop(crashed);
 
@@ -102,7 +70,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
     // here the row is pointed at it, as reuse would leave it).
     std::thread::sleep(Duration::from_millis(50));
     let unrelated = Proc::spawn(&odd);
-    let unrelated_start = process_start(unrelated.0.id());
+    let unrelated_start = process_start(unrelated.pid());
     assert!(unrelated_start.is_some(), "the odd command name parses");
     assert!(
         unrelated_start != crashed_start,
@@ -110,7 +78,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
     );
     Connection::open(&db)?.execute(
         "UPDATE runs SET owner_pid = ?1 WHERE id = 'crashed'",
-        params![unrelated.0.id()],
+        params![unrelated.pid()],
     )?;
     assert!(
         unrelated.owner().is_alive(),
@@ -145,7 +113,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
     assert!(!unrelated.owner().is_alive_started(crashed_start));
 
     // Once the live owner is gone too, its rows are reaped as before.
-    let live_pid = unrelated.0.id();
+    let live_pid = unrelated.pid();
     drop(unrelated);
     assert_eq!(process_start(live_pid), None);
     let mut reaped = cp.reap()?;
@@ -176,68 +144,32 @@ CREATE INDEX runs_by_started ON runs(started_at);
 PRAGMA user_version = 1;
 ";
 
-fn version(db: &Path) -> i64 {
-    Connection::open(db)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap()
-}
-
 #[test]
 fn a_control_plane_of_schema_1_is_upgraded_in_place_and_keeps_its_rows_issue17() -> R {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("data").join("control_plane.db");
-    std::fs::create_dir_all(db.parent().unwrap())?;
     {
-        let old = Connection::open(&db)?;
-        let _: String = old.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        old.execute_batch(SCHEMA_1)?;
+        let old = old_file(&db, SCHEMA_1);
         let me = std::process::id();
-        let insert = "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot,
-                      started_at, finished_at, state, cancel_requested, error)
-                      VALUES (?1, 'cron', 'main', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
-        old.execute(
-            insert,
-            params![
-                "mine",
-                "cron:a",
-                me,
-                boot_id(),
-                "2026-11-30T10:00:00Z",
-                None::<String>,
-                "running",
-                1,
-                None::<String>
-            ],
-        )?;
-        old.execute(
-            insert,
-            params![
-                "other-boot",
-                "cron:b",
-                me,
-                "00000000-0000-0000-0000-000000000000",
-                "2026-11-30T09:00:00Z",
-                None::<String>,
-                "running",
-                0,
-                None::<String>
-            ],
-        )?;
-        old.execute(
-            insert,
-            params![
-                "done",
-                "delegate",
-                4242,
-                boot_id(),
-                "2026-11-29T08:00:00Z",
-                Some("2026-11-29T08:05:00Z"),
-                "failed",
-                0,
-                Some("model refused")
-            ],
-        )?;
+        let other_boot = "00000000-0000-0000-0000-000000000000";
+        // One row a line: id, label, pid, boot, started, finished, state, cancel requested,
+        // error.
+        #[rustfmt::skip]
+        let rows = [
+            ("mine", "cron:a", me, boot_id(), "2026-11-30T10:00:00Z", None, "running", 1, None),
+            ("other-boot", "cron:b", me, other_boot.into(), "2026-11-30T09:00:00Z", None, "running", 0, None),
+            ("done", "delegate", 4242, boot_id(), "2026-11-29T08:00:00Z", Some("2026-11-29T08:05:00Z"), "failed", 0, Some("model refused")),
+        ];
+        for (id, label, pid, boot, started, finished, state, cancel, error) in rows {
+            old.execute(
+                "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at,
+                 finished_at, state, cancel_requested, error)
+                 VALUES (?1, 'cron', 'main', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    id, label, pid, boot, started, finished, state, cancel, error
+                ],
+            )?;
+        }
     }
     // Read paths answer at schema 1 without touching the file.
     let before: Vec<RunRecord> = ControlPlane::open_existing(&db)?.unwrap().list(None, 10)?;

@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
@@ -16,43 +15,9 @@ use rusqlite::{Connection, params};
 use warren_store::control_plane::{Owner, boot_id, process_start};
 use warren_store::cron::{CronError, CronStore, Job, Run};
 
+use crate::common::{Proc, old_file, version};
+
 type R = Result<(), Box<dyn std::error::Error>>;
-
-/// A child process that is killed and waited for when dropped (also when a test fails).
-struct Proc(Child);
-
-impl Proc {
-    fn spawn() -> Self {
-        Self(Command::new(sleep_program()).arg("30").spawn().unwrap())
-    }
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-    fn owner(&self) -> Owner {
-        Owner {
-            pid: self.pid(),
-            boot_id: boot_id(),
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The `sleep` program: found on PATH, like a shell would.
-fn sleep_program() -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("sleep"))
-                .find(|f| f.is_file())
-        })
-        .unwrap()
-}
 
 fn job(name: &str) -> Job {
     let now = "2026-12-01T10:00:00Z".to_string();
@@ -86,34 +51,52 @@ fn job(name: &str) -> Job {
     }
 }
 
-/// A daemon that claimed `job` for run `run` and then died (SIGKILL: it never finished the run),
-/// its PID now held by `reused`, an unrelated process started later. The rows are pointed at the
-/// new process's PID, as the kernel's reuse would leave them.
-fn crash_and_reuse(store: &CronStore, db: &Path, job: &str, run: &str) -> Proc {
-    let crashed = Proc::spawn();
+/// A store at `<dir>/cron/jobs.db` with two jobs. `crashed`: a daemon claimed it for run `r1`
+/// and then died (SIGKILL: it never finished the run), its PID now held by `reused`, an unrelated
+/// process started later (the rows are pointed at the new process's PID, as the kernel's reuse
+/// would leave them). `live`: claimed for run `r2` by that process itself, with its own start
+/// time.
+struct CrashedAndLive {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    store: CronStore,
+    reused: Proc,
+}
+
+fn crashed_and_live() -> CrashedAndLive {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cron").join("jobs.db");
+    let store = CronStore::open(&db).unwrap();
+    store.insert(&job("crashed")).unwrap();
+    store.insert(&job("live")).unwrap();
+    let crashed = Proc::sleep();
     store
-        .claim(job, run, "schedule", None, &crashed.owner(), None)
+        .claim("crashed", "r1", "schedule", None, &crashed.owner(), None)
         .unwrap();
     drop(crashed);
     // Start times are clock ticks (1/100 s): the unrelated process starts visibly later.
     std::thread::sleep(Duration::from_millis(50));
-    let reused = Proc::spawn();
-    let conn = Connection::open(db).unwrap();
-    conn.execute(
-        "UPDATE jobs SET lock_pid = ?2 WHERE name = ?1",
-        params![job, reused.pid()],
-    )
-    .unwrap();
-    conn.execute(
-        "UPDATE runs SET owner_pid = ?2 WHERE id = ?1",
-        params![run, reused.pid()],
-    )
-    .unwrap();
+    let reused = Proc::sleep();
+    let conn = Connection::open(&db).unwrap();
+    for reuse in [
+        "UPDATE jobs SET lock_pid = ?1 WHERE name = 'crashed'",
+        "UPDATE runs SET owner_pid = ?1 WHERE id = 'r1'",
+    ] {
+        conn.execute(reuse, params![reused.pid()]).unwrap();
+    }
     assert!(
         reused.owner().is_alive(),
         "by PID and boot alone the dead owner still looks alive"
     );
-    reused
+    store
+        .claim("live", "r2", "schedule", None, &reused.owner(), None)
+        .unwrap();
+    CrashedAndLive {
+        _dir: dir,
+        db,
+        store,
+        reused,
+    }
 }
 
 fn status(store: &CronStore, run: &str) -> Option<String> {
@@ -127,33 +110,23 @@ fn lock(store: &CronStore, job: &str) -> Option<String> {
 /// `(jobs.lock_start, runs.owner_start)` of `job` and `run`, read by another connection.
 fn recorded_starts(db: &Path, job: &str, run: &str) -> (Option<u64>, Option<u64>) {
     let conn = Connection::open(db).unwrap();
-    let lock = conn
-        .query_row(
-            "SELECT lock_start FROM jobs WHERE name = ?1",
-            params![job],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let owner = conn
-        .query_row(
-            "SELECT owner_start FROM runs WHERE id = ?1",
-            params![run],
-            |r| r.get(0),
-        )
-        .unwrap();
-    (lock, owner)
+    let start = |sql: &str, key: &str| -> Option<u64> {
+        conn.query_row(sql, params![key], |r| r.get(0)).unwrap()
+    };
+    (
+        start("SELECT lock_start FROM jobs WHERE name = ?1", job),
+        start("SELECT owner_start FROM runs WHERE id = ?1", run),
+    )
 }
 
 #[test]
 fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lock_issue17() -> R {
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("cron").join("jobs.db");
-    let store = CronStore::open(&db)?;
-    store.insert(&job("crashed"))?;
-    store.insert(&job("live"))?;
-    let reused = crash_and_reuse(&store, &db, "crashed", "r1");
-    // The unrelated process holds a lock of its own, with its own start time.
-    store.claim("live", "r2", "schedule", None, &reused.owner(), None)?;
+    let CrashedAndLive {
+        _dir,
+        db,
+        store,
+        reused,
+    } = crashed_and_live();
 
     // The dead daemon's lock is gone: the job fires again, its run is lost.
     let me = Owner::current();
@@ -182,13 +155,12 @@ fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lo
 #[test]
 fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_lost_and_a_live_one_is_not_issue17() -> R
 {
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("cron").join("jobs.db");
-    let store = CronStore::open(&db)?;
-    store.insert(&job("crashed"))?;
-    store.insert(&job("live"))?;
-    let reused = crash_and_reuse(&store, &db, "crashed", "r1");
-    store.claim("live", "r2", "schedule", None, &reused.owner(), None)?;
+    let CrashedAndLive {
+        _dir,
+        store,
+        reused,
+        ..
+    } = crashed_and_live();
 
     assert_eq!(store.reap()?, vec!["r1".to_string()]);
     assert_eq!(status(&store, "r1").as_deref(), Some("lost"));
@@ -267,13 +239,6 @@ CREATE INDEX runs_by_job ON runs(job, started_at);
 PRAGMA user_version = 1;
 ";
 
-fn version(db: &Path) -> i64 {
-    Connection::open(db)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap()
-}
-
 /// Every job, and every run of each, as the store reads them.
 fn everything(store: &CronStore) -> (Vec<Job>, Vec<Run>) {
     let jobs = store.list().unwrap();
@@ -288,92 +253,44 @@ fn everything(store: &CronStore) -> (Vec<Job>, Vec<Run>) {
 fn a_cron_store_of_schema_1_is_upgraded_in_place_and_keeps_its_jobs_and_runs_issue17() -> R {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("cron").join("jobs.db");
-    std::fs::create_dir_all(db.parent().unwrap())?;
     let me = std::process::id();
     let other_boot = "00000000-0000-0000-0000-000000000000";
     {
-        let old = Connection::open(&db)?;
-        let _: String = old.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        old.execute_batch(SCHEMA_1)?;
-        let job = "INSERT INTO jobs (name, agent, schedule_kind, schedule, message, source,
-                   next_fire_ms, failures, created_at, updated_at, lock_run, lock_pid, lock_boot,
-                   locked_at)
-                   VALUES (?1, 'main', 'every', '1h', 'hi', 'runtime', 5000, ?2,
-                   '2026-11-30T08:00:00Z', '2026-11-30T08:00:00Z', ?3, ?4, ?5, ?6)";
-        old.execute(
-            job,
-            params!["mine", 0, "r-mine", me, boot_id(), "2026-11-30T10:00:00Z"],
-        )?;
-        old.execute(
-            job,
-            params![
-                "rebooted",
-                2,
-                "r-other",
-                me,
-                other_boot,
-                "2026-11-30T09:00:00Z"
-            ],
-        )?;
-        old.execute(
-            job,
-            params![
-                "idle",
-                0,
-                None::<String>,
-                None::<u32>,
-                None::<String>,
-                None::<String>
-            ],
-        )?;
-        let run = "INSERT INTO runs (id, job, agent, trigger, started_at, finished_at, status,
-                   output, tokens_in, cost_usd, owner_pid, owner_boot)
-                   VALUES (?1, ?2, 'main', 'schedule', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-        old.execute(
-            run,
-            params![
-                "r-mine",
-                "mine",
-                "2026-11-30T10:00:00Z",
-                None::<String>,
-                "running",
-                None::<String>,
-                0,
-                0.0,
-                me,
-                boot_id()
-            ],
-        )?;
-        old.execute(
-            run,
-            params![
-                "r-other",
-                "rebooted",
-                "2026-11-30T09:00:00Z",
-                None::<String>,
-                "running",
-                None::<String>,
-                0,
-                0.0,
-                me,
-                other_boot
-            ],
-        )?;
-        old.execute(
-            run,
-            params![
-                "r-done",
-                "idle",
-                "2026-11-29T08:00:00Z",
-                Some("2026-11-29T08:05:00Z"),
-                "ok",
-                Some("digest sent"),
-                120,
-                0.25,
-                4242,
-                boot_id()
-            ],
-        )?;
+        let old = old_file(&db, SCHEMA_1);
+        // One job a line: name, failures, lock run, lock pid, lock boot, locked at.
+        #[rustfmt::skip]
+        let jobs = [
+            ("mine", 0, Some("r-mine"), Some(me), Some(boot_id()), Some("2026-11-30T10:00:00Z")),
+            ("rebooted", 2, Some("r-other"), Some(me), Some(other_boot.into()), Some("2026-11-30T09:00:00Z")),
+            ("idle", 0, None, None, None, None),
+        ];
+        for (name, failures, run, pid, boot, locked_at) in jobs {
+            old.execute(
+                "INSERT INTO jobs (name, agent, schedule_kind, schedule, message, source,
+                 next_fire_ms, failures, created_at, updated_at, lock_run, lock_pid, lock_boot,
+                 locked_at)
+                 VALUES (?1, 'main', 'every', '1h', 'hi', 'runtime', 5000, ?2,
+                 '2026-11-30T08:00:00Z', '2026-11-30T08:00:00Z', ?3, ?4, ?5, ?6)",
+                params![name, failures, run, pid, boot, locked_at],
+            )?;
+        }
+        // One run a line: id, job, started, finished, status, output, tokens in, cost, pid, boot.
+        #[rustfmt::skip]
+        let runs = [
+            ("r-mine", "mine", "2026-11-30T10:00:00Z", None, "running", None, 0, 0.0, me, boot_id()),
+            ("r-other", "rebooted", "2026-11-30T09:00:00Z", None, "running", None, 0, 0.0, me, other_boot.into()),
+            ("r-done", "idle", "2026-11-29T08:00:00Z", Some("2026-11-29T08:05:00Z"), "ok", Some("digest sent"), 120, 0.25, 4242, boot_id()),
+        ];
+        for (id, job, started, finished, status, output, tokens_in, cost, pid, boot) in runs {
+            old.execute(
+                "INSERT INTO runs (id, job, agent, trigger, started_at, finished_at, status,
+                 output, tokens_in, cost_usd, owner_pid, owner_boot)
+                 VALUES (?1, ?2, 'main', 'schedule', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    id, job, started, finished, status, output, tokens_in, cost, pid, boot
+                ],
+            )?;
+        }
     }
     // Read paths answer at schema 1 without touching the file.
     let before = everything(&CronStore::open_existing(&db)?.unwrap());

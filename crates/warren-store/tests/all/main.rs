@@ -2,6 +2,7 @@
 
 mod acp;
 mod backends;
+mod common;
 mod control_plane_owner;
 mod cron_owner;
 mod group_commit;

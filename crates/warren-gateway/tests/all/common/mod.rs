@@ -102,10 +102,13 @@ pub async fn call(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (StatusCode, Value) {
-    let response = app
-        .oneshot(request(method, path, token, body))
-        .await
-        .unwrap();
+    send(app, request(method, path, token, body)).await
+}
+
+/// Sends `request` (built by [`request`], perhaps with more headers) to `app`; returns the
+/// status and the JSON body (`Null` if not JSON).
+pub async fn send(app: Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = app.oneshot(request).await.unwrap();
     let status = response.status();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
@@ -114,4 +117,46 @@ pub async fn call(
         status,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
+}
+
+/// The `(role, content)` of each message of `list`, a JSON array of messages with text content
+/// (a session page's, a provider request's).
+pub fn messages(list: &Value) -> Vec<(String, String)> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `(role, content)` pairs as [`messages`] reads them.
+pub fn pairs(messages: &[(&str, &str)]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|(r, c)| ((*r).to_string(), (*c).to_string()))
+        .collect()
+}
+
+/// The `(role, content)` messages of session `key` of `agent`, as stored.
+pub async fn session_messages(
+    app: &Router,
+    token: &str,
+    agent: &str,
+    key: &str,
+) -> Vec<(String, String)> {
+    let (status, page) = call(
+        app.clone(),
+        "GET",
+        &format!("/api/agents/{agent}/sessions/{key}?limit=1000"),
+        Some(token),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    messages(&page["messages"])
 }
