@@ -255,16 +255,9 @@ impl AgentRunner {
         io: &TurnIo,
     ) -> Option<CallResult> {
         let cancel = &io.cancel;
-        if call.name == DELEGATE_TOOL && self.can_delegate() {
-            return self.delegate(call, io).await;
-        }
         if matches!(call.name.as_str(), STATUS_TOOL | RESULT_TOOL) && self.can_delegate() {
             return Some(self.delegate_lookup(call).await);
         }
-        let tool = match self.tool(&call.name) {
-            Ok(t) => t,
-            Err(_) => return Some(self.unknown_tool(call)),
-        };
         // The operator decides; `Err(None)`: cancelled while asking.
         let ask = |reason| async move {
             match self.approve(call, reason, session, io).await {
@@ -272,6 +265,19 @@ impl AgentRunner {
                 Some(Some(denied)) => Err(Some(denied)),
                 None => Err(None),
             }
+        };
+        if call.name == DELEGATE_TOOL && self.can_delegate() {
+            // Handing work to a child is an action of this agent: the same gate (`always_ask`,
+            // a session's cap, the taint rule: a tainted turn asks before it delegates; a slot
+            // in the window). It reads nothing itself; the child's calls pass its own gate.
+            if let Err(stopped) = self.gate(call, RiskClass::Read, session, ask).await {
+                return stopped.answer(|reason| Some(refused(&reason)));
+            }
+            return self.delegate(call, io).await;
+        }
+        let tool = match self.tool(&call.name) {
+            Ok(t) => t,
+            Err(_) => return Some(self.unknown_tool(call)),
         };
         let approved = match self.gate(call, tool.risk(), session, ask).await {
             Ok(approved) => approved,

@@ -586,8 +586,10 @@ impl AgentRunner {
             session_str,
             || json!({"chars": user_message.len()}),
         );
-        // Each turn starts untainted (issue 24 §4).
-        let result = taint::Taint::scope(self.turn_inner(
+        // Each turn starts untainted (issue 24 §4), but a subagent's turn, run inside its
+        // parent's, shares the parent's marker: the child inherits what the parent took in,
+        // and what the child takes in reaches the parent through its reply.
+        let result = taint::Taint::carry(self.turn_inner(
             system,
             history,
             user_message,

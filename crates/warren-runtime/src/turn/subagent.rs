@@ -182,9 +182,9 @@ impl AgentRunner {
         let plane = Arc::new(plane);
         let watcher = tokio::spawn(watch_cancel(Arc::clone(&plane), id.clone(), cancel));
         // The child keeps the parent's tool context (an ACP session's autonomy cap and editor
-        // transport): a new task starts without it.
+        // transport) and taint marker: a new task starts without them.
         let context = warren_tools::ToolContext::current();
-        tokio::spawn(context.scope(async move {
+        tokio::spawn(context.scope(super::taint::Taint::carry(async move {
             let turn: ChildTurn<'_> =
                 Box::pin(async { child.run_detached(Vec::new(), &task, &child_io).await });
             let outcome = turn.await;
@@ -217,7 +217,7 @@ impl AgentRunner {
                 }
             })
             .await;
-        }));
+        })));
         Ok(json!({
             "task_id": id,
             "status": "running",

@@ -1193,11 +1193,11 @@ async fn max_actions_per_hour_refuses_the_next_call_across_turns_perm2() {
 
 /// PERM-7 with limits read only through the policy: a subagent's tool calls count in its
 /// parent's window under a limit `narrow` left no higher than the parent's, so delegating does
-/// not buy more actions.
+/// not buy more actions (the delegation is an action of the parent's too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagent_cannot_exceed_its_parents_actions_per_hour_perm7() {
     let f = Fixture::new(1, "[runtime_profiles.rt]\ndelegation_depth = 1\n");
-    with_actions_per_hour(&f, 2);
+    with_actions_per_hour(&f, 3);
     let read = |id: &str| FakeCall::new(id, "file_read", json!({"path": "missing.md"}));
     f.fake().push(FakeReply::calls("", vec![read("p1")]));
     f.fake().push(FakeReply::calls(
@@ -1208,7 +1208,8 @@ async fn a_subagent_cannot_exceed_its_parents_actions_per_hour_perm7() {
             json!({"task": "read twice"}),
         )],
     ));
-    // The child: two reads, one round each; only one slot is left.
+    // The child: two reads, one round each; the delegation took a slot too, so only one
+    // is left.
     f.fake().push(FakeReply::calls("", vec![read("k1")]));
     f.fake().push(FakeReply::calls("", vec![read("k2")]));
     f.fake().push(FakeReply::text("child done"));
@@ -1221,8 +1222,8 @@ async fn a_subagent_cannot_exceed_its_parents_actions_per_hour_perm7() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(outcome.reply, "parent done");
     let reqs = f.fake().requests();
-    // p1 took the first slot and the child's k1 the second (it ran: its request after
-    // carries no refusal); k2 was refused by the parent's limit.
+    // p1 took the first slot, the delegation the second and the child's k1 the third (it
+    // ran: its request after carries no refusal); k2 was refused by the parent's limit.
     assert!(
         !reqs[3].body["messages"]
             .to_string()
@@ -1231,7 +1232,7 @@ async fn a_subagent_cannot_exceed_its_parents_actions_per_hour_perm7() {
     );
     let child = reqs[4].body["messages"].to_string();
     assert_eq!(
-        child.matches("max_actions_per_hour = 2").count(),
+        child.matches("max_actions_per_hour = 3").count(),
         1,
         "k2 refused: {child}"
     );
