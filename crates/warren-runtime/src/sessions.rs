@@ -112,8 +112,12 @@ pub async fn claim(
 /// the turn goes on from that message instead of storing it twice: the turn's history load
 /// leaves it out (the turn sends it as its input, so the provider sees it once) and the
 /// turn's append of it writes nothing. Run under the session's queue slot, so no other turn
-/// of this process answers the message in between (which is why the door decides it for every
-/// entry point, rather than each caller checking before it submits).
+/// of this generation answers the message in between (which is why the door decides it for
+/// every entry point, rather than each caller checking before it submits). The slot is per
+/// generation and per process: a turn of the old generation still running in a reload's grace
+/// period, or a `warren agent` run on the same session beside the daemon, may still be
+/// answering the message; the repeat then joins it and the session gets two answers to it
+/// (two turns on one session from two processes had that effect before too).
 pub(crate) fn for_turn(sessions: &SessionHandle, key: &SessionKey, input: &str) -> SessionHandle {
     SessionHandle::new(Arc::new(TurnStore {
         inner: Arc::clone(sessions.blocking()),
