@@ -425,8 +425,10 @@ pub fn snapshots_of(path: &Path) -> Vec<PathBuf> {
 /// Brings the store at `path` (open on `conn`, in WAL mode) to schema `version` with `apply`,
 /// the one migration routine of every store (sessions, ACP, memory, cron, SOP, control plane,
 /// devices). A file at `version` is left alone; a newer one is refused (this build does not
-/// know its schema). A file with tables at an older version is first copied to
-/// `<dir>/.pre-migration/<file>.v<old>.<unix ms>.db` ([`snapshot_into`]; the newest
+/// know its schema). An older file is migrated under the file's migration lock
+/// ([`MIGRATION_LOCK_SUFFIX`]), so one process at a time does it and the others, once it is
+/// done, find the new version and leave the file alone; under it, a file with tables is first
+/// copied to `<dir>/.pre-migration/<file>.v<old>.<unix ms>.db` ([`snapshot_into`]; the newest
 /// [`SNAPSHOTS_KEPT`] are kept); then `apply` runs, the version is set and `PRAGMA
 /// quick_check` must answer `ok`. If any of that fails, the snapshot is copied back over the
 /// file (through SQLite, under its locks) and the error says so: the file keeps its old schema
@@ -469,19 +471,37 @@ pub fn migrate_guarded(
     version: i64,
     apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
 ) -> Result<(), MigrateFailure> {
-    let found = schema_version(conn).map_err(MigrateFailure::Failed)?;
-    if found == version {
+    let current = |conn: &Connection| -> Result<Option<i64>, MigrateFailure> {
+        let found = schema_version(conn).map_err(MigrateFailure::Failed)?;
+        if found > version {
+            return Err(MigrateFailure::Failed(failure(
+                rusqlite::ffi::SQLITE_ERROR,
+                format!(
+                    "schema version {found} is newer than this warren knows ({version}); run \
+                     the warren that wrote it, or restore a backup made by this one"
+                ),
+            )));
+        }
+        Ok((found < version).then_some(found))
+    };
+    // The version only grows, so a file found current needs no lock.
+    if current(conn)?.is_none() {
         return Ok(());
     }
-    if found > version {
-        return Err(MigrateFailure::Failed(failure(
-            rusqlite::ffi::SQLITE_ERROR,
-            format!(
-                "schema version {found} is newer than this warren knows ({version}); run the \
-                 warren that wrote it, or restore a backup made by this one"
-            ),
-        )));
-    }
+    // Two processes may open an old file at once (the daemon's reaper and a CLI command on the
+    // first start after an upgrade). Unserialised, both snapshot the old file, the first
+    // migrates it, the second's migration then fails ("database is locked", "duplicate
+    // column") and copies its stale snapshot back over the migrated file: the new columns and
+    // everything the first wrote since are gone, and the first keeps a connection whose every
+    // write fails. So the version is read again, the snapshot taken and the migration run under
+    // the file's migration lock. It is not SQLite's write lock (`BEGIN IMMEDIATE` around
+    // `apply`): migrations run their own transactions (memory's its own `BEGIN IMMEDIATE`),
+    // which SQLite cannot nest.
+    let _lock = migration_lock(path).map_err(MigrateFailure::Failed)?;
+    let Some(found) = current(conn)? else {
+        // Another process migrated the file while this one waited.
+        return Ok(());
+    };
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
         .map_err(MigrateFailure::Failed)?;
@@ -490,6 +510,13 @@ pub fn migrate_guarded(
     } else {
         None
     };
+    // Changes when another connection commits (never for this one's own commits): a writer
+    // that does not take the migration lock (a store opened before this migration began, by a
+    // process of the old warren) makes the snapshot older than the file.
+    let data_version = |conn: &Connection| -> Option<i64> {
+        conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
+    };
+    let seen = data_version(conn);
     let run = |conn: &mut Connection| -> rusqlite::Result<()> {
         apply(conn)?;
         conn.execute_batch(&format!("PRAGMA user_version = {version}"))?;
@@ -515,6 +542,23 @@ pub fn migrate_guarded(
     let Some(snapshot) = snapshot else {
         return Err(MigrateFailure::Failed(cause));
     };
+    if seen.is_none() || data_version(conn) != seen {
+        // Putting the snapshot back would erase that commit. A checkpoint that restarted the
+        // WAL may also count here: then the file is left as it is too, which loses nothing.
+        let message = format!(
+            "migration from schema {found} to {version} failed ({cause}); another connection \
+             wrote to the file during the migration, so its pre-migration snapshot {} was not \
+             put back (that would erase the write) and the file may hold part of the migration \
+             at schema {found}: stop every warren process using it, then start warren again, \
+             which retries the migration",
+            snapshot.display()
+        );
+        tracing::error!("{}: {message}", path.display());
+        return Err(MigrateFailure::Failed(failure(
+            rusqlite::ffi::SQLITE_ERROR,
+            message,
+        )));
+    }
     let restored = open_read_only(&snapshot).and_then(|snap| copy_all(&snap, conn));
     match restored {
         Ok(()) => {
@@ -538,6 +582,88 @@ pub fn migrate_guarded(
                 rusqlite::ffi::SQLITE_ERROR,
                 message,
             )))
+        }
+    }
+}
+
+/// Suffix of the migration lock of a database: `<dir>/.pre-migration/<file>.lock`, an empty
+/// file whose `flock` the process migrating the file holds ([`migrate_guarded`]). It is never
+/// removed (a waiter could lock a removed file while a newcomer locks a new one); backups skip
+/// the directory.
+pub const MIGRATION_LOCK_SUFFIX: &str = ".lock";
+
+/// How long [`migrate_guarded`] waits for another process (or thread) migrating the same file
+/// before it gives up; a big file's migration can take minutes.
+pub const MIGRATION_WAIT: Duration = Duration::from_secs(600);
+
+/// Takes the migration lock of `path`, waiting up to [`MIGRATION_WAIT`]; held until the file is
+/// dropped (or the process ends, so a crashed migrator never leaves it held). A lock file
+/// beside the database rather than the database itself: closing a descriptor of the database
+/// would drop the POSIX locks SQLite holds on it ([`open_wal`]).
+fn migration_lock(path: &Path) -> rusqlite::Result<std::fs::File> {
+    use rustix::fs::{FlockOperation, flock};
+    use rustix::io::Errno;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(failure(
+            rusqlite::ffi::SQLITE_CANTOPEN,
+            "the database path has no directory".to_string(),
+        ));
+    };
+    let snaps = dir.join(SNAPSHOT_DIR);
+    let lock_path = snaps.join(format!("{}{MIGRATION_LOCK_SUFFIX}", name.to_string_lossy()));
+    let file = std::fs::create_dir_all(&snaps)
+        .and_then(|()| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(DB_MODE)
+                .open(&lock_path)
+        })
+        .map_err(|e| {
+            failure(
+                rusqlite::ffi::SQLITE_CANTOPEN,
+                format!(
+                    "cannot open the migration lock {} (nothing was migrated): {e}",
+                    lock_path.display()
+                ),
+            )
+        })?;
+    let start = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(Errno::WOULDBLOCK | Errno::INTR) if start.elapsed() < MIGRATION_WAIT => {
+                if !said && start.elapsed() >= BUSY_TIMEOUT {
+                    said = true;
+                    tracing::warn!(
+                        "{}: waiting for another process migrating it ({} is held)",
+                        path.display(),
+                        lock_path.display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(failure(
+                    rusqlite::ffi::SQLITE_BUSY,
+                    format!(
+                        "cannot take the migration lock {} (nothing was migrated): {}",
+                        lock_path.display(),
+                        if e == Errno::WOULDBLOCK {
+                            format!(
+                                "another process has held it for {}s; stop the warren process \
+                                 that migrates the file, or wait and retry",
+                                MIGRATION_WAIT.as_secs()
+                            )
+                        } else {
+                            e.to_string()
+                        }
+                    ),
+                ));
+            }
         }
     }
 }

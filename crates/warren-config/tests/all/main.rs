@@ -3,3 +3,5 @@
 mod alias_keys;
 mod config_store;
 mod inert_settings;
+#[cfg(feature = "sqlite")]
+mod migration_race;
