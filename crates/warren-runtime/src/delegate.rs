@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use warren_config::confined::{ConfinedDir, DirError};
 use warren_config::schema::Autonomy;
 use warren_core::ToolDefinition;
-use warren_store::control_plane::{ControlPlane, Owner};
+use warren_store::control_plane::{ControlPlane, Owner, StoredOwner};
 
 /// The tool's name.
 pub const DELEGATE_TOOL: &str = "delegate";
@@ -165,8 +165,10 @@ pub struct ResultRecord {
     pub provider_calls: u32,
     #[serde(default)]
     pub hit_iteration_cap: bool,
-    pub owner_pid: u32,
-    pub owner_boot: String,
+    /// The process running the child (`owner_pid`, `owner_boot`, `owner_start`, `owner_ns`; a
+    /// record of an older warren has no start time nor namespace).
+    #[serde(flatten)]
+    pub owner: StoredOwner,
 }
 
 impl ResultRecord {
@@ -189,8 +191,7 @@ impl ResultRecord {
             tool_calls: 0,
             provider_calls: 0,
             hit_iteration_cap: false,
-            owner_pid: owner.pid,
-            owner_boot: owner.boot_id.clone(),
+            owner: owner.stored(),
         }
     }
 
@@ -240,7 +241,8 @@ pub fn write_record(dir: &ConfinedDir, record: &ResultRecord) -> Result<(), Dele
 
 /// Reads the record of `id` from `workspace`, with the control plane's overlay: while the file
 /// says `running`, a control-plane row that ended `lost` or `timed_out` — or an owner process
-/// that is provably gone — decides the status.
+/// that is provably gone ([`StoredOwner::is_alive`] of the row's owner, else the record's) —
+/// decides the status.
 pub fn read_status(
     workspace: &std::path::Path,
     control_plane: Option<&std::path::Path>,
@@ -273,11 +275,8 @@ pub fn read_status(
             record.error = row.error;
             record.finished_at = row.finished_at;
         }
-        _ => {
-            let owner = Owner {
-                pid: record.owner_pid,
-                boot_id: record.owner_boot.clone(),
-            };
+        row => {
+            let owner = row.map_or_else(|| record.owner.clone(), |row| row.owner);
             if !owner.is_alive() {
                 record.status = "lost".into();
                 record.error = Some("its owner process exited during the run".into());

@@ -1,21 +1,22 @@
 //! The control plane (STATE-11): `data/control_plane.db`, one row per background run (cron
 //! now; SOP runs and background delegates later) with its owner (PID + boot ID + the process's
-//! start time), producer kind, start time and state `running | ok | failed | lost | cancelled |
-//! timed_out`. Rows of owners that are provably gone (another boot, a dead PID of this boot, or
-//! a PID now held by a process that started at another time) are marked `lost` by the reaper
-//! the daemon runs at start ([`ControlPlane::reap`]). A cancel request is a flag on the row; the
-//! owning process acts on it. Read paths ([`ControlPlane::open_existing`]) never create the file.
+//! start time + its PID namespace, one [`StoredOwner`]), producer kind, start time and state
+//! `running | ok | failed | lost | cancelled | timed_out`. Rows of owners that are provably gone
+//! (another boot, a dead PID of this boot, or a PID of our namespace now held by a process that
+//! started at another time) are marked `lost` by the reaper the daemon runs at start
+//! ([`ControlPlane::reap`]). A cancel request is a flag on the row; the owning process acts on
+//! it. Read paths ([`ControlPlane::open_existing`]) never create the file.
 
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sqlite_util::{SharedConn, Sync, alias_column};
 use crate::timefmt;
 
 /// Schema version of `control_plane.db` (`PRAGMA user_version`): 1 without the owner's start
-/// time, 2 with it (`owner_start`, issue 17).
+/// time, 2 with it and the owner's PID namespace (`owner_start`, `owner_ns`, issue 17).
 pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
@@ -27,6 +28,7 @@ CREATE TABLE IF NOT EXISTS runs (
     owner_pid        INTEGER NOT NULL,
     owner_boot       TEXT NOT NULL,
     owner_start      INTEGER,
+    owner_ns         TEXT,
     started_at       TEXT NOT NULL,
     finished_at      TEXT,
     state            TEXT NOT NULL CHECK (state IN
@@ -41,17 +43,18 @@ CREATE INDEX IF NOT EXISTS runs_by_started ON runs(started_at);
 
 /// Opens (creating its directory) a store that records owners with their start time for
 /// writing: `control_plane.db` and the cron store's `jobs.db` at schema `version`, of which
-/// version 1 knew no start time. [`warren_config::sqlite::open_migrated`] snapshots an older
-/// file first, applies `schema` and adds each `(table, column)` of `start_columns` it lacks in
-/// place: the rows of version 1 keep everything and get no start time (NULL: their owners are
-/// judged by PID and boot only, as when they were written). A failed migration leaves the file
-/// read-only at its old schema, where reads still answer and writes say why
-/// ([`SharedConn::read_only`]). The error is the cause only; callers name the file.
+/// version 1 knew no start time nor PID namespace. [`warren_config::sqlite::open_migrated`]
+/// snapshots an older file first, applies `schema` and adds each `(table, column, type)` of
+/// `start_columns` it lacks in place: the rows of version 1 keep everything and get no start
+/// time nor namespace (NULL: their owners are judged by PID and boot only, as when they were
+/// written). A failed migration leaves the file read-only at its old schema, where reads still
+/// answer and writes say why ([`SharedConn::read_only`]). The error is the cause only; callers
+/// name the file.
 pub(crate) fn open_with_owner_start(
     path: &Path,
     version: i64,
     schema: &str,
-    start_columns: &[(&str, &str)],
+    start_columns: &[(&str, &str, &str)],
 ) -> Result<SharedConn, String> {
     // WAL NORMAL: every commit survives a process crash (the case the reapers handle); a power
     // loss may roll back the last commits — a registration, a claim or a result then reads as
@@ -64,12 +67,12 @@ pub(crate) fn open_with_owner_start(
     let migrate = |conn: &mut Connection| {
         let tx = conn.transaction()?;
         tx.execute_batch(schema)?;
-        for (table, column) in start_columns {
+        for (table, column, kind) in start_columns {
             let has = tx
                 .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
                 .exists(params![table, column])?;
             if !has {
-                tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} INTEGER"))?;
+                tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))?;
             }
         }
         tx.commit()
@@ -78,11 +81,9 @@ pub(crate) fn open_with_owner_start(
         .map_err(|e| warren_config::sqlite::cause_text(&e, path))
 }
 
-/// Who runs something: a process of one boot of one machine. The PID alone does not name the
-/// process for long: after a crash the kernel may give it to an unrelated process (a container's
-/// small PID space, a machine up for months). The control plane therefore also records the
-/// owner's start time ([`Owner::start_time`]) and judges its rows with
-/// [`Owner::is_alive_started`].
+/// Who runs something: a process of one boot of one machine, as it registers its own rows
+/// ([`Owner::current`]). What a row keeps of it, and the one way to judge it later, is
+/// [`StoredOwner`] ([`Owner::stored`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Owner {
     pub pid: u32,
@@ -107,22 +108,92 @@ impl Owner {
         process_start(self.pid)
     }
 
-    /// Whether the owner may still run, judged by PID and boot only (a record that kept no
-    /// start time): `false` only when it is provably gone (another boot, or no process with
-    /// its PID in this boot).
-    pub fn is_alive(&self) -> bool {
-        self.is_alive_started(None)
+    /// What a row records of this owner: PID, boot, start time and PID namespace, read while
+    /// the owner runs.
+    pub fn stored(&self) -> StoredOwner {
+        StoredOwner {
+            pid: self.pid,
+            boot_id: self.boot_id.clone(),
+            start: self.start_time(),
+            pid_ns: self.pid_namespace(),
+        }
     }
 
-    /// Whether the owner that started at `started` ([`Owner::start_time`] when its row was
-    /// written) may still run: `false` when it is provably gone — another boot, no process
-    /// with its PID, or a process with its PID that started at another time (the PID was
-    /// reused). With no recorded start time, the PID and boot decide ([`Owner::is_alive`]).
-    pub fn is_alive_started(&self, started: Option<u64>) -> bool {
+    /// The PID namespace of the process with this owner's PID, if it runs in this boot.
+    fn pid_namespace(&self) -> Option<String> {
+        if self.boot_id != boot_id() {
+            None
+        } else if self.pid == std::process::id() {
+            pid_namespace()
+        } else {
+            read_namespace(&format!("/proc/{}/ns/pid", self.pid))
+        }
+    }
+}
+
+/// The owner of a stored row (a control-plane run, a cron lock or run, a background delegate's
+/// record): the PID alone does not name a process for long — after a crash the kernel may give
+/// it to an unrelated process (a container's small PID space, a machine up for months) — so a
+/// row also keeps the owner's start time and PID namespace. Every store returns its rows' owner
+/// as this type and [`StoredOwner::is_alive`] is the one rule that judges it. Serialized with
+/// the rows' column names (`owner_pid`, ...), as `warren runs list --json` and a delegate's
+/// result record show them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredOwner {
+    #[serde(rename = "owner_pid")]
+    pub pid: u32,
+    #[serde(rename = "owner_boot")]
+    pub boot_id: String,
+    /// `/proc/<pid>/stat` field 22 when the row was written; `None` in a row of schema 1.
+    #[serde(rename = "owner_start", default)]
+    pub start: Option<u64>,
+    /// The owner's PID namespace (`readlink /proc/self/ns/pid`, e.g. `pid:[4026531836]`): its
+    /// PID means that process only to a reader of the same namespace. `None` in a row of
+    /// schema 1, or when it could not be read.
+    #[serde(rename = "owner_ns", default)]
+    pub pid_ns: Option<String>,
+}
+
+impl StoredOwner {
+    /// Reads the owner of a row from its four columns at `first`: PID, boot, start, namespace.
+    pub(crate) fn from_row(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Self> {
+        Ok(Self {
+            pid: r.get(first)?,
+            boot_id: r.get(first + 1)?,
+            start: r.get(first + 2)?,
+            pid_ns: r.get(first + 3)?,
+        })
+    }
+
+    /// Whether `owner` is this row's owner: the same PID and boot and, when both are known, the
+    /// same PID namespace (the same number in another namespace is another process).
+    pub fn is(&self, owner: &Owner) -> bool {
+        self.pid == owner.pid
+            && self.boot_id == owner.boot_id
+            && match (&self.pid_ns, owner.pid_namespace()) {
+                (Some(theirs), Some(ours)) => *theirs == ours,
+                _ => true,
+            }
+    }
+
+    /// Whether the owner may still run: `false` only when it is provably gone — another boot,
+    /// no process with its PID, or a process with its PID that started at another time (the PID
+    /// was reused). A row of another PID namespace than this process's (a daemon in a container
+    /// and a CLI on the host sharing the install root) cannot be judged by PID: the number names
+    /// another process here, so the owner counts as alive unless the boot differs. A row without
+    /// a start time (schema 1) is judged by PID and boot; one without a namespace as if it were
+    /// ours.
+    pub fn is_alive(&self) -> bool {
         if self.boot_id != boot_id() {
             return false;
         }
-        let Some(started) = started else {
+        if let Some(theirs) = &self.pid_ns {
+            // Our own namespace unreadable: neither can be told apart, so not provably gone.
+            if pid_namespace().is_none_or(|ours| ours != *theirs) {
+                return true;
+            }
+        }
+        let Some(started) = self.start else {
             if self.pid == std::process::id() {
                 return true;
             }
@@ -140,6 +211,20 @@ impl Owner {
             Err(_) => true,
         }
     }
+}
+
+/// This process's PID namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`); `None` when
+/// it cannot be read. A process never changes its own PID namespace, so it is read once.
+pub fn pid_namespace() -> Option<String> {
+    static NS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NS.get_or_init(|| read_namespace("/proc/self/ns/pid"))
+        .clone()
+}
+
+fn read_namespace(link: &str) -> Option<String> {
+    std::fs::read_link(link)
+        .ok()
+        .map(|target| target.to_string_lossy().into_owned())
 }
 
 /// The start time of process `pid`: `/proc/<pid>/stat` field 22 (`starttime`, clock ticks after
@@ -184,8 +269,9 @@ pub struct RunRecord {
     pub kind: String,
     pub agent: warren_core::AgentAlias,
     pub label: String,
-    pub owner_pid: u32,
-    pub owner_boot: String,
+    /// Judge it with [`StoredOwner::is_alive`].
+    #[serde(flatten)]
+    pub owner: StoredOwner,
     pub started_at: String,
     pub finished_at: Option<String>,
     pub state: String,
@@ -202,13 +288,21 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Opens (creating) the control plane for writing, at schema 2 ([`open_with_owner_start`]:
-    /// version 2 adds `runs.owner_start`).
+    /// version 2 adds `runs.owner_start` and `runs.owner_ns`).
     pub fn open(path: &Path) -> Result<Self, ControlPlaneError> {
-        let conn = open_with_owner_start(path, SCHEMA_VERSION, SCHEMA, &[("runs", "owner_start")])
-            .map_err(|cause| ControlPlaneError::Db {
-                path: path.to_path_buf(),
-                cause,
-            })?;
+        let conn = open_with_owner_start(
+            path,
+            SCHEMA_VERSION,
+            SCHEMA,
+            &[
+                ("runs", "owner_start", "INTEGER"),
+                ("runs", "owner_ns", "TEXT"),
+            ],
+        )
+        .map_err(|cause| ControlPlaneError::Db {
+            path: path.to_path_buf(),
+            cause,
+        })?;
         Ok(Self { conn })
     }
 
@@ -234,7 +328,8 @@ impl ControlPlane {
     }
 
     /// Refuses a write to a store left read-only at schema 1 by a failed migration, with why
-    /// (its statements name `owner_start`, which SQLite would report as a missing column).
+    /// (its statements name `owner_start` / `owner_ns`, which SQLite would report as missing
+    /// columns).
     fn writable(&self) -> Result<(), ControlPlaneError> {
         match self.conn.read_only() {
             None => Ok(()),
@@ -274,8 +369,8 @@ impl ControlPlane {
             label,
             owner,
             "ON CONFLICT (id) DO UPDATE SET state = 'running', owner_pid = ?5,
-                 owner_boot = ?6, owner_start = ?8, finished_at = NULL, error = NULL,
-                 cancel_requested = 0",
+                 owner_boot = ?6, owner_start = ?8, owner_ns = ?9, finished_at = NULL,
+                 error = NULL, cancel_requested = 0",
         )
     }
 
@@ -291,12 +386,13 @@ impl ControlPlane {
         on_conflict: &str,
     ) -> Result<(), ControlPlaneError> {
         self.writable()?;
+        let owner = owner.stored();
         self.conn()
             .execute(
                 &format!(
                     "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at,
-                     state, owner_start)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8) {on_conflict}"
+                     state, owner_start, owner_ns)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9) {on_conflict}"
                 ),
                 params![
                     id,
@@ -306,7 +402,8 @@ impl ControlPlane {
                     owner.pid,
                     owner.boot_id,
                     timefmt::format(timefmt::now()),
-                    owner.start_time()
+                    owner.start,
+                    owner.pid_ns
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -370,14 +467,15 @@ impl ControlPlane {
     }
 
     pub fn get(&self, id: &str) -> Result<Option<RunRecord>, ControlPlaneError> {
-        self.conn()
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"),
-                params![id],
-                row,
-            )
-            .optional()
-            .map_err(|e| self.err(e))
+        let conn = self.conn();
+        let columns = columns(&conn).map_err(|e| self.err(e))?;
+        conn.query_row(
+            &format!("SELECT {columns} FROM runs WHERE id = ?1"),
+            params![id],
+            row,
+        )
+        .optional()
+        .map_err(|e| self.err(e))
     }
 
     /// The newest runs first, of `agent` if given.
@@ -387,9 +485,10 @@ impl ControlPlane {
         limit: u32,
     ) -> Result<Vec<RunRecord>, ControlPlaneError> {
         let conn = self.conn();
+        let columns = columns(&conn).map_err(|e| self.err(e))?;
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {COLUMNS} FROM runs WHERE (?1 IS NULL OR agent = ?1)
+                "SELECT {columns} FROM runs WHERE (?1 IS NULL OR agent = ?1)
                  ORDER BY started_at DESC, id LIMIT ?2"
             ))
             .map_err(|e| self.err(e))?;
@@ -415,7 +514,8 @@ impl ControlPlane {
         self.writable()?;
         let lost = gone_owners(
             &self.conn(),
-            "SELECT id, owner_pid, owner_boot, owner_start FROM runs WHERE state = 'running'",
+            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns FROM runs
+             WHERE state = 'running'",
             reaper,
         )
         .map_err(|e| self.err(e))?;
@@ -446,8 +546,25 @@ impl ControlPlane {
     }
 }
 
-const COLUMNS: &str = "id, kind, agent, label, owner_pid, owner_boot, started_at, finished_at, \
-                       state, heartbeat_at, cancel_requested, error";
+/// The columns [`row`] reads. A file of schema 1 (read-only: a read never migrates, and a
+/// failed migration leaves it at 1) has no start time nor namespace: NULL stands in for them,
+/// so read paths still answer and its owners are judged by PID and boot, as when written.
+fn columns(conn: &Connection) -> rusqlite::Result<String> {
+    let owner = ["owner_start", "owner_ns"]
+        .iter()
+        .map(|column| {
+            let has = conn
+                .prepare_cached("SELECT 1 FROM pragma_table_info('runs') WHERE name = ?1")?
+                .exists(params![column])?;
+            Ok(if has { *column } else { "NULL" })
+        })
+        .collect::<rusqlite::Result<Vec<_>>>()?
+        .join(", ");
+    Ok(format!(
+        "id, kind, agent, label, owner_pid, owner_boot, {owner}, started_at, finished_at, state, \
+         heartbeat_at, cancel_requested, error"
+    ))
+}
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     Ok(RunRecord {
@@ -455,14 +572,13 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         kind: r.get(1)?,
         agent: alias_column(r, 2)?,
         label: r.get(3)?,
-        owner_pid: r.get(4)?,
-        owner_boot: r.get(5)?,
-        started_at: r.get(6)?,
-        finished_at: r.get(7)?,
-        state: r.get(8)?,
-        heartbeat_at: r.get(9)?,
-        cancel_requested: r.get(10)?,
-        error: r.get(11)?,
+        owner: StoredOwner::from_row(r, 4)?,
+        started_at: r.get(8)?,
+        finished_at: r.get(9)?,
+        state: r.get(10)?,
+        heartbeat_at: r.get(11)?,
+        cancel_requested: r.get(12)?,
+        error: r.get(13)?,
     })
 }
 
@@ -474,10 +590,10 @@ pub(crate) enum Reaper {
     AtStart,
 }
 
-/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot[, owner_start])` whose
-/// owner process is provably gone (the reapers of the control plane and the cron store). A
-/// fourth column is the owner's recorded start time (NULL: unknown); without it the PID and
-/// boot decide.
+/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot, owner_start, owner_ns)`
+/// whose owner is provably gone ([`StoredOwner::is_alive`]; the reapers of the control plane
+/// and the cron store). At start ([`Reaper::AtStart`]) a row of this very process is an
+/// earlier one's too.
 pub(crate) fn gone_owners(
     conn: &Connection,
     sql: &str,
@@ -485,24 +601,13 @@ pub(crate) fn gone_owners(
 ) -> rusqlite::Result<Vec<String>> {
     let me = Owner::current();
     let mut stmt = conn.prepare(sql)?;
-    let with_start = stmt.column_count() > 3;
     let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, u32>(1)?,
-            r.get::<_, String>(2)?,
-            if with_start {
-                r.get::<_, Option<u64>>(3)?
-            } else {
-                None
-            },
-        ))
+        Ok((r.get::<_, String>(0)?, StoredOwner::from_row(r, 1)?))
     })?;
     let mut gone = Vec::new();
     for row in rows {
-        let (id, pid, boot_id, started) = row?;
-        let owner = Owner { pid, boot_id };
-        if (reaper == Reaper::AtStart && owner == me) || !owner.is_alive_started(started) {
+        let (id, owner) = row?;
+        if (reaper == Reaper::AtStart && owner.is(&me)) || !owner.is_alive() {
             gone.push(id);
         }
     }

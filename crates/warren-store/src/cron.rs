@@ -3,10 +3,11 @@
 //! cost, receipts, delivery). Read paths ([`CronStore::open_existing`]) never create the file.
 //!
 //! Honest runs: every run path claims the job with [`CronStore::claim`] in one transaction — the
-//! lock columns name the run and its owner (PID + boot ID + the process's start time, issue 17);
-//! a second claim while the holder is alive is refused naming it, a holder that is provably gone
-//! (another boot, a dead PID, or a PID now held by a process that started at another time) loses
-//! its lock and its run becomes `lost`. [`CronStore::finish`] stores the result and the status
+//! lock columns name the run and its owner (PID + boot ID + the process's start time + its PID
+//! namespace, a [`StoredOwner`], issue 17); a second claim while the holder is alive is refused
+//! naming it, a holder that is provably gone ([`StoredOwner::is_alive`]: another boot, a dead
+//! PID, or a PID of our namespace now held by a process that started at another time) loses its
+//! lock and its run becomes `lost`. [`CronStore::finish`] stores the result and the status
 //! in one transaction, so `ok` is never recorded for a result that was not stored.
 
 use std::path::{Path, PathBuf};
@@ -15,12 +16,13 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use warren_core::AgentAlias;
 
-use crate::control_plane::{Owner, Reaper, open_with_owner_start};
+use crate::control_plane::{Owner, Reaper, StoredOwner, open_with_owner_start};
 use crate::sqlite_util::{SharedConn, alias_column};
 use crate::timefmt;
 
 /// Schema version of `jobs.db` (`PRAGMA user_version`): 1 without the owner's start time, 2
-/// with it (`jobs.lock_start`, `runs.owner_start`, issue 17).
+/// with it and the owner's PID namespace (`jobs.lock_start`, `jobs.lock_ns`,
+/// `runs.owner_start`, `runs.owner_ns`, issue 17).
 pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
@@ -49,6 +51,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lock_pid         INTEGER,
     lock_boot        TEXT,
     lock_start       INTEGER,
+    lock_ns          TEXT,
     locked_at        TEXT,
     probe            TEXT,
     probe_state      TEXT,
@@ -75,7 +78,8 @@ CREATE TABLE IF NOT EXISTS runs (
     delivery_error TEXT,
     owner_pid      INTEGER NOT NULL,
     owner_boot     TEXT NOT NULL,
-    owner_start    INTEGER
+    owner_start    INTEGER,
+    owner_ns       TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs(job, started_at);
 ";
@@ -228,13 +232,19 @@ pub struct CronStore {
 
 impl CronStore {
     /// Opens (creating `data/cron/` and the file) for writing, at schema 2
-    /// ([`open_with_owner_start`]: version 2 adds `jobs.lock_start` and `runs.owner_start`).
+    /// ([`open_with_owner_start`]: version 2 adds `jobs.lock_start`, `jobs.lock_ns`,
+    /// `runs.owner_start` and `runs.owner_ns`).
     pub fn open(path: &Path) -> Result<Self, CronError> {
         let conn = open_with_owner_start(
             path,
             SCHEMA_VERSION,
             SCHEMA,
-            &[("jobs", "lock_start"), ("runs", "owner_start")],
+            &[
+                ("jobs", "lock_start", "INTEGER"),
+                ("jobs", "lock_ns", "TEXT"),
+                ("runs", "owner_start", "INTEGER"),
+                ("runs", "owner_ns", "TEXT"),
+            ],
         )
         .map_err(|cause| CronError::Db {
             path: path.to_path_buf(),
@@ -269,8 +279,8 @@ impl CronStore {
     }
 
     /// Refuses a lock change on a store left read-only at schema 1 by a failed migration, with
-    /// why (its statements name `lock_start` / `owner_start`, which SQLite would report as a
-    /// missing column).
+    /// why (its statements name `lock_start` / `owner_start` / ..., which SQLite would report as
+    /// a missing column).
     fn writable(&self) -> Result<(), CronError> {
         match self.conn.read_only() {
             None => Ok(()),
@@ -514,9 +524,9 @@ impl CronStore {
     }
 
     /// Claims `name` for run `run_id` of `owner` and records the run as `running`, with the
-    /// owner's start time ([`Owner::start_time`]). A live holder refuses the claim
+    /// owner's start time and PID namespace ([`Owner::stored`]). A live holder refuses the claim
     /// ([`CronError::Held`], naming it); a holder that is provably gone
-    /// ([`Owner::is_alive_started`]: a PID reused by another process counts) loses the lock and
+    /// ([`StoredOwner::is_alive`]: a PID reused by another process counts) loses the lock and
     /// its run becomes `lost`. `next_fire` (scheduled runs) advances the schedule in the same
     /// transaction.
     pub fn claim(
@@ -534,34 +544,34 @@ impl CronStore {
         let job = get_job(&tx, name)
             .map_err(|e| self.err(e))?
             .ok_or_else(|| CronError::NotFound(name.into()))?;
-        if let (Some(run), Some(pid), Some(boot)) = (&job.lock_run, job.lock_pid, &job.lock_boot) {
-            let holder = Owner {
-                pid,
-                boot_id: boot.clone(),
-            };
-            let started: Option<u64> = tx
+        if let Some(run) = &job.lock_run {
+            let holder = tx
                 .query_row(
-                    "SELECT lock_start FROM jobs WHERE name = ?1",
+                    "SELECT lock_pid, lock_boot, lock_start, lock_ns FROM jobs
+                     WHERE name = ?1 AND lock_pid IS NOT NULL AND lock_boot IS NOT NULL",
                     params![name],
-                    |r| r.get(0),
+                    |r| StoredOwner::from_row(r, 0),
                 )
+                .optional()
                 .map_err(|e| self.err(e))?;
-            if holder.is_alive_started(started) {
-                return Err(CronError::Held {
-                    job: name.into(),
-                    run: run.clone(),
-                    pid,
-                    since: job.locked_at.clone().unwrap_or_default(),
-                });
+            if let Some(holder) = holder {
+                if holder.is_alive() {
+                    return Err(CronError::Held {
+                        job: name.into(),
+                        run: run.clone(),
+                        pid: holder.pid,
+                        since: job.locked_at.clone().unwrap_or_default(),
+                    });
+                }
+                mark_lost(&tx, run).map_err(|e| self.err(e))?;
             }
-            mark_lost(&tx, run).map_err(|e| self.err(e))?;
         }
         let now = timefmt::format(timefmt::now());
-        let started = owner.start_time();
+        let owner = owner.stored();
         tx.execute(
             "INSERT INTO runs (id, job, agent, trigger, started_at, status, session, owner_pid,
-             owner_boot, owner_start)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?9)",
+             owner_boot, owner_start, owner_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?9, ?10)",
             params![
                 run_id,
                 name,
@@ -571,13 +581,14 @@ impl CronStore {
                 session,
                 owner.pid,
                 owner.boot_id,
-                started
+                owner.start,
+                owner.pid_ns
             ],
         )
         .map_err(|e| self.err(e))?;
         tx.execute(
             "UPDATE jobs SET lock_run = ?2, lock_pid = ?3, lock_boot = ?4, lock_start = ?8,
-             locked_at = ?5, next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
+             lock_ns = ?9, locked_at = ?5, next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
              WHERE name = ?1",
             params![
                 name,
@@ -587,7 +598,8 @@ impl CronStore {
                 now,
                 next_fire.is_some(),
                 next_fire.flatten(),
-                started
+                owner.start,
+                owner.pid_ns
             ],
         )
         .map_err(|e| self.err(e))?;
@@ -641,7 +653,8 @@ impl CronStore {
             let ok = result.status == RunStatus::Ok;
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 lock_start = NULL, locked_at = NULL, failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
+                 lock_start = NULL, lock_ns = NULL, locked_at = NULL,
+                 failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
                  next_fire_ms = CASE WHEN ?4 THEN ?5 ELSE next_fire_ms END,
                  enabled = CASE WHEN ?6 IS NULL THEN enabled ELSE 0 END,
                  paused_reason = COALESCE(?6, paused_reason), updated_at = ?7
@@ -708,10 +721,11 @@ impl CronStore {
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         // With the owner's start time, a PID reused by an unrelated process after a crash does
         // not keep a run `running` (and its job locked) forever; NULL (a row of schema 1): the
-        // PID and boot decide.
+        // PID and boot decide ([`StoredOwner::is_alive`]).
         let lost = crate::control_plane::gone_owners(
             &tx,
-            "SELECT id, owner_pid, owner_boot, owner_start FROM runs WHERE status = 'running'",
+            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns FROM runs
+             WHERE status = 'running'",
             reaper,
         )
         .map_err(|e| self.err(e))?;
@@ -721,14 +735,15 @@ impl CronStore {
         // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
         let stale = crate::control_plane::gone_owners(
             &tx,
-            "SELECT name, lock_pid, lock_boot, lock_start FROM jobs WHERE lock_run IS NOT NULL",
+            "SELECT name, lock_pid, lock_boot, lock_start, lock_ns FROM jobs
+             WHERE lock_run IS NOT NULL",
             reaper,
         )
         .map_err(|e| self.err(e))?;
         for name in stale {
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 lock_start = NULL, locked_at = NULL WHERE name = ?1",
+                 lock_start = NULL, lock_ns = NULL, locked_at = NULL WHERE name = ?1",
                 params![name],
             )
             .map_err(|e| self.err(e))?;
@@ -905,15 +920,16 @@ fn mark_lost(tx: &Transaction<'_>, run: &str) -> rusqlite::Result<()> {
     )?;
     tx.execute(
         "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, lock_start = NULL,
-         locked_at = NULL WHERE lock_run = ?1",
+         lock_ns = NULL, locked_at = NULL WHERE lock_run = ?1",
         params![run],
     )?;
     Ok(())
 }
 
-// The owner's start time (`jobs.lock_start`, `runs.owner_start`) is read only where a lock is
-// judged (claim, reap), not with these columns: read paths still answer on a file left at
-// schema 1 (never migrated by a read, or read-only after a failed migration).
+// The owner's start time and namespace (`jobs.lock_start`/`lock_ns`, `runs.owner_start`/
+// `owner_ns`) are read only where a lock is judged (claim, reap), not with these columns: read
+// paths still answer on a file left at schema 1 (never migrated by a read, or read-only after a
+// failed migration).
 const JOB_COLUMNS: &str = "name, agent, schedule_kind, schedule, tz, message, command, session, \
     enabled, paused_reason, source, catch_up, budget_usd, daily_budget_usd, webhook, \
     next_fire_ms, failures, note, created_at, updated_at, lock_run, lock_pid, lock_boot, locked_at, \

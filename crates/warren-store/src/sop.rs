@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
-use crate::control_plane::Owner;
+use crate::control_plane::{Owner, StoredOwner};
 use crate::sqlite_util::{SharedConn, Sync};
 use crate::timefmt;
 
@@ -132,6 +132,18 @@ pub struct SopRun {
 impl SopRun {
     pub fn is_active(&self) -> bool {
         matches!(self.status.as_str(), "running" | "waiting")
+    }
+
+    /// The run's claim holder, judged by [`StoredOwner::is_alive`]. This store keeps no start
+    /// time nor PID namespace (its schema has none), so the PID and boot decide; the lease
+    /// bounds how long a PID reused after a crash keeps the run from another owner.
+    pub fn owner(&self) -> StoredOwner {
+        StoredOwner {
+            pid: self.owner_pid,
+            boot_id: self.owner_boot.clone(),
+            start: None,
+            pid_ns: None,
+        }
     }
 }
 
@@ -375,11 +387,8 @@ impl SopStore {
         if !run.is_active() {
             return Ok(None);
         }
-        let holder = Owner {
-            pid: run.owner_pid,
-            boot_id: run.owner_boot.clone(),
-        };
-        let mine = holder == *owner;
+        let holder = run.owner();
+        let mine = holder.is(owner);
         if !mine && holder.is_alive() && run.lease_until_ms > now_ms() {
             return Ok(None);
         }

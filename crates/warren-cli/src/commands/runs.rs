@@ -2,12 +2,13 @@
 //! runs of the control plane (`data/control_plane.db`; cron runs and background delegates).
 //! Listing never creates the file. A cancel is a request on the run's row; the owning daemon
 //! acts on it when nudged (`POST /admin/cron/wake`; a background delegate checks its row every
-//! half second); a run whose owner is gone is marked `lost` instead.
+//! half second); a run whose owner is provably gone (`StoredOwner::is_alive`: also a PID now
+//! held by a process that started at another time) is marked `lost` instead.
 
 use std::process::ExitCode;
 
 use warren_config::InstallRoot;
-use warren_store::control_plane::{ControlPlane, Owner};
+use warren_store::control_plane::ControlPlane;
 
 use crate::cli::RunsCommand;
 
@@ -38,7 +39,7 @@ pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<E
                     r.agent,
                     r.label,
                     r.state,
-                    r.owner_pid,
+                    r.owner.pid,
                     r.started_at,
                     r.error.as_deref().unwrap_or("")
                 );
@@ -48,15 +49,11 @@ pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<E
         RunsCommand::Cancel { id } => {
             let cp = ControlPlane::open(&root.control_plane_db())?;
             let run = cp.request_cancel(&id)?;
-            let owner = Owner {
-                pid: run.owner_pid,
-                boot_id: run.owner_boot.clone(),
-            };
-            if !owner.is_alive() {
+            if !run.owner.is_alive() {
                 cp.reap()?;
                 println!(
                     "run {id}: its owner (pid {}) is gone; marked lost",
-                    run.owner_pid
+                    run.owner.pid
                 );
                 return Ok(ExitCode::SUCCESS);
             }
@@ -65,7 +62,7 @@ pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<E
                     "warning: the owning daemon was not reached ({e}); the request stays on the run"
                 );
             }
-            println!("run {id}: cancel requested (owner pid {})", run.owner_pid);
+            println!("run {id}: cancel requested (owner pid {})", run.owner.pid);
             Ok(ExitCode::SUCCESS)
         }
     }

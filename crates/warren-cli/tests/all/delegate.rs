@@ -443,3 +443,76 @@ fn a_delegate_results_link_planted_by_the_agent_is_not_followed() -> R {
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())
 }
+
+/// A `sleep 30` child, killed and waited for when dropped (also when the test fails).
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn spawn() -> Res<Self> {
+        Ok(Self(std::process::Command::new("sleep").arg("30").spawn()?))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_delegate_whose_owner_pid_was_reused_reads_lost_and_runs_cancel_reaps_it_issue17() -> R {
+    use warren_runtime::delegate;
+    use warren_store::control_plane::{ControlPlane, Owner};
+
+    let root = TempRoot::new()?;
+    root.write_config("[agents.main]\n")?;
+    let db = root.path().join("data").join("control_plane.db");
+    let ws = workspace(&root);
+    let id = "dlg-reused-pid";
+    // A `warren agent` that started a background delegate (its record and its row) and was
+    // then SIGKILLed: neither ever ends.
+    let crashed = Sleeper::spawn()?;
+    let owner = Owner {
+        pid: crashed.pid(),
+        ..Owner::current()
+    };
+    let dir = delegate::results_dir(&ws, true)?.ok_or("no results dir")?;
+    let running = delegate::ResultRecord::running(id, &"main".parse()?, "count", &owner);
+    delegate::write_record(&dir, &running)?;
+    ControlPlane::open(&db)?.register(id, "delegate", "main", "delegate: count", &owner)?;
+    drop(crashed);
+    // An unrelated process, started later, now holds the dead owner's PID: the row and the
+    // record are pointed at it, as the kernel's reuse would leave them.
+    std::thread::sleep(Duration::from_millis(50));
+    let reused = Sleeper::spawn()?;
+    rusqlite::Connection::open(&db)?.execute(
+        "UPDATE runs SET owner_pid = ?1 WHERE id = ?2",
+        rusqlite::params![reused.pid(), id],
+    )?;
+    let mut file = record(&root, id)?;
+    file["owner_pid"] = json!(reused.pid());
+    std::fs::write(
+        results(&root).join(format!("{id}.json")),
+        serde_json::to_vec(&file)?,
+    )?;
+
+    // delegate_status: the dead owner's run is lost, with the control plane and without it.
+    for plane in [Some(db.as_path()), None] {
+        let status = delegate::read_status(&ws, plane, id)?;
+        assert_eq!(status.status, "lost", "control plane {plane:?}: {status:?}");
+    }
+    // `warren runs cancel` reaps it instead of asking a process that is not its owner.
+    let out = root.run(bin(), &["runs", "cancel", id])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("marked lost"), "{stdout}{stderr}");
+    let rows = delegate_rows(&root)?;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["state"], "lost", "{rows:?}");
+    Ok(())
+}

@@ -1,8 +1,10 @@
 //! The control plane's owner is one process, not just a PID (issue 17, STATE-11): a row records
 //! its owner's start time (`/proc/<pid>/stat` field 22), so a PID the kernel gave to an
-//! unrelated process after a crash no longer keeps a dead owner's run `running` forever; and a
-//! file of schema 1 (no start time) is upgraded in place through the one migration routine,
-//! keeping its rows. Real processes (`sleep`), real files.
+//! unrelated process after a crash no longer keeps a dead owner's run `running` forever, while a
+//! row of another PID namespace (a daemon in a container, read from the host) is not judged by a
+//! PID number that names another process here; and a file of schema 1 (no start time nor
+//! namespace) is upgraded in place through the one migration routine, keeping its rows. Real
+//! processes (`sleep`), real files.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,9 +13,11 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use rusqlite::{Connection, params};
-use warren_store::control_plane::{ControlPlane, Owner, RunRecord, boot_id, process_start};
+use warren_store::control_plane::{
+    ControlPlane, Owner, RunRecord, StoredOwner, boot_id, pid_namespace, process_start,
+};
 
-use crate::common::{Proc, old_file, sleep_program, version};
+use crate::common::{OTHER_NS, Proc, old_file, sleep_program, version};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -81,7 +85,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
         params![unrelated.pid()],
     )?;
     assert!(
-        unrelated.owner().is_alive(),
+        unrelated.pid_and_boot().is_alive(),
         "by PID and boot alone the dead owner still looks alive"
     );
 
@@ -108,9 +112,17 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
         lost.error.as_deref(),
         Some("its owner process exited during the run")
     );
-    // The owner of a right start time stays alive by the same check the reaper uses.
-    assert!(unrelated.owner().is_alive_started(unrelated_start));
-    assert!(!unrelated.owner().is_alive_started(crashed_start));
+    // The owner of a right start time stays alive by the same check the reaper uses, which
+    // the store hands out with its rows.
+    let live = cp.get("live")?.unwrap().owner;
+    assert_eq!(live, unrelated.owner().stored());
+    assert_eq!(
+        (live.start, live.pid_ns.clone()),
+        (unrelated_start, pid_namespace())
+    );
+    assert!(live.is_alive());
+    assert!(!lost.owner.is_alive());
+    assert_eq!(lost.owner.start, crashed_start);
 
     // Once the live owner is gone too, its rows are reaped as before.
     let live_pid = unrelated.pid();
@@ -181,10 +193,11 @@ fn a_control_plane_of_schema_1_is_upgraded_in_place_and_keeps_its_rows_issue17()
     assert_eq!(version(&db), 2);
     assert_eq!(cp.list(None, 10)?, before, "every row and field kept");
     for id in ["mine", "other-boot", "done"] {
+        let owner = cp.get(id)?.unwrap().owner;
         assert_eq!(
-            recorded_start(&db, id),
-            None,
-            "{id}: schema 1 knew no start"
+            (owner.start, owner.pid_ns),
+            (None, None),
+            "{id}: schema 1 knew no start nor namespace"
         );
     }
     let snapshots = warren_config::sqlite::snapshots_of(&db);
@@ -201,15 +214,86 @@ fn a_control_plane_of_schema_1_is_upgraded_in_place_and_keeps_its_rows_issue17()
         ])
     );
 
-    // New rows record their owner's start; opening again migrates nothing more.
+    // New rows record their owner's start and namespace; opening again migrates nothing more.
     cp.register("new", "cron", "main", "cron:c", &Owner::current())?;
     assert_eq!(
         recorded_start(&db, "new"),
         process_start(std::process::id())
     );
+    assert!(pid_namespace().is_some());
+    assert_eq!(cp.get("new")?.unwrap().owner.pid_ns, pid_namespace());
     drop(cp);
     let again = ControlPlane::open(&db)?;
     assert_eq!(warren_config::sqlite::snapshots_of(&db), snapshots);
     assert_eq!(again.list(None, 10)?.len(), 4);
+    Ok(())
+}
+
+#[test]
+fn a_run_of_another_pid_namespace_is_not_reaped_by_a_pid_of_another_start_time_issue17() -> R {
+    // A daemon in a container (its own PID namespace) registered runs; a CLI on the host shares
+    // the install root. The daemon's PID number names another process here, started at another
+    // time: that proves nothing about the daemon, which may well be running.
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    let cp = ControlPlane::open(&db)?;
+    let here = Proc::sleep();
+    let zero_boot = Owner {
+        pid: here.pid(),
+        boot_id: "00000000-0000-0000-0000-000000000000".into(),
+    };
+    for (id, owner) in [
+        ("container", here.owner()),
+        ("ours", here.owner()),
+        ("no-namespace", here.owner()),
+        ("other-boot", zero_boot),
+        ("mine-elsewhere", Owner::current()),
+    ] {
+        cp.register(id, "cron", "main", "cron:a", &owner)?;
+    }
+    assert_eq!(cp.get("ours")?.unwrap().owner, here.owner().stored());
+    // Every row's PID is held by a process that started at another time than its owner; the
+    // namespace differs where the row says so (NULL: a row written before namespaces).
+    let conn = Connection::open(&db)?;
+    conn.execute("UPDATE runs SET owner_start = owner_start - 1", [])?;
+    conn.execute(
+        "UPDATE runs SET owner_ns = ?1 WHERE id IN ('container', 'other-boot', 'mine-elsewhere')",
+        params![OTHER_NS],
+    )?;
+    conn.execute(
+        "UPDATE runs SET owner_ns = NULL WHERE id = 'no-namespace'",
+        [],
+    )?;
+
+    let container = cp.get("container")?.unwrap().owner;
+    assert_eq!(
+        container,
+        StoredOwner {
+            pid: here.pid(),
+            boot_id: boot_id(),
+            start: process_start(here.pid()).map(|s| s - 1),
+            pid_ns: Some(OTHER_NS.into()),
+        }
+    );
+    assert!(
+        container.is_alive(),
+        "another namespace cannot be judged by PID"
+    );
+
+    let mut reaped = cp.reap()?;
+    reaped.sort();
+    assert_eq!(reaped, vec!["no-namespace", "other-boot", "ours"]);
+    // At start, a row of this PID in another namespace is not an earlier process of ours.
+    assert_eq!(cp.reap_at_start()?, Vec::<String>::new());
+    assert_eq!(
+        states(&cp),
+        pairs(&[
+            ("container", "running"),
+            ("mine-elsewhere", "running"),
+            ("no-namespace", "lost"),
+            ("other-boot", "lost"),
+            ("ours", "lost"),
+        ])
+    );
     Ok(())
 }

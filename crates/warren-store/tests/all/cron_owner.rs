@@ -1,9 +1,10 @@
 //! The cron store's job lock names one process, not just a PID (issue 17, STATE-9/STATE-11): a
 //! claim records its owner's start time (`/proc/<pid>/stat` field 22), so after a daemon crash a
 //! PID the kernel gave to an unrelated process no longer keeps the job locked (never firing
-//! again) nor its run `running`; and a `jobs.db` of schema 1 (no start time) is upgraded in place
-//! through the one migration routine, keeping its jobs and runs. Real processes (`sleep`), real
-//! files.
+//! again) nor its run `running`, while a lock of another PID namespace (a daemon in a container,
+//! read from the host) is not judged by a PID number that names another process here; and a
+//! `jobs.db` of schema 1 (no start time nor namespace) is upgraded in place through the one
+//! migration routine, keeping its jobs and runs. Real processes (`sleep`), real files.
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,10 +13,10 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use rusqlite::{Connection, params};
-use warren_store::control_plane::{Owner, boot_id, process_start};
+use warren_store::control_plane::{Owner, boot_id, pid_namespace, process_start};
 use warren_store::cron::{CronError, CronStore, Job, Run};
 
-use crate::common::{Proc, old_file, version};
+use crate::common::{OTHER_NS, Proc, old_file, version};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -85,7 +86,7 @@ fn crashed_and_live() -> CrashedAndLive {
         conn.execute(reuse, params![reused.pid()]).unwrap();
     }
     assert!(
-        reused.owner().is_alive(),
+        reused.pid_and_boot().is_alive(),
         "by PID and boot alone the dead owner still looks alive"
     );
     store
@@ -119,6 +120,18 @@ fn recorded_starts(db: &Path, job: &str, run: &str) -> (Option<u64>, Option<u64>
     )
 }
 
+/// `(jobs.lock_ns, runs.owner_ns)` of `job` and `run`, read by another connection.
+fn recorded_namespaces(db: &Path, job: &str, run: &str) -> (Option<String>, Option<String>) {
+    let conn = Connection::open(db).unwrap();
+    let ns = |sql: &str, key: &str| -> Option<String> {
+        conn.query_row(sql, params![key], |r| r.get(0)).unwrap()
+    };
+    (
+        ns("SELECT lock_ns FROM jobs WHERE name = ?1", job),
+        ns("SELECT owner_ns FROM runs WHERE id = ?1", run),
+    )
+}
+
 #[test]
 fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lock_issue17() -> R {
     let CrashedAndLive {
@@ -149,6 +162,51 @@ fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lo
     assert_eq!(recorded_starts(&db, "crashed", "r3"), (mine, mine));
     let theirs = process_start(reused.pid());
     assert_eq!(recorded_starts(&db, "live", "r2"), (theirs, theirs));
+    let ours = pid_namespace();
+    assert!(ours.is_some());
+    assert_eq!(
+        recorded_namespaces(&db, "crashed", "r3"),
+        (ours.clone(), ours)
+    );
+    Ok(())
+}
+
+#[test]
+fn a_lock_of_another_pid_namespace_is_not_taken_by_a_pid_of_another_start_time_issue17() -> R {
+    // `crashed` as above, but its lock and run say they were written in another PID namespace
+    // (a daemon in a container; this process is a CLI on the host sharing the install root):
+    // the PID number names another process here, which proves nothing about the daemon.
+    // `reused` is bound: it must live through the test (an unbound field is dropped at once).
+    let CrashedAndLive {
+        _dir,
+        db,
+        store,
+        reused: _reused,
+    } = crashed_and_live();
+    let conn = Connection::open(&db)?;
+    conn.execute(
+        "UPDATE jobs SET lock_ns = ?1 WHERE name = 'crashed'",
+        params![OTHER_NS],
+    )?;
+    conn.execute(
+        "UPDATE runs SET owner_ns = ?1 WHERE id = 'r1'",
+        params![OTHER_NS],
+    )?;
+
+    assert_eq!(store.reap()?, Vec::<String>::new());
+    assert_eq!(store.reap_at_start()?, Vec::<String>::new());
+    match store.claim("crashed", "r3", "manual", None, &Owner::current(), None) {
+        Err(CronError::Held { run, .. }) => assert_eq!(run, "r1"),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    assert_eq!(status(&store, "r1").as_deref(), Some("running"));
+    assert_eq!(lock(&store, "crashed").as_deref(), Some("r1"));
+
+    // Without a namespace (a row written before namespaces were kept) the start time decides.
+    conn.execute("UPDATE jobs SET lock_ns = NULL WHERE name = 'crashed'", [])?;
+    conn.execute("UPDATE runs SET owner_ns = NULL WHERE id = 'r1'", [])?;
+    assert_eq!(store.reap()?, vec!["r1".to_string()]);
+    assert_eq!(lock(&store, "crashed"), None);
     Ok(())
 }
 
@@ -310,6 +368,11 @@ fn a_cron_store_of_schema_1_is_upgraded_in_place_and_keeps_its_jobs_and_runs_iss
             (None, None),
             "{job}: schema 1 knew no start"
         );
+        assert_eq!(
+            recorded_namespaces(&db, job, run),
+            (None, None),
+            "{job}: schema 1 knew no namespace"
+        );
     }
     let snapshots = warren_config::sqlite::snapshots_of(&db);
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
@@ -330,6 +393,10 @@ fn a_cron_store_of_schema_1_is_upgraded_in_place_and_keeps_its_jobs_and_runs_iss
     let mine = process_start(me);
     assert!(mine.is_some());
     assert_eq!(recorded_starts(&db, "idle", "r-new"), (mine, mine));
+    assert_eq!(
+        recorded_namespaces(&db, "idle", "r-new"),
+        (pid_namespace(), pid_namespace())
+    );
     drop(store);
     let again = CronStore::open(&db)?;
     assert_eq!(warren_config::sqlite::snapshots_of(&db), snapshots);

@@ -1,5 +1,6 @@
 //! Helpers shared by the store's test files: a real child process to own rows (issue 17's
-//! owner start time), and the files an older warren wrote (schema 1) for the migration tests.
+//! owner start time and PID namespace), and the files an older warren wrote (schema 1) for the
+//! migration tests.
 
 #![allow(clippy::unwrap_used)]
 
@@ -7,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use rusqlite::Connection;
-use warren_store::control_plane::{Owner, boot_id};
+use warren_store::control_plane::{Owner, StoredOwner, boot_id};
 
 /// A child process (`program 30`, a `sleep`) that is killed and waited for when dropped (also
 /// when a test fails).
@@ -35,7 +36,20 @@ impl Proc {
             boot_id: boot_id(),
         }
     }
+
+    /// The process as a row of schema 1 recorded it: PID and boot only.
+    pub fn pid_and_boot(&self) -> StoredOwner {
+        StoredOwner {
+            start: None,
+            pid_ns: None,
+            ..self.owner().stored()
+        }
+    }
 }
+
+/// A PID namespace that is not this process's (as a daemon in a container records it, seen
+/// from the host, or the other way round).
+pub const OTHER_NS: &str = "pid:[4026530000]";
 
 impl Drop for Proc {
     fn drop(&mut self) {
