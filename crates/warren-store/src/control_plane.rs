@@ -41,25 +41,35 @@ CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state);
 CREATE INDEX IF NOT EXISTS runs_by_started ON runs(started_at);
 ";
 
-/// Opens (creating its directory) a store that records owners with their start time for
-/// writing: `control_plane.db` and the cron store's `jobs.db` at schema `version`, of which
-/// version 1 knew no start time nor PID namespace. [`warren_config::sqlite::open_migrated`]
-/// snapshots an older file first, applies `schema` and adds each `(table, column, type)` of
-/// `start_columns` it lacks in place: the rows of version 1 keep everything and get no start
-/// time nor namespace (NULL: their owners are judged by PID and boot only, as when they were
-/// written). A failed migration leaves the file read-only at its old schema, where reads still
-/// answer and writes say why ([`SharedConn::read_only`]). The error is the cause only; callers
-/// name the file.
+/// [`open_owner_store`] with WAL NORMAL: `control_plane.db` and the cron store's `jobs.db`.
+/// Every commit survives a process crash (the case the reapers handle); a power loss may roll
+/// back the last commits — a registration, a claim or a result then reads as still running and
+/// the next boot marks it `lost`, never `ok`. No fsync per run keeps fire-time lateness low.
 pub(crate) fn open_with_owner_start(
     path: &Path,
     version: i64,
     schema: &str,
     start_columns: &[(&str, &str, &str)],
 ) -> Result<SharedConn, String> {
-    // WAL NORMAL: every commit survives a process crash (the case the reapers handle); a power
-    // loss may roll back the last commits — a registration, a claim or a result then reads as
-    // still running and the next boot marks it `lost`, never `ok`. No fsync per run keeps
-    // fire-time lateness low.
+    open_owner_store(path, Sync::Normal, version, schema, start_columns)
+}
+
+/// Opens (creating its directory) a store that records owners with their start time for
+/// writing: `control_plane.db`, the cron store's `jobs.db` and the SOP store's `runs.db` at
+/// schema `version`, of which version 1 knew no start time nor PID namespace.
+/// [`warren_config::sqlite::open_migrated`] snapshots an older file first, applies `schema` and
+/// adds each `(table, column, type)` of `start_columns` it lacks in place: the rows of version 1
+/// keep everything and get no start time nor namespace (NULL: their owners are judged by PID
+/// and boot only, as when they were written). A failed migration leaves the file read-only at
+/// its old schema, where reads still answer ([`owner_columns`]) and writes say why
+/// ([`SharedConn::read_only`]). The error is the cause only; callers name the file.
+pub(crate) fn open_owner_store(
+    path: &Path,
+    sync: Sync,
+    version: i64,
+    schema: &str,
+    start_columns: &[(&str, &str, &str)],
+) -> Result<SharedConn, String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -77,8 +87,41 @@ pub(crate) fn open_with_owner_start(
         }
         tx.commit()
     };
-    warren_config::sqlite::open_migrated(path, Sync::Normal, version, migrate)
+    warren_config::sqlite::open_migrated(path, sync, version, migrate)
         .map_err(|e| warren_config::sqlite::cause_text(&e, path))
+}
+
+/// `owner_start, owner_ns` of `table` for a SELECT list, with `NULL` for either column a file
+/// of schema 1 lacks (read-only: a read never migrates, and a failed migration leaves it at 1),
+/// so read paths still answer and its owners are judged by PID and boot, as when written.
+pub(crate) fn owner_columns(conn: &Connection, table: &str) -> rusqlite::Result<String> {
+    Ok(owner_column_names(conn, table)?.join(", "))
+}
+
+fn owner_column_names(conn: &Connection, table: &str) -> rusqlite::Result<[&'static str; 2]> {
+    let has = |column: &'static str| -> rusqlite::Result<&'static str> {
+        let has = conn
+            .prepare_cached("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+            .exists(params![table, column])?;
+        Ok(if has { column } else { "NULL" })
+    };
+    Ok([has("owner_start")?, has("owner_ns")?])
+}
+
+/// A WHERE condition: the row of `table` (columns `owner_pid`, `owner_boot`, `owner_start`,
+/// `owner_ns`) is `owner`'s, the SQL form of [`StoredOwner::is`]. Its parameters, from
+/// `?first` on, are the PID, boot, start time and PID namespace of [`Owner::stored`]. The start
+/// time and namespace are compared where both the row and the owner have them: a row of schema
+/// 1 (NULL) is matched by PID and boot as before; a row of an earlier process that had the same
+/// PID (another start time), or of another PID namespace, is not.
+pub(crate) fn same_owner(conn: &Connection, table: &str, first: usize) -> rusqlite::Result<String> {
+    let [start, ns] = owner_column_names(conn, table)?;
+    let [pid, boot, start_p, ns_p] = [first, first + 1, first + 2, first + 3];
+    Ok(format!(
+        "owner_pid = ?{pid} AND owner_boot = ?{boot} \
+         AND ({start} IS NULL OR ?{start_p} IS NULL OR {start} = ?{start_p}) \
+         AND ({ns} IS NULL OR ?{ns_p} IS NULL OR {ns} = ?{ns_p})"
+    ))
 }
 
 /// Who runs something: a process of one boot of one machine, as it registers its own rows
@@ -166,14 +209,17 @@ impl StoredOwner {
     }
 
     /// Whether `owner` is this row's owner: the same PID and boot and, when both are known, the
-    /// same PID namespace (the same number in another namespace is another process).
+    /// same start time (the same PID started at another time is an earlier process) and PID
+    /// namespace (the same number in another namespace is another process). [`same_owner`] is
+    /// the same rule in SQL.
     pub fn is(&self, owner: &Owner) -> bool {
+        fn same<T: PartialEq>(row: Option<&T>, now: Option<T>) -> bool {
+            row.zip(now.as_ref()).is_none_or(|(row, now)| row == now)
+        }
         self.pid == owner.pid
             && self.boot_id == owner.boot_id
-            && match (&self.pid_ns, owner.pid_namespace()) {
-                (Some(theirs), Some(ours)) => *theirs == ours,
-                _ => true,
-            }
+            && same(self.start.as_ref(), owner.start_time())
+            && same(self.pid_ns.as_ref(), owner.pid_namespace())
     }
 
     /// Whether the owner may still run: `false` only when it is provably gone — another boot,
@@ -450,17 +496,20 @@ impl ControlPlane {
         })
     }
 
-    /// Running runs of `owner` with a cancel request.
+    /// Running runs of `owner` with a cancel request: rows of this very process
+    /// ([`same_owner`]), not of an earlier one that had its PID (a crashed daemon's run keeps
+    /// its request until the reaper marks it `lost`).
     pub fn cancel_requests(&self, owner: &Owner) -> Result<Vec<String>, ControlPlaneError> {
         let conn = self.conn();
+        let mine = same_owner(&conn, "runs", 1).map_err(|e| self.err(e))?;
         let mut stmt = conn
-            .prepare(
-                "SELECT id FROM runs WHERE state = 'running' AND cancel_requested = 1
-                 AND owner_pid = ?1 AND owner_boot = ?2",
-            )
+            .prepare(&format!(
+                "SELECT id FROM runs WHERE state = 'running' AND cancel_requested = 1 AND {mine}"
+            ))
             .map_err(|e| self.err(e))?;
+        let o = owner.stored();
         let rows = stmt
-            .query_map(params![owner.pid, owner.boot_id], |r| r.get(0))
+            .query_map(params![o.pid, o.boot_id, o.start, o.pid_ns], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<Vec<String>, _>>()
             .map_err(|e| self.err(e))
@@ -546,20 +595,10 @@ impl ControlPlane {
     }
 }
 
-/// The columns [`row`] reads. A file of schema 1 (read-only: a read never migrates, and a
-/// failed migration leaves it at 1) has no start time nor namespace: NULL stands in for them,
-/// so read paths still answer and its owners are judged by PID and boot, as when written.
+/// The columns [`row`] reads (NULL for the owner's start and namespace in a file of schema 1,
+/// [`owner_columns`]).
 fn columns(conn: &Connection) -> rusqlite::Result<String> {
-    let owner = ["owner_start", "owner_ns"]
-        .iter()
-        .map(|column| {
-            let has = conn
-                .prepare_cached("SELECT 1 FROM pragma_table_info('runs') WHERE name = ?1")?
-                .exists(params![column])?;
-            Ok(if has { *column } else { "NULL" })
-        })
-        .collect::<rusqlite::Result<Vec<_>>>()?
-        .join(", ");
+    let owner = owner_columns(conn, "runs")?;
     Ok(format!(
         "id, kind, agent, label, owner_pid, owner_boot, {owner}, started_at, finished_at, state, \
          heartbeat_at, cancel_requested, error"

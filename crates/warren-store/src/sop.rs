@@ -3,7 +3,8 @@
 //!
 //! * `runs`: one row per run with its definition (as it was when the run started), input,
 //!   status, the index of the next step, a `revision` every change compares and sets, and the
-//!   claim (owner PID + boot ID, lease end). Active statuses are `running` and `waiting` (an
+//!   claim (its owner, a [`StoredOwner`]: PID + boot ID + the process's start time + its PID
+//!   namespace, issue 17; and the lease end). Active statuses are `running` and `waiting` (an
 //!   approval gate); the terminal ones `ok | failed | denied | cancelled`.
 //! * `steps`: one row per step that ran: its output and receipt are recorded (`recorded`)
 //!   BEFORE the run moves past it (`done`), so a process that dies in between finds the receipt
@@ -20,9 +21,13 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
-use crate::control_plane::{Owner, StoredOwner};
+use crate::control_plane::{Owner, StoredOwner, open_owner_store, owner_columns, same_owner};
 use crate::sqlite_util::{SharedConn, Sync};
 use crate::timefmt;
+
+/// Schema version of `runs.db` (`PRAGMA user_version`): 1 without the owner's start time, 2
+/// with it and the owner's PID namespace (`runs.owner_start`, `runs.owner_ns`, issue 17).
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -38,6 +43,8 @@ CREATE TABLE IF NOT EXISTS runs (
     revision         INTEGER NOT NULL DEFAULT 0,
     owner_pid        INTEGER NOT NULL,
     owner_boot       TEXT NOT NULL,
+    owner_start      INTEGER,
+    owner_ns         TEXT,
     lease_until_ms   INTEGER NOT NULL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     durable          INTEGER NOT NULL DEFAULT 1,
@@ -120,6 +127,10 @@ pub struct SopRun {
     pub revision: i64,
     pub owner_pid: u32,
     pub owner_boot: String,
+    /// The owner's start time ([`StoredOwner::start`]); `None` in a run of schema 1.
+    pub owner_start: Option<u64>,
+    /// The owner's PID namespace ([`StoredOwner::pid_ns`]); `None` in a run of schema 1.
+    pub owner_ns: Option<String>,
     pub lease_until_ms: i64,
     pub cancel_requested: bool,
     pub durable: bool,
@@ -134,15 +145,15 @@ impl SopRun {
         matches!(self.status.as_str(), "running" | "waiting")
     }
 
-    /// The run's claim holder, judged by [`StoredOwner::is_alive`]. This store keeps no start
-    /// time nor PID namespace (its schema has none), so the PID and boot decide; the lease
-    /// bounds how long a PID reused after a crash keeps the run from another owner.
+    /// The run's claim holder, judged by [`StoredOwner::is_alive`]: a PID reused after a crash
+    /// by a process that started at another time does not hold the run. A run of schema 1 has
+    /// no start time nor namespace: its PID and boot decide, bounded by its lease.
     pub fn owner(&self) -> StoredOwner {
         StoredOwner {
             pid: self.owner_pid,
             boot_id: self.owner_boot.clone(),
-            start: None,
-            pid_ns: None,
+            start: self.owner_start,
+            pid_ns: self.owner_ns.clone(),
         }
     }
 }
@@ -204,14 +215,24 @@ fn stamp() -> String {
 }
 
 impl SopStore {
-    /// Opens (creating) `data/sop/runs.db`. FULL sync: a step's receipt is on disk before the
-    /// run moves past the step.
+    /// Opens (creating) `data/sop/runs.db` for writing, at schema 2 ([`open_owner_store`]:
+    /// version 2 adds `runs.owner_start` and `runs.owner_ns`; a file of version 1 is upgraded in
+    /// place keeping its runs). FULL sync: a step's receipt is on disk before the run moves past
+    /// the step.
     pub fn open(path: &Path) -> Result<Self, SopStoreError> {
-        let conn = SharedConn::open_store(path, Sync::Full, SCHEMA).map_err(|cause| {
-            SopStoreError::Db {
-                path: path.to_path_buf(),
-                cause,
-            }
+        let conn = open_owner_store(
+            path,
+            Sync::Full,
+            SCHEMA_VERSION,
+            SCHEMA,
+            &[
+                ("runs", "owner_start", "INTEGER"),
+                ("runs", "owner_ns", "TEXT"),
+            ],
+        )
+        .map_err(|cause| SopStoreError::Db {
+            path: path.to_path_buf(),
+            cause,
         })?;
         Ok(Self {
             conn,
@@ -267,8 +288,32 @@ impl SopStore {
         self.conn.lock()
     }
 
-    /// Inserts a run claimed by `owner` if the caps allow; records the `started` event.
+    /// Refuses a start, claim or lease renewal on a store left read-only at schema 1 by a failed
+    /// migration, with why (their statements name `owner_start` / `owner_ns`, which SQLite would
+    /// report as missing columns).
+    fn writable(&self) -> Result<(), SopStoreError> {
+        match self.conn.read_only() {
+            None => Ok(()),
+            Some(why) => Err(self.err(why)),
+        }
+    }
+
+    /// The columns [`run_row`] reads (NULL for the owner's start and namespace in a file of
+    /// schema 1, [`owner_columns`]).
+    fn columns(&self, conn: &Connection) -> Result<String, SopStoreError> {
+        let owner = owner_columns(conn, "runs").map_err(|e| self.err(e))?;
+        Ok(format!(
+            "id, sop, agent, trigger, input, definition, status, step_index, revision, \
+             owner_pid, owner_boot, {owner}, lease_until_ms, cancel_requested, durable, \
+             created_at, updated_at, finished_at, error"
+        ))
+    }
+
+    /// Inserts a run claimed by `owner` (with its start time and PID namespace) if the caps
+    /// allow; records the `started` event.
     pub fn start(&self, run: &NewRun<'_>, owner: &Owner) -> Result<SopRun, SopStoreError> {
+        self.writable()?;
+        let owner = owner.stored();
         {
             let mut conn = self.conn();
             let tx = conn
@@ -300,8 +345,9 @@ impl SopStore {
             let now = stamp();
             tx.execute(
                 "INSERT INTO runs (id, sop, agent, trigger, input, definition, status, owner_pid,
-                                   owner_boot, lease_until_ms, durable, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10, ?11, ?11)",
+                                   owner_boot, lease_until_ms, durable, created_at, updated_at,
+                                   owner_start, owner_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13)",
                 params![
                     run.id,
                     run.sop,
@@ -313,7 +359,9 @@ impl SopStore {
                     owner.boot_id,
                     now_ms() + run.lease_ms,
                     self.durable,
-                    now
+                    now,
+                    owner.start,
+                    owner.pid_ns
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -334,22 +382,24 @@ impl SopStore {
     }
 
     pub fn get(&self, id: &str) -> Result<Option<SopRun>, SopStoreError> {
-        self.conn()
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"),
-                params![id],
-                run_row,
-            )
-            .optional()
-            .map_err(|e| self.err(e))
+        let conn = self.conn();
+        let columns = self.columns(&conn)?;
+        conn.query_row(
+            &format!("SELECT {columns} FROM runs WHERE id = ?1"),
+            params![id],
+            run_row,
+        )
+        .optional()
+        .map_err(|e| self.err(e))
     }
 
     /// Runs newest first, of `sop` if given.
     pub fn list(&self, sop: Option<&str>, limit: u32) -> Result<Vec<SopRun>, SopStoreError> {
         let conn = self.conn();
+        let columns = self.columns(&conn)?;
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {COLUMNS} FROM runs WHERE (?1 IS NULL OR sop = ?1)
+                "SELECT {columns} FROM runs WHERE (?1 IS NULL OR sop = ?1)
                  ORDER BY created_at DESC, id DESC LIMIT ?2"
             ))
             .map_err(|e| self.err(e))?;
@@ -362,9 +412,10 @@ impl SopStore {
     /// Active runs (running or waiting), oldest first.
     pub fn active(&self) -> Result<Vec<SopRun>, SopStoreError> {
         let conn = self.conn();
+        let columns = self.columns(&conn)?;
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {COLUMNS} FROM runs WHERE status IN ('running', 'waiting')
+                "SELECT {columns} FROM runs WHERE status IN ('running', 'waiting')
                  ORDER BY created_at, id"
             ))
             .map_err(|e| self.err(e))?;
@@ -373,7 +424,9 @@ impl SopStore {
     }
 
     /// Takes over the active run `id` for `owner` when its claim is free: held by `owner`
-    /// already, its owner provably gone, or its lease over. Compare-and-set on the revision.
+    /// already ([`StoredOwner::is`]), its owner provably gone ([`StoredOwner::is_alive`]: a PID
+    /// reused by a process that started at another time counts), or its lease over. The claim
+    /// records `owner`'s start time and PID namespace. Compare-and-set on the revision.
     /// `Ok(None)`: another live owner holds it.
     pub fn claim(
         &self,
@@ -381,6 +434,7 @@ impl SopStore {
         owner: &Owner,
         lease_ms: i64,
     ) -> Result<Option<SopRun>, SopStoreError> {
+        self.writable()?;
         let run = self
             .get(id)?
             .ok_or_else(|| SopStoreError::NotFound(id.into()))?;
@@ -392,19 +446,22 @@ impl SopStore {
         if !mine && holder.is_alive() && run.lease_until_ms > now_ms() {
             return Ok(None);
         }
+        let stored = owner.stored();
         let changed = self
             .conn()
             .execute(
-                "UPDATE runs SET owner_pid = ?2, owner_boot = ?3, lease_until_ms = ?4,
-                        revision = revision + 1, updated_at = ?5
+                "UPDATE runs SET owner_pid = ?2, owner_boot = ?3, owner_start = ?7, owner_ns = ?8,
+                        lease_until_ms = ?4, revision = revision + 1, updated_at = ?5
                  WHERE id = ?1 AND revision = ?6",
                 params![
                     id,
-                    owner.pid,
-                    owner.boot_id,
+                    stored.pid,
+                    stored.boot_id,
                     now_ms() + lease_ms,
                     stamp(),
-                    run.revision
+                    run.revision,
+                    stored.start,
+                    stored.pid_ns
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -425,15 +482,21 @@ impl SopStore {
         self.get(id)
     }
 
-    /// Extends the lease of `owner`'s active runs.
+    /// Extends the lease of `owner`'s active runs: those of this very process ([`same_owner`]),
+    /// not an earlier one's that had its PID, whose lease must run out.
     pub fn renew(&self, owner: &Owner, lease_ms: i64) -> Result<usize, SopStoreError> {
-        self.conn()
-            .execute(
-                "UPDATE runs SET lease_until_ms = ?3
-                 WHERE owner_pid = ?1 AND owner_boot = ?2 AND status IN ('running', 'waiting')",
-                params![owner.pid, owner.boot_id, now_ms() + lease_ms],
-            )
-            .map_err(|e| self.err(e))
+        self.writable()?;
+        let conn = self.conn();
+        let mine = same_owner(&conn, "runs", 1).map_err(|e| self.err(e))?;
+        let o = owner.stored();
+        conn.execute(
+            &format!(
+                "UPDATE runs SET lease_until_ms = ?5
+                 WHERE {mine} AND status IN ('running', 'waiting')"
+            ),
+            params![o.pid, o.boot_id, o.start, o.pid_ns, now_ms() + lease_ms],
+        )
+        .map_err(|e| self.err(e))
     }
 
     /// Records a step's output and receipt (its side effect happened); the run does not move.
@@ -789,10 +852,6 @@ pub struct StepOutcome<'a> {
     pub receipt: Option<&'a str>,
 }
 
-const COLUMNS: &str = "id, sop, agent, trigger, input, definition, status, step_index, revision, \
-                       owner_pid, owner_boot, lease_until_ms, cancel_requested, durable, \
-                       created_at, updated_at, finished_at, error";
-
 fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SopRun> {
     let json = |i: usize| -> rusqlite::Result<serde_json::Value> {
         let text: String = r.get(i)?;
@@ -810,13 +869,15 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SopRun> {
         revision: r.get(8)?,
         owner_pid: r.get(9)?,
         owner_boot: r.get(10)?,
-        lease_until_ms: r.get(11)?,
-        cancel_requested: r.get(12)?,
-        durable: r.get(13)?,
-        created_at: r.get(14)?,
-        updated_at: r.get(15)?,
-        finished_at: r.get(16)?,
-        error: r.get(17)?,
+        owner_start: r.get(11)?,
+        owner_ns: r.get(12)?,
+        lease_until_ms: r.get(13)?,
+        cancel_requested: r.get(14)?,
+        durable: r.get(15)?,
+        created_at: r.get(16)?,
+        updated_at: r.get(17)?,
+        finished_at: r.get(18)?,
+        error: r.get(19)?,
     })
 }
 

@@ -69,7 +69,13 @@ pub fn state_map(root: &InstallRoot) -> Vec<StoreFile> {
             Sqlite,
             Some(warren_store::cron::SCHEMA_VERSION),
         ),
-        row("STATE-10", "sop", root.sop_runs_db(), Sqlite, v1),
+        row(
+            "STATE-10",
+            "sop",
+            root.sop_runs_db(),
+            Sqlite,
+            Some(warren_store::sop::SCHEMA_VERSION),
+        ),
         row(
             "STATE-11",
             "control_plane",

@@ -10,3 +10,4 @@ mod migrate;
 mod policy;
 mod queue;
 mod search_index;
+mod sop_owner;
