@@ -52,6 +52,8 @@ enum Kind {
     Wire(FakeOpenAi),
 }
 
+/// An install root with agent `bench` on provider `s`, whose whole `[providers.s]` table is
+/// `provider`; `extra` is appended.
 fn setup(
     dir: &std::path::Path,
     provider: &str,
@@ -63,7 +65,7 @@ fn setup(
     std::fs::write(
         root.config_file(),
         format!(
-            "[agents.bench]\nprovider = \"s\"\nmodel = \"m\"\nruntime_profile = \"r\"\nrisk_profile = \"k\"\n[agents.bench.memory]\nbackend = \"none\"\n[runtime_profiles.r]\nmax_tool_iterations = {}\n[providers.s]\n{provider}\n{extra}",
+            "[agents.bench]\nprovider = \"s\"\nmodel = \"m\"\nruntime_profile = \"r\"\nrisk_profile = \"k\"\n[agents.bench.memory]\nbackend = \"none\"\n[runtime_profiles.r]\nmax_tool_iterations = {}\n{provider}\n{extra}",
             ROUNDS + 1
         ),
     )?;
@@ -90,11 +92,10 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
         format!("{extra}{profile}")
     };
     let provider = match kind {
-        Kind::Script => "kind = \"script\"\nscript = \"bench-script.json\"".to_string(),
-        Kind::Wire(fake) => format!(
-            "kind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-bench\"\nmax_retries = 0",
-            fake.base_url()
-        ),
+        Kind::Script => {
+            "[providers.s]\nkind = \"script\"\nscript = \"bench-script.json\"".to_string()
+        }
+        Kind::Wire(fake) => format!("{}\nmax_retries = 0", fake.provider_toml("s", "sk-bench")),
     };
     let (root, config) = setup(dir.path(), &provider, &extra)?;
     let rt = tokio::runtime::Builder::new_multi_thread()

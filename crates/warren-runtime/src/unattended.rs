@@ -215,9 +215,8 @@ pub(crate) mod tests {
     /// request.
     pub(crate) fn fake_provider(fake: &FakeOpenAi) -> String {
         format!(
-            "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
-             retry_backoff_ms = 1\nmax_retries = 0\n",
-            fake.base_url()
+            "{}\nmax_retries = 0\n",
+            fake.provider_toml("fake", "sk-test")
         )
     }
 

@@ -11,6 +11,7 @@
 //! request with `"stream": false` gets the same reply as one `chat.completion` JSON body.
 //! [`FakeOpenAi::empty_tool_streams`] makes the server answer every streamed request that
 //! carries tools with an empty completion, as llama.cpp's server does (issue 16 §3).
+//! [`FakeOpenAi::provider_toml`] is the one `[providers.<name>]` table the suites point at it.
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -169,6 +170,23 @@ impl FakeOpenAi {
             Dialect::OpenAi => format!("http://{}/v1", self.addr),
             Dialect::Anthropic => format!("http://{}", self.addr),
         }
+    }
+
+    /// The `[providers.<name>]` table of a provider on this server: `kind` of the server's
+    /// dialect, its `base_url`, `api_key`, and retries 1 ms apart instead of the default 500 ms
+    /// so a test that provokes one does not wait it out. No trailing newline: it takes a line
+    /// of its own in a config template, and lines right below it belong to the same table
+    /// (`max_retries = 0`, so each pushed error answers one request).
+    pub fn provider_toml(&self, name: &str, api_key: &str) -> String {
+        let kind = match self.shared.dialect {
+            Dialect::OpenAi => "openai",
+            Dialect::Anthropic => "anthropic",
+        };
+        format!(
+            "[providers.{name}]\nkind = \"{kind}\"\nbase_url = \"{}\"\napi_key = \"{api_key}\"\n\
+             retry_backoff_ms = 1",
+            self.base_url()
+        )
     }
 
     pub fn push(&self, reply: FakeReply) {

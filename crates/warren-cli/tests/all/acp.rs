@@ -50,13 +50,9 @@ risk_profile = "careful"
 autonomy = "supervised"
 approval_timeout_secs = 5
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-acp-secret-value"
-retry_backoff_ms = 1
+{provider}
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", "sk-acp-secret-value")
     )
 }
 

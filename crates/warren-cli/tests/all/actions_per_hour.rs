@@ -3,7 +3,7 @@
 //! process kept its own window and a loop of `warren agent -m` runs, or a CLI run beside the
 //! daemon, was never refused.
 
-use crate::common::{bin, fake_provider, paired_daemon};
+use crate::common::{bin, paired_daemon};
 
 use serde_json::json;
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
@@ -14,8 +14,8 @@ type R = Result<(), Box<dyn std::error::Error>>;
 /// Agent `main` under full autonomy with one action an hour, on the fake OpenAI server.
 fn config(fake: &FakeOpenAi, extra: &str) -> String {
     format!(
-        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[risk_profiles.hands]\nautonomy = \"full\"\nmax_actions_per_hour = 1\n{}\n{extra}",
-        fake_provider(fake, "sk-actions-secret")
+        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[risk_profiles.hands]\nautonomy = \"full\"\nmax_actions_per_hour = 1\n\n{}\n\n{extra}",
+        fake.provider_toml("fake", "sk-actions-secret")
     )
 }
 

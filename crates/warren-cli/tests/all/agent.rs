@@ -29,17 +29,13 @@ risk_profile = "hands"
 [risk_profiles.hands]
 autonomy = "full"
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-e2e-secret-value"
-retry_backoff_ms = 1
+{provider}
 
 [cost.rates.gpt-test]
 input_per_mtok = 2.0
 output_per_mtok = 8.0
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", "sk-e2e-secret-value")
     )
 }
 

@@ -125,13 +125,13 @@ fn dashboard_in_chromium_pairs_chats_approves_renames_deletes_and_streams_life1_
     let fake = FakeOpenAi::start()?;
     let port = free_port()?;
     root.write_config(&format!(
-        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n\
+        "{}\n\n\
          [risk_profiles.sup]\nautonomy = \"supervised\"\napproval_timeout_secs = 120\n\n\
          [agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"sup\"\n\n\
          [agents.helper]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n\
          [cost.rates.\"gpt-test\"]\ninput_per_mtok = 100.0\noutput_per_mtok = 200.0\n\n\
          [gateway]\nport = {port}\n",
-        fake.base_url()
+        fake.provider_toml("fake", "sk-test")
     ))?;
     // An SOP whose one step is an approval gate (its runs wait for the operator).
     let sops = root.path().join("shared/sops");

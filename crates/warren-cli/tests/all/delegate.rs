@@ -41,17 +41,13 @@ max_cost_per_day_usd = 5.0
 delegation_depth = 1
 max_tool_iterations = 4
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-delegate-secret"
-retry_backoff_ms = 1
+{provider}
 max_retries = 0
 
 [gateway]
 port = {port}
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", "sk-delegate-secret")
     )
 }
 

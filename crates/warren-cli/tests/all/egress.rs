@@ -70,8 +70,8 @@ fn http_request_uses_a_brokered_secret_and_security_egress_shows_it_issue24() ->
     let (port, heads) = upstream("ok")?;
     let host = format!("127.0.0.1:{port}");
     root.write_config(&format!(
-        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[agents.main.network]\nallow = [\"{host}\"]\n\n[risk_profiles.hands]\nautonomy = \"full\"\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-e2e-provider\"\nretry_backoff_ms = 1\n\n[secrets.gh]\nhosts = [\"{host}\"]\n",
-        fake.base_url()
+        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[agents.main.network]\nallow = [\"{host}\"]\n\n[risk_profiles.hands]\nautonomy = \"full\"\n\n{}\n\n[secrets.gh]\nhosts = [\"{host}\"]\n",
+        fake.provider_toml("fake", "sk-e2e-provider")
     ))?;
     // The value goes in through the one secrets mechanism (stdin, stored encrypted).
     let mut child = root

@@ -62,10 +62,9 @@ fn a_call_needing_approval_without_a_terminal_fails_at_once_issue16() -> R {
         .replace("provider = \"demo\"", "provider = \"fake\"")
         .replace("model = \"demo\"", "model = \"gpt-test\"")
         + &format!(
-            "\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
-             retry_backoff_ms = 1\n\n[agents.bee]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n\
+            "\n{}\n\n[agents.bee]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n\
              [agents.main.workspace.access]\nbee = \"ReadWrite\"\n",
-            fake.base_url()
+            fake.provider_toml("fake", "sk-test")
         );
     root.write_config(&config)?;
     std::fs::create_dir_all(sibling.parent().ok_or("no parent")?)?;

@@ -400,8 +400,8 @@ fn reloads_drop_no_connection_issue15() -> R {
     let fake = FakeOpenAi::start()?;
     let port = free_port()?;
     root.write_config(&format!(
-        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[agents.spare]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[gateway]\nport = {port}\n",
-        fake.base_url()
+        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n[agents.spare]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n{}\n\n[gateway]\nport = {port}\n",
+        fake.provider_toml("fake", "sk-test")
     ))?;
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;

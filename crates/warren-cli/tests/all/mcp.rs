@@ -46,8 +46,8 @@ allow_network = true
 fn setup(fake: &FakeOpenAi, extra: &str) -> Result<TempRoot, Box<dyn std::error::Error>> {
     let root = TempRoot::new()?;
     root.write_config(&format!(
-        "{}{PROFILES}{extra}",
-        common::fake_provider(fake, "sk-mcp-test-key")
+        "{}\n{PROFILES}{extra}",
+        fake.provider_toml("fake", "sk-mcp-test-key")
     ))?;
     for alias in ["a", "b", "c"] {
         let ws = root.path().join(format!("agents/{alias}/workspace"));

@@ -20,18 +20,14 @@ fn config(fake: &FakeOpenAi, endpoint: &str) -> String {
 provider = "fake"
 model = "gpt-test"
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "{KEY}"
-retry_backoff_ms = 1
+{provider}
 
 [telemetry]
 otlp_endpoint = "{endpoint}"
 export_interval_ms = 60000
 service_name = "warren-oneshot"
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", KEY)
     )
 }
 

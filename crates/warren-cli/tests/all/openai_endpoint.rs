@@ -31,11 +31,7 @@ model = "gpt-test"
 provider = "fake"
 model = "gpt-test"
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-e2e-secret-value"
-retry_backoff_ms = 1
+{provider}
 
 [gateway]
 port = {port}
@@ -43,7 +39,7 @@ port = {port}
 [gateway.openai]
 enabled = true
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", "sk-e2e-secret-value")
     )
 }
 

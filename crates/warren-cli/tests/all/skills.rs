@@ -42,13 +42,9 @@ allowed_commands = ["python3"]
 sandbox = "noop"
 unrestricted = true
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-skills-test"
-retry_backoff_ms = 1
+{provider}
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", "sk-skills-test")
     ))?;
     let bundle = root.path().join("shared/skills/pdf");
     std::fs::create_dir_all(bundle.join("scripts"))?;

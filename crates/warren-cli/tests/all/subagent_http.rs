@@ -34,14 +34,10 @@ allowed_tools = ["file_read", "http_request", "delegate"]
 delegation_depth = 1
 max_tool_iterations = 6
 
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "sk-subagent-http"
-retry_backoff_ms = 1
+{provider}
 max_retries = 0
 "#,
-        fake.base_url()
+        provider = fake.provider_toml("fake", "sk-subagent-http")
     )
 }
 

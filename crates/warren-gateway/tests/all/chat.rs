@@ -306,8 +306,8 @@ async fn a_busy_session_answers_429_when_full_and_408_when_timed_out_sess2() {
         fake.push(slow());
     }
     let extra = format!(
-        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
-        fake.base_url()
+        "{}\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
+        fake.provider_toml("fake", "sk-test")
     );
     // The limits come from `[channels] session_queue_depth` and `session_queue_timeout_secs`.
     for (depth, timeout_secs, expected) in [
@@ -727,8 +727,8 @@ async fn a_request_over_its_time_limit_gets_408() {
         chunk_delay: Duration::from_millis(800),
     });
     let extra = format!(
-        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
-        fake.base_url()
+        "{}\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"test\"\n",
+        fake.provider_toml("fake", "sk-test")
     );
     let f = fixture(&extra);
     let limits = warren_gateway::TimeLimits {

@@ -382,8 +382,8 @@ async fn a_retried_request_is_answered_by_the_attempt_it_repeats_issue27() {
         fake.push(FakeReply::text(reply));
     }
     let extra = format!(
-        "{ENABLED}\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"sup\"\n",
-        fake.base_url()
+        "{ENABLED}\n{}\n\n[agents.slow]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"sup\"\n",
+        fake.provider_toml("fake", "sk-test")
     );
     let limits = TimeLimits {
         request: Duration::from_secs(30),

@@ -59,8 +59,8 @@ async fn a_retry_after_a_failed_attempt_stores_the_user_message_once_issue27() {
         fake.push(FakeReply::text(reply));
     }
     let extra = format!(
-        "[gateway.openai]\nenabled = true\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\nmax_retries = 0\n\n[agents.fake]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"sup\"\n",
-        fake.base_url()
+        "[gateway.openai]\nenabled = true\n\n{}\nmax_retries = 0\n\n[agents.fake]\nprovider = \"fake\"\nmodel = \"m\"\nrisk_profile = \"sup\"\n",
+        fake.provider_toml("fake", "sk-test")
     );
     let f = common::scripted(
         r#"{"turns": []}"#,

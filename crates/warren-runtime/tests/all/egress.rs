@@ -107,8 +107,8 @@ impl Fixture {
             .collect::<Vec<_>>()
             .join(", ");
         let config = format!(
-            "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\n[agents.ada.network]\nallow = [{allow}]\n\n[risk_profiles.open]\nautonomy = \"full\"\nallowed_commands = [\"curl\", \"echo\"]\n{profile_extra}\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test-provider-key\"\nretry_backoff_ms = 1\nmax_retries = 0\n\n[secrets.gh]\nvalue = \"{stored}\"\nhosts = [\"{secret_host}\"]\n",
-            fake.base_url()
+            "[agents.ada]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"open\"\n\n[agents.ada.network]\nallow = [{allow}]\n\n[risk_profiles.open]\nautonomy = \"full\"\nallowed_commands = [\"curl\", \"echo\"]\n{profile_extra}\n\n{}\nmax_retries = 0\n\n[secrets.gh]\nvalue = \"{stored}\"\nhosts = [\"{secret_host}\"]\n",
+            fake.provider_toml("fake", "sk-test-provider-key")
         );
         std::fs::write(root.config_file(), config).expect("config");
         Self {

@@ -47,9 +47,8 @@ async fn a_subagent_asks_under_its_parents_always_ask_and_approval_timeout_perm7
              [risk_profiles.open]\nautonomy = \"full\"\nalways_ask = [\"file_write\"]\n\
              approval_timeout_secs = 1\n\n\
              [runtime_profiles.rt]\ndelegation_depth = 1\n\n\
-             [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test\"\n\
-             retry_backoff_ms = 1\nmax_retries = 0\n",
-            fake.base_url()
+             {}\nmax_retries = 0\n",
+            fake.provider_toml("fake", "sk-test")
         ),
     )
     .unwrap();

@@ -51,8 +51,8 @@ impl Fixture {
                 format!("fake{i}")
             };
             config.push_str(&format!(
-                "[providers.{name}]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"sk-test-secret-key\"\nretry_backoff_ms = 1\nmax_retries = 0\n\n",
-                s.base_url()
+                "{}\nmax_retries = 0\n\n",
+                s.provider_toml(&name, "sk-test-secret-key")
             ));
         }
         config.push_str(extra);
@@ -1007,10 +1007,7 @@ async fn a_turn_over_anthropic_sends_tool_results_as_tool_result_blocks() {
     let claude = FakeOpenAi::start_anthropic().expect("fake anthropic");
     let path = f.root.config_file();
     let text = std::fs::read_to_string(&path).expect("config")
-        + &format!(
-            "\n[providers.fake]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key = \"sk-ant-test\"\n",
-            claude.base_url()
-        );
+        + &format!("\n{}\n", claude.provider_toml("fake", "sk-ant-test"));
     std::fs::write(&path, text).expect("config");
     claude.push(FakeReply::calls(
         "Writing.",

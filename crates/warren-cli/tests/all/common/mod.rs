@@ -48,23 +48,9 @@ pub fn wait_until(
     Err(format!("timed out waiting for {what}").into())
 }
 
-/// `[providers.fake]`: the fake OpenAI server with `api_key`, retries 1 ms apart.
-pub fn fake_provider(fake: &FakeOpenAi, api_key: &str) -> String {
-    format!(
-        r#"
-[providers.fake]
-kind = "openai"
-base_url = "{}"
-api_key = "{api_key}"
-retry_backoff_ms = 1
-"#,
-        fake.base_url()
-    )
-}
-
-/// A config with agent `main` on the fake OpenAI server ([`fake_provider`]) and the gateway on
-/// `port`: `sections` go right after the provider's keys (so they may add more of them), before
-/// `[gateway]`, `extra` after it.
+/// A config with agent `main` on the fake OpenAI server (`[providers.fake]` of
+/// [`FakeOpenAi::provider_toml`]) and the gateway on `port`: `sections` go right after the
+/// provider's keys (so they may add more of them), before `[gateway]`, `extra` after it.
 pub fn fake_config(
     fake: &FakeOpenAi,
     api_key: &str,
@@ -77,12 +63,14 @@ pub fn fake_config(
 [agents.main]
 provider = "fake"
 model = "gpt-test"
-{}{sections}
+
+{provider}
+{sections}
 [gateway]
 port = {port}
 {extra}
 "#,
-        fake_provider(fake, api_key)
+        provider = fake.provider_toml("fake", api_key)
     )
 }
 
