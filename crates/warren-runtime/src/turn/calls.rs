@@ -270,10 +270,14 @@ impl AgentRunner {
             // Handing work to a child is an action of this agent: the same gate (`always_ask`,
             // a session's cap, the taint rule: a tainted turn asks before it delegates; a slot
             // in the window). It reads nothing itself; the child's calls pass its own gate.
+            let delegation = match self.delegation(call) {
+                Ok(d) => d,
+                Err(failed) => return Some(failed),
+            };
             if let Err(stopped) = self.gate(call, RiskClass::Read, session, ask).await {
                 return stopped.answer(|reason| Some(refused(&reason)));
             }
-            return self.delegate(call, io).await;
+            return self.delegate(call, delegation, io).await;
         }
         let tool = match self.tool(&call.name) {
             Ok(t) => t,

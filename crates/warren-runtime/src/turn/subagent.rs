@@ -32,22 +32,29 @@ fn fail(m: String) -> CallResult {
 }
 
 impl AgentRunner {
-    /// Runs a `delegate` call as a child turn under a narrowed policy (PERM-7).
-    /// (Boxed and `Send` by its signature: the loop reaches itself through this call.)
+    /// A `delegate` call's arguments and its child runner (this agent's kit narrowed by the
+    /// request), or the call's failed result: checked before the call passes the gate, so an
+    /// invalid delegation neither asks the operator nor takes a slot.
+    pub(super) fn delegation(
+        &self,
+        call: &ToolCall,
+    ) -> Result<(DelegateArgs, AgentRunner), CallResult> {
+        let args: DelegateArgs = serde_json::from_value(call.arguments.clone())
+            .map_err(|e| fail(format!("invalid arguments: {e}")))?;
+        let child = self.child(&args).map_err(fail)?;
+        Ok((args, child))
+    }
+
+    /// Runs a `delegate` call (its [`Self::delegation`]) as a child turn under a narrowed
+    /// policy (PERM-7). (Boxed and `Send` by its signature: the loop reaches itself through
+    /// this call.)
     pub(super) fn delegate<'a>(
         &'a self,
         call: &'a ToolCall,
+        (args, child): (DelegateArgs, AgentRunner),
         io: &'a TurnIo,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallResult>> + Send + 'a>> {
         Box::pin(async move {
-            let args: DelegateArgs = match serde_json::from_value(call.arguments.clone()) {
-                Ok(a) => a,
-                Err(e) => return Some(fail(format!("invalid arguments: {e}"))),
-            };
-            let child = match self.child(&args) {
-                Ok(c) => c,
-                Err(e) => return Some(fail(e)),
-            };
             if args.background {
                 return Some(match self.start_background(child, args, io).await {
                     Ok(started) => self.finish_call(call, Ok(ToolOutput::json(started))),
