@@ -137,14 +137,16 @@ pub fn classify(root: &InstallRoot, path: &Path, sqlite_header: bool) -> Treat {
     if process_local(root).iter().any(|p| p == path) {
         return Treat::Skip;
     }
+    if !path.starts_with(root.data_dir()) {
+        // An agent's own folder of that name is its file too: only the stores' snapshot
+        // directories (all in `data/`) are left out.
+        return Treat::Read(Class::Plain);
+    }
     if path
         .components()
         .any(|c| c.as_os_str() == std::ffi::OsStr::new(SNAPSHOT_DIR))
     {
         return Treat::Skip;
-    }
-    if !path.starts_with(root.data_dir()) {
-        return Treat::Read(Class::Plain);
     }
     let name = path
         .file_name()
@@ -234,8 +236,15 @@ mod tests {
             .join(SNAPSHOT_DIR)
             .join("sessions.db.v0.1.db");
         assert_eq!(classify(&root, &snap, true), Treat::Skip);
-        // A database in a workspace is the agent's file.
+        // A database in a workspace is the agent's file, in a folder named like the stores'
+        // snapshot directories too (it used to be left out of the backup).
         let ws = root.agents_dir().join("main/workspace/app.db");
         assert_eq!(classify(&root, &ws, true), Treat::Read(Class::Plain));
+        let own = root
+            .agents_dir()
+            .join("main/workspace")
+            .join(SNAPSHOT_DIR)
+            .join("notes.md");
+        assert_eq!(classify(&root, &own, false), Treat::Read(Class::Plain));
     }
 }
