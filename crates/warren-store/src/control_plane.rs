@@ -2,10 +2,11 @@
 //! now; SOP runs and background delegates later) with its owner (PID + boot ID + the process's
 //! start time + its PID namespace, one [`StoredOwner`]), producer kind, start time and state
 //! `running | ok | failed | lost | cancelled | timed_out`. Rows of owners that are provably gone
-//! (another boot, a dead PID of this boot, or a PID of our namespace now held by a process that
-//! started at another time) are marked `lost` by the reaper the daemon runs at start
-//! ([`ControlPlane::reap`]). A cancel request is a flag on the row; the owning process acts on
-//! it. Read paths ([`ControlPlane::open_existing`]) never create the file.
+//! (another boot, a dead PID of this boot, a PID of our namespace now held by a process that
+//! started at another time, or another PID namespace no process is in any more) are marked
+//! `lost` by the reaper the daemon runs at start ([`ControlPlane::reap`]). A cancel request is a
+//! flag on the row; the owning process acts on it. Read paths ([`ControlPlane::open_existing`])
+//! never create the file.
 
 use std::path::{Path, PathBuf};
 
@@ -223,20 +224,31 @@ impl StoredOwner {
     }
 
     /// Whether the owner may still run: `false` only when it is provably gone — another boot,
-    /// no process with its PID, or a process with its PID that started at another time (the PID
-    /// was reused). A row of another PID namespace than this process's (a daemon in a container
-    /// and a CLI on the host sharing the install root) cannot be judged by PID: the number names
-    /// another process here, so the owner counts as alive unless the boot differs. A row without
-    /// a start time (schema 1) is judged by PID and boot; one without a namespace as if it were
-    /// ours.
+    /// no process with its PID, a process with its PID that started at another time (the PID
+    /// was reused), or a PID namespace no process is in any more. A row of another PID
+    /// namespace than this process's is never judged by its PID, which names another process
+    /// here; the owner is gone only when its namespace is ([`Namespaces`]: a container killed
+    /// and restarted runs in a new one, so its old rows are reaped), and may be alive while
+    /// any process is in it (a host CLI reading a running container's rows does not steal
+    /// them). A row without a start time (schema 1) is judged by PID and boot; one without a
+    /// namespace as if it were ours.
     pub fn is_alive(&self) -> bool {
+        self.is_alive_seen(&mut Namespaces::default())
+    }
+
+    /// [`StoredOwner::is_alive`] with the namespaces a pass over several rows has looked at
+    /// already (`/proc` is scanned at most once per pass, and only for rows of another
+    /// namespace than ours, which are rare).
+    pub(crate) fn is_alive_seen(&self, namespaces: &mut Namespaces) -> bool {
         if self.boot_id != boot_id() {
             return false;
         }
         if let Some(theirs) = &self.pid_ns {
-            // Our own namespace unreadable: neither can be told apart, so not provably gone.
-            if pid_namespace().is_none_or(|ours| ours != *theirs) {
-                return true;
+            match pid_namespace() {
+                // Our own namespace unreadable: neither can be told apart, so not provably gone.
+                None => return true,
+                Some(ours) if ours != *theirs => return namespaces.may_be_alive(theirs),
+                Some(_) => {}
             }
         }
         let Some(started) = self.start else {
@@ -257,6 +269,134 @@ impl StoredOwner {
             Err(_) => true,
         }
     }
+}
+
+/// The PID namespaces this process can see processes in, looked at once per pass of
+/// [`StoredOwner::is_alive_seen`] (a reaper's rows), to judge rows of another PID namespace
+/// than ours.
+#[derive(Debug, Default)]
+pub(crate) struct Namespaces {
+    scan: Option<Scan>,
+}
+
+/// One look at every process in `/proc`.
+#[derive(Debug)]
+struct Scan {
+    /// `/proc/<n>/ns/pid` of every process whose link could be read.
+    live: std::collections::HashSet<String>,
+    /// Every process's namespace was read, and `/proc` lists every process.
+    complete: bool,
+}
+
+/// `readlink` of the machine's first PID namespace (`PROC_PID_INIT_INO`, a kernel constant).
+const INIT_PID_NS: &str = "pid:[4026531836]";
+
+impl Namespaces {
+    /// Whether a process may still be in PID namespace `ns`, which is not ours. We see the
+    /// processes of our namespace and of those below it (a container's, seen from the host),
+    /// never of those above: the host's namespace (the machine's first; a host daemon's rows
+    /// read by a CLI in a container) counts as alive, and so does any namespace when ours is
+    /// nested two deep or more (an unknown ancestor, e.g. Docker in Docker). A namespace in
+    /// which we see a process is alive. One in which we see none is gone (a container killed
+    /// and restarted) if we saw every process; if a process's namespace could not be read
+    /// (EACCES/EPERM: another user's, for a daemon that is not root) or `/proc` hides other
+    /// users' processes (`hidepid`), we cannot tell and count it alive, as before: such a
+    /// cron lock or control-plane run stays until a reboot or a reap by a process that can
+    /// see (no lease nor heartbeat bounds them; an SOP claim is bounded by its lease). Not
+    /// covered: a sibling namespace of ours (a daemon in one container, a CLI in another on
+    /// the same install root), which we cannot see and judge gone.
+    fn may_be_alive(&mut self, ns: &str) -> bool {
+        if ns == INIT_PID_NS || !matches!(own_nesting(), Some(0 | 1)) {
+            return true;
+        }
+        let scan = self.scan.get_or_insert_with(scan_namespaces);
+        !scan.complete || scan.live.contains(ns)
+    }
+}
+
+fn scan_namespaces() -> Scan {
+    let mut scan = Scan {
+        live: Default::default(),
+        complete: !proc_hides_processes(),
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        scan.complete = false;
+        return scan;
+    };
+    for entry in dir {
+        let Ok(entry) = entry else {
+            scan.complete = false;
+            continue;
+        };
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        match std::fs::read_link(entry.path().join("ns/pid")) {
+            Ok(target) => {
+                scan.live.insert(target.to_string_lossy().into_owned());
+            }
+            // The process exited meanwhile: it is in no namespace any more.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            // EACCES/EPERM: a process we may not inspect (another user's, or one with
+            // capabilities we lack, as an init outside our reach). Its `status` stays readable:
+            // with one `NSpid` it is in our namespace, so in none of another row's.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::PermissionDenied
+                    && in_our_namespace(&entry.path()) => {}
+            // In a namespace below ours, or unexpected: cannot tell.
+            Err(_) => scan.complete = false,
+        }
+    }
+    scan
+}
+
+/// Whether the process at `/proc/<n>` is in our PID namespace: its `status` has one `NSpid`
+/// (a process in a namespace below ours has one PID per level).
+fn in_our_namespace(proc_dir: &Path) -> bool {
+    std::fs::read_to_string(proc_dir.join("status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .is_some_and(|pids| pids.split_whitespace().count() == 1)
+    })
+}
+
+/// How deep this process's PID namespace is below the machine's first (0: it is the first),
+/// from the `NSpid` line of `/proc/self/status` (one PID per level); `None` when unreadable.
+fn own_nesting() -> Option<usize> {
+    static LEVEL: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        own_status("NSpid:")?
+            .split_whitespace()
+            .count()
+            .checked_sub(1)
+    })
+}
+
+/// Whether `/proc` leaves other users' processes out of its listing for us (mounted with
+/// `hidepid=2`/`invisible` and we are not root), so not seeing a process proves nothing.
+fn proc_hides_processes() -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    let hidden = mounts
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some("/proc"))
+        .flat_map(|l| l.rsplit(' ').next().unwrap_or("").split(','))
+        .filter_map(|option| option.strip_prefix("hidepid="))
+        .any(|mode| matches!(mode, "2" | "invisible" | "4" | "ptraceable"));
+    // The effective UID is the second of the line.
+    let root = own_status("Uid:").is_some_and(|uids| uids.split_whitespace().nth(1) == Some("0"));
+    hidden && !root
+}
+
+/// The rest of the line of `/proc/self/status` that starts with `key` (`NSpid:`, `Uid:`).
+fn own_status(key: &str) -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+    Some(line.to_string())
 }
 
 /// This process's PID namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`); `None` when
@@ -639,6 +779,7 @@ pub(crate) fn gone_owners(
     reaper: Reaper,
 ) -> rusqlite::Result<Vec<String>> {
     let me = Owner::current();
+    let mut namespaces = Namespaces::default();
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt.query_map([], |r| {
         Ok((r.get::<_, String>(0)?, StoredOwner::from_row(r, 1)?))
@@ -646,7 +787,7 @@ pub(crate) fn gone_owners(
     let mut gone = Vec::new();
     for row in rows {
         let (id, owner) = row?;
-        if (reaper == Reaper::AtStart && owner.is(&me)) || !owner.is_alive() {
+        if (reaper == Reaper::AtStart && owner.is(&me)) || !owner.is_alive_seen(&mut namespaces) {
             gone.push(id);
         }
     }

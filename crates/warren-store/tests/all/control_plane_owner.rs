@@ -2,7 +2,8 @@
 //! its owner's start time (`/proc/<pid>/stat` field 22), so a PID the kernel gave to an
 //! unrelated process after a crash no longer keeps a dead owner's run `running` forever, while a
 //! row of another PID namespace (a daemon in a container, read from the host) is not judged by a
-//! PID number that names another process here; and a file of schema 1 (no start time nor
+//! PID number that names another process here, and is reaped once no process is in that
+//! namespace (the container was killed and restarted); and a file of schema 1 (no start time nor
 //! namespace) is upgraded in place through the one migration routine, keeping its rows. Real
 //! processes (`sleep`), real files.
 
@@ -17,7 +18,9 @@ use warren_store::control_plane::{
     ControlPlane, Owner, RunRecord, StoredOwner, boot_id, pid_namespace, process_start,
 };
 
-use crate::common::{OTHER_NS, Proc, old_file, sleep_program, version};
+use crate::common::{
+    DeadNamespace, LiveNamespace, Proc, old_file, or_skip, sleep_program, version,
+};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -230,10 +233,15 @@ fn a_control_plane_of_schema_1_is_upgraded_in_place_and_keeps_its_rows_issue17()
 }
 
 #[test]
-fn a_run_of_another_pid_namespace_is_not_reaped_by_a_pid_of_another_start_time_issue17() -> R {
-    // A daemon in a container (its own PID namespace) registered runs; a CLI on the host shares
-    // the install root. The daemon's PID number names another process here, started at another
-    // time: that proves nothing about the daemon, which may well be running.
+fn a_run_of_another_live_pid_namespace_is_not_reaped_by_a_pid_of_another_start_time_issue17() -> R {
+    // A daemon in a container (its own PID namespace, which still has a process in it)
+    // registered runs; a CLI on the host shares the install root. The daemon's PID number names
+    // another process here, started at another time: that proves nothing about the daemon,
+    // which may well be running.
+    let test = "a_run_of_another_live_pid_namespace_is_not_reaped";
+    let Some(container_ns) = or_skip(test, LiveNamespace::spawn()) else {
+        return Ok(());
+    };
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("data").join("control_plane.db");
     let cp = ControlPlane::open(&db)?;
@@ -258,7 +266,7 @@ fn a_run_of_another_pid_namespace_is_not_reaped_by_a_pid_of_another_start_time_i
     conn.execute("UPDATE runs SET owner_start = owner_start - 1", [])?;
     conn.execute(
         "UPDATE runs SET owner_ns = ?1 WHERE id IN ('container', 'other-boot', 'mine-elsewhere')",
-        params![OTHER_NS],
+        params![container_ns.ns],
     )?;
     conn.execute(
         "UPDATE runs SET owner_ns = NULL WHERE id = 'no-namespace'",
@@ -272,12 +280,12 @@ fn a_run_of_another_pid_namespace_is_not_reaped_by_a_pid_of_another_start_time_i
             pid: here.pid(),
             boot_id: boot_id(),
             start: process_start(here.pid()).map(|s| s - 1),
-            pid_ns: Some(OTHER_NS.into()),
+            pid_ns: Some(container_ns.ns.clone()),
         }
     );
     assert!(
         container.is_alive(),
-        "another namespace cannot be judged by PID"
+        "a live namespace of another than ours cannot be judged by PID"
     );
 
     let mut reaped = cp.reap()?;
@@ -293,6 +301,60 @@ fn a_run_of_another_pid_namespace_is_not_reaped_by_a_pid_of_another_start_time_i
             ("no-namespace", "lost"),
             ("other-boot", "lost"),
             ("ours", "lost"),
+        ])
+    );
+    // Once the namespace is gone (the container stopped), the same rows are.
+    let _stopped = container_ns.kill();
+    let mut reaped = cp.reap()?;
+    reaped.sort();
+    assert_eq!(reaped, vec!["container", "mine-elsewhere"]);
+    Ok(())
+}
+
+#[test]
+fn a_run_of_a_pid_namespace_no_process_is_in_is_reaped_though_its_pid_is_ours_issue17() -> R {
+    // A daemon that was PID 1 of its container is killed (`docker kill`, the OOM killer) and
+    // the container restarted: the new daemon is PID 1 again, in a new PID namespace, in the
+    // same boot. The old one's rows name a namespace no process is in any more: their owner is
+    // gone, whatever the PID number (ours) and start time say.
+    let test = "a_run_of_a_pid_namespace_no_process_is_in_is_reaped";
+    let Some(old_container) = or_skip(test, DeadNamespace::new()) else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    let cp = ControlPlane::open(&db)?;
+    for id in ["pid-1", "same-start", "ours"] {
+        cp.register(id, "cron", "main", "cron:a", &Owner::current())?;
+    }
+    let conn = Connection::open(&db)?;
+    conn.execute(
+        "UPDATE runs SET owner_ns = ?1 WHERE id IN ('pid-1', 'same-start')",
+        params![old_container.ns],
+    )?;
+    conn.execute(
+        "UPDATE runs SET owner_start = owner_start - 1 WHERE id = 'pid-1'",
+        [],
+    )?;
+    let gone = cp.get("same-start")?.unwrap().owner;
+    assert_eq!(
+        gone,
+        StoredOwner {
+            pid_ns: Some(old_container.ns.clone()),
+            ..Owner::current().stored()
+        }
+    );
+    assert!(!gone.is_alive(), "no process is in {}", old_container.ns);
+
+    let mut reaped = cp.reap()?;
+    reaped.sort();
+    assert_eq!(reaped, vec!["pid-1", "same-start"]);
+    assert_eq!(
+        states(&cp),
+        pairs(&[
+            ("ours", "running"),
+            ("pid-1", "lost"),
+            ("same-start", "lost")
         ])
     );
     Ok(())

@@ -2,7 +2,8 @@
 //! claim records its owner's start time (`/proc/<pid>/stat` field 22), so after a daemon crash a
 //! PID the kernel gave to an unrelated process no longer keeps the job locked (never firing
 //! again) nor its run `running`, while a lock of another PID namespace (a daemon in a container,
-//! read from the host) is not judged by a PID number that names another process here; and a
+//! read from the host) is not judged by a PID number that names another process here, and is
+//! taken once no process is in that namespace (the container was killed and restarted); and a
 //! `jobs.db` of schema 1 (no start time nor namespace) is upgraded in place through the one
 //! migration routine, keeping its jobs and runs. Real processes (`sleep`), real files.
 
@@ -16,7 +17,7 @@ use rusqlite::{Connection, params};
 use warren_store::control_plane::{Owner, boot_id, pid_namespace, process_start};
 use warren_store::cron::{CronError, CronStore, Job, Run};
 
-use crate::common::{OTHER_NS, Proc, old_file, version};
+use crate::common::{DeadNamespace, LiveNamespace, Proc, old_file, or_skip, version};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -171,27 +172,37 @@ fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lo
     Ok(())
 }
 
+/// Points `crashed`'s lock and run `r1` at PID namespace `ns` (a daemon in a container wrote
+/// them).
+fn lock_in_namespace(db: &Path, ns: Option<&str>) {
+    let conn = Connection::open(db).unwrap();
+    conn.execute(
+        "UPDATE jobs SET lock_ns = ?1 WHERE name = 'crashed'",
+        params![ns],
+    )
+    .unwrap();
+    conn.execute("UPDATE runs SET owner_ns = ?1 WHERE id = 'r1'", params![ns])
+        .unwrap();
+}
+
 #[test]
-fn a_lock_of_another_pid_namespace_is_not_taken_by_a_pid_of_another_start_time_issue17() -> R {
+fn a_lock_of_another_live_pid_namespace_is_not_taken_by_a_pid_of_another_start_time_issue17() -> R {
     // `crashed` as above, but its lock and run say they were written in another PID namespace
-    // (a daemon in a container; this process is a CLI on the host sharing the install root):
-    // the PID number names another process here, which proves nothing about the daemon.
+    // that still has a process in it (a daemon in a container that is up; this process is a
+    // CLI on the host sharing the install root): the PID number names another process here,
+    // which proves nothing about the daemon.
     // `reused` is bound: it must live through the test (an unbound field is dropped at once).
+    let test = "a_lock_of_another_live_pid_namespace_is_not_taken";
+    let Some(container) = or_skip(test, LiveNamespace::spawn()) else {
+        return Ok(());
+    };
     let CrashedAndLive {
         _dir,
         db,
         store,
         reused: _reused,
     } = crashed_and_live();
-    let conn = Connection::open(&db)?;
-    conn.execute(
-        "UPDATE jobs SET lock_ns = ?1 WHERE name = 'crashed'",
-        params![OTHER_NS],
-    )?;
-    conn.execute(
-        "UPDATE runs SET owner_ns = ?1 WHERE id = 'r1'",
-        params![OTHER_NS],
-    )?;
+    lock_in_namespace(&db, Some(&container.ns));
 
     assert_eq!(store.reap()?, Vec::<String>::new());
     assert_eq!(store.reap_at_start()?, Vec::<String>::new());
@@ -203,10 +214,49 @@ fn a_lock_of_another_pid_namespace_is_not_taken_by_a_pid_of_another_start_time_i
     assert_eq!(lock(&store, "crashed").as_deref(), Some("r1"));
 
     // Without a namespace (a row written before namespaces were kept) the start time decides.
-    conn.execute("UPDATE jobs SET lock_ns = NULL WHERE name = 'crashed'", [])?;
-    conn.execute("UPDATE runs SET owner_ns = NULL WHERE id = 'r1'", [])?;
+    lock_in_namespace(&db, None);
     assert_eq!(store.reap()?, vec!["r1".to_string()]);
     assert_eq!(lock(&store, "crashed"), None);
+    Ok(())
+}
+
+#[test]
+fn a_lock_of_a_pid_namespace_no_process_is_in_is_taken_though_its_pid_is_ours_issue17() -> R {
+    // The daemon was PID 1 of a container that was killed and restarted: the new daemon is
+    // PID 1 again, in a new PID namespace, in the same boot. The old one's lock and run name a
+    // namespace no process is in any more, so the job fires again and the run is lost
+    // (before: locked until the machine rebooted).
+    let test = "a_lock_of_a_pid_namespace_no_process_is_in_is_taken";
+    let Some(old_container) = or_skip(test, DeadNamespace::new()) else {
+        return Ok(());
+    };
+    let me = Owner::current();
+    for reap_first in [false, true] {
+        let CrashedAndLive {
+            _dir,
+            db,
+            store,
+            reused: _reused,
+        } = crashed_and_live();
+        let conn = Connection::open(&db)?;
+        for pid in [
+            "UPDATE jobs SET lock_pid = ?1 WHERE name = 'crashed'",
+            "UPDATE runs SET owner_pid = ?1 WHERE id = 'r1'",
+        ] {
+            conn.execute(pid, params![me.pid])?;
+        }
+        lock_in_namespace(&db, Some(&old_container.ns));
+        if reap_first {
+            // The daemon's reaper at start releases the lock.
+            assert_eq!(store.reap_at_start()?, vec!["r1".to_string()]);
+            assert_eq!(lock(&store, "crashed"), None);
+        }
+        store.claim("crashed", "r3", "schedule", None, &me, None)?;
+        assert_eq!(status(&store, "r1").as_deref(), Some("lost"));
+        assert_eq!(lock(&store, "crashed").as_deref(), Some("r3"));
+        // The live owner of this namespace keeps its lock.
+        assert_eq!(status(&store, "r2").as_deref(), Some("running"));
+    }
     Ok(())
 }
 

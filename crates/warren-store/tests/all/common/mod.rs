@@ -4,11 +4,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use warren_store::control_plane::{Owner, StoredOwner, boot_id};
+use warren_store::control_plane::{Owner, StoredOwner, boot_id, pid_namespace};
 
 /// A child process (`program 30`, a `sleep`) that is killed and waited for when dropped (also
 /// when a test fails).
@@ -48,8 +51,131 @@ impl Proc {
 }
 
 /// A PID namespace that is not this process's (as a daemon in a container records it, seen
-/// from the host, or the other way round).
+/// from the host, or the other way round). No process is in it: for liveness it is a namespace
+/// that is gone; a live one is a [`LiveNamespace`].
 pub const OTHER_NS: &str = "pid:[4026530000]";
+
+/// A process in a PID namespace of its own that still runs (`unshare --pid --fork --kill-child
+/// sleep 30`): a daemon in a container that is up, seen from the host. Killed when dropped.
+pub struct LiveNamespace {
+    unshare: Child,
+    /// The `sleep` inside, by its PID in this process's namespace.
+    inner: u32,
+    /// Its namespace, `pid:[...]`.
+    pub ns: String,
+}
+
+/// Why a test that needs PID namespaces cannot run here (not root, or a seccomp profile that
+/// denies `unshare`); the test prints it and passes without asserting.
+pub type Unsupported = String;
+
+impl LiveNamespace {
+    pub fn spawn() -> Result<Self, Unsupported> {
+        let unshare = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "sleep", "30"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run unshare: {e}"))?;
+        let mut this = Self {
+            unshare,
+            inner: 0,
+            ns: String::new(),
+        };
+        // The forked child appears in /proc a moment after unshare starts.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = this.unshare.try_wait().unwrap() {
+                let mut why = String::new();
+                if let Some(mut err) = this.unshare.stderr.take() {
+                    let _ = err.read_to_string(&mut why);
+                }
+                return Err(format!(
+                    "`unshare --pid --fork` is not permitted here ({status}: {})",
+                    why.trim()
+                ));
+            }
+            if let Some(inner) = child_of(this.unshare.id()) {
+                let ns = std::fs::read_link(format!("/proc/{inner}/ns/pid"))
+                    .map(|t| t.to_string_lossy().into_owned());
+                // Until it has forked, the child may still be in our namespace.
+                if let Ok(ns) = ns
+                    && Some(&ns) != pid_namespace().as_ref()
+                {
+                    this.inner = inner;
+                    this.ns = ns;
+                    return Ok(this);
+                }
+            }
+            assert!(Instant::now() < deadline, "unshare's child never appeared");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Kills the process inside and waits for unshare, which reaps it: afterwards no process
+    /// is in the namespace. The returned handle keeps the namespace itself allocated (an open
+    /// `/proc/<pid>/ns/pid`), so its number is not given to a namespace created meanwhile by
+    /// another test or process of the machine.
+    pub fn kill(mut self) -> DeadNamespace {
+        let hold = File::open(format!("/proc/{}/ns/pid", self.inner)).unwrap();
+        let killed = Command::new("kill")
+            .args(["-KILL", &self.inner.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        self.unshare.wait().unwrap();
+        assert!(
+            !Path::new(&format!("/proc/{}", self.inner)).exists(),
+            "unshare reaped its child"
+        );
+        DeadNamespace {
+            ns: std::mem::take(&mut self.ns),
+            _hold: hold,
+        }
+    }
+}
+
+impl Drop for LiveNamespace {
+    fn drop(&mut self) {
+        // --kill-child: the sleep inside dies with unshare.
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+/// A PID namespace no process is in any more: a container that was killed (`docker kill`, the
+/// OOM killer) and restarted in a new one.
+pub struct DeadNamespace {
+    pub ns: String,
+    _hold: File,
+}
+
+impl DeadNamespace {
+    pub fn new() -> Result<Self, Unsupported> {
+        Ok(LiveNamespace::spawn()?.kill())
+    }
+}
+
+/// `made`, or `None` after printing why the calling test cannot run here (it then passes
+/// without asserting: a skip that says so, not a silent one).
+pub fn or_skip<T>(test: &str, made: Result<T, Unsupported>) -> Option<T> {
+    match made {
+        Ok(made) => Some(made),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+/// The first child of process `pid` (`/proc/<pid>/task/<pid>/children`).
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
