@@ -429,8 +429,8 @@ pub fn snapshots_of(path: &Path) -> Vec<PathBuf> {
 /// ([`MIGRATION_LOCK_SUFFIX`]), so one process at a time does it and the others, once it is
 /// done, find the new version and leave the file alone; under it, a file with tables is first
 /// copied to `<dir>/.pre-migration/<file>.v<old>.<unix ms>.db` ([`snapshot_into`]; the newest
-/// [`SNAPSHOTS_KEPT`] are kept); then `apply` runs, the version is set and `PRAGMA
-/// quick_check` must answer `ok`. If any of that fails, the snapshot is copied back over the
+/// [`SNAPSHOTS_KEPT`] are kept); then `apply` runs, `PRAGMA quick_check` must answer `ok`,
+/// and only then is the version set. If any of that fails, the snapshot is copied back over the
 /// file (through SQLite, under its locks) and the error says so: the file keeps its old schema
 /// and the store can be opened read-only ([`open_migrated`] does). Errors do not name the
 /// file; callers wrap them.
@@ -443,6 +443,7 @@ pub fn migrate(
     match migrate_guarded(conn, path, version, apply) {
         Ok(()) => Ok(()),
         Err(MigrateFailure::Failed(e)) => Err(e),
+        Err(MigrateFailure::Busy(what)) => Err(failure(rusqlite::ffi::SQLITE_BUSY, what)),
         Err(MigrateFailure::RolledBack(what)) => {
             let message =
                 format!("{what} (read-only commands still work; `warren doctor` shows the state)");
@@ -460,6 +461,9 @@ pub enum MigrateFailure {
     RolledBack(String),
     /// Nothing was migrated (or the snapshot could not be put back; the text says what to do).
     Failed(rusqlite::Error),
+    /// Nothing was done: another process is migrating the file and still held its migration
+    /// lock after [`MIGRATION_WAIT`]. The text names it and the lock file.
+    Busy(String),
 }
 
 /// [`migrate`] that tells a rolled-back migration apart from other failures. A rollback also
@@ -470,6 +474,17 @@ pub fn migrate_guarded(
     path: &Path,
     version: i64,
     apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
+) -> Result<(), MigrateFailure> {
+    migrate_waiting(conn, path, version, apply, MIGRATION_WAIT)
+}
+
+/// [`migrate_guarded`] waiting at most `wait` for the migration lock.
+fn migrate_waiting(
+    conn: &mut Connection,
+    path: &Path,
+    version: i64,
+    apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
+    wait: Duration,
 ) -> Result<(), MigrateFailure> {
     let current = |conn: &Connection| -> Result<Option<i64>, MigrateFailure> {
         let found = schema_version(conn).map_err(MigrateFailure::Failed)?;
@@ -484,10 +499,11 @@ pub fn migrate_guarded(
         }
         Ok((found < version).then_some(found))
     };
-    // The version only grows, so a file found current needs no lock.
-    if current(conn)?.is_none() {
+    // The version only grows, and is written last, once the migrated file passed its check:
+    // a file found current needs no lock.
+    let Some(old) = current(conn)? else {
         return Ok(());
-    }
+    };
     // Two processes may open an old file at once (the daemon's reaper and a CLI command on the
     // first start after an upgrade). Unserialised, both snapshot the old file, the first
     // migrates it, the second's migration then fails ("database is locked", "duplicate
@@ -497,11 +513,21 @@ pub fn migrate_guarded(
     // the file's migration lock. It is not SQLite's write lock (`BEGIN IMMEDIATE` around
     // `apply`): migrations run their own transactions (memory's its own `BEGIN IMMEDIATE`),
     // which SQLite cannot nest.
-    let _lock = migration_lock(path).map_err(MigrateFailure::Failed)?;
+    let _lock = migration_lock(path, old, version, wait)?;
     let Some(found) = current(conn)? else {
         // Another process migrated the file while this one waited.
         return Ok(());
     };
+    // Changes when another connection commits (never for this one's own commits): a writer
+    // that does not take the migration lock (a store opened before this migration began, by a
+    // process of the old warren) makes the snapshot older than the file. Read before the
+    // snapshot: a commit landing during the copy is then counted, never mistaken for part of
+    // the snapshot (read after it, that commit was in the baseline, and putting the snapshot
+    // back erased it).
+    let data_version = |conn: &Connection| -> Option<i64> {
+        conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
+    };
+    let seen = data_version(conn);
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
         .map_err(MigrateFailure::Failed)?;
@@ -510,16 +536,8 @@ pub fn migrate_guarded(
     } else {
         None
     };
-    // Changes when another connection commits (never for this one's own commits): a writer
-    // that does not take the migration lock (a store opened before this migration began, by a
-    // process of the old warren) makes the snapshot older than the file.
-    let data_version = |conn: &Connection| -> Option<i64> {
-        conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
-    };
-    let seen = data_version(conn);
     let run = |conn: &mut Connection| -> rusqlite::Result<()> {
         apply(conn)?;
-        conn.execute_batch(&format!("PRAGMA user_version = {version}"))?;
         if crate::failpoint::injected_error(MIGRATION_FAIL) {
             return Err(failure(
                 rusqlite::ffi::SQLITE_ERROR,
@@ -533,7 +551,10 @@ pub fn migrate_guarded(
                 format!("quick_check after the migration: {check}"),
             ));
         }
-        Ok(())
+        // Last: a process reading the version without the lock (above) opens the file
+        // writable at the new schema, so the version is never there on a file whose check
+        // has not passed, which the snapshot could still be put back under.
+        conn.execute_batch(&format!("PRAGMA user_version = {version}"))
     };
     let Err(cause) = run(conn) else {
         let _ = std::fs::remove_file(failed_marker(path));
@@ -542,6 +563,22 @@ pub fn migrate_guarded(
     let Some(snapshot) = snapshot else {
         return Err(MigrateFailure::Failed(cause));
     };
+    let not_restored = |e: rusqlite::Error| {
+        let message = format!(
+            "migration from schema {found} to {version} failed ({cause}) and putting back \
+             the snapshot {} failed too ({e}); stop the daemon and copy the snapshot over \
+             the file",
+            snapshot.display()
+        );
+        tracing::error!("{}: {message}", path.display());
+        MigrateFailure::Failed(failure(rusqlite::ffi::SQLITE_ERROR, message))
+    };
+    // Opened before the check, so that the check is the last step before the copy. The copy
+    // cannot run under a write lock taken before the check (`BEGIN IMMEDIATE` on `conn`):
+    // SQLite's backup refuses a destination with an open transaction ("destination database
+    // is in use"), and a lock held by another connection of ours would block the copy itself.
+    // What remains is the moment between this check and the copy taking SQLite's write lock.
+    let snap = open_read_only(&snapshot).map_err(&not_restored)?;
     if seen.is_none() || data_version(conn) != seen {
         // Putting the snapshot back would erase that commit. A checkpoint that restarted the
         // WAL may also count here: then the file is left as it is too, which loses nothing.
@@ -559,55 +596,59 @@ pub fn migrate_guarded(
             message,
         )));
     }
-    let restored = open_read_only(&snapshot).and_then(|snap| copy_all(&snap, conn));
-    match restored {
-        Ok(()) => {
-            let what = format!(
-                "migration from schema {found} to {version} failed ({cause}); the file was put \
-                 back from its pre-migration snapshot {} and keeps schema {found}",
-                snapshot.display()
-            );
-            write_failed_marker(path, &what);
-            Err(MigrateFailure::RolledBack(what))
-        }
-        Err(e) => {
-            let message = format!(
-                "migration from schema {found} to {version} failed ({cause}) and putting back \
-                 the snapshot {} failed too ({e}); stop the daemon and copy the snapshot over \
-                 the file",
-                snapshot.display()
-            );
-            tracing::error!("{}: {message}", path.display());
-            Err(MigrateFailure::Failed(failure(
-                rusqlite::ffi::SQLITE_ERROR,
-                message,
-            )))
-        }
-    }
+    copy_all(&snap, conn).map_err(&not_restored)?;
+    let what = format!(
+        "migration from schema {found} to {version} failed ({cause}); the file was put back \
+         from its pre-migration snapshot {} and keeps schema {found}",
+        snapshot.display()
+    );
+    write_failed_marker(path, &what);
+    Err(MigrateFailure::RolledBack(what))
 }
 
 /// Suffix of the migration lock of a database: `<dir>/.pre-migration/<file>.lock`, an empty
-/// file whose `flock` the process migrating the file holds ([`migrate_guarded`]). It is never
-/// removed (a waiter could lock a removed file while a newcomer locks a new one); backups skip
-/// the directory.
+/// file whose `flock` the process migrating the file holds ([`migrate_guarded`]); while it
+/// holds it, the file holds its PID (what a waiter names). It is never removed (a waiter could
+/// lock a removed file while a newcomer locks a new one); backups skip the directory.
 pub const MIGRATION_LOCK_SUFFIX: &str = ".lock";
 
 /// How long [`migrate_guarded`] waits for another process (or thread) migrating the same file
-/// before it gives up; a big file's migration can take minutes.
-pub const MIGRATION_WAIT: Duration = Duration::from_secs(600);
+/// before it gives up: [`open_migrated`] then opens the store read-only, as after a failed
+/// migration. Long enough for an ordinary migration (milliseconds to seconds), short enough
+/// that a command, or a tokio worker opening a store, is not held for minutes by a big file's
+/// migration in another process.
+pub const MIGRATION_WAIT: Duration = Duration::from_secs(30);
 
-/// Takes the migration lock of `path`, waiting up to [`MIGRATION_WAIT`]; held until the file is
-/// dropped (or the process ends, so a crashed migrator never leaves it held). A lock file
-/// beside the database rather than the database itself: closing a descriptor of the database
-/// would drop the POSIX locks SQLite holds on it ([`open_wal`]).
-fn migration_lock(path: &Path) -> rusqlite::Result<std::fs::File> {
+/// The migration lock of a file, held until dropped (or the process ends, so a crashed
+/// migrator never leaves it held).
+struct MigrationLock(std::fs::File);
+
+impl Drop for MigrationLock {
+    fn drop(&mut self) {
+        // Still held here: the PID goes before the lock does, so a waiter never names a
+        // process that no longer holds it.
+        let _ = self.0.set_len(0);
+    }
+}
+
+/// Takes the migration lock of `path` (at schema `old`, to be migrated to `version`), waiting
+/// up to `wait`; [`MigrateFailure::Busy`] when another process still holds it then. A lock
+/// file beside the database rather than the database itself: closing a descriptor of the
+/// database would drop the POSIX locks SQLite holds on it ([`open_wal`]).
+fn migration_lock(
+    path: &Path,
+    old: i64,
+    version: i64,
+    wait: Duration,
+) -> Result<MigrationLock, MigrateFailure> {
     use rustix::fs::{FlockOperation, flock};
     use rustix::io::Errno;
+    use std::os::unix::fs::FileExt;
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(failure(
+        return Err(MigrateFailure::Failed(failure(
             rusqlite::ffi::SQLITE_CANTOPEN,
             "the database path has no directory".to_string(),
-        ));
+        )));
     };
     let snaps = dir.join(SNAPSHOT_DIR);
     let lock_path = snaps.join(format!("{}{MIGRATION_LOCK_SUFFIX}", name.to_string_lossy()));
@@ -622,47 +663,62 @@ fn migration_lock(path: &Path) -> rusqlite::Result<std::fs::File> {
                 .open(&lock_path)
         })
         .map_err(|e| {
-            failure(
+            MigrateFailure::Failed(failure(
                 rusqlite::ffi::SQLITE_CANTOPEN,
                 format!(
                     "cannot open the migration lock {} (nothing was migrated): {e}",
                     lock_path.display()
                 ),
-            )
+            ))
         })?;
+    let holder = || match std::fs::read_to_string(&lock_path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        Some(pid) => format!("process {pid}"),
+        None => "another process".to_string(),
+    };
     let start = std::time::Instant::now();
     let mut said = false;
     loop {
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
-            Err(Errno::WOULDBLOCK | Errno::INTR) if start.elapsed() < MIGRATION_WAIT => {
-                if !said && start.elapsed() >= BUSY_TIMEOUT {
+            Ok(()) => {
+                // Best effort: only what a waiter's message names.
+                let _ = file.set_len(0).and_then(|()| {
+                    file.write_all_at(format!("{}\n", std::process::id()).as_bytes(), 0)
+                });
+                return Ok(MigrationLock(file));
+            }
+            Err(Errno::WOULDBLOCK | Errno::INTR) if start.elapsed() < wait => {
+                if !said && start.elapsed() >= BUSY_TIMEOUT.min(wait / 2) {
                     said = true;
                     tracing::warn!(
-                        "{}: waiting for another process migrating it ({} is held)",
+                        "{}: waiting up to {}s for {} migrating it ({} is held)",
                         path.display(),
+                        wait.as_secs(),
+                        holder(),
                         lock_path.display()
                     );
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
+            Err(Errno::WOULDBLOCK | Errno::INTR) => {
+                return Err(MigrateFailure::Busy(format!(
+                    "{} is migrating the file from schema {old} to {version} (it has held the \
+                     migration lock {} for over {}s)",
+                    holder(),
+                    lock_path.display(),
+                    wait.as_secs_f64()
+                )));
+            }
             Err(e) => {
-                return Err(failure(
+                return Err(MigrateFailure::Failed(failure(
                     rusqlite::ffi::SQLITE_BUSY,
                     format!(
-                        "cannot take the migration lock {} (nothing was migrated): {}",
-                        lock_path.display(),
-                        if e == Errno::WOULDBLOCK {
-                            format!(
-                                "another process has held it for {}s; stop the warren process \
-                                 that migrates the file, or wait and retry",
-                                MIGRATION_WAIT.as_secs()
-                            )
-                        } else {
-                            e.to_string()
-                        }
+                        "cannot take the migration lock {} (nothing was migrated): {e}",
+                        lock_path.display()
                     ),
-                ));
+                )));
             }
         }
     }
@@ -765,22 +821,34 @@ fn still_read_only(path: &Path, version: i64) -> Option<SharedConn> {
 
 /// Opens a store's file for writing ([`open_wal`]) at schema `version` ([`migrate_guarded`]
 /// with `apply`), the one open path of every store. When the migration fails and its snapshot
-/// was put back, the store opens READ-ONLY at its old schema instead of failing: reads the old
-/// schema can answer keep working, every write fails with why and what to do ([`cause_text`],
-/// [`explain`]), the error is logged once per file and process, and [`read_only_stores`]
-/// lists it. Later opens in the same process reuse that state until the file is migrated
-/// (restart to retry). The caller applies no schema to a read-only store.
+/// was put back, or another process is still migrating the file after [`MIGRATION_WAIT`], the
+/// store opens READ-ONLY at its old schema instead of failing: reads the old schema can answer
+/// keep working, every write fails with why and what to do ([`cause_text`], [`explain`]), the
+/// error is logged once per file and process, and [`read_only_stores`] lists it. Later opens in
+/// the same process reuse that state, without waiting again, until the file is migrated
+/// (after a failure, restart to retry). The caller applies no schema to a read-only store.
 pub fn open_migrated(
     path: &Path,
     sync: Sync,
     version: i64,
     apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
 ) -> rusqlite::Result<SharedConn> {
+    open_migrated_waiting(path, sync, version, apply, MIGRATION_WAIT)
+}
+
+/// [`open_migrated`] waiting at most `wait` for another process's migration.
+fn open_migrated_waiting(
+    path: &Path,
+    sync: Sync,
+    version: i64,
+    apply: impl FnOnce(&mut Connection) -> rusqlite::Result<()>,
+    wait: Duration,
+) -> rusqlite::Result<SharedConn> {
     if let Some(still) = still_read_only(path, version) {
         return Ok(still);
     }
     let mut conn = open_wal(path, sync)?;
-    let what = match migrate_guarded(&mut conn, path, version, apply) {
+    let reason = match migrate_waiting(&mut conn, path, version, apply, wait) {
         Ok(()) => {
             READ_ONLY
                 .lock()
@@ -789,21 +857,25 @@ pub fn open_migrated(
             return Ok(SharedConn::new(path, conn));
         }
         Err(MigrateFailure::Failed(e)) => return Err(e),
-        Err(MigrateFailure::RolledBack(what)) => what,
+        Err(MigrateFailure::RolledBack(what)) => format!(
+            "read-only because the {what}: writes are refused until a migration succeeds (fix \
+             the cause, then restart warren, which retries the migration; or restore a backup \
+             made by this warren); `warren doctor` shows the state"
+        ),
+        Err(MigrateFailure::Busy(what)) => format!(
+            "read-only because {what}: writes are refused until that migration is done (the \
+             store opens writable again once the file is at schema {version}; if that process \
+             is stuck, stop it and restart warren)"
+        ),
     };
     drop(conn);
     let ro = open_read_only(path).map_err(|e| {
         failure(
             code_of(&e),
-            format!("{what}; opening it read-only failed too: {e}"),
+            format!("{reason}; opening it read-only failed too: {e}"),
         )
     })?;
-    let reason: Arc<str> = format!(
-        "read-only because the {what}: writes are refused until a migration succeeds (fix the \
-         cause, then restart warren, which retries the migration; or restore a backup made by \
-         this warren); `warren doctor` shows the state"
-    )
-    .into();
+    let reason: Arc<str> = reason.into();
     let first = READ_ONLY
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -1019,6 +1091,70 @@ mod tests {
             .unwrap();
         assert!(failed_migration(&path).is_none());
         assert!(!read_only_stores().iter().any(|(p, _)| p == &path));
+    }
+
+    /// A store opened while another migrator holds the file's migration lock past the wait
+    /// opens read-only at once, saying who holds which lock, instead of blocking its thread
+    /// (with the old ten-minute wait it sat there); a second open does not wait again; once
+    /// the other migration is done the store opens writable.
+    #[test]
+    fn a_store_whose_migration_lock_stays_held_opens_read_only_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy.db");
+        open_wal(&path, Sync::Full)
+            .unwrap()
+            .execute_batch("CREATE TABLE kept (v TEXT); PRAGMA user_version = 1;")
+            .unwrap();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+        let migrator = std::thread::spawn({
+            let path = path.clone();
+            move || {
+                let mut conn = open_wal(&path, Sync::Full).unwrap();
+                migrate(&mut conn, &path, 2, |c| {
+                    started_tx.send(()).unwrap();
+                    finish_rx.recv().unwrap();
+                    c.execute_batch("ALTER TABLE kept ADD COLUMN w TEXT")
+                })
+                .unwrap();
+            }
+        });
+        started.recv().unwrap();
+        let wait = Duration::from_millis(300);
+        let t = std::time::Instant::now();
+        let store =
+            open_migrated_waiting(&path, Sync::Full, 2, |_| panic!("not run"), wait).unwrap();
+        let waited = t.elapsed();
+        let lock = dir.path().join(SNAPSHOT_DIR).join("busy.db.lock");
+        let reason = store.read_only().unwrap().to_string();
+        assert_eq!(
+            reason,
+            format!(
+                "read-only because process {} is migrating the file from schema 1 to 2 (it has \
+                 held the migration lock {} for over 0.3s): writes are refused until that \
+                 migration is done (the store opens writable again once the file is at schema \
+                 2; if that process is stuck, stop it and restart warren)",
+                std::process::id(),
+                lock.display()
+            )
+        );
+        assert!(waited >= wait && waited < wait * 10, "{waited:?}");
+        let t = std::time::Instant::now();
+        let again =
+            open_migrated_waiting(&path, Sync::Full, 2, |_| panic!("not run"), wait).unwrap();
+        assert_eq!(again.read_only(), Some(reason.as_str()));
+        assert!(t.elapsed() < wait, "waited again");
+        assert!(failed_migration(&path).is_none());
+
+        finish.send(()).unwrap();
+        migrator.join().unwrap();
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), "", "released");
+        let fixed = open_migrated(&path, Sync::Full, 2, |_| panic!("current")).unwrap();
+        assert_eq!(fixed.read_only(), None);
+        fixed
+            .lock()
+            .execute("INSERT INTO kept VALUES ('a', 'b')", [])
+            .unwrap();
     }
 
     /// A snapshot is a complete, self-contained copy taken while the source stays open.

@@ -198,11 +198,7 @@ fn a_failed_migration_never_puts_back_a_snapshot_older_than_another_commit() -> 
             Some("step 2 broke".into()),
         ))
     });
-    let message = match result {
-        Err(MigrateFailure::Failed(e)) => e.to_string(),
-        Err(MigrateFailure::RolledBack(what)) => format!("rolled back: {what}"),
-        Ok(()) => "succeeded".to_string(),
-    };
+    let message = outcome(result);
     let kept: i64 = conn.query_row("SELECT count(*) FROM runs WHERE id = -1", [], |r| r.get(0))?;
     assert_eq!(
         (kept, failed_migration(&db)),
@@ -214,6 +210,162 @@ fn a_failed_migration_never_puts_back_a_snapshot_older_than_another_commit() -> 
             && message.contains("another connection")
             && message.contains(".pre-migration"),
         "{message}"
+    );
+    Ok(())
+}
+
+/// Rows of the big schema-1 file of the timing tests below, each with a 200-byte text: a file
+/// of some 50 MB, whose snapshot copy and `quick_check` take tens of milliseconds, the windows
+/// these tests need another connection to act in.
+const BIG_ROWS: i64 = 200_000;
+
+/// A schema-1 `runs` table of `BIG_ROWS` rows.
+fn make_big_schema_1(db: &Path) -> rusqlite::Result<()> {
+    let conn = open_wal(db, Sync::Normal)?;
+    conn.execute_batch(&format!(
+        "CREATE TABLE runs (id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {BIG_ROWS})
+         INSERT INTO runs (id, state) SELECT i, hex(randomblob(100)) FROM n;
+         PRAGMA user_version = 1;"
+    ))
+}
+
+/// `migrate_guarded`'s outcome as text.
+fn outcome(result: Result<(), MigrateFailure>) -> String {
+    match result {
+        Err(MigrateFailure::Failed(e)) => format!("failed: {e}"),
+        Err(MigrateFailure::RolledBack(what)) => format!("rolled back: {what}"),
+        Err(MigrateFailure::Busy(what)) => format!("busy: {what}"),
+        Ok(()) => "succeeded".to_string(),
+    }
+}
+
+/// A writer that does not take the migration lock (a process of the old warren, its store
+/// opened before the upgrade) commits a row while the pre-migration snapshot is being copied;
+/// the migration then fails. The row is not in the snapshot, so the snapshot must not be put
+/// back: the row stays and the error says why. Each round's commit lands during the copy (the
+/// writer commits 5 ms after the snapshot file appears; the copy of the 50 MB file takes far
+/// longer) and before the migration step. With the `PRAGMA data_version` baseline read after
+/// the snapshot (as before), the commit was part of the baseline, the check saw nothing, and
+/// the restore erased the row in every round.
+#[test]
+fn a_commit_by_a_writer_without_the_lock_during_the_snapshot_survives_a_failed_migration() -> R {
+    const ROUNDS: usize = 3;
+    let mut bad = Vec::new();
+    for round in 0..ROUNDS {
+        let dir = tempfile::tempdir()?;
+        let db = dir.path().join("jobs.db");
+        make_big_schema_1(&db)?;
+        let writer = open_wal(&db, Sync::Normal)?;
+        let mut conn = open_wal(&db, Sync::Normal)?;
+        let watched = db.clone();
+        // How long after the snapshot file appeared the row was committed.
+        let other = std::thread::spawn(move || -> rusqlite::Result<Duration> {
+            let until = Instant::now() + Duration::from_secs(60);
+            while sqlite::snapshots_of(&watched).is_empty() && Instant::now() < until {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            let seen = Instant::now();
+            std::thread::sleep(Duration::from_millis(5));
+            writer.execute(
+                "INSERT INTO runs (id, state) VALUES (-1, 'written during the snapshot')",
+                [],
+            )?;
+            Ok(seen.elapsed())
+        });
+        let mut waited = Duration::ZERO;
+        let result = migrate_guarded(&mut conn, &db, 2, |c| {
+            // The other commit is in before the migration step begins.
+            waited = other.join().map_err(|_| rusqlite::Error::InvalidQuery)??;
+            c.execute_batch("ALTER TABLE runs ADD COLUMN owner_start INTEGER")?;
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+                Some("step 2 broke".into()),
+            ))
+        });
+        let message = outcome(result);
+        let kept: i64 =
+            conn.query_row("SELECT count(*) FROM runs WHERE id = -1", [], |r| r.get(0))?;
+        let got = (kept, schema_version(&conn)?, failed_migration(&db));
+        if got != (1, 1, None)
+            || !(message.contains("step 2 broke") && message.contains("another connection"))
+        {
+            bad.push(format!(
+                "round {round}: {got:?} (committed {waited:?} after the snapshot file \
+                 appeared): {message}"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {ROUNDS} rounds erased the commit made during the snapshot:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    Ok(())
+}
+
+/// The migration step of the check test: adds the column, then declares it NOT NULL behind
+/// SQLite's back (`writable_schema`), so the existing rows' NULLs make `PRAGMA quick_check`
+/// fail for real.
+fn to_schema_2_failing_its_check(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("ALTER TABLE runs ADD COLUMN owner_start INTEGER")?;
+    let cookie: i64 = conn.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
+    conn.execute_batch(&format!(
+        "PRAGMA writable_schema = ON;
+         UPDATE sqlite_master SET sql = replace(sql, 'owner_start INTEGER',
+                                                'owner_start INTEGER NOT NULL')
+          WHERE name = 'runs';
+         PRAGMA schema_version = {};
+         PRAGMA writable_schema = OFF;",
+        cookie + 1
+    ))
+}
+
+/// A process opening the file while the migration's `quick_check` runs, and the check then
+/// fails: it must never find the new version (it would take the lock-free path, open the file
+/// writable at schema 2, and have the schema-1 snapshot put back under it). A reader polls the
+/// version with fresh connections from before the migration until after it; every version it
+/// saw is 1, and the migration rolled back naming the check. With the version stamped before
+/// the check (as before), the reader saw 2 for the whole check and restore (tens of ms).
+#[test]
+fn a_process_opening_the_file_during_a_failing_check_never_sees_the_new_version() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("jobs.db");
+    make_big_schema_1(&db)?;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = std::thread::spawn({
+        let db = db.clone();
+        let done = std::sync::Arc::clone(&done);
+        move || -> rusqlite::Result<(std::collections::BTreeSet<i64>, usize)> {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut looks = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                seen.insert(schema_version(&sqlite::open_read_only(&db)?)?);
+                looks += 1;
+            }
+            Ok((seen, looks))
+        }
+    });
+    let mut conn = open_wal(&db, Sync::Normal)?;
+    let message = outcome(migrate_guarded(
+        &mut conn,
+        &db,
+        2,
+        to_schema_2_failing_its_check,
+    ));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (seen, looks) = reader.join().map_err(|_| "reader panicked")??;
+    assert!(looks > 10, "the reader looked {looks} times");
+    assert!(
+        message.starts_with("rolled back: migration from schema 1 to 2 failed (quick_check")
+            && message.contains("NULL value in runs.owner_start"),
+        "{message}"
+    );
+    assert_eq!(
+        (seen, schema_version(&conn)?),
+        ([1].into_iter().collect(), 1),
+        "versions a reader saw during the migration, then the file's"
     );
     Ok(())
 }
