@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex};
 use warren_core::{AgentAlias, SessionKey};
 use warren_tools::ToolError;
 
+use crate::agent::AgentKit;
 use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
 use crate::cancel::CancelToken;
 use crate::host::{AgentHost, TurnRequest};
+use crate::mcp::ServerState;
+use crate::turn::taint::MCP_PREFIX;
 use crate::turn::{Channel, TurnError, TurnEvent, TurnOutcome};
 
 /// What an unattended turn left behind.
@@ -142,9 +145,13 @@ pub(crate) async fn tool_call(
         Ok(r) => r,
         Err(e) => return failed(e.to_string()),
     };
-    let kit = runner.kit();
-    let tool = match kit.tool(name) {
-        Ok(t) => Arc::clone(t),
+    // A built-in tool, or one of the agent's MCP tools (its servers started here if no turn
+    // has started them), as a model's call would find it.
+    let tool = match runner.find_tool(name).await {
+        Ok(t) => t,
+        Err(_) if name.starts_with(MCP_PREFIX) => {
+            return failed(missing_mcp_tool(runner.kit(), agent, name));
+        }
         Err(e) => return failed(e.to_string()),
     };
     let needs_approval =
@@ -184,6 +191,57 @@ pub(crate) async fn tool_call(
             },
             output: Some(content),
         },
+    }
+}
+
+/// Why the MCP tool `name` (`mcp__<server>__<tool>`) of `agent` was not found once its
+/// servers were started: no such server, the server down, or the server not offering it.
+/// Nothing checks these names before a run (the server's tool list is only known once it runs).
+fn missing_mcp_tool(kit: &AgentKit, agent: &AgentAlias, name: &str) -> String {
+    let rest = name.strip_prefix(MCP_PREFIX).unwrap_or(name);
+    let (server, tool) = rest.split_once("__").unwrap_or((rest, ""));
+    let servers = kit.mcp().map(|m| m.status()).unwrap_or_default();
+    let Some(status) = servers.iter().find(|s| s.name == server) else {
+        let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+        let names = if names.is_empty() {
+            "it has none".to_string()
+        } else {
+            format!("it has {}", names.join(", "))
+        };
+        return format!(
+            "tool '{name}': agent '{agent}' has no MCP server '{server}' ({names}; \
+             [agents.{agent}.mcp.servers.{server}] would add it)"
+        );
+    };
+    if status.tools.iter().any(|t| t == name) {
+        return format!(
+            "tool '{name}': MCP server '{server}' offers '{tool}' but the risk profile of agent \
+             '{agent}' does not allow it"
+        );
+    }
+    let why = status
+        .last_error
+        .as_deref()
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    match status.state {
+        ServerState::Running => format!(
+            "tool '{name}': MCP server '{server}' of agent '{agent}' offers no tool '{tool}' \
+             (its tools: {})",
+            status.tools.join(", ")
+        ),
+        state => format!(
+            "tool '{name}': MCP server '{server}' of agent '{agent}' is not running ({}{why}), \
+             so its tool '{tool}' cannot run",
+            match state {
+                ServerState::NotStarted => "not started",
+                ServerState::Starting => "still starting",
+                ServerState::Down => "down",
+                ServerState::Stopped => "stopped",
+                ServerState::Unsupported => "a url server with no egress to reach it",
+                ServerState::Running => "running",
+            }
+        ),
     }
 }
 

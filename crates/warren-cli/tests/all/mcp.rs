@@ -907,3 +907,98 @@ url = "http://127.0.0.1:{port}/mcp"
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The status of SOP run `id` once it is `ok` or `failed` (60 s at most: the first call
+/// starts the agent's server).
+fn finished_run(root: &TempRoot, id: &str) -> Result<Value, Box<dyn std::error::Error>> {
+    let mut last = Value::Null;
+    common::wait_until(
+        &format!("SOP run {id} to end"),
+        Duration::from_secs(60),
+        || {
+            last = common::json_of(root, &["sop", "status", id])?;
+            Ok(matches!(
+                last["run"]["status"].as_str(),
+                Some("ok" | "failed")
+            ))
+        },
+    )?;
+    Ok(last)
+}
+
+/// An SOP tool step may name one of the agent's MCP tools, like a model's call in a turn:
+/// the daemon starts the agent's server for it (no turn ever did). Under `autonomy = "full"`
+/// the step's output is the tool's result; under `supervised` the `medium` tool needs the
+/// operator's approval, which an unattended step never has, so the run fails naming it; a
+/// tool of a server the agent does not have, or one its server does not offer, fails naming
+/// the server and the tool. Before, the step looked in the built-in tools only and failed
+/// with "has no tool 'mcp__t__echo'".
+#[test]
+fn an_sop_tool_step_calls_the_agents_mcp_tool_unattended_issue23() -> R {
+    let fake = FakeOpenAi::start()?;
+    let extra = [
+        agent("a", "hands"),
+        server_table("a", ""),
+        agent("b", "ask"),
+        server_table("b", ""),
+    ]
+    .concat();
+    let root = setup(&fake, &extra)?;
+    let config = root.read_config()?;
+    root.write_config_on_free_port(&config)?;
+    let sops = root.path().join("shared/sops");
+    std::fs::create_dir_all(&sops)?;
+    let step = |agent: &str, tool: &str| {
+        format!(
+            "agent = \"{agent}\"\n[[steps]]\nid = \"call\"\nkind = \"tool\"\ntool = \"{tool}\"\n\
+             args = {{ text = \"from sop {{{{input.word}}}}\" }}\n"
+        )
+    };
+    std::fs::write(sops.join("full.toml"), step("a", "mcp__t__echo"))?;
+    std::fs::write(sops.join("supervised.toml"), step("b", "mcp__t__echo"))?;
+    std::fs::write(sops.join("unknown.toml"), step("a", "mcp__x__y"))?;
+    std::fs::write(sops.join("missing.toml"), step("a", "mcp__t__nope"))?;
+    let validated = root.run(bin(), &["sop", "validate"])?;
+    assert!(validated.status.success(), "{:?}", text(&validated));
+
+    let _daemon = common::ready_daemon(&root)?;
+    let run = |sop: &str| -> Result<Value, Box<dyn std::error::Error>> {
+        let started = common::json_of(&root, &["sop", "run", sop, "--input", r#"{"word": "hi"}"#])?;
+        let id = started["run"]["id"]
+            .as_str()
+            .ok_or_else(|| format!("no run id in {started}"))?;
+        finished_run(&root, id)
+    };
+
+    let full = run("full")?;
+    assert_eq!(full["run"]["status"], "ok", "{full}");
+    let output = full["steps"][0]["output"].as_str().unwrap_or_default();
+    assert!(output.contains("echo: from sop hi"), "{full}");
+
+    let supervised = run("supervised")?;
+    assert_eq!(supervised["run"]["status"], "failed", "{supervised}");
+    let error = supervised["run"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("'mcp__t__echo' needs the operator's approval (")
+            && error.contains("an SOP tool step never runs it unapproved"),
+        "{supervised}"
+    );
+
+    let unknown = run("unknown")?;
+    assert_eq!(unknown["run"]["status"], "failed", "{unknown}");
+    let error = unknown["run"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("'mcp__x__y'") && error.contains("has no MCP server 'x' (it has t;"),
+        "{unknown}"
+    );
+    let missing = run("missing")?;
+    assert_eq!(missing["run"]["status"], "failed", "{missing}");
+    let error = missing["run"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("MCP server 't' of agent 'a' offers no tool 'nope' (its tools: ")
+            && error.contains("mcp__t__echo"),
+        "{missing}"
+    );
+    assert_eq!(fake.requests().len(), 0, "tool steps call no model");
+    Ok(())
+}

@@ -491,6 +491,21 @@ impl AgentRunner {
         }
     }
 
+    /// [`Self::tool`] for a call outside a turn (a cron job, an SOP tool step): an MCP name
+    /// not known yet starts the agent's servers and lists their tools first, as a turn would.
+    pub(crate) async fn find_tool(
+        &self,
+        name: &str,
+    ) -> Result<Arc<dyn warren_tools::Tool>, AgentError> {
+        match self.tool(name) {
+            Err(_) if name.starts_with(taint::MCP_PREFIX) => {
+                self.turn_tools().await;
+                self.tool(name)
+            }
+            found => found,
+        }
+    }
+
     /// PERM-7: the `delegate` tool exists only with delegation depth left and when the risk
     /// profile allows the tool.
     fn can_delegate(&self) -> bool {
