@@ -403,6 +403,15 @@ pub async fn run(
     }
     // STATE-11: runs of a previous daemon that died mid-run are `lost`, their locks cleared.
     crate::cron::reap(&root);
+    // From now on this process's running rows and job locks carry a heartbeat, which bounds
+    // how long a process that cannot judge us (another PID namespace) counts us alive; each
+    // tick also reaps what the start-up reaper could not yet call gone.
+    crate::cron::keep_beating(
+        root.control_plane_db(),
+        Some(root.cron_db()),
+        true,
+        warren_store::control_plane::HEARTBEAT,
+    );
     let started_at = SystemTime::now();
     let started = unix_now();
 

@@ -4,11 +4,15 @@
 //! `running | ok | failed | lost | cancelled | timed_out`. Rows of owners that are provably gone
 //! (another boot, a dead PID of this boot, a PID of our namespace now held by a process that
 //! started at another time, or another PID namespace no process is in any more) are marked
-//! `lost` by the reaper the daemon runs at start ([`ControlPlane::reap`]). A cancel request is a
-//! flag on the row; the owning process acts on it. Read paths ([`ControlPlane::open_existing`])
+//! `lost` by the reaper the daemon runs at start ([`ControlPlane::reap`]). An owner we cannot
+//! judge (another PID namespace, a process we may not inspect) is alive while its heartbeat is
+//! fresh: the owning process renews `heartbeat_at` of its running rows every [`HEARTBEAT`]
+//! ([`ControlPlane::heartbeat`]); one older than [`HEARTBEAT_STALE`] is gone. A cancel request is
+//! a flag on the row; the owning process acts on it. Read paths ([`ControlPlane::open_existing`])
 //! never create the file.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -19,6 +23,13 @@ use crate::timefmt;
 /// Schema version of `control_plane.db` (`PRAGMA user_version`): 1 without the owner's start
 /// time, 2 with it and the owner's PID namespace (`owner_start`, `owner_ns`, issue 17).
 pub const SCHEMA_VERSION: i64 = 2;
+
+/// How often an owner renews the heartbeat of its running rows (control-plane runs, cron locks).
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// Age past which a heartbeat no longer vouches for an owner we cannot judge otherwise: three
+/// missed beats (a busy disk or a slow tick is not a death).
+pub const HEARTBEAT_STALE: Duration = Duration::from_secs(3 * HEARTBEAT.as_secs());
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -231,48 +242,100 @@ impl StoredOwner {
     /// and restarted runs in a new one, so its old rows are reaped), and may be alive while
     /// any process is in it (a host CLI reading a running container's rows does not steal
     /// them). A row without a start time (schema 1) is judged by PID and boot; one without a
-    /// namespace as if it were ours.
+    /// namespace as if it were ours. Without the row's heartbeat, an owner that cannot be
+    /// judged counts as alive; [`StoredOwner::is_alive_beating`] bounds that by the heartbeat.
     pub fn is_alive(&self) -> bool {
-        self.is_alive_seen(&mut Namespaces::default())
+        self.verdict(&mut Namespaces::default()) != Verdict::Gone
     }
 
-    /// [`StoredOwner::is_alive`] with the namespaces a pass over several rows has looked at
-    /// already (`/proc` is scanned at most once per pass, and only for rows of another
-    /// namespace than ours, which are rare).
-    pub(crate) fn is_alive_seen(&self, namespaces: &mut Namespaces) -> bool {
+    /// [`StoredOwner::is_alive`] of a row whose owner last renewed it at `heartbeat` (stored
+    /// text, `None`: never). An owner that cannot be judged (another PID namespace, a process
+    /// we may not inspect) is alive while the heartbeat is younger than [`HEARTBEAT_STALE`] at
+    /// `now`; a row without a heartbeat (written before the owner's first beat, or by a version
+    /// that did not beat) keeps the rule of [`StoredOwner::is_alive`]. An owner that is
+    /// provably gone stays gone whatever its heartbeat says, and one we see running (our PID
+    /// namespace, its PID and start time) stays alive.
+    pub fn is_alive_beating(&self, heartbeat: Option<&str>, now: time::OffsetDateTime) -> bool {
+        self.alive_seen(heartbeat, now, &mut Namespaces::default())
+    }
+
+    /// [`StoredOwner::is_alive_beating`] with the namespaces a pass over several rows has
+    /// looked at already (`/proc` is scanned at most once per pass, and only for rows of
+    /// another namespace than ours, which are rare).
+    pub(crate) fn alive_seen(
+        &self,
+        heartbeat: Option<&str>,
+        now: time::OffsetDateTime,
+        namespaces: &mut Namespaces,
+    ) -> bool {
+        match self.verdict(namespaces) {
+            Verdict::Gone => false,
+            Verdict::Alive => true,
+            // An unparsable heartbeat is as good as none: today's rule.
+            Verdict::CannotTell => heartbeat
+                .and_then(timefmt::parse)
+                .is_none_or(|at| now - at < HEARTBEAT_STALE),
+        }
+    }
+
+    fn verdict(&self, namespaces: &mut Namespaces) -> Verdict {
         if self.boot_id != boot_id() {
-            return false;
+            return Verdict::Gone;
         }
         if let Some(theirs) = &self.pid_ns {
             match pid_namespace() {
-                // Our own namespace unreadable: neither can be told apart, so not provably gone.
-                None => return true,
-                Some(ours) if ours != *theirs => return namespaces.may_be_alive(theirs),
+                // Our own namespace unreadable: neither can be told apart.
+                None => return Verdict::CannotTell,
+                Some(ours) if ours != *theirs => {
+                    // A process in that namespace proves the namespace is up, not that the
+                    // owner (a PID we cannot map) is.
+                    return if namespaces.may_be_alive(theirs) {
+                        Verdict::CannotTell
+                    } else {
+                        Verdict::Gone
+                    };
+                }
                 Some(_) => {}
             }
         }
         let Some(started) = self.start else {
-            if self.pid == std::process::id() {
-                return true;
-            }
-            return self.pid != 0 && Path::new(&format!("/proc/{}", self.pid)).exists();
+            let alive = self.pid == std::process::id()
+                || (self.pid != 0 && Path::new(&format!("/proc/{}", self.pid)).exists());
+            return if alive { Verdict::Alive } else { Verdict::Gone };
         };
         if self.pid == 0 {
-            return false;
+            return Verdict::Gone;
         }
         match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            // Unparsable: the process cannot be told apart, so it may be the owner.
-            Ok(stat) => parse_start(&stat).is_none_or(|now| now == started),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Ok(stat) => match parse_start(&stat) {
+                Some(now) if now == started => Verdict::Alive,
+                Some(_) => Verdict::Gone,
+                // Unparsable: the process cannot be told apart, so it may be the owner.
+                None => Verdict::CannotTell,
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Verdict::Gone,
             // Unreadable for another reason (permissions, a race with its exit): not provably
             // gone; the next reap looks again.
-            Err(_) => true,
+            Err(_) => Verdict::CannotTell,
         }
     }
 }
 
+/// What `/proc` says of a row's owner, before its heartbeat is looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Provably gone: another boot, no such process, its PID held by a process that started
+    /// at another time, or a PID namespace no process is in any more.
+    Gone,
+    /// Seen running: our namespace, its PID, its start time (or a row of schema 1 whose PID
+    /// exists).
+    Alive,
+    /// Neither: another namespace we cannot map its PID into, a process we may not inspect.
+    CannotTell,
+}
+
 /// The PID namespaces this process can see processes in, looked at once per pass of
-/// [`StoredOwner::is_alive_seen`] (a reaper's rows), to judge rows of another PID namespace
+/// [`StoredOwner::alive_seen`] (a reaper's rows), to judge rows of another PID namespace
 /// than ours.
 #[derive(Debug, Default)]
 pub(crate) struct Namespaces {
@@ -300,11 +363,12 @@ impl Namespaces {
     /// which we see a process is alive. One in which we see none is gone (a container killed
     /// and restarted) if we saw every process; if a process's namespace could not be read
     /// (EACCES/EPERM: another user's, for a daemon that is not root) or `/proc` hides other
-    /// users' processes (`hidepid`), we cannot tell and count it alive, as before: such a
-    /// cron lock or control-plane run stays until a reboot or a reap by a process that can
-    /// see (no lease nor heartbeat bounds them; an SOP claim is bounded by its lease). Not
+    /// users' processes (`hidepid`), we cannot tell: such a cron lock or control-plane run
+    /// stays while its owner's heartbeat is fresh (or, without one, until a reboot or a reap by
+    /// a process that can see; an SOP claim is bounded by its lease). Not
     /// covered: a sibling namespace of ours (a daemon in one container, a CLI in another on
-    /// the same install root), which we cannot see and judge gone.
+    /// the same install root), which we cannot see and judge gone. A namespace that may be alive
+    /// leaves the owner's fate to its heartbeat ([`StoredOwner::is_alive_beating`]).
     fn may_be_alive(&mut self, ns: &str) -> bool {
         if ns == INIT_PID_NS || !matches!(own_nesting(), Some(0 | 1)) {
             return true;
@@ -464,6 +528,15 @@ pub struct RunRecord {
     pub heartbeat_at: Option<String>,
     pub cancel_requested: bool,
     pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// Whether the run's owner may still run now, its heartbeat counted
+    /// ([`StoredOwner::is_alive_beating`]).
+    pub fn owner_alive(&self) -> bool {
+        self.owner
+            .is_alive_beating(self.heartbeat_at.as_deref(), timefmt::now())
+    }
 }
 
 /// `data/control_plane.db`.
@@ -703,15 +776,35 @@ impl ControlPlane {
         self.writable()?;
         let lost = gone_owners(
             &self.conn(),
-            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns FROM runs
+            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns, heartbeat_at FROM runs
              WHERE state = 'running'",
             reaper,
+            timefmt::now(),
         )
         .map_err(|e| self.err(e))?;
         for id in &lost {
             self.finish(id, "lost", Some("its owner process exited during the run"))?;
         }
         Ok(lost)
+    }
+
+    /// Renews `heartbeat_at` of `owner`'s running rows to `now`, in one UPDATE: rows of this
+    /// very process ([`same_owner`]), never an earlier one's that had its PID, whose heartbeat
+    /// must age. The owning process calls it every [`HEARTBEAT`]; returns the rows renewed.
+    pub fn heartbeat(
+        &self,
+        owner: &Owner,
+        now: time::OffsetDateTime,
+    ) -> Result<usize, ControlPlaneError> {
+        self.writable()?;
+        let conn = self.conn();
+        let mine = same_owner(&conn, "runs", 1).map_err(|e| self.err(e))?;
+        let o = owner.stored();
+        conn.execute(
+            &format!("UPDATE runs SET heartbeat_at = ?5 WHERE state = 'running' AND {mine}"),
+            params![o.pid, o.boot_id, o.start, o.pid_ns, timefmt::format(now)],
+        )
+        .map_err(|e| self.err(e))
     }
 
     /// Repoints every row of agent `from` to `to` (LIFE-3).
@@ -769,25 +862,32 @@ pub(crate) enum Reaper {
     AtStart,
 }
 
-/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot, owner_start, owner_ns)`
-/// whose owner is provably gone ([`StoredOwner::is_alive`]; the reapers of the control plane
-/// and the cron store). At start ([`Reaper::AtStart`]) a row of this very process is an
-/// earlier one's too.
+/// The ids of the rows `sql` selects as `(id, owner_pid, owner_boot, owner_start, owner_ns,
+/// heartbeat)` whose owner is gone ([`StoredOwner::is_alive_beating`] at `now`; the reapers of
+/// the control plane and the cron store). At start ([`Reaper::AtStart`]) a row of this very
+/// process is an earlier one's too.
 pub(crate) fn gone_owners(
     conn: &Connection,
     sql: &str,
     reaper: Reaper,
+    now: time::OffsetDateTime,
 ) -> rusqlite::Result<Vec<String>> {
     let me = Owner::current();
     let mut namespaces = Namespaces::default();
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, StoredOwner::from_row(r, 1)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            StoredOwner::from_row(r, 1)?,
+            r.get::<_, Option<String>>(5)?,
+        ))
     })?;
     let mut gone = Vec::new();
     for row in rows {
-        let (id, owner) = row?;
-        if (reaper == Reaper::AtStart && owner.is(&me)) || !owner.is_alive_seen(&mut namespaces) {
+        let (id, owner, heartbeat) = row?;
+        if (reaper == Reaper::AtStart && owner.is(&me))
+            || !owner.alive_seen(heartbeat.as_deref(), now, &mut namespaces)
+        {
             gone.push(id);
         }
     }

@@ -7,7 +7,9 @@
 //! namespace, a [`StoredOwner`], issue 17); a second claim while the holder is alive is refused
 //! naming it, a holder that is provably gone ([`StoredOwner::is_alive`]: another boot, a dead
 //! PID, or a PID of our namespace now held by a process that started at another time) loses its
-//! lock and its run becomes `lost`. [`CronStore::finish`] stores the result and the status
+//! lock and its run becomes `lost`. A holder that cannot be judged (another PID namespace, a
+//! process we may not inspect) holds the lock while its heartbeat (`jobs.lock_beat_at`, renewed
+//! by [`CronStore::heartbeat`]) is fresh. [`CronStore::finish`] stores the result and the status
 //! in one transaction, so `ok` is never recorded for a result that was not stored.
 
 use std::path::{Path, PathBuf};
@@ -22,7 +24,8 @@ use crate::timefmt;
 
 /// Schema version of `jobs.db` (`PRAGMA user_version`): 1 without the owner's start time, 2
 /// with it and the owner's PID namespace (`jobs.lock_start`, `jobs.lock_ns`,
-/// `runs.owner_start`, `runs.owner_ns`, issue 17).
+/// `runs.owner_start`, `runs.owner_ns`, issue 17) and the lock holder's heartbeat
+/// (`jobs.lock_beat_at`).
 pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
@@ -53,6 +56,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lock_start       INTEGER,
     lock_ns          TEXT,
     locked_at        TEXT,
+    lock_beat_at     TEXT,
     probe            TEXT,
     probe_state      TEXT,
     CHECK ((message IS NULL) != (command IS NULL))
@@ -233,7 +237,7 @@ pub struct CronStore {
 impl CronStore {
     /// Opens (creating `data/cron/` and the file) for writing, at schema 2
     /// ([`open_with_owner_start`]: version 2 adds `jobs.lock_start`, `jobs.lock_ns`,
-    /// `runs.owner_start` and `runs.owner_ns`).
+    /// `jobs.lock_beat_at`, `runs.owner_start` and `runs.owner_ns`).
     pub fn open(path: &Path) -> Result<Self, CronError> {
         let conn = open_with_owner_start(
             path,
@@ -242,6 +246,7 @@ impl CronStore {
             &[
                 ("jobs", "lock_start", "INTEGER"),
                 ("jobs", "lock_ns", "TEXT"),
+                ("jobs", "lock_beat_at", "TEXT"),
                 ("runs", "owner_start", "INTEGER"),
                 ("runs", "owner_ns", "TEXT"),
             ],
@@ -525,9 +530,10 @@ impl CronStore {
 
     /// Claims `name` for run `run_id` of `owner` and records the run as `running`, with the
     /// owner's start time and PID namespace ([`Owner::stored`]). A live holder refuses the claim
-    /// ([`CronError::Held`], naming it); a holder that is provably gone
-    /// ([`StoredOwner::is_alive`]: a PID reused by another process counts) loses the lock and
-    /// its run becomes `lost`. `next_fire` (scheduled runs) advances the schedule in the same
+    /// ([`CronError::Held`], naming it); a holder that is gone
+    /// ([`StoredOwner::is_alive_beating`]: a PID reused by another process counts, and so does
+    /// a holder we cannot judge whose heartbeat is stale) loses the lock and its run becomes
+    /// `lost`. `next_fire` (scheduled runs) advances the schedule in the same
     /// transaction.
     pub fn claim(
         &self,
@@ -547,15 +553,15 @@ impl CronStore {
         if let Some(run) = &job.lock_run {
             let holder = tx
                 .query_row(
-                    "SELECT lock_pid, lock_boot, lock_start, lock_ns FROM jobs
+                    "SELECT lock_pid, lock_boot, lock_start, lock_ns, lock_beat_at FROM jobs
                      WHERE name = ?1 AND lock_pid IS NOT NULL AND lock_boot IS NOT NULL",
                     params![name],
-                    |r| StoredOwner::from_row(r, 0),
+                    |r| Ok((StoredOwner::from_row(r, 0)?, r.get::<_, Option<String>>(4)?)),
                 )
                 .optional()
                 .map_err(|e| self.err(e))?;
-            if let Some(holder) = holder {
-                if holder.is_alive() {
+            if let Some((holder, beat)) = holder {
+                if holder.is_alive_beating(beat.as_deref(), timefmt::now()) {
                     return Err(CronError::Held {
                         job: name.into(),
                         run: run.clone(),
@@ -588,7 +594,7 @@ impl CronStore {
         .map_err(|e| self.err(e))?;
         tx.execute(
             "UPDATE jobs SET lock_run = ?2, lock_pid = ?3, lock_boot = ?4, lock_start = ?8,
-             lock_ns = ?9, locked_at = ?5, next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
+             lock_ns = ?9, locked_at = ?5, lock_beat_at = NULL, next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
              WHERE name = ?1",
             params![
                 name,
@@ -653,7 +659,7 @@ impl CronStore {
             let ok = result.status == RunStatus::Ok;
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 lock_start = NULL, lock_ns = NULL, locked_at = NULL,
+                 lock_start = NULL, lock_ns = NULL, locked_at = NULL, lock_beat_at = NULL,
                  failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
                  next_fire_ms = CASE WHEN ?4 THEN ?5 ELSE next_fire_ms END,
                  enabled = CASE WHEN ?6 IS NULL THEN enabled ELSE 0 END,
@@ -722,11 +728,14 @@ impl CronStore {
         // With the owner's start time, a PID reused by an unrelated process after a crash does
         // not keep a run `running` (and its job locked) forever; NULL (a row of schema 1): the
         // PID and boot decide ([`StoredOwner::is_alive`]).
+        // A run's heartbeat is its job lock's (the lock holder runs it).
+        let now = timefmt::now();
         let lost = crate::control_plane::gone_owners(
             &tx,
-            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns FROM runs
-             WHERE status = 'running'",
+            "SELECT r.id, r.owner_pid, r.owner_boot, r.owner_start, r.owner_ns, j.lock_beat_at
+             FROM runs r LEFT JOIN jobs j ON j.lock_run = r.id WHERE r.status = 'running'",
             reaper,
+            now,
         )
         .map_err(|e| self.err(e))?;
         for id in &lost {
@@ -735,21 +744,41 @@ impl CronStore {
         // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
         let stale = crate::control_plane::gone_owners(
             &tx,
-            "SELECT name, lock_pid, lock_boot, lock_start, lock_ns FROM jobs
+            "SELECT name, lock_pid, lock_boot, lock_start, lock_ns, lock_beat_at FROM jobs
              WHERE lock_run IS NOT NULL",
             reaper,
+            now,
         )
         .map_err(|e| self.err(e))?;
         for name in stale {
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 lock_start = NULL, lock_ns = NULL, locked_at = NULL WHERE name = ?1",
+                 lock_start = NULL, lock_ns = NULL, locked_at = NULL, lock_beat_at = NULL
+                 WHERE name = ?1",
                 params![name],
             )
             .map_err(|e| self.err(e))?;
         }
         tx.commit().map_err(|e| self.err(e))?;
         Ok(lost)
+    }
+
+    /// Renews `lock_beat_at` of the job locks `owner` holds to `now`, in one UPDATE: locks of
+    /// this very process (the rule of [`crate::control_plane::same_owner`] on the `lock_`
+    /// columns), never an earlier one's that had its PID, whose heartbeat must age. The
+    /// holder calls it every [`crate::control_plane::HEARTBEAT`]; returns the locks renewed.
+    pub fn heartbeat(&self, owner: &Owner, now: time::OffsetDateTime) -> Result<usize, CronError> {
+        self.writable()?;
+        let o = owner.stored();
+        self.conn()
+            .execute(
+                "UPDATE jobs SET lock_beat_at = ?5
+                 WHERE lock_run IS NOT NULL AND lock_pid = ?1 AND lock_boot = ?2
+                 AND (lock_start IS NULL OR ?3 IS NULL OR lock_start = ?3)
+                 AND (lock_ns IS NULL OR ?4 IS NULL OR lock_ns = ?4)",
+                params![o.pid, o.boot_id, o.start, o.pid_ns, timefmt::format(now)],
+            )
+            .map_err(|e| self.err(e))
     }
 
     /// Runs of `job`, newest first.
@@ -920,7 +949,7 @@ fn mark_lost(tx: &Transaction<'_>, run: &str) -> rusqlite::Result<()> {
     )?;
     tx.execute(
         "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, lock_start = NULL,
-         lock_ns = NULL, locked_at = NULL WHERE lock_run = ?1",
+         lock_ns = NULL, locked_at = NULL, lock_beat_at = NULL WHERE lock_run = ?1",
         params![run],
     )?;
     Ok(())

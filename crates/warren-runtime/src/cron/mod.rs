@@ -22,6 +22,7 @@ mod probe;
 mod run;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,6 +115,95 @@ pub fn reap(root: &InstallRoot) -> Vec<String> {
         tracing::warn!(run = %id, "cron run lost: its process exited before the result was stored");
     }
     lost
+}
+
+/// The heartbeat task of each control plane this process renews rows in (one per file and
+/// process: the daemon's and a background delegate's start ask for the same one).
+static BEATING: Mutex<Option<HashMap<PathBuf, tokio::task::JoinHandle<()>>>> = Mutex::new(None);
+
+/// Starts, unless this process runs one for `plane` already, the task that renews every
+/// `every` ([`warren_store::control_plane::HEARTBEAT`]) the heartbeat of this process's running
+/// control-plane rows in `plane` and of the job locks it holds in `cron`: one UPDATE per store
+/// and tick, on the blocking pool. An owner that another process cannot judge (another PID
+/// namespace, a process it may not inspect) counts as alive only while this heartbeat is fresh.
+/// With `reap` (the daemon) each tick also reaps both stores, so a row whose owner is gone or
+/// stopped beating does not wait for the next daemon start. Stores are opened once they exist;
+/// the task ends with the runtime.
+pub fn keep_beating(plane: PathBuf, cron: Option<PathBuf>, reap: bool, every: Duration) {
+    let mut beating = BEATING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let beating = beating.get_or_insert_with(HashMap::new);
+    // A finished task is one of an ended runtime (a test's): start another.
+    if beating.get(&plane).is_some_and(|task| !task.is_finished()) {
+        return;
+    }
+    let key = plane.clone();
+    let task = tokio::spawn(async move {
+        let owner = Owner::current();
+        let stores: Arc<Mutex<(Option<ControlPlane>, Option<CronStore>)>> = Arc::default();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let (stores, owner, plane, cron) = (
+                Arc::clone(&stores),
+                owner.clone(),
+                plane.clone(),
+                cron.clone(),
+            );
+            let beat = blocking(move || {
+                let mut stores = stores
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let now = warren_store::timefmt::now();
+                if stores.0.is_none() && matches!(ControlPlane::open_existing(&plane), Ok(Some(_)))
+                {
+                    stores.0 = ControlPlane::open(&plane)
+                        .inspect_err(|e| tracing::error!("heartbeat: {e}"))
+                        .ok();
+                }
+                if let Some(cp) = &stores.0 {
+                    if let Err(e) = cp.heartbeat(&owner, now) {
+                        tracing::error!("heartbeat: {e}");
+                    }
+                    if reap {
+                        match cp.reap() {
+                            Ok(lost) if !lost.is_empty() => {
+                                tracing::warn!(runs = ?lost, "background runs lost: their owner exited or stopped renewing its heartbeat")
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::error!("control plane reaper: {e}"),
+                        }
+                    }
+                }
+                let Some(cron) = cron else { return };
+                if stores.1.is_none() && matches!(CronStore::open_existing(&cron), Ok(Some(_))) {
+                    stores.1 = CronStore::open(&cron)
+                        .inspect_err(|e| tracing::error!("heartbeat: {e}"))
+                        .ok();
+                }
+                if let Some(store) = &stores.1 {
+                    if let Err(e) = store.heartbeat(&owner, now) {
+                        tracing::error!("heartbeat: {e}");
+                    }
+                    if reap {
+                        match store.reap() {
+                            Ok(lost) if !lost.is_empty() => {
+                                tracing::warn!(runs = ?lost, "cron runs lost: their owner exited or stopped renewing its heartbeat")
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::error!("cron reaper: {e}"),
+                        }
+                    }
+                }
+            });
+            if let Err(e) = beat.await {
+                tracing::error!("heartbeat: {e}");
+            }
+        }
+    });
+    beating.insert(key, task);
 }
 
 impl Scheduler {
@@ -395,4 +485,55 @@ fn catch_up(store: &CronStore) -> Result<(), CronError> {
         tracing::info!(job = %job.name, "missed fire time skipped (catch_up = skip)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// `heartbeat_at` of run `id`.
+    fn beat(plane: &ControlPlane, id: &str) -> Option<String> {
+        plane.get(id).unwrap().and_then(|r| r.heartbeat_at)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_heartbeat_task_renews_this_process_running_rows_and_is_started_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data").join("control_plane.db");
+        let plane = ControlPlane::open(&path).unwrap();
+        plane
+            .register("dlg-1", "delegate", "main", "delegate:x", &Owner::current())
+            .unwrap();
+        plane
+            .register("ended", "delegate", "main", "delegate:y", &Owner::current())
+            .unwrap();
+        plane.finish("ended", "ok", None).unwrap();
+        let every = Duration::from_millis(40);
+        keep_beating(path.clone(), None, false, every);
+        // A second start (a background delegate in the daemon) reuses the running task.
+        keep_beating(path.clone(), None, false, every);
+        let first = wait_for(|| beat(&plane, "dlg-1")).await;
+        let later = wait_for(|| beat(&plane, "dlg-1").filter(|b| *b > first)).await;
+        assert!(later > first);
+        assert_eq!(beat(&plane, "ended"), None, "an ended row is not renewed");
+        let tasks = BEATING.lock().unwrap();
+        assert_eq!(
+            tasks
+                .as_ref()
+                .map(|t| t.keys().filter(|k| **k == path).count()),
+            Some(1)
+        );
+    }
+
+    async fn wait_for(mut f: impl FnMut() -> Option<String>) -> String {
+        for _ in 0..250 {
+            if let Some(v) = f() {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the heartbeat was not renewed within 5 s");
+    }
 }

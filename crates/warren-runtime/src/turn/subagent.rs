@@ -179,6 +179,14 @@ impl AgentRunner {
         })
         .await
         .map_err(|e| format!("the delegate could not start: {e}"))??;
+        // Its row's heartbeat, in a `warren agent` process too (the daemon's task already
+        // runs in the daemon).
+        crate::cron::keep_beating(
+            plane_path,
+            None,
+            false,
+            warren_store::control_plane::HEARTBEAT,
+        );
         let cancel = CancelToken::new();
         let child_io = TurnIo {
             approver: Arc::clone(&io.approver),

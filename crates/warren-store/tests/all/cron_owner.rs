@@ -21,7 +21,7 @@ use crate::common::{DeadNamespace, LiveNamespace, Proc, old_file, or_skip, versi
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
-fn job(name: &str) -> Job {
+pub(crate) fn job(name: &str) -> Job {
     let now = "2026-12-01T10:00:00Z".to_string();
     Job {
         name: name.into(),

@@ -6,6 +6,7 @@ mod common;
 mod control_plane_owner;
 mod cron_owner;
 mod group_commit;
+mod heartbeat_owner;
 mod migrate;
 mod policy;
 mod queue;
