@@ -276,8 +276,9 @@ pub fn read_status(
             record.finished_at = row.finished_at;
         }
         row => {
-            let owner = row.map_or_else(|| record.owner.clone(), |row| row.owner);
-            if !owner.is_alive() {
+            // The row's owner with its heartbeat; the record's when there is no row.
+            let alive = row.map_or_else(|| record.owner.is_alive(), |row| row.owner_alive());
+            if !alive {
                 record.status = "lost".into();
                 record.error = Some("its owner process exited during the run".into());
             }

@@ -49,7 +49,7 @@ pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<E
         RunsCommand::Cancel { id } => {
             let cp = ControlPlane::open(&root.control_plane_db())?;
             let run = cp.request_cancel(&id)?;
-            if !run.owner.is_alive() {
+            if !run.owner_alive() {
                 cp.reap()?;
                 println!(
                     "run {id}: its owner (pid {}) is gone; marked lost",
