@@ -425,6 +425,9 @@ impl Server {
                     Ok(Ok(list)) => list,
                     Ok(Err(e)) => {
                         kill_and_reap(child, pid).await;
+                        // The server's error text may echo its environment (a key it was
+                        // started with): redacted as every other server text is.
+                        let e = self.redactor.redact(&e.to_string()).into_owned();
                         return Err(format!("MCP server '{name}': tools/list failed: {e}"));
                     }
                     Err(_) => {
