@@ -6,10 +6,10 @@
 //! started at another time, or another PID namespace no process is in any more) are marked
 //! `lost` by the reaper the daemon runs at start ([`ControlPlane::reap`]). An owner we cannot
 //! judge (another PID namespace, a process we may not inspect) is alive while its heartbeat is
-//! fresh: the owning process renews `heartbeat_at` of its running rows every [`HEARTBEAT`]
-//! ([`ControlPlane::heartbeat`]); one older than [`HEARTBEAT_STALE`] is gone. A cancel request is
-//! a flag on the row; the owning process acts on it. Read paths ([`ControlPlane::open_existing`])
-//! never create the file.
+//! fresh: the owning process renews `beat_ms` of its running rows every [`HEARTBEAT`]
+//! ([`ControlPlane::heartbeat`], on [`monotonic_ms`]); one older than [`HEARTBEAT_STALE`] is
+//! gone. A cancel request is a flag on the row; the owning process acts on it. Read paths
+//! ([`ControlPlane::open_existing`]) never create the file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,6 +31,35 @@ pub const HEARTBEAT: Duration = Duration::from_secs(30);
 /// missed beats (a busy disk or a slow tick is not a death).
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(3 * HEARTBEAT.as_secs());
 
+/// [`HEARTBEAT_STALE`] in milliseconds of [`monotonic_ms`].
+#[allow(clippy::cast_possible_wrap)] // 90 s
+const STALE_MS: i64 = HEARTBEAT_STALE.as_secs() as i64 * 1000;
+
+/// `CLOCK_MONOTONIC` in milliseconds: the clock heartbeats are written and judged on. Wall-clock
+/// time would make a live owner look dead after an NTP step forward or a suspend (and a dead one
+/// fresh after a step back); this clock does not jump and stops while the machine sleeps. It
+/// counts from the boot, the same for every process of the machine: rows are compared only
+/// within their owner's boot ([`StoredOwner::boot_id`]). Not covered: a container in its own
+/// time namespace (an offset monotonic clock; Docker and Podman do not create one).
+pub fn monotonic_ms() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`;
+    // CLOCK_MONOTONIC is always available on Linux (std's `Instant` reads the same clock but
+    // does not hand out its value, which a row must store).
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    // time_t and c_long are i32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let ms = i64::from(ts.tv_sec) * 1000 + i64::from(ts.tv_nsec) / 1_000_000;
+    ms
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
     id               TEXT PRIMARY KEY NOT NULL,
@@ -47,7 +76,8 @@ CREATE TABLE IF NOT EXISTS runs (
                      ('running', 'ok', 'failed', 'lost', 'cancelled', 'timed_out')),
     heartbeat_at     TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    error            TEXT
+    error            TEXT,
+    beat_ms          INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_state ON runs(state);
 CREATE INDEX IF NOT EXISTS runs_by_started ON runs(started_at);
@@ -245,17 +275,21 @@ impl StoredOwner {
     /// namespace as if it were ours. Without the row's heartbeat, an owner that cannot be
     /// judged counts as alive; [`StoredOwner::is_alive_beating`] bounds that by the heartbeat.
     pub fn is_alive(&self) -> bool {
-        self.verdict(&mut Namespaces::default()) != Verdict::Gone
+        !matches!(
+            self.verdict(&mut Namespaces::default()),
+            Verdict::Gone | Verdict::NamespaceUnseen
+        )
     }
 
-    /// [`StoredOwner::is_alive`] of a row whose owner last renewed it at `heartbeat` (stored
-    /// text, `None`: never). An owner that cannot be judged (another PID namespace, a process
-    /// we may not inspect) is alive while the heartbeat is younger than [`HEARTBEAT_STALE`] at
-    /// `now`; a row without a heartbeat (written before the owner's first beat, or by a version
-    /// that did not beat) keeps the rule of [`StoredOwner::is_alive`]. An owner that is
-    /// provably gone stays gone whatever its heartbeat says, and one we see running (our PID
-    /// namespace, its PID and start time) stays alive.
-    pub fn is_alive_beating(&self, heartbeat: Option<&str>, now: time::OffsetDateTime) -> bool {
+    /// [`StoredOwner::is_alive`] of a row whose owner last renewed it at `heartbeat`
+    /// ([`monotonic_ms`], `None`: never). An owner that cannot be judged (another PID
+    /// namespace, a process we may not inspect) is alive while the heartbeat is younger than
+    /// [`HEARTBEAT_STALE`] at `now` ([`monotonic_ms`]), and so is one of a namespace the `/proc`
+    /// scan did not find (a sibling container's looks empty from here); a row without a heartbeat (written by a version that did not
+    /// beat: rows get one when registered) keeps the rule of [`StoredOwner::is_alive`]. An
+    /// owner that is provably gone stays gone whatever its heartbeat says, and one we see
+    /// running (our PID namespace, its PID and start time) stays alive.
+    pub fn is_alive_beating(&self, heartbeat: Option<i64>, now: i64) -> bool {
         self.alive_seen(heartbeat, now, &mut Namespaces::default())
     }
 
@@ -264,17 +298,18 @@ impl StoredOwner {
     /// another namespace than ours, which are rare).
     pub(crate) fn alive_seen(
         &self,
-        heartbeat: Option<&str>,
-        now: time::OffsetDateTime,
+        heartbeat: Option<i64>,
+        now: i64,
         namespaces: &mut Namespaces,
     ) -> bool {
         match self.verdict(namespaces) {
             Verdict::Gone => false,
             Verdict::Alive => true,
-            // An unparsable heartbeat is as good as none: today's rule.
-            Verdict::CannotTell => heartbeat
-                .and_then(timefmt::parse)
-                .is_none_or(|at| now - at < HEARTBEAT_STALE),
+            Verdict::CannotTell => heartbeat.is_none_or(|at| now - at < STALE_MS),
+            // The scan cannot see a sibling container's namespace, so not finding it proves
+            // nothing while the row beats; a dead container's rows stop beating and go stale.
+            // A row that never beat (an older version's) keeps the scan's verdict.
+            Verdict::NamespaceUnseen => heartbeat.is_some_and(|at| now - at < STALE_MS),
         }
     }
 
@@ -292,7 +327,7 @@ impl StoredOwner {
                     return if namespaces.may_be_alive(theirs) {
                         Verdict::CannotTell
                     } else {
-                        Verdict::Gone
+                        Verdict::NamespaceUnseen
                     };
                 }
                 Some(_) => {}
@@ -332,6 +367,11 @@ enum Verdict {
     Alive,
     /// Neither: another namespace we cannot map its PID into, a process we may not inspect.
     CannotTell,
+    /// Another PID namespace in which a complete `/proc` scan found no process. Gone if it is
+    /// below ours (a killed container, seen from the host), but a sibling's (a daemon in one
+    /// container, a CLI in another on the same install root) is invisible from here too: only
+    /// a heartbeat tells them apart, so a row with one is judged by it.
+    NamespaceUnseen,
 }
 
 /// The PID namespaces this process can see processes in, looked at once per pass of
@@ -365,10 +405,11 @@ impl Namespaces {
     /// (EACCES/EPERM: another user's, for a daemon that is not root) or `/proc` hides other
     /// users' processes (`hidepid`), we cannot tell: such a cron lock or control-plane run
     /// stays while its owner's heartbeat is fresh (or, without one, until a reboot or a reap by
-    /// a process that can see; an SOP claim is bounded by its lease). Not
-    /// covered: a sibling namespace of ours (a daemon in one container, a CLI in another on
-    /// the same install root), which we cannot see and judge gone. A namespace that may be alive
-    /// leaves the owner's fate to its heartbeat ([`StoredOwner::is_alive_beating`]).
+    /// a process that can see; an SOP claim is bounded by its lease). A sibling namespace of
+    /// ours (a daemon in one container, a CLI in another on the same install root) is invisible
+    /// and looks empty: `false` here means gone only for a row without a heartbeat
+    /// ([`Verdict::NamespaceUnseen`]). A namespace that may be alive leaves the owner's fate to
+    /// its heartbeat ([`StoredOwner::is_alive_beating`]).
     fn may_be_alive(&mut self, ns: &str) -> bool {
         if ns == INIT_PID_NS || !matches!(own_nesting(), Some(0 | 1)) {
             return true;
@@ -525,7 +566,11 @@ pub struct RunRecord {
     pub started_at: String,
     pub finished_at: Option<String>,
     pub state: String,
+    /// When the owner last renewed the row, for people (wall clock); judged is `beat_ms`.
     pub heartbeat_at: Option<String>,
+    /// The heartbeat the owner is judged by ([`monotonic_ms`], meaningful in its boot only).
+    #[serde(skip)]
+    pub beat_ms: Option<i64>,
     pub cancel_requested: bool,
     pub error: Option<String>,
 }
@@ -534,8 +579,7 @@ impl RunRecord {
     /// Whether the run's owner may still run now, its heartbeat counted
     /// ([`StoredOwner::is_alive_beating`]).
     pub fn owner_alive(&self) -> bool {
-        self.owner
-            .is_alive_beating(self.heartbeat_at.as_deref(), timefmt::now())
+        self.owner.is_alive_beating(self.beat_ms, monotonic_ms())
     }
 }
 
@@ -556,6 +600,7 @@ impl ControlPlane {
             &[
                 ("runs", "owner_start", "INTEGER"),
                 ("runs", "owner_ns", "TEXT"),
+                ("runs", "beat_ms", "INTEGER"),
             ],
         )
         .map_err(|cause| ControlPlaneError::Db {
@@ -584,6 +629,12 @@ impl ControlPlane {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock()
+    }
+
+    /// Why this handle is read-only (a migration left the file at its old schema), `None` when
+    /// it is writable: a long-lived holder (the heartbeat task) reopens such a handle later.
+    pub fn read_only(&self) -> Option<&str> {
+        self.conn.read_only()
     }
 
     /// Refuses a write to a store left read-only at schema 1 by a failed migration, with why
@@ -629,12 +680,14 @@ impl ControlPlane {
             owner,
             "ON CONFLICT (id) DO UPDATE SET state = 'running', owner_pid = ?5,
                  owner_boot = ?6, owner_start = ?8, owner_ns = ?9, finished_at = NULL,
-                 error = NULL, cancel_requested = 0",
+                 error = NULL, cancel_requested = 0, heartbeat_at = ?7, beat_ms = ?10",
         )
     }
 
-    /// Inserts a `running` row of `owner`; `on_conflict` says what an existing `id` becomes
-    /// (empty: an existing id is an error).
+    /// Inserts a `running` row of `owner`, its heartbeat set to now (a process killed before
+    /// its first beat leaves a row that goes stale, not one judged by the rule without a
+    /// heartbeat); `on_conflict` says what an existing `id` becomes (empty: an existing id is
+    /// an error; a resumed row's heartbeat must be reset too, not keep the dead owner's).
     fn insert_running(
         &self,
         id: &str,
@@ -650,8 +703,9 @@ impl ControlPlane {
             .execute(
                 &format!(
                     "INSERT INTO runs (id, kind, agent, label, owner_pid, owner_boot, started_at,
-                     state, owner_start, owner_ns)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9) {on_conflict}"
+                     state, owner_start, owner_ns, heartbeat_at, beat_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', ?8, ?9, ?7, ?10)
+                     {on_conflict}"
                 ),
                 params![
                     id,
@@ -662,7 +716,8 @@ impl ControlPlane {
                     owner.boot_id,
                     timefmt::format(timefmt::now()),
                     owner.start,
-                    owner.pid_ns
+                    owner.pid_ns,
+                    monotonic_ms()
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -776,10 +831,10 @@ impl ControlPlane {
         self.writable()?;
         let lost = gone_owners(
             &self.conn(),
-            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns, heartbeat_at FROM runs
+            "SELECT id, owner_pid, owner_boot, owner_start, owner_ns, beat_ms FROM runs
              WHERE state = 'running'",
             reaper,
-            timefmt::now(),
+            monotonic_ms(),
         )
         .map_err(|e| self.err(e))?;
         for id in &lost {
@@ -788,21 +843,28 @@ impl ControlPlane {
         Ok(lost)
     }
 
-    /// Renews `heartbeat_at` of `owner`'s running rows to `now`, in one UPDATE: rows of this
-    /// very process ([`same_owner`]), never an earlier one's that had its PID, whose heartbeat
-    /// must age. The owning process calls it every [`HEARTBEAT`]; returns the rows renewed.
-    pub fn heartbeat(
-        &self,
-        owner: &Owner,
-        now: time::OffsetDateTime,
-    ) -> Result<usize, ControlPlaneError> {
+    /// Renews the heartbeat of `owner`'s running rows to now (`beat_ms`, [`monotonic_ms`], and
+    /// `heartbeat_at` for people), in one UPDATE: rows of this very process ([`same_owner`]),
+    /// never an earlier one's that had its PID, whose heartbeat must age. The owning process
+    /// calls it every [`HEARTBEAT`]; returns the rows renewed.
+    pub fn heartbeat(&self, owner: &Owner) -> Result<usize, ControlPlaneError> {
         self.writable()?;
         let conn = self.conn();
         let mine = same_owner(&conn, "runs", 1).map_err(|e| self.err(e))?;
         let o = owner.stored();
         conn.execute(
-            &format!("UPDATE runs SET heartbeat_at = ?5 WHERE state = 'running' AND {mine}"),
-            params![o.pid, o.boot_id, o.start, o.pid_ns, timefmt::format(now)],
+            &format!(
+                "UPDATE runs SET heartbeat_at = ?5, beat_ms = ?6
+                 WHERE state = 'running' AND {mine}"
+            ),
+            params![
+                o.pid,
+                o.boot_id,
+                o.start,
+                o.pid_ns,
+                timefmt::format(timefmt::now()),
+                monotonic_ms()
+            ],
         )
         .map_err(|e| self.err(e))
     }
@@ -829,12 +891,20 @@ impl ControlPlane {
 }
 
 /// The columns [`row`] reads (NULL for the owner's start and namespace in a file of schema 1,
-/// [`owner_columns`]).
+/// [`owner_columns`], and for its `beat_ms`).
 fn columns(conn: &Connection) -> rusqlite::Result<String> {
     let owner = owner_columns(conn, "runs")?;
+    let beat = if conn
+        .prepare_cached("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'beat_ms'")?
+        .exists([])?
+    {
+        "beat_ms"
+    } else {
+        "NULL"
+    };
     Ok(format!(
         "id, kind, agent, label, owner_pid, owner_boot, {owner}, started_at, finished_at, state, \
-         heartbeat_at, cancel_requested, error"
+         heartbeat_at, cancel_requested, error, {beat}"
     ))
 }
 
@@ -851,6 +921,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         heartbeat_at: r.get(11)?,
         cancel_requested: r.get(12)?,
         error: r.get(13)?,
+        beat_ms: r.get(14)?,
     })
 }
 
@@ -870,7 +941,7 @@ pub(crate) fn gone_owners(
     conn: &Connection,
     sql: &str,
     reaper: Reaper,
-    now: time::OffsetDateTime,
+    now: i64,
 ) -> rusqlite::Result<Vec<String>> {
     let me = Owner::current();
     let mut namespaces = Namespaces::default();
@@ -879,14 +950,14 @@ pub(crate) fn gone_owners(
         Ok((
             r.get::<_, String>(0)?,
             StoredOwner::from_row(r, 1)?,
-            r.get::<_, Option<String>>(5)?,
+            r.get::<_, Option<i64>>(5)?,
         ))
     })?;
     let mut gone = Vec::new();
     for row in rows {
         let (id, owner, heartbeat) = row?;
         if (reaper == Reaper::AtStart && owner.is(&me))
-            || !owner.alive_seen(heartbeat.as_deref(), now, &mut namespaces)
+            || !owner.alive_seen(heartbeat, now, &mut namespaces)
         {
             gone.push(id);
         }

@@ -8,24 +8,24 @@
 //! naming it, a holder that is provably gone ([`StoredOwner::is_alive`]: another boot, a dead
 //! PID, or a PID of our namespace now held by a process that started at another time) loses its
 //! lock and its run becomes `lost`. A holder that cannot be judged (another PID namespace, a
-//! process we may not inspect) holds the lock while its heartbeat (`jobs.lock_beat_at`, renewed
+//! process we may not inspect) holds the lock while its heartbeat (`jobs.lock_beat_ms`, renewed
 //! by [`CronStore::heartbeat`]) is fresh. [`CronStore::finish`] stores the result and the status
 //! in one transaction, so `ok` is never recorded for a result that was not stored.
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 use warren_core::AgentAlias;
 
-use crate::control_plane::{Owner, Reaper, StoredOwner, open_with_owner_start};
+use crate::control_plane::{Owner, Reaper, StoredOwner, monotonic_ms, open_with_owner_start};
 use crate::sqlite_util::{SharedConn, alias_column};
 use crate::timefmt;
 
 /// Schema version of `jobs.db` (`PRAGMA user_version`): 1 without the owner's start time, 2
 /// with it and the owner's PID namespace (`jobs.lock_start`, `jobs.lock_ns`,
 /// `runs.owner_start`, `runs.owner_ns`, issue 17) and the lock holder's heartbeat
-/// (`jobs.lock_beat_at`).
+/// (`jobs.lock_beat_ms`, [`crate::control_plane::monotonic_ms`]).
 pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lock_start       INTEGER,
     lock_ns          TEXT,
     locked_at        TEXT,
-    lock_beat_at     TEXT,
+    lock_beat_ms     INTEGER,
     probe            TEXT,
     probe_state      TEXT,
     CHECK ((message IS NULL) != (command IS NULL))
@@ -237,7 +237,7 @@ pub struct CronStore {
 impl CronStore {
     /// Opens (creating `data/cron/` and the file) for writing, at schema 2
     /// ([`open_with_owner_start`]: version 2 adds `jobs.lock_start`, `jobs.lock_ns`,
-    /// `jobs.lock_beat_at`, `runs.owner_start` and `runs.owner_ns`).
+    /// `jobs.lock_beat_ms`, `runs.owner_start` and `runs.owner_ns`).
     pub fn open(path: &Path) -> Result<Self, CronError> {
         let conn = open_with_owner_start(
             path,
@@ -246,7 +246,7 @@ impl CronStore {
             &[
                 ("jobs", "lock_start", "INTEGER"),
                 ("jobs", "lock_ns", "TEXT"),
-                ("jobs", "lock_beat_at", "TEXT"),
+                ("jobs", "lock_beat_ms", "INTEGER"),
                 ("runs", "owner_start", "INTEGER"),
                 ("runs", "owner_ns", "TEXT"),
             ],
@@ -281,6 +281,12 @@ impl CronStore {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock()
+    }
+
+    /// Why this handle is read-only (a migration left the file at its old schema), `None` when
+    /// it is writable: a long-lived holder (the heartbeat task) reopens such a handle later.
+    pub fn read_only(&self) -> Option<&str> {
+        self.conn.read_only()
     }
 
     /// Refuses a lock change on a store left read-only at schema 1 by a failed migration, with
@@ -546,22 +552,26 @@ impl CronStore {
     ) -> Result<Job, CronError> {
         self.writable()?;
         let mut conn = self.conn();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        // IMMEDIATE: a deferred read-judge-write would fail at once with SQLITE_BUSY when the
+        // heartbeat's UPDATE commits between the read and the write.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
         let job = get_job(&tx, name)
             .map_err(|e| self.err(e))?
             .ok_or_else(|| CronError::NotFound(name.into()))?;
         if let Some(run) = &job.lock_run {
             let holder = tx
                 .query_row(
-                    "SELECT lock_pid, lock_boot, lock_start, lock_ns, lock_beat_at FROM jobs
+                    "SELECT lock_pid, lock_boot, lock_start, lock_ns, lock_beat_ms FROM jobs
                      WHERE name = ?1 AND lock_pid IS NOT NULL AND lock_boot IS NOT NULL",
                     params![name],
-                    |r| Ok((StoredOwner::from_row(r, 0)?, r.get::<_, Option<String>>(4)?)),
+                    |r| Ok((StoredOwner::from_row(r, 0)?, r.get::<_, Option<i64>>(4)?)),
                 )
                 .optional()
                 .map_err(|e| self.err(e))?;
             if let Some((holder, beat)) = holder {
-                if holder.is_alive_beating(beat.as_deref(), timefmt::now()) {
+                if holder.is_alive_beating(beat, monotonic_ms()) {
                     return Err(CronError::Held {
                         job: name.into(),
                         run: run.clone(),
@@ -594,7 +604,8 @@ impl CronStore {
         .map_err(|e| self.err(e))?;
         tx.execute(
             "UPDATE jobs SET lock_run = ?2, lock_pid = ?3, lock_boot = ?4, lock_start = ?8,
-             lock_ns = ?9, locked_at = ?5, lock_beat_at = NULL, next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
+             lock_ns = ?9, locked_at = ?5, lock_beat_ms = ?10,
+             next_fire_ms = CASE WHEN ?6 THEN ?7 ELSE next_fire_ms END
              WHERE name = ?1",
             params![
                 name,
@@ -605,7 +616,8 @@ impl CronStore {
                 next_fire.is_some(),
                 next_fire.flatten(),
                 owner.start,
-                owner.pid_ns
+                owner.pid_ns,
+                monotonic_ms()
             ],
         )
         .map_err(|e| self.err(e))?;
@@ -659,7 +671,7 @@ impl CronStore {
             let ok = result.status == RunStatus::Ok;
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 lock_start = NULL, lock_ns = NULL, locked_at = NULL, lock_beat_at = NULL,
+                 lock_start = NULL, lock_ns = NULL, locked_at = NULL, lock_beat_ms = NULL,
                  failures = CASE WHEN ?3 THEN 0 ELSE failures + 1 END,
                  next_fire_ms = CASE WHEN ?4 THEN ?5 ELSE next_fire_ms END,
                  enabled = CASE WHEN ?6 IS NULL THEN enabled ELSE 0 END,
@@ -724,15 +736,18 @@ impl CronStore {
     fn reap_with(&self, reaper: Reaper) -> Result<Vec<String>, CronError> {
         self.writable()?;
         let mut conn = self.conn();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        // IMMEDIATE, as in `claim`: the heartbeat may commit between the judging and the write.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
         // With the owner's start time, a PID reused by an unrelated process after a crash does
         // not keep a run `running` (and its job locked) forever; NULL (a row of schema 1): the
         // PID and boot decide ([`StoredOwner::is_alive`]).
         // A run's heartbeat is its job lock's (the lock holder runs it).
-        let now = timefmt::now();
+        let now = monotonic_ms();
         let lost = crate::control_plane::gone_owners(
             &tx,
-            "SELECT r.id, r.owner_pid, r.owner_boot, r.owner_start, r.owner_ns, j.lock_beat_at
+            "SELECT r.id, r.owner_pid, r.owner_boot, r.owner_start, r.owner_ns, j.lock_beat_ms
              FROM runs r LEFT JOIN jobs j ON j.lock_run = r.id WHERE r.status = 'running'",
             reaper,
             now,
@@ -744,7 +759,7 @@ impl CronStore {
         // Locks whose run row is gone or ended (never expected; cleared if the owner is gone).
         let stale = crate::control_plane::gone_owners(
             &tx,
-            "SELECT name, lock_pid, lock_boot, lock_start, lock_ns, lock_beat_at FROM jobs
+            "SELECT name, lock_pid, lock_boot, lock_start, lock_ns, lock_beat_ms FROM jobs
              WHERE lock_run IS NOT NULL",
             reaper,
             now,
@@ -753,7 +768,7 @@ impl CronStore {
         for name in stale {
             tx.execute(
                 "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL,
-                 lock_start = NULL, lock_ns = NULL, locked_at = NULL, lock_beat_at = NULL
+                 lock_start = NULL, lock_ns = NULL, locked_at = NULL, lock_beat_ms = NULL
                  WHERE name = ?1",
                 params![name],
             )
@@ -763,20 +778,21 @@ impl CronStore {
         Ok(lost)
     }
 
-    /// Renews `lock_beat_at` of the job locks `owner` holds to `now`, in one UPDATE: locks of
+    /// Renews `lock_beat_ms` of the job locks `owner` holds to now ([`monotonic_ms`]), in one
+    /// UPDATE: locks of
     /// this very process (the rule of [`crate::control_plane::same_owner`] on the `lock_`
     /// columns), never an earlier one's that had its PID, whose heartbeat must age. The
     /// holder calls it every [`crate::control_plane::HEARTBEAT`]; returns the locks renewed.
-    pub fn heartbeat(&self, owner: &Owner, now: time::OffsetDateTime) -> Result<usize, CronError> {
+    pub fn heartbeat(&self, owner: &Owner) -> Result<usize, CronError> {
         self.writable()?;
         let o = owner.stored();
         self.conn()
             .execute(
-                "UPDATE jobs SET lock_beat_at = ?5
+                "UPDATE jobs SET lock_beat_ms = ?5
                  WHERE lock_run IS NOT NULL AND lock_pid = ?1 AND lock_boot = ?2
                  AND (lock_start IS NULL OR ?3 IS NULL OR lock_start = ?3)
                  AND (lock_ns IS NULL OR ?4 IS NULL OR lock_ns = ?4)",
-                params![o.pid, o.boot_id, o.start, o.pid_ns, timefmt::format(now)],
+                params![o.pid, o.boot_id, o.start, o.pid_ns, monotonic_ms()],
             )
             .map_err(|e| self.err(e))
     }
@@ -949,7 +965,7 @@ fn mark_lost(tx: &Transaction<'_>, run: &str) -> rusqlite::Result<()> {
     )?;
     tx.execute(
         "UPDATE jobs SET lock_run = NULL, lock_pid = NULL, lock_boot = NULL, lock_start = NULL,
-         lock_ns = NULL, locked_at = NULL, lock_beat_at = NULL WHERE lock_run = ?1",
+         lock_ns = NULL, locked_at = NULL, lock_beat_ms = NULL WHERE lock_run = ?1",
         params![run],
     )?;
     Ok(())

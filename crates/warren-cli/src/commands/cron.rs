@@ -359,6 +359,14 @@ fn run_now(root: &InstallRoot, name: &str, json: bool) -> anyhow::Result<ExitCod
                 .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
         );
         let scheduler = Scheduler::open(root, host)?;
+        // The job lock this process takes must beat, or a daemon that cannot judge us (in
+        // another container) takes it once the heartbeat set at the claim goes stale.
+        warren_runtime::cron::keep_beating(
+            root.control_plane_db(),
+            Some(root.cron_db()),
+            false,
+            warren_store::control_plane::HEARTBEAT,
+        );
         anyhow::Ok(scheduler.run_now(name).await?)
     })?;
     nudge(root);

@@ -410,6 +410,14 @@ fn start(
                 .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
         );
         let engine = Engine::open(root, host)?;
+        // The control-plane rows this process registers must beat, or a daemon that cannot
+        // judge us (in another container) marks them lost once the heartbeat goes stale.
+        warren_runtime::cron::keep_beating(
+            root.control_plane_db(),
+            None,
+            false,
+            warren_store::control_plane::HEARTBEAT,
+        );
         let warning = engine.fallback().map(str::to_string);
         if let Some(w) = &warning {
             eprintln!("warning: {w}");

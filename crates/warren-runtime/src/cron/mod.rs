@@ -156,7 +156,15 @@ pub fn keep_beating(plane: PathBuf, cron: Option<PathBuf>, reap: bool, every: Du
                 let mut stores = stores
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let now = warren_store::timefmt::now();
+                // A handle opened read-only (its migration failed, e.g. another process held
+                // the migration lock) would refuse every beat for the life of the process:
+                // drop it so this tick opens the file again.
+                if stores.0.as_ref().is_some_and(|cp| cp.read_only().is_some()) {
+                    stores.0 = None;
+                }
+                if stores.1.as_ref().is_some_and(|s| s.read_only().is_some()) {
+                    stores.1 = None;
+                }
                 if stores.0.is_none() && matches!(ControlPlane::open_existing(&plane), Ok(Some(_)))
                 {
                     stores.0 = ControlPlane::open(&plane)
@@ -164,7 +172,7 @@ pub fn keep_beating(plane: PathBuf, cron: Option<PathBuf>, reap: bool, every: Du
                         .ok();
                 }
                 if let Some(cp) = &stores.0 {
-                    if let Err(e) = cp.heartbeat(&owner, now) {
+                    if let Err(e) = cp.heartbeat(&owner) {
                         tracing::error!("heartbeat: {e}");
                     }
                     if reap {
@@ -184,7 +192,7 @@ pub fn keep_beating(plane: PathBuf, cron: Option<PathBuf>, reap: bool, every: Du
                         .ok();
                 }
                 if let Some(store) = &stores.1 {
-                    if let Err(e) = store.heartbeat(&owner, now) {
+                    if let Err(e) = store.heartbeat(&owner) {
                         tracing::error!("heartbeat: {e}");
                     }
                     if reap {
@@ -493,9 +501,9 @@ mod tests {
 
     use super::*;
 
-    /// `heartbeat_at` of run `id`.
-    fn beat(plane: &ControlPlane, id: &str) -> Option<String> {
-        plane.get(id).unwrap().and_then(|r| r.heartbeat_at)
+    /// The heartbeat of run `id` (`beat_ms`).
+    fn beat(plane: &ControlPlane, id: &str) -> Option<i64> {
+        plane.get(id).unwrap().and_then(|r| r.beat_ms)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,6 +518,9 @@ mod tests {
             .register("ended", "delegate", "main", "delegate:y", &Owner::current())
             .unwrap();
         plane.finish("ended", "ok", None).unwrap();
+        // Set when registered: a process killed before its first tick leaves a row that ages.
+        let ended = beat(&plane, "ended");
+        assert!(ended.is_some());
         let every = Duration::from_millis(40);
         keep_beating(path.clone(), None, false, every);
         // A second start (a background delegate in the daemon) reuses the running task.
@@ -517,7 +528,7 @@ mod tests {
         let first = wait_for(|| beat(&plane, "dlg-1")).await;
         let later = wait_for(|| beat(&plane, "dlg-1").filter(|b| *b > first)).await;
         assert!(later > first);
-        assert_eq!(beat(&plane, "ended"), None, "an ended row is not renewed");
+        assert_eq!(beat(&plane, "ended"), ended, "an ended row is not renewed");
         let tasks = BEATING.lock().unwrap();
         assert_eq!(
             tasks
@@ -527,7 +538,7 @@ mod tests {
         );
     }
 
-    async fn wait_for(mut f: impl FnMut() -> Option<String>) -> String {
+    async fn wait_for(mut f: impl FnMut() -> Option<i64>) -> i64 {
         for _ in 0..250 {
             if let Some(v) = f() {
                 return v;

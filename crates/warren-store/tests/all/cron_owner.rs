@@ -173,11 +173,12 @@ fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lo
 }
 
 /// Points `crashed`'s lock and run `r1` at PID namespace `ns` (a daemon in a container wrote
-/// them).
+/// them, a version without the heartbeat: its lock has none, so the scan alone decides; a lock
+/// that beats is judged by its heartbeat, heartbeat_owner).
 fn lock_in_namespace(db: &Path, ns: Option<&str>) {
     let conn = Connection::open(db).unwrap();
     conn.execute(
-        "UPDATE jobs SET lock_ns = ?1 WHERE name = 'crashed'",
+        "UPDATE jobs SET lock_ns = ?1, lock_beat_ms = NULL WHERE name = 'crashed'",
         params![ns],
     )
     .unwrap();

@@ -12,22 +12,21 @@ use std::path::Path;
 
 use pretty_assertions::assert_eq;
 use rusqlite::{Connection, params};
-use warren_store::control_plane::{ControlPlane, HEARTBEAT_STALE, Owner};
+use warren_store::control_plane::{ControlPlane, HEARTBEAT_STALE, Owner, monotonic_ms};
 use warren_store::cron::{CronError, CronStore};
-use warren_store::timefmt;
 
-use crate::common::{LiveNamespace, Proc, or_skip};
+use crate::common::{DeadNamespace, LiveNamespace, Proc, or_skip};
 use crate::cron_owner::job;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
-/// A heartbeat just renewed, and one three missed beats and more ago.
-fn fresh() -> String {
-    timefmt::format(timefmt::now())
+/// A heartbeat just renewed, and one three missed beats and more ago ([`monotonic_ms`]).
+fn fresh() -> i64 {
+    monotonic_ms()
 }
 
-fn stale() -> String {
-    timefmt::format(timefmt::now() - HEARTBEAT_STALE - time::Duration::seconds(5))
+fn stale() -> i64 {
+    monotonic_ms() - i64::try_from(HEARTBEAT_STALE.as_millis()).unwrap() - 5000
 }
 
 fn states(cp: &ControlPlane) -> Vec<(String, String)> {
@@ -47,10 +46,18 @@ fn pairs(rows: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn heartbeats(db: &Path) -> Vec<(String, Option<String>)> {
+/// The heartbeat of `id` in `beats`, checked to be one renewed since `before`.
+fn renewed(before: i64, beats: &[(String, Option<i64>)], id: &str) -> i64 {
+    let beat = beats.iter().find(|(i, _)| i == id).and_then(|(_, b)| *b);
+    let beat = beat.unwrap_or_else(|| panic!("{id} has no heartbeat"));
+    assert!((before..=monotonic_ms()).contains(&beat), "{id}: {beat}");
+    beat
+}
+
+fn heartbeats(db: &Path) -> Vec<(String, Option<i64>)> {
     let conn = Connection::open(db).unwrap();
     let mut stmt = conn
-        .prepare("SELECT id, heartbeat_at FROM runs ORDER BY id")
+        .prepare("SELECT id, beat_ms FROM runs ORDER BY id")
         .unwrap();
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
@@ -82,12 +89,14 @@ fn a_run_of_another_live_pid_namespace_is_reaped_once_its_heartbeat_is_stale() -
         params![container.ns],
     )?;
     for (id, at) in [
-        ("fresh", fresh()),
-        ("stale", stale()),
-        ("dead-fresh", fresh()),
+        ("fresh", Some(fresh())),
+        ("stale", Some(stale())),
+        ("dead-fresh", Some(fresh())),
+        // Written by a version that did not beat.
+        ("never", None),
     ] {
         conn.execute(
-            "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1",
+            "UPDATE runs SET beat_ms = ?2 WHERE id = ?1",
             params![id, at],
         )?;
     }
@@ -140,15 +149,19 @@ fn a_lock_of_another_live_pid_namespace_is_taken_once_its_heartbeat_is_stale() -
         Err(CronError::Held { run, .. }) => assert_eq!(run, "r1"),
         other => panic!("expected Held, got {other:?}"),
     };
-    // No heartbeat yet (the holder's first tick is to come, or it is an older version): held.
+    // The heartbeat the claim set: held.
+    held(&store, "r2");
+    assert_eq!(store.reap()?, Vec::<String>::new());
+    // No heartbeat (a lock of an older version): held, as before.
+    conn.execute("UPDATE jobs SET lock_beat_ms = NULL", [])?;
     held(&store, "r2");
     assert_eq!(store.reap()?, Vec::<String>::new());
     // The holder renews it: held.
-    conn.execute("UPDATE jobs SET lock_beat_at = ?1", params![fresh()])?;
+    conn.execute("UPDATE jobs SET lock_beat_ms = ?1", params![fresh()])?;
     held(&store, "r3");
     assert_eq!(store.reap()?, Vec::<String>::new());
     // The holder stopped renewing it: the reaper and a claim both take it.
-    conn.execute("UPDATE jobs SET lock_beat_at = ?1", params![stale()])?;
+    conn.execute("UPDATE jobs SET lock_beat_ms = ?1", params![stale()])?;
     assert_eq!(store.reap()?, vec!["r1".to_string()]);
     assert_eq!(store.get("nightly")?.unwrap().lock_run, None);
     store.claim("nightly", "r4", "manual", None, &me, None)?;
@@ -162,7 +175,7 @@ fn a_lock_of_another_live_pid_namespace_is_taken_once_its_heartbeat_is_stale() -
     store.insert(&job("hourly"))?;
     store.claim("hourly", "h1", "schedule", None, &here.owner(), None)?;
     conn.execute(
-        "UPDATE jobs SET lock_ns = ?1, lock_beat_at = ?2 WHERE name = 'hourly'",
+        "UPDATE jobs SET lock_ns = ?1, lock_beat_ms = ?2 WHERE name = 'hourly'",
         params![container.ns, stale()],
     )?;
     conn.execute(
@@ -192,13 +205,16 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
         "UPDATE runs SET owner_start = owner_start - 1 WHERE id = 'earlier-same-pid'",
         [],
     )?;
-    let now = timefmt::now();
-    assert_eq!(cp.heartbeat(&me, now)?, 1);
+    // Forget the heartbeat each row got when registered: only the renewal's is looked at.
+    conn.execute("UPDATE runs SET beat_ms = NULL", [])?;
+    let before = monotonic_ms();
+    assert_eq!(cp.heartbeat(&me)?, 1);
+    let now = renewed(before, &heartbeats(&db), "mine");
     assert_eq!(
         heartbeats(&db),
         vec![
             ("earlier-same-pid".to_string(), None),
-            ("mine".to_string(), Some(timefmt::format(now))),
+            ("mine".to_string(), Some(now)),
             ("mine-ended".to_string(), None),
             ("other".to_string(), None),
         ]
@@ -217,9 +233,11 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
         "UPDATE jobs SET lock_start = lock_start - 1 WHERE name = 'earlier'",
         [],
     )?;
-    assert_eq!(store.heartbeat(&me, now)?, 1);
-    let mut stmt = cron.prepare("SELECT name, lock_beat_at FROM jobs ORDER BY name")?;
-    let beats: Vec<(String, Option<String>)> = stmt
+    cron.execute("UPDATE jobs SET lock_beat_ms = NULL", [])?;
+    let before = monotonic_ms();
+    assert_eq!(store.heartbeat(&me)?, 1);
+    let mut stmt = cron.prepare("SELECT name, lock_beat_ms FROM jobs ORDER BY name")?;
+    let beats: Vec<(String, Option<i64>)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
     assert_eq!(
@@ -227,7 +245,7 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
         vec![
             ("earlier".to_string(), None),
             ("free".to_string(), None),
-            ("mine".to_string(), Some(timefmt::format(now))),
+            ("mine".to_string(), Some(renewed(before, &beats, "mine"))),
             ("other".to_string(), None),
         ]
     );
@@ -241,11 +259,160 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
         },
         10,
     )?;
-    let beat: Option<String> = cron.query_row(
-        "SELECT lock_beat_at FROM jobs WHERE name = 'mine'",
+    let beat: Option<i64> = cron.query_row(
+        "SELECT lock_beat_ms FROM jobs WHERE name = 'mine'",
         [],
         |r| r.get(0),
     )?;
     assert_eq!(beat, None);
+    Ok(())
+}
+
+#[test]
+fn a_run_and_a_lock_of_a_namespace_the_scan_cannot_find_are_kept_while_they_beat() -> R {
+    // A daemon in one container and `warren cron run` in a sibling container share the install
+    // root: neither sees the other's processes, so the other's PID namespace looks empty (as a
+    // killed container's does). Only the heartbeat tells a live sibling from a dead container;
+    // before, the daemon's tick marked the sibling's run `lost` and freed its lock within 30 s.
+    let test = "a_run_and_a_lock_of_a_namespace_the_scan_cannot_find_are_kept_while_they_beat";
+    let Some(sibling) = or_skip(test, DeadNamespace::new()) else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    let cp = ControlPlane::open(&db)?;
+    for id in ["beating", "stale", "never"] {
+        cp.register(id, "cron", "main", "cron:a", &Owner::current())?;
+    }
+    let conn = Connection::open(&db)?;
+    conn.execute("UPDATE runs SET owner_ns = ?1", params![sibling.ns])?;
+    for (id, at) in [
+        ("beating", Some(fresh())),
+        ("stale", Some(stale())),
+        // Written by a version that did not beat: the scan's verdict stands.
+        ("never", None),
+    ] {
+        conn.execute(
+            "UPDATE runs SET beat_ms = ?2 WHERE id = ?1",
+            params![id, at],
+        )?;
+    }
+    assert!(cp.get("beating")?.unwrap().owner_alive());
+    let mut reaped = cp.reap()?;
+    reaped.sort();
+    assert_eq!(reaped, vec!["never", "stale"]);
+    assert_eq!(
+        states(&cp),
+        pairs(&[("beating", "running"), ("never", "lost"), ("stale", "lost")])
+    );
+    // Its owner stops beating (the sibling container was killed): reaped.
+    conn.execute("UPDATE runs SET beat_ms = ?1", params![stale()])?;
+    assert_eq!(cp.reap()?, vec!["beating"]);
+
+    let cron_db = dir.path().join("cron").join("jobs.db");
+    let store = CronStore::open(&cron_db)?;
+    store.insert(&job("nightly"))?;
+    store.claim("nightly", "r1", "manual", None, &Owner::current(), None)?;
+    let cron = Connection::open(&cron_db)?;
+    cron.execute("UPDATE jobs SET lock_ns = ?1", params![sibling.ns])?;
+    cron.execute("UPDATE runs SET owner_ns = ?1", params![sibling.ns])?;
+    let other = Proc::sleep();
+    // The heartbeat set by the claim keeps the lock against the reaper and a second claim.
+    assert_eq!(store.reap()?, Vec::<String>::new());
+    match store.claim("nightly", "r2", "schedule", None, &other.owner(), None) {
+        Err(CronError::Held { run, .. }) => assert_eq!(run, "r1"),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    assert_eq!(store.run("r1")?.unwrap().status, "running");
+    // Stale: taken.
+    cron.execute("UPDATE jobs SET lock_beat_ms = ?1", params![stale()])?;
+    assert_eq!(store.reap()?, vec!["r1".to_string()]);
+    assert_eq!(store.run("r1")?.unwrap().status, "lost");
+    assert_eq!(store.get("nightly")?.unwrap().lock_run, None);
+    Ok(())
+}
+
+/// Milliseconds between heartbeat `at` and now.
+fn age(at: Option<i64>) -> Option<i64> {
+    at.map(|at| monotonic_ms() - at)
+}
+
+#[test]
+fn a_run_just_registered_or_resumed_and_a_lock_just_claimed_have_a_heartbeat() -> R {
+    // A process killed before its first tick (30 s) left rows without a heartbeat, judged by
+    // the old rule: a cannot-tell owner alive until a reboot. A resumed row kept the dead
+    // owner's stale heartbeat, so the new owner's run was reaped at once.
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    let cp = ControlPlane::open(&db)?;
+    let me = Owner::current();
+    cp.register("new", "delegate", "main", "delegate:x", &me)?;
+    cp.register("sop-1", "sop", "main", "sop:x", &me)?;
+    let conn = Connection::open(&db)?;
+    conn.execute(
+        "UPDATE runs SET state = 'lost', beat_ms = ?1 WHERE id = 'sop-1'",
+        params![stale()],
+    )?;
+    cp.resume("sop-1", "sop", "main", "sop:x", &me)?;
+    cp.resume("sop-2", "sop", "main", "sop:x", &me)?;
+    for (id, at) in heartbeats(&db) {
+        let age = age(at);
+        assert!(
+            age.is_some_and(|ms| (0..5000).contains(&ms)),
+            "run {id}: heartbeat {age:?} ms old"
+        );
+    }
+
+    let cron_db = dir.path().join("cron").join("jobs.db");
+    let store = CronStore::open(&cron_db)?;
+    store.insert(&job("nightly"))?;
+    store.claim("nightly", "r1", "manual", None, &me, None)?;
+    let beat: Option<i64> = Connection::open(&cron_db)?.query_row(
+        "SELECT lock_beat_ms FROM jobs WHERE name = 'nightly'",
+        [],
+        |r| r.get(0),
+    )?;
+    let age = age(beat);
+    assert!(
+        age.is_some_and(|ms| (0..5000).contains(&ms)),
+        "lock heartbeat {age:?} ms old"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_heartbeat_is_judged_on_the_monotonic_clock_not_the_wall_clock() -> R {
+    // A wall-clock heartbeat made a live owner look dead after a suspend or an NTP step
+    // forward (its last beat an hour "ago") and a dead one fresh after a step back (its last
+    // beat in the "future"). The monotonic beat decides; the wall-clock text is for people.
+    let test = "a_heartbeat_is_judged_on_the_monotonic_clock_not_the_wall_clock";
+    let Some(container) = or_skip(test, LiveNamespace::spawn()) else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("data").join("control_plane.db");
+    let cp = ControlPlane::open(&db)?;
+    let here = Proc::sleep();
+    for id in ["stepped-forward", "stepped-back"] {
+        cp.register(id, "cron", "main", "cron:a", &here.owner())?;
+    }
+    let hour = time::Duration::hours(1);
+    let now = warren_store::timefmt::now();
+    let conn = Connection::open(&db)?;
+    conn.execute("UPDATE runs SET owner_ns = ?1", params![container.ns])?;
+    for (id, wall, beat) in [
+        ("stepped-forward", now - hour, fresh()),
+        ("stepped-back", now + hour, stale()),
+    ] {
+        conn.execute(
+            "UPDATE runs SET heartbeat_at = ?2, beat_ms = ?3 WHERE id = ?1",
+            params![id, warren_store::timefmt::format(wall), beat],
+        )?;
+    }
+    assert_eq!(cp.reap()?, vec!["stepped-back"]);
+    assert_eq!(
+        states(&cp),
+        pairs(&[("stepped-back", "lost"), ("stepped-forward", "running")])
+    );
     Ok(())
 }
