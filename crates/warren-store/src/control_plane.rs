@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
 use crate::sqlite_util::{SharedConn, Sync, alias_column};
@@ -164,6 +164,27 @@ pub(crate) fn same_owner(conn: &Connection, table: &str, first: usize) -> rusqli
          AND ({start} IS NULL OR ?{start_p} IS NULL OR {start} = ?{start_p}) \
          AND ({ns} IS NULL OR ?{ns_p} IS NULL OR {ns} = ?{ns_p})"
     ))
+}
+
+/// Sets `set` on the rows of `table` that are `owner`'s ([`same_owner`]) and match `filter`;
+/// `set` and `filter` take their parameters from `?5` on (`values`, in order). Returns the
+/// rows changed. The renewals (heartbeat, SOP lease) of this very process go through it.
+pub(crate) fn update_owned(
+    conn: &Connection,
+    table: &str,
+    set: &str,
+    filter: &str,
+    owner: &Owner,
+    values: &[&dyn ToSql],
+) -> rusqlite::Result<usize> {
+    let mine = same_owner(conn, table, 1)?;
+    let o = owner.stored();
+    let mut all: Vec<&dyn ToSql> = vec![&o.pid, &o.boot_id, &o.start, &o.pid_ns];
+    all.extend_from_slice(values);
+    conn.execute(
+        &format!("UPDATE {table} SET {set} WHERE {filter} AND {mine}"),
+        all.as_slice(),
+    )
 }
 
 /// Who runs something: a process of one boot of one machine, as it registers its own rows
@@ -849,22 +870,13 @@ impl ControlPlane {
     /// calls it every [`HEARTBEAT`]; returns the rows renewed.
     pub fn heartbeat(&self, owner: &Owner) -> Result<usize, ControlPlaneError> {
         self.writable()?;
-        let conn = self.conn();
-        let mine = same_owner(&conn, "runs", 1).map_err(|e| self.err(e))?;
-        let o = owner.stored();
-        conn.execute(
-            &format!(
-                "UPDATE runs SET heartbeat_at = ?5, beat_ms = ?6
-                 WHERE state = 'running' AND {mine}"
-            ),
-            params![
-                o.pid,
-                o.boot_id,
-                o.start,
-                o.pid_ns,
-                timefmt::format(timefmt::now()),
-                monotonic_ms()
-            ],
+        update_owned(
+            &self.conn(),
+            "runs",
+            "heartbeat_at = ?5, beat_ms = ?6",
+            "state = 'running'",
+            owner,
+            params![timefmt::format(timefmt::now()), monotonic_ms()],
         )
         .map_err(|e| self.err(e))
     }

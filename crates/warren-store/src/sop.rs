@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
-use crate::control_plane::{Owner, StoredOwner, open_owner_store, owner_columns, same_owner};
+use crate::control_plane::{Owner, StoredOwner, open_owner_store, owner_columns, update_owned};
 use crate::sqlite_util::{SharedConn, Sync};
 use crate::timefmt;
 
@@ -482,19 +482,18 @@ impl SopStore {
         self.get(id)
     }
 
-    /// Extends the lease of `owner`'s active runs: those of this very process ([`same_owner`]),
-    /// not an earlier one's that had its PID, whose lease must run out.
+    /// Extends the lease of `owner`'s active runs: those of this very process
+    /// ([`same_owner`](crate::control_plane::same_owner)), not an earlier one's that had its
+    /// PID, whose lease must run out.
     pub fn renew(&self, owner: &Owner, lease_ms: i64) -> Result<usize, SopStoreError> {
         self.writable()?;
-        let conn = self.conn();
-        let mine = same_owner(&conn, "runs", 1).map_err(|e| self.err(e))?;
-        let o = owner.stored();
-        conn.execute(
-            &format!(
-                "UPDATE runs SET lease_until_ms = ?5
-                 WHERE {mine} AND status IN ('running', 'waiting')"
-            ),
-            params![o.pid, o.boot_id, o.start, o.pid_ns, now_ms() + lease_ms],
+        update_owned(
+            &self.conn(),
+            "runs",
+            "lease_until_ms = ?5",
+            "status IN ('running', 'waiting')",
+            owner,
+            params![now_ms() + lease_ms],
         )
         .map_err(|e| self.err(e))
     }

@@ -19,28 +19,11 @@ use warren_store::control_plane::{
 };
 
 use crate::common::{
-    DeadNamespace, LiveNamespace, Proc, old_file, or_skip, sleep_program, version,
+    DeadNamespace, LiveNamespace, Plane, Proc, old_file, or_skip, pairs, reaped, sleep_program,
+    states, version,
 };
 
 type R = Result<(), Box<dyn std::error::Error>>;
-
-/// `(id, state)` of every row, by id.
-fn states(cp: &ControlPlane) -> Vec<(String, String)> {
-    let mut rows: Vec<_> = cp
-        .list(None, 100)
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.id, r.state))
-        .collect();
-    rows.sort();
-    rows
-}
-
-fn pairs(rows: &[(&str, &str)]) -> Vec<(String, String)> {
-    rows.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
-}
 
 /// `owner_start` of row `id`, read by another connection.
 fn recorded_start(db: &Path, id: &str) -> Option<u64> {
@@ -56,9 +39,7 @@ fn recorded_start(db: &Path, id: &str) -> Option<u64> {
 
 #[test]
 fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_not_issue17() -> R {
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
+    let Plane { dir, db, cp, .. } = &Plane::empty();
     let sleep = sleep_program();
     // The live owner runs under a command name with spaces and parentheses (its `stat` line
     // must be read after the last `)`).
@@ -68,7 +49,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
     // A daemon that registers its run and then dies (SIGKILL: it never ends the row).
     let crashed = Proc::spawn(&sleep);
     cp.register("crashed", "cron", "main", "cron:a", &crashed.owner())?;
-    let crashed_start = recorded_start(&db, "crashed");
+    let crashed_start = recorded_start(db, "crashed");
     assert_eq!(crashed_start, process_start(crashed.pid()));
     assert!(crashed_start.is_some());
     drop(crashed);
@@ -83,7 +64,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
         unrelated_start != crashed_start,
         "started {crashed_start:?} and {unrelated_start:?}"
     );
-    Connection::open(&db)?.execute(
+    Connection::open(db)?.execute(
         "UPDATE runs SET owner_pid = ?1 WHERE id = 'crashed'",
         params![unrelated.pid()],
     )?;
@@ -94,16 +75,16 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
 
     // The unrelated process's own run, and a row of schema 1 (no start time) of the same PID.
     cp.register("live", "cron", "main", "cron:b", &unrelated.owner())?;
-    assert_eq!(recorded_start(&db, "live"), unrelated_start);
+    assert_eq!(recorded_start(db, "live"), unrelated_start);
     cp.register("old-row", "cron", "main", "cron:c", &unrelated.owner())?;
-    Connection::open(&db)?.execute(
+    Connection::open(db)?.execute(
         "UPDATE runs SET owner_start = NULL WHERE id = 'old-row'",
         [],
     )?;
 
     assert_eq!(cp.reap()?, vec!["crashed".to_string()]);
     assert_eq!(
-        states(&cp),
+        states(cp),
         pairs(&[
             ("crashed", "lost"),
             ("live", "running"),
@@ -131,9 +112,7 @@ fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_and_a_live_owner_is_
     let live_pid = unrelated.pid();
     drop(unrelated);
     assert_eq!(process_start(live_pid), None);
-    let mut reaped = cp.reap()?;
-    reaped.sort();
-    assert_eq!(reaped, vec!["live".to_string(), "old-row".to_string()]);
+    assert_eq!(reaped(cp), vec!["live".to_string(), "old-row".to_string()]);
     Ok(())
 }
 
@@ -239,12 +218,8 @@ fn a_run_of_another_live_pid_namespace_is_not_reaped_by_a_pid_of_another_start_t
     // another process here, started at another time: that proves nothing about the daemon,
     // which may well be running.
     let test = "a_run_of_another_live_pid_namespace_is_not_reaped";
-    let Some(container_ns) = or_skip(test, LiveNamespace::spawn()) else {
-        return Ok(());
-    };
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
+    let container_ns = or_skip!(test, LiveNamespace::spawn());
+    let Plane { cp, conn, .. } = &Plane::empty();
     let here = Proc::sleep();
     let zero_boot = Owner {
         pid: here.pid(),
@@ -262,7 +237,6 @@ fn a_run_of_another_live_pid_namespace_is_not_reaped_by_a_pid_of_another_start_t
     assert_eq!(cp.get("ours")?.unwrap().owner, here.owner().stored());
     // Every row's PID is held by a process that started at another time than its owner; the
     // namespace differs where the row says so (NULL: a row written before namespaces).
-    let conn = Connection::open(&db)?;
     conn.execute("UPDATE runs SET owner_start = owner_start - 1", [])?;
     conn.execute(
         "UPDATE runs SET owner_ns = ?1 WHERE id IN ('container', 'other-boot', 'mine-elsewhere')",
@@ -288,13 +262,11 @@ fn a_run_of_another_live_pid_namespace_is_not_reaped_by_a_pid_of_another_start_t
         "a live namespace of another than ours cannot be judged by PID"
     );
 
-    let mut reaped = cp.reap()?;
-    reaped.sort();
-    assert_eq!(reaped, vec!["no-namespace", "other-boot", "ours"]);
+    assert_eq!(reaped(cp), vec!["no-namespace", "other-boot", "ours"]);
     // At start, a row of this PID in another namespace is not an earlier process of ours.
     assert_eq!(cp.reap_at_start()?, Vec::<String>::new());
     assert_eq!(
-        states(&cp),
+        states(cp),
         pairs(&[
             ("container", "running"),
             ("mine-elsewhere", "running"),
@@ -308,9 +280,7 @@ fn a_run_of_another_live_pid_namespace_is_not_reaped_by_a_pid_of_another_start_t
     // heartbeat_owner).
     let _stopped = container_ns.kill();
     conn.execute("UPDATE runs SET beat_ms = NULL", [])?;
-    let mut reaped = cp.reap()?;
-    reaped.sort();
-    assert_eq!(reaped, vec!["container", "mine-elsewhere"]);
+    assert_eq!(reaped(cp), vec!["container", "mine-elsewhere"]);
     Ok(())
 }
 
@@ -321,16 +291,9 @@ fn a_run_of_a_pid_namespace_no_process_is_in_is_reaped_though_its_pid_is_ours_is
     // same boot. The old one's rows name a namespace no process is in any more: their owner is
     // gone, whatever the PID number (ours) and start time say.
     let test = "a_run_of_a_pid_namespace_no_process_is_in_is_reaped";
-    let Some(old_container) = or_skip(test, DeadNamespace::new()) else {
-        return Ok(());
-    };
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
-    for id in ["pid-1", "same-start", "ours"] {
-        cp.register(id, "cron", "main", "cron:a", &Owner::current())?;
-    }
-    let conn = Connection::open(&db)?;
+    let old_container = or_skip!(test, DeadNamespace::new());
+    let Plane { cp, conn, .. } =
+        &Plane::with_cron_runs(&["pid-1", "same-start", "ours"], &Owner::current());
     conn.execute(
         "UPDATE runs SET owner_ns = ?1 WHERE id IN ('pid-1', 'same-start')",
         params![old_container.ns],
@@ -352,11 +315,9 @@ fn a_run_of_a_pid_namespace_no_process_is_in_is_reaped_though_its_pid_is_ours_is
     );
     assert!(!gone.is_alive(), "no process is in {}", old_container.ns);
 
-    let mut reaped = cp.reap()?;
-    reaped.sort();
-    assert_eq!(reaped, vec!["pid-1", "same-start"]);
+    assert_eq!(reaped(cp), vec!["pid-1", "same-start"]);
     assert_eq!(
-        states(&cp),
+        states(cp),
         pairs(&[
             ("ours", "running"),
             ("pid-1", "lost"),

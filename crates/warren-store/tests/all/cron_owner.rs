@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
+use rusqlite::types::FromSql;
 use rusqlite::{Connection, params};
 use warren_store::control_plane::{Owner, boot_id, pid_namespace, process_start};
 use warren_store::cron::{CronError, CronStore, Job, Run};
@@ -53,19 +54,12 @@ pub(crate) fn job(name: &str) -> Job {
     }
 }
 
-/// A store at `<dir>/cron/jobs.db` with two jobs. `crashed`: a daemon claimed it for run `r1`
+/// `(dir, db, store, reused)`: a store at `<dir>/cron/jobs.db` with two jobs. `crashed`: a daemon claimed it for run `r1`
 /// and then died (SIGKILL: it never finished the run), its PID now held by `reused`, an unrelated
 /// process started later (the rows are pointed at the new process's PID, as the kernel's reuse
 /// would leave them). `live`: claimed for run `r2` by that process itself, with its own start
 /// time.
-struct CrashedAndLive {
-    _dir: tempfile::TempDir,
-    db: PathBuf,
-    store: CronStore,
-    reused: Proc,
-}
-
-fn crashed_and_live() -> CrashedAndLive {
+fn crashed_and_live() -> (tempfile::TempDir, PathBuf, CronStore, Proc) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cron").join("jobs.db");
     let store = CronStore::open(&db).unwrap();
@@ -93,12 +87,7 @@ fn crashed_and_live() -> CrashedAndLive {
     store
         .claim("live", "r2", "schedule", None, &reused.owner(), None)
         .unwrap();
-    CrashedAndLive {
-        _dir: dir,
-        db,
-        store,
-        reused,
-    }
+    (dir, db, store, reused)
 }
 
 fn status(store: &CronStore, run: &str) -> Option<String> {
@@ -109,38 +98,22 @@ fn lock(store: &CronStore, job: &str) -> Option<String> {
     store.get(job).unwrap().and_then(|j| j.lock_run)
 }
 
-/// `(jobs.lock_start, runs.owner_start)` of `job` and `run`, read by another connection.
-fn recorded_starts(db: &Path, job: &str, run: &str) -> (Option<u64>, Option<u64>) {
+/// `(jobs.lock_<what>, runs.owner_<what>)` of `job` and `run` (`what`: `start` or `ns`), read
+/// by another connection.
+fn recorded<T: FromSql>(db: &Path, what: &str, job: &str, run: &str) -> (Option<T>, Option<T>) {
     let conn = Connection::open(db).unwrap();
-    let start = |sql: &str, key: &str| -> Option<u64> {
-        conn.query_row(sql, params![key], |r| r.get(0)).unwrap()
+    let column = |sql: String, key: &str| -> Option<T> {
+        conn.query_row(&sql, params![key], |r| r.get(0)).unwrap()
     };
     (
-        start("SELECT lock_start FROM jobs WHERE name = ?1", job),
-        start("SELECT owner_start FROM runs WHERE id = ?1", run),
-    )
-}
-
-/// `(jobs.lock_ns, runs.owner_ns)` of `job` and `run`, read by another connection.
-fn recorded_namespaces(db: &Path, job: &str, run: &str) -> (Option<String>, Option<String>) {
-    let conn = Connection::open(db).unwrap();
-    let ns = |sql: &str, key: &str| -> Option<String> {
-        conn.query_row(sql, params![key], |r| r.get(0)).unwrap()
-    };
-    (
-        ns("SELECT lock_ns FROM jobs WHERE name = ?1", job),
-        ns("SELECT owner_ns FROM runs WHERE id = ?1", run),
+        column(format!("SELECT lock_{what} FROM jobs WHERE name = ?1"), job),
+        column(format!("SELECT owner_{what} FROM runs WHERE id = ?1"), run),
     )
 }
 
 #[test]
 fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lock_issue17() -> R {
-    let CrashedAndLive {
-        _dir,
-        db,
-        store,
-        reused,
-    } = crashed_and_live();
+    let (_dir, db, store, reused) = crashed_and_live();
 
     // The dead daemon's lock is gone: the job fires again, its run is lost.
     let me = Owner::current();
@@ -160,15 +133,12 @@ fn a_job_locked_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_its_lo
     // Each claim recorded its owner's start time, in the lock and in the run.
     let mine = process_start(me.pid);
     assert!(mine.is_some());
-    assert_eq!(recorded_starts(&db, "crashed", "r3"), (mine, mine));
+    assert_eq!(recorded(&db, "start", "crashed", "r3"), (mine, mine));
     let theirs = process_start(reused.pid());
-    assert_eq!(recorded_starts(&db, "live", "r2"), (theirs, theirs));
+    assert_eq!(recorded(&db, "start", "live", "r2"), (theirs, theirs));
     let ours = pid_namespace();
     assert!(ours.is_some());
-    assert_eq!(
-        recorded_namespaces(&db, "crashed", "r3"),
-        (ours.clone(), ours)
-    );
+    assert_eq!(recorded(&db, "ns", "crashed", "r3"), (ours.clone(), ours));
     Ok(())
 }
 
@@ -194,15 +164,8 @@ fn a_lock_of_another_live_pid_namespace_is_not_taken_by_a_pid_of_another_start_t
     // which proves nothing about the daemon.
     // `reused` is bound: it must live through the test (an unbound field is dropped at once).
     let test = "a_lock_of_another_live_pid_namespace_is_not_taken";
-    let Some(container) = or_skip(test, LiveNamespace::spawn()) else {
-        return Ok(());
-    };
-    let CrashedAndLive {
-        _dir,
-        db,
-        store,
-        reused: _reused,
-    } = crashed_and_live();
+    let container = or_skip!(test, LiveNamespace::spawn());
+    let (_dir, db, store, _reused) = crashed_and_live();
     lock_in_namespace(&db, Some(&container.ns));
 
     assert_eq!(store.reap()?, Vec::<String>::new());
@@ -228,17 +191,10 @@ fn a_lock_of_a_pid_namespace_no_process_is_in_is_taken_though_its_pid_is_ours_is
     // namespace no process is in any more, so the job fires again and the run is lost
     // (before: locked until the machine rebooted).
     let test = "a_lock_of_a_pid_namespace_no_process_is_in_is_taken";
-    let Some(old_container) = or_skip(test, DeadNamespace::new()) else {
-        return Ok(());
-    };
+    let old_container = or_skip!(test, DeadNamespace::new());
     let me = Owner::current();
     for reap_first in [false, true] {
-        let CrashedAndLive {
-            _dir,
-            db,
-            store,
-            reused: _reused,
-        } = crashed_and_live();
+        let (_dir, db, store, _reused) = crashed_and_live();
         let conn = Connection::open(&db)?;
         for pid in [
             "UPDATE jobs SET lock_pid = ?1 WHERE name = 'crashed'",
@@ -264,12 +220,7 @@ fn a_lock_of_a_pid_namespace_no_process_is_in_is_taken_though_its_pid_is_ours_is
 #[test]
 fn a_run_whose_pid_now_belongs_to_another_process_is_reaped_lost_and_a_live_one_is_not_issue17() -> R
 {
-    let CrashedAndLive {
-        _dir,
-        store,
-        reused,
-        ..
-    } = crashed_and_live();
+    let (_dir, _, store, reused) = crashed_and_live();
 
     assert_eq!(store.reap()?, vec!["r1".to_string()]);
     assert_eq!(status(&store, "r1").as_deref(), Some("lost"));
@@ -415,12 +366,12 @@ fn a_cron_store_of_schema_1_is_upgraded_in_place_and_keeps_its_jobs_and_runs_iss
         ("idle", "r-done"),
     ] {
         assert_eq!(
-            recorded_starts(&db, job, run),
+            recorded::<u64>(&db, "start", job, run),
             (None, None),
             "{job}: schema 1 knew no start"
         );
         assert_eq!(
-            recorded_namespaces(&db, job, run),
+            recorded::<String>(&db, "ns", job, run),
             (None, None),
             "{job}: schema 1 knew no namespace"
         );
@@ -443,9 +394,9 @@ fn a_cron_store_of_schema_1_is_upgraded_in_place_and_keeps_its_jobs_and_runs_iss
     store.claim("idle", "r-new", "manual", None, &me_now, None)?;
     let mine = process_start(me);
     assert!(mine.is_some());
-    assert_eq!(recorded_starts(&db, "idle", "r-new"), (mine, mine));
+    assert_eq!(recorded(&db, "start", "idle", "r-new"), (mine, mine));
     assert_eq!(
-        recorded_namespaces(&db, "idle", "r-new"),
+        recorded(&db, "ns", "idle", "r-new"),
         (pid_namespace(), pid_namespace())
     );
     drop(store);

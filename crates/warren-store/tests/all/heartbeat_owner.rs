@@ -12,10 +12,12 @@ use std::path::Path;
 
 use pretty_assertions::assert_eq;
 use rusqlite::{Connection, params};
-use warren_store::control_plane::{ControlPlane, HEARTBEAT_STALE, Owner, monotonic_ms};
+use warren_store::control_plane::{HEARTBEAT_STALE, Owner, monotonic_ms};
 use warren_store::cron::{CronError, CronStore};
 
-use crate::common::{DeadNamespace, LiveNamespace, Proc, or_skip};
+use crate::common::{
+    Cron, DeadNamespace, LiveNamespace, Plane, Proc, or_skip, pairs, reaped, states,
+};
 use crate::cron_owner::job;
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -29,29 +31,23 @@ fn stale() -> i64 {
     monotonic_ms() - i64::try_from(HEARTBEAT_STALE.as_millis()).unwrap() - 5000
 }
 
-fn states(cp: &ControlPlane) -> Vec<(String, String)> {
-    let mut rows: Vec<_> = cp
-        .list(None, 100)
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.id, r.state))
-        .collect();
-    rows.sort();
-    rows
-}
-
-fn pairs(rows: &[(&str, &str)]) -> Vec<(String, String)> {
-    rows.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
-}
-
 /// The heartbeat of `id` in `beats`, checked to be one renewed since `before`.
 fn renewed(before: i64, beats: &[(String, Option<i64>)], id: &str) -> i64 {
     let beat = beats.iter().find(|(i, _)| i == id).and_then(|(_, b)| *b);
     let beat = beat.unwrap_or_else(|| panic!("{id} has no heartbeat"));
     assert!((before..=monotonic_ms()).contains(&beat), "{id}: {beat}");
     beat
+}
+
+/// Sets the heartbeat of each run, as its owner (or a version that did not beat) left it.
+fn set_beats(conn: &Connection, beats: &[(&str, Option<i64>)]) {
+    for (id, at) in beats {
+        conn.execute(
+            "UPDATE runs SET beat_ms = ?2 WHERE id = ?1",
+            params![id, at],
+        )
+        .unwrap();
+    }
 }
 
 fn heartbeats(db: &Path) -> Vec<(String, Option<i64>)> {
@@ -68,38 +64,29 @@ fn heartbeats(db: &Path) -> Vec<(String, Option<i64>)> {
 #[test]
 fn a_run_of_another_live_pid_namespace_is_reaped_once_its_heartbeat_is_stale() -> R {
     let test = "a_run_of_another_live_pid_namespace_is_reaped_once_its_heartbeat_is_stale";
-    let Some(container) = or_skip(test, LiveNamespace::spawn()) else {
-        return Ok(());
-    };
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
+    let container = or_skip!(test, LiveNamespace::spawn());
     let here = Proc::sleep();
     let dead = Proc::sleep();
-    for id in ["fresh", "stale", "never"] {
-        cp.register(id, "cron", "main", "cron:a", &here.owner())?;
-    }
+    let Plane { cp, conn, .. } =
+        &Plane::with_cron_runs(&["fresh", "stale", "never"], &here.owner());
     cp.register("dead-fresh", "cron", "main", "cron:a", &dead.owner())?;
     drop(dead);
-    let conn = Connection::open(&db)?;
     // The daemon in the container wrote these rows (its PID names another process here) and
     // renewed two of them: one a moment ago, one before it stopped (killed, hung) long ago.
     conn.execute(
         "UPDATE runs SET owner_ns = ?1 WHERE id IN ('fresh', 'stale', 'never')",
         params![container.ns],
     )?;
-    for (id, at) in [
-        ("fresh", Some(fresh())),
-        ("stale", Some(stale())),
-        ("dead-fresh", Some(fresh())),
-        // Written by a version that did not beat.
-        ("never", None),
-    ] {
-        conn.execute(
-            "UPDATE runs SET beat_ms = ?2 WHERE id = ?1",
-            params![id, at],
-        )?;
-    }
+    set_beats(
+        conn,
+        &[
+            ("fresh", Some(fresh())),
+            ("stale", Some(stale())),
+            ("dead-fresh", Some(fresh())),
+            // Written by a version that did not beat.
+            ("never", None),
+        ],
+    );
     let stale_run = cp.get("stale")?.unwrap();
     assert!(
         stale_run.owner.is_alive(),
@@ -112,11 +99,9 @@ fn a_run_of_another_live_pid_namespace_is_reaped_once_its_heartbeat_is_stale() -
     assert!(cp.get("fresh")?.unwrap().owner_alive());
 
     // A heartbeat never revives an owner of our namespace whose process is gone.
-    let mut reaped = cp.reap()?;
-    reaped.sort();
-    assert_eq!(reaped, vec!["dead-fresh", "stale"]);
+    assert_eq!(reaped(cp), vec!["dead-fresh", "stale"]);
     assert_eq!(
-        states(&cp),
+        states(cp),
         pairs(&[
             ("dead-fresh", "lost"),
             ("fresh", "running"),
@@ -130,16 +115,12 @@ fn a_run_of_another_live_pid_namespace_is_reaped_once_its_heartbeat_is_stale() -
 #[test]
 fn a_lock_of_another_live_pid_namespace_is_taken_once_its_heartbeat_is_stale() -> R {
     let test = "a_lock_of_another_live_pid_namespace_is_taken_once_its_heartbeat_is_stale";
-    let Some(container) = or_skip(test, LiveNamespace::spawn()) else {
-        return Ok(());
-    };
+    let container = or_skip!(test, LiveNamespace::spawn());
     let dir = tempfile::tempdir()?;
-    let db = dir.path().join("cron").join("jobs.db");
-    let store = CronStore::open(&db)?;
+    let Cron { store, conn } = &Cron::open(dir.path());
     store.insert(&job("nightly"))?;
     let here = Proc::sleep();
     store.claim("nightly", "r1", "schedule", None, &here.owner(), None)?;
-    let conn = Connection::open(&db)?;
     conn.execute("UPDATE jobs SET lock_ns = ?1", params![container.ns])?;
     conn.execute("UPDATE runs SET owner_ns = ?1", params![container.ns])?;
     let me = Owner::current();
@@ -150,15 +131,15 @@ fn a_lock_of_another_live_pid_namespace_is_taken_once_its_heartbeat_is_stale() -
         other => panic!("expected Held, got {other:?}"),
     };
     // The heartbeat the claim set: held.
-    held(&store, "r2");
+    held(store, "r2");
     assert_eq!(store.reap()?, Vec::<String>::new());
     // No heartbeat (a lock of an older version): held, as before.
     conn.execute("UPDATE jobs SET lock_beat_ms = NULL", [])?;
-    held(&store, "r2");
+    held(store, "r2");
     assert_eq!(store.reap()?, Vec::<String>::new());
     // The holder renews it: held.
     conn.execute("UPDATE jobs SET lock_beat_ms = ?1", params![fresh()])?;
-    held(&store, "r3");
+    held(store, "r3");
     assert_eq!(store.reap()?, Vec::<String>::new());
     // The holder stopped renewing it: the reaper and a claim both take it.
     conn.execute("UPDATE jobs SET lock_beat_ms = ?1", params![stale()])?;
@@ -189,9 +170,7 @@ fn a_lock_of_another_live_pid_namespace_is_taken_once_its_heartbeat_is_stale() -
 
 #[test]
 fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> R {
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
+    let Plane { dir, db, cp, conn } = &Plane::empty();
     let me = Owner::current();
     let other = Proc::sleep();
     for id in ["mine", "mine-ended", "earlier-same-pid"] {
@@ -199,7 +178,6 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
     }
     cp.register("other", "delegate", "main", "delegate:x", &other.owner())?;
     cp.finish("mine-ended", "ok", None)?;
-    let conn = Connection::open(&db)?;
     // A process that had our PID before (another start time): its heartbeat must age.
     conn.execute(
         "UPDATE runs SET owner_start = owner_start - 1 WHERE id = 'earlier-same-pid'",
@@ -209,9 +187,9 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
     conn.execute("UPDATE runs SET beat_ms = NULL", [])?;
     let before = monotonic_ms();
     assert_eq!(cp.heartbeat(&me)?, 1);
-    let now = renewed(before, &heartbeats(&db), "mine");
+    let now = renewed(before, &heartbeats(db), "mine");
     assert_eq!(
-        heartbeats(&db),
+        heartbeats(db),
         vec![
             ("earlier-same-pid".to_string(), None),
             ("mine".to_string(), Some(now)),
@@ -220,15 +198,13 @@ fn a_heartbeat_renews_only_the_running_rows_and_locks_of_this_very_process() -> 
         ]
     );
 
-    let cron_db = dir.path().join("cron").join("jobs.db");
-    let store = CronStore::open(&cron_db)?;
+    let Cron { store, conn: cron } = &Cron::open(dir.path());
     for name in ["mine", "other", "earlier", "free"] {
         store.insert(&job(name))?;
     }
     store.claim("mine", "m", "schedule", None, &me, None)?;
     store.claim("earlier", "e", "schedule", None, &me, None)?;
     store.claim("other", "o", "schedule", None, &other.owner(), None)?;
-    let cron = Connection::open(&cron_db)?;
     cron.execute(
         "UPDATE jobs SET lock_start = lock_start - 1 WHERE name = 'earlier'",
         [],
@@ -275,45 +251,32 @@ fn a_run_and_a_lock_of_a_namespace_the_scan_cannot_find_are_kept_while_they_beat
     // killed container's does). Only the heartbeat tells a live sibling from a dead container;
     // before, the daemon's tick marked the sibling's run `lost` and freed its lock within 30 s.
     let test = "a_run_and_a_lock_of_a_namespace_the_scan_cannot_find_are_kept_while_they_beat";
-    let Some(sibling) = or_skip(test, DeadNamespace::new()) else {
-        return Ok(());
-    };
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
-    for id in ["beating", "stale", "never"] {
-        cp.register(id, "cron", "main", "cron:a", &Owner::current())?;
-    }
-    let conn = Connection::open(&db)?;
+    let sibling = or_skip!(test, DeadNamespace::new());
+    let Plane { dir, cp, conn, .. } =
+        &Plane::with_cron_runs(&["beating", "stale", "never"], &Owner::current());
     conn.execute("UPDATE runs SET owner_ns = ?1", params![sibling.ns])?;
-    for (id, at) in [
-        ("beating", Some(fresh())),
-        ("stale", Some(stale())),
-        // Written by a version that did not beat: the scan's verdict stands.
-        ("never", None),
-    ] {
-        conn.execute(
-            "UPDATE runs SET beat_ms = ?2 WHERE id = ?1",
-            params![id, at],
-        )?;
-    }
+    set_beats(
+        conn,
+        &[
+            ("beating", Some(fresh())),
+            ("stale", Some(stale())),
+            // Written by a version that did not beat: the scan's verdict stands.
+            ("never", None),
+        ],
+    );
     assert!(cp.get("beating")?.unwrap().owner_alive());
-    let mut reaped = cp.reap()?;
-    reaped.sort();
-    assert_eq!(reaped, vec!["never", "stale"]);
+    assert_eq!(reaped(cp), vec!["never", "stale"]);
     assert_eq!(
-        states(&cp),
+        states(cp),
         pairs(&[("beating", "running"), ("never", "lost"), ("stale", "lost")])
     );
     // Its owner stops beating (the sibling container was killed): reaped.
     conn.execute("UPDATE runs SET beat_ms = ?1", params![stale()])?;
     assert_eq!(cp.reap()?, vec!["beating"]);
 
-    let cron_db = dir.path().join("cron").join("jobs.db");
-    let store = CronStore::open(&cron_db)?;
+    let Cron { store, conn: cron } = &Cron::open(dir.path());
     store.insert(&job("nightly"))?;
     store.claim("nightly", "r1", "manual", None, &Owner::current(), None)?;
-    let cron = Connection::open(&cron_db)?;
     cron.execute("UPDATE jobs SET lock_ns = ?1", params![sibling.ns])?;
     cron.execute("UPDATE runs SET owner_ns = ?1", params![sibling.ns])?;
     let other = Proc::sleep();
@@ -342,20 +305,17 @@ fn a_run_just_registered_or_resumed_and_a_lock_just_claimed_have_a_heartbeat() -
     // A process killed before its first tick (30 s) left rows without a heartbeat, judged by
     // the old rule: a cannot-tell owner alive until a reboot. A resumed row kept the dead
     // owner's stale heartbeat, so the new owner's run was reaped at once.
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
+    let Plane { dir, db, cp, conn } = &Plane::empty();
     let me = Owner::current();
     cp.register("new", "delegate", "main", "delegate:x", &me)?;
     cp.register("sop-1", "sop", "main", "sop:x", &me)?;
-    let conn = Connection::open(&db)?;
     conn.execute(
         "UPDATE runs SET state = 'lost', beat_ms = ?1 WHERE id = 'sop-1'",
         params![stale()],
     )?;
     cp.resume("sop-1", "sop", "main", "sop:x", &me)?;
     cp.resume("sop-2", "sop", "main", "sop:x", &me)?;
-    for (id, at) in heartbeats(&db) {
+    for (id, at) in heartbeats(db) {
         let age = age(at);
         assert!(
             age.is_some_and(|ms| (0..5000).contains(&ms)),
@@ -363,11 +323,10 @@ fn a_run_just_registered_or_resumed_and_a_lock_just_claimed_have_a_heartbeat() -
         );
     }
 
-    let cron_db = dir.path().join("cron").join("jobs.db");
-    let store = CronStore::open(&cron_db)?;
+    let Cron { store, conn } = &Cron::open(dir.path());
     store.insert(&job("nightly"))?;
     store.claim("nightly", "r1", "manual", None, &me, None)?;
-    let beat: Option<i64> = Connection::open(&cron_db)?.query_row(
+    let beat: Option<i64> = conn.query_row(
         "SELECT lock_beat_ms FROM jobs WHERE name = 'nightly'",
         [],
         |r| r.get(0),
@@ -386,19 +345,12 @@ fn a_heartbeat_is_judged_on_the_monotonic_clock_not_the_wall_clock() -> R {
     // forward (its last beat an hour "ago") and a dead one fresh after a step back (its last
     // beat in the "future"). The monotonic beat decides; the wall-clock text is for people.
     let test = "a_heartbeat_is_judged_on_the_monotonic_clock_not_the_wall_clock";
-    let Some(container) = or_skip(test, LiveNamespace::spawn()) else {
-        return Ok(());
-    };
-    let dir = tempfile::tempdir()?;
-    let db = dir.path().join("data").join("control_plane.db");
-    let cp = ControlPlane::open(&db)?;
+    let container = or_skip!(test, LiveNamespace::spawn());
     let here = Proc::sleep();
-    for id in ["stepped-forward", "stepped-back"] {
-        cp.register(id, "cron", "main", "cron:a", &here.owner())?;
-    }
+    let Plane { cp, conn, .. } =
+        &Plane::with_cron_runs(&["stepped-forward", "stepped-back"], &here.owner());
     let hour = time::Duration::hours(1);
     let now = warren_store::timefmt::now();
-    let conn = Connection::open(&db)?;
     conn.execute("UPDATE runs SET owner_ns = ?1", params![container.ns])?;
     for (id, wall, beat) in [
         ("stepped-forward", now - hour, fresh()),
@@ -411,7 +363,7 @@ fn a_heartbeat_is_judged_on_the_monotonic_clock_not_the_wall_clock() -> R {
     }
     assert_eq!(cp.reap()?, vec!["stepped-back"]);
     assert_eq!(
-        states(&cp),
+        states(cp),
         pairs(&[("stepped-back", "lost"), ("stepped-forward", "running")])
     );
     Ok(())

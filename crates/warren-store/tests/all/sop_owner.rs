@@ -43,18 +43,11 @@ fn start(store: &SopStore, id: &str, owner: &Owner) -> SopRun {
     store.start(&run, owner).unwrap()
 }
 
-/// A store at `<dir>/sop/runs.db` with two runs. `r1`: started by a process that then died
+/// `(dir, db, store, reused)`: a store at `<dir>/sop/runs.db` with two runs. `r1`: started by a process that then died
 /// (SIGKILL: it never finished the run), its PID now held by `reused`, an unrelated process
 /// started later (the row is pointed at the new process's PID, as the kernel's reuse would leave
 /// it). `r2`: started by that process itself, with its own start time.
-struct CrashedAndLive {
-    dir: tempfile::TempDir,
-    db: PathBuf,
-    store: SopStore,
-    reused: Proc,
-}
-
-fn crashed_and_live() -> CrashedAndLive {
+fn crashed_and_live() -> (tempfile::TempDir, PathBuf, SopStore, Proc) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sop").join("runs.db");
     let store = SopStore::open(&db).unwrap();
@@ -76,12 +69,7 @@ fn crashed_and_live() -> CrashedAndLive {
         "by PID and boot alone the dead owner still looks alive"
     );
     start(&store, "r2", &reused.owner());
-    CrashedAndLive {
-        dir,
-        db,
-        store,
-        reused,
-    }
+    (dir, db, store, reused)
 }
 
 /// `(owner_start, owner_ns)` of run `id`, read by another connection.
@@ -111,12 +99,7 @@ fn events(store: &SopStore, id: &str) -> Vec<String> {
 
 #[test]
 fn a_sop_run_claimed_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_it_issue17() -> R {
-    let CrashedAndLive {
-        dir: _dir,
-        db,
-        store,
-        reused,
-    } = crashed_and_live();
+    let (_dir, db, store, reused) = crashed_and_live();
 
     // The dead owner's run is taken over at once, its lease notwithstanding.
     let me = Owner::current();
@@ -147,12 +130,7 @@ fn a_sop_run_claimed_by_a_reused_pid_is_claimable_again_and_a_live_owner_keeps_i
 
 #[test]
 fn a_lease_renewal_reaches_only_the_runs_of_the_same_process_issue17() -> R {
-    let CrashedAndLive {
-        dir: _dir,
-        db,
-        store,
-        reused,
-    } = crashed_and_live();
+    let (_dir, db, store, reused) = crashed_and_live();
 
     // The process that now has the dead owner's PID renews its own run only: the dead owner's
     // lease runs out as it would have.

@@ -1,6 +1,7 @@
 //! Helpers shared by the store's test files: a real child process to own rows (issue 17's
-//! owner start time and PID namespace), and the files an older warren wrote (schema 1) for the
-//! migration tests.
+//! owner start time and PID namespace), a control plane and a cron store in a fresh directory
+//! with a second connection to write rows as another process or version would have, and the
+//! files an older warren wrote (schema 1) for the migration tests.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use warren_store::control_plane::{Owner, StoredOwner, boot_id, pid_namespace};
+use tempfile::TempDir;
+use warren_store::control_plane::{ControlPlane, Owner, StoredOwner, boot_id, pid_namespace};
+use warren_store::cron::CronStore;
 
 /// A child process (`program 30`, a `sleep`) that is killed and waited for when dropped (also
 /// when a test fails).
@@ -155,17 +158,21 @@ impl DeadNamespace {
     }
 }
 
-/// `made`, or `None` after printing why the calling test cannot run here (it then passes
-/// without asserting: a skip that says so, not a silent one).
-pub fn or_skip<T>(test: &str, made: Result<T, Unsupported>) -> Option<T> {
-    match made {
-        Ok(made) => Some(made),
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            None
+/// `made` (a `Result<T, Unsupported>`)'s value; or, after printing why the calling test cannot
+/// run here, a return of `Ok(())` from it: it passes without asserting (a skip that says so, not
+/// a silent one).
+macro_rules! or_skip {
+    ($test:expr, $made:expr) => {
+        match $made {
+            Ok(made) => made,
+            Err(why) => {
+                eprintln!("SKIPPED {}: {why}", $test);
+                return Ok(());
+            }
         }
-    }
+    };
 }
+pub(crate) use or_skip;
 
 /// The first child of process `pid` (`/proc/<pid>/task/<pid>/children`).
 fn child_of(pid: u32) -> Option<u32> {
@@ -213,4 +220,75 @@ pub fn version(db: &Path) -> i64 {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap()
+}
+
+/// A control plane at `<dir>/data/control_plane.db` of a fresh directory, and a second
+/// connection to its file (rows written as another process or an older version left them).
+pub struct Plane {
+    pub dir: TempDir,
+    pub db: PathBuf,
+    pub cp: ControlPlane,
+    pub conn: Connection,
+}
+
+impl Plane {
+    pub fn empty() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("data").join("control_plane.db");
+        let cp = ControlPlane::open(&db).unwrap();
+        let conn = Connection::open(&db).unwrap();
+        Self { dir, db, cp, conn }
+    }
+
+    /// A new plane with a running cron run (agent `main`, `cron:a`) of `owner` for each of `ids`.
+    pub fn with_cron_runs(ids: &[&str], owner: &Owner) -> Self {
+        let this = Self::empty();
+        for id in ids {
+            this.cp
+                .register(id, "cron", "main", "cron:a", owner)
+                .unwrap();
+        }
+        this
+    }
+}
+
+/// `(id, state)` of every row, by id.
+pub fn states(cp: &ControlPlane) -> Vec<(String, String)> {
+    let mut rows: Vec<_> = cp
+        .list(None, 100)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.state))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// The runs [`ControlPlane::reap`] marks lost, by id.
+pub fn reaped(cp: &ControlPlane) -> Vec<String> {
+    let mut lost = cp.reap().unwrap();
+    lost.sort();
+    lost
+}
+
+/// `(id, state)` pairs as [`states`] returns them.
+pub fn pairs(rows: &[(&str, &str)]) -> Vec<(String, String)> {
+    rows.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// A cron store at `<dir>/cron/jobs.db`, and a second connection to its file.
+pub struct Cron {
+    pub store: CronStore,
+    pub conn: Connection,
+}
+
+impl Cron {
+    pub fn open(dir: &Path) -> Self {
+        let db = dir.join("cron").join("jobs.db");
+        let store = CronStore::open(&db).unwrap();
+        let conn = Connection::open(&db).unwrap();
+        Self { store, conn }
+    }
 }
