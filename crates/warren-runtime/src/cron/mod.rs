@@ -22,7 +22,7 @@ mod probe;
 mod run;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -117,89 +117,6 @@ pub fn reap(root: &InstallRoot) -> Vec<String> {
     lost
 }
 
-/// A store whose rows of this process the heartbeat task renews (and, for the daemon, reaps):
-/// the control plane's runs and the cron store's locks. It names what the log lines say.
-trait Beating: Sized {
-    type Error: std::fmt::Display;
-    /// The reaper, in its error line.
-    const REAPER: &'static str;
-    /// What the reaper found lost, in its warning.
-    const LOST: &'static str;
-    fn exists(path: &Path) -> bool;
-    fn open_writable(path: &Path) -> Result<Self, Self::Error>;
-    fn is_read_only(&self) -> bool;
-    fn beat(&self, owner: &Owner) -> Result<usize, Self::Error>;
-    fn reap_lost(&self) -> Result<Vec<String>, Self::Error>;
-}
-
-/// The two stores' [`Beating`]: their own `open_existing`, `open`, `read_only`, `heartbeat` and
-/// `reap`, and their log texts.
-macro_rules! beating {
-    ($store:ty, $error:ty, $reaper:literal, $lost:literal) => {
-        impl Beating for $store {
-            type Error = $error;
-            const REAPER: &'static str = $reaper;
-            const LOST: &'static str = $lost;
-            fn exists(path: &Path) -> bool {
-                matches!(Self::open_existing(path), Ok(Some(_)))
-            }
-            fn open_writable(path: &Path) -> Result<Self, Self::Error> {
-                Self::open(path)
-            }
-            fn is_read_only(&self) -> bool {
-                self.read_only().is_some()
-            }
-            fn beat(&self, owner: &Owner) -> Result<usize, Self::Error> {
-                self.heartbeat(owner)
-            }
-            fn reap_lost(&self) -> Result<Vec<String>, Self::Error> {
-                self.reap()
-            }
-        }
-    };
-}
-
-beating!(
-    ControlPlane,
-    warren_store::control_plane::ControlPlaneError,
-    "control plane reaper",
-    "background runs lost: their owner exited or stopped renewing its heartbeat"
-);
-beating!(
-    CronStore,
-    CronError,
-    "cron reaper",
-    "cron runs lost: their owner exited or stopped renewing its heartbeat"
-);
-
-/// One tick of the heartbeat task for the store at `path`, held in `slot` between ticks:
-/// opens it once it exists, renews `owner`'s rows, and with `reap` reaps it. Errors are logged:
-/// the next tick tries again.
-fn beat_once<S: Beating>(slot: &mut Option<S>, path: &Path, owner: &Owner, reap: bool) {
-    // A handle opened read-only (its migration failed, e.g. another process held the migration
-    // lock) would refuse every beat for the life of the process: drop it so this tick opens the
-    // file again.
-    if slot.as_ref().is_some_and(S::is_read_only) {
-        *slot = None;
-    }
-    if slot.is_none() && S::exists(path) {
-        *slot = S::open_writable(path)
-            .inspect_err(|e| tracing::error!("heartbeat: {e}"))
-            .ok();
-    }
-    let Some(store) = slot else { return };
-    if let Err(e) = store.beat(owner) {
-        tracing::error!("heartbeat: {e}");
-    }
-    if reap {
-        match store.reap_lost() {
-            Ok(lost) if !lost.is_empty() => tracing::warn!(runs = ?lost, "{}", S::LOST),
-            Ok(_) => {}
-            Err(e) => tracing::error!("{}: {e}", S::REAPER),
-        }
-    }
-}
-
 /// The heartbeat task of each control plane this process renews rows in (one per file and
 /// process: the daemon's and a background delegate's start ask for the same one).
 static BEATING: Mutex<Option<HashMap<PathBuf, tokio::task::JoinHandle<()>>>> = Mutex::new(None);
@@ -239,10 +156,54 @@ pub fn keep_beating(plane: PathBuf, cron: Option<PathBuf>, reap: bool, every: Du
                 let mut stores = stores
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (cp, store) = &mut *stores;
-                beat_once(cp, &plane, &owner, reap);
-                if let Some(cron) = cron {
-                    beat_once(store, &cron, &owner, reap);
+                // A handle opened read-only (its migration failed, e.g. another process held
+                // the migration lock) would refuse every beat for the life of the process:
+                // drop it so this tick opens the file again.
+                if stores.0.as_ref().is_some_and(|cp| cp.read_only().is_some()) {
+                    stores.0 = None;
+                }
+                if stores.1.as_ref().is_some_and(|s| s.read_only().is_some()) {
+                    stores.1 = None;
+                }
+                if stores.0.is_none() && matches!(ControlPlane::open_existing(&plane), Ok(Some(_)))
+                {
+                    stores.0 = ControlPlane::open(&plane)
+                        .inspect_err(|e| tracing::error!("heartbeat: {e}"))
+                        .ok();
+                }
+                if let Some(cp) = &stores.0 {
+                    if let Err(e) = cp.heartbeat(&owner) {
+                        tracing::error!("heartbeat: {e}");
+                    }
+                    if reap {
+                        match cp.reap() {
+                            Ok(lost) if !lost.is_empty() => {
+                                tracing::warn!(runs = ?lost, "background runs lost: their owner exited or stopped renewing its heartbeat")
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::error!("control plane reaper: {e}"),
+                        }
+                    }
+                }
+                let Some(cron) = cron else { return };
+                if stores.1.is_none() && matches!(CronStore::open_existing(&cron), Ok(Some(_))) {
+                    stores.1 = CronStore::open(&cron)
+                        .inspect_err(|e| tracing::error!("heartbeat: {e}"))
+                        .ok();
+                }
+                if let Some(store) = &stores.1 {
+                    if let Err(e) = store.heartbeat(&owner) {
+                        tracing::error!("heartbeat: {e}");
+                    }
+                    if reap {
+                        match store.reap() {
+                            Ok(lost) if !lost.is_empty() => {
+                                tracing::warn!(runs = ?lost, "cron runs lost: their owner exited or stopped renewing its heartbeat")
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::error!("cron reaper: {e}"),
+                        }
+                    }
                 }
             });
             if let Err(e) = beat.await {
