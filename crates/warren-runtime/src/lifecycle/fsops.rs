@@ -207,10 +207,54 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     warren_core::hex::encode(&Sha256::digest(bytes))
 }
 
+/// Whether workspace `ws` holds something of its own, so a rename or restore must not move an
+/// agent's workspace onto it. Empty, or holding only an empty `.tmp` (the agent's private temp
+/// directory, which the daemon creates whenever it builds an agent: a generation still
+/// running under the old name can recreate it after a rename moved the workspace away), is
+/// nothing: that `.tmp` is removed (`remove_dir` never follows a link nor removes content).
+pub fn holds_content(ws: &Path) -> bool {
+    let Ok(entries) = fs::read_dir(ws) else {
+        return false;
+    };
+    let names: Vec<_> = entries.flatten().map(|e| e.file_name()).collect();
+    match names.as_slice() {
+        [] => false,
+        [only] if only == ".tmp" => fs::remove_dir(ws.join(".tmp")).is_err(),
+        _ => true,
+    }
+}
+
 /// Removes `dir` if it is an empty directory (e.g. `agents/<old>/` after its workspace moved).
 pub fn remove_if_empty(dir: &Path) {
     if is_empty_dir(dir) {
         let _ = fs::remove_dir(dir);
         sync_parent(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rename or restore target holding only the daemon's empty `.tmp` is free (the `.tmp`
+    /// goes); anything else in it, a file in `.tmp` or a link named `.tmp` too, is content.
+    #[test]
+    fn only_an_empty_private_temp_dir_is_not_content() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws = dir.path().join("workspace");
+        assert!(!holds_content(&ws), "absent");
+        fs::create_dir_all(ws.join(".tmp")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!holds_content(&ws));
+        assert!(!ws.join(".tmp").exists(), "the empty .tmp is removed");
+        fs::create_dir_all(ws.join(".tmp")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(ws.join(".tmp/x"), b"x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(holds_content(&ws), "a file in .tmp");
+        fs::remove_dir_all(ws.join(".tmp")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(dir.path(), ws.join(".tmp")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(holds_content(&ws), "a link named .tmp");
+        assert!(dir.path().exists(), "its target is untouched");
+        fs::remove_file(ws.join(".tmp")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(ws.join("notes.md"), b"n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(holds_content(&ws));
     }
 }

@@ -2,7 +2,6 @@
 //! one config save; then the workspace moves and every store rewrites its owner, attribution
 //! and `cwd` fields ([`super::stores`]), each step idempotent so a retry converges.
 
-use std::fs;
 
 use warren_config::failpoint::crash_point;
 use warren_config::{Config, WriteTxn};
@@ -75,7 +74,7 @@ impl Lifecycle {
         }
         let backend = base.memory_backend_of(agent);
         let (old_ws, new_ws) = (root.agent_workspace(from_a), root.agent_workspace(to_a));
-        if fs::read_dir(&new_ws).is_ok_and(|mut d| d.next().is_some()) {
+        if fsops::holds_content(&new_ws) {
             return Err(LifecycleError::WorkspaceNotEmpty { path: new_ws });
         }
         let workspace = workspace_action(&root, &base, from_a);

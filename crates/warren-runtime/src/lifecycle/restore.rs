@@ -154,7 +154,7 @@ impl Lifecycle {
             });
         }
         let ws = root.agent_workspace(&a);
-        if fs::read_dir(&ws).is_ok_and(|mut d| d.next().is_some()) {
+        if fsops::holds_content(&ws) {
             return Err(LifecycleError::WorkspaceNotEmpty { path: ws });
         }
         txn.set_item_text(&refs::agent_key(a.as_str()), &manifest.config_entry)?;
