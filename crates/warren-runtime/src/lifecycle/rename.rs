@@ -2,7 +2,6 @@
 //! one config save; then the workspace moves and every store rewrites its owner, attribution
 //! and `cwd` fields ([`super::stores`]), each step idempotent so a retry converges.
 
-
 use warren_config::failpoint::crash_point;
 use warren_config::{Config, WriteTxn};
 use warren_core::AgentAlias;
