@@ -296,10 +296,8 @@ impl StoredOwner {
     /// namespace as if it were ours. Without the row's heartbeat, an owner that cannot be
     /// judged counts as alive; [`StoredOwner::is_alive_beating`] bounds that by the heartbeat.
     pub fn is_alive(&self) -> bool {
-        !matches!(
-            self.verdict(&mut Namespaces::default()),
-            Verdict::Gone | Verdict::NamespaceUnseen
-        )
+        // The same rule with no heartbeat: one place decides.
+        self.is_alive_beating(None, 0)
     }
 
     /// [`StoredOwner::is_alive`] of a row whose owner last renewed it at `heartbeat`
