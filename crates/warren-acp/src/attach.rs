@@ -19,8 +19,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
+use warren_daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 use warren_runtime::AgentHost;
-use warren_runtime::daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 use warren_store::acp::{AcpLive, AcpSessionStore};
 
 use crate::server::{Hosts, Server, serve};

@@ -34,8 +34,8 @@ use agent_client_protocol::Stdio;
 use anyhow::Context;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
+use warren_daemon::{DaemonStatus, probe};
 use warren_runtime::AgentHost;
-use warren_runtime::daemon::{DaemonStatus, probe};
 use warren_store::acp::{AcpLive, AcpSessionStore};
 
 pub use attach::{AcpHook, socket_path};

@@ -11,7 +11,7 @@ use tracing::level_filters::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Registry, reload};
-use warren_runtime::daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
+use warren_daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 
 use crate::cli::{Cli, Command};
 

@@ -11,7 +11,7 @@
 use std::io;
 use std::time::Duration;
 
-use warren_runtime::daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
+use warren_daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 
 /// How often the mappings are dropped again while the daemon runs. A release costs a minor
 /// fault per 64 KiB of code the next requests run (fault-around), well under a millisecond.

@@ -14,9 +14,9 @@ use axum::Router;
 use axum::http::header;
 use axum::routing::get;
 use warren_config::{ConfigStore, InstallRoot};
+use warren_daemon::Generation;
 use warren_gateway::pairing::{hash_token, new_token};
 use warren_gateway::{AppState, ProcessState, router, tokens};
-use warren_runtime::Generation;
 
 type E = Box<dyn std::error::Error>;
 

@@ -4,7 +4,7 @@
 //! `POST /admin/cron/wake` (the CLI wrote the store; the scheduler re-reads it).
 //!
 //! The handlers use the same store routines and job checks as the CLI
-//! ([`warren_runtime::cron::JobSpec`]); a manual run goes through the generation's scheduler,
+//! ([`warren_jobs::cron::JobSpec`]); a manual run goes through the generation's scheduler,
 //! which claims the same lock row as scheduled runs (409 `run_in_progress` names the holder).
 //! Reads never create `data/cron/jobs.db` or `data/control_plane.db`.
 
@@ -17,9 +17,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use warren_runtime::cron::{CronRunError, JobSpec, Scheduler, schedule_of};
-use warren_store::control_plane::{ControlPlane, ControlPlaneError};
-use warren_store::cron::{CronError, CronStore, Job, now_ms};
+use warren_jobs::cron::{CronRunError, JobSpec, Scheduler, schedule_of};
+use warren_store::control_plane::ControlPlaneError;
+use warren_store::cron::{CronError, Job, now_ms};
 
 use crate::agents_api::{number, query_map};
 use crate::error::{ApiError, parse_json};
@@ -71,7 +71,7 @@ fn plane_error(route: &str, e: ControlPlaneError) -> ApiError {
 }
 
 fn scheduler(state: &AppState) -> Option<Arc<Scheduler>> {
-    state.host().cron()
+    state.jobs().cron()
 }
 
 fn job_json(job: &Job) -> Value {
@@ -93,10 +93,12 @@ fn job_json(job: &Job) -> Value {
 /// `/api/health`'s `cron` component: whether the scheduler runs and the paused jobs with
 /// their reasons.
 pub(crate) async fn health(state: &AppState) -> Value {
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let running = scheduler(state).is_some();
     let jobs = tokio::task::spawn_blocking(move || {
-        CronStore::open_existing(&path).and_then(|s| s.map(|s| s.list()).transpose())
+        stores
+            .cron_existing()
+            .and_then(|s| s.map(|s| s.list()).transpose())
     })
     .await;
     match jobs {
@@ -117,9 +119,9 @@ pub(crate) async fn health(state: &AppState) -> Value {
 
 pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/cron";
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let jobs = blocking(ROUTE, move || {
-        let store = CronStore::open_existing(&path).map_err(|e| cron_error(ROUTE, e))?;
+        let store = stores.cron_existing().map_err(|e| cron_error(ROUTE, e))?;
         match store {
             Some(s) => s.list().map_err(|e| cron_error(ROUTE, e)),
             None => Ok(Vec::new()),
@@ -137,9 +139,10 @@ pub(crate) async fn show(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "GET /api/cron/{name}";
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let (job, runs) = blocking(ROUTE, move || {
-        let store = CronStore::open_existing(&path)
+        let store = stores
+            .cron_existing()
             .map_err(|e| cron_error(ROUTE, e))?
             .ok_or_else(|| cron_error(ROUTE, CronError::NotFound(name.clone())))?;
         let job = store
@@ -162,10 +165,11 @@ pub(crate) async fn create(
     let job = spec
         .into_job(state.host().snapshot().config(), "runtime")
         .map_err(|e| ApiError::bad_field(ROUTE, e.field, e.message))?;
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let stored = job.clone();
     blocking(ROUTE, move || {
-        CronStore::open(&path)
+        stores
+            .cron()
             .and_then(|s| s.insert(&stored))
             .map_err(|e| cron_error(ROUTE, e))
     })
@@ -189,10 +193,11 @@ pub(crate) async fn run(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /api/cron/{name}/run";
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let job = name.clone();
     blocking(ROUTE, move || {
-        CronStore::open_existing(&path)
+        stores
+            .cron_existing()
             .map_err(|e| cron_error(ROUTE, e))?
             .and_then(|s| s.get(&job).transpose())
             .transpose()
@@ -220,13 +225,14 @@ async fn set_enabled(
     name: String,
     enabled: bool,
 ) -> Result<Json<Value>, ApiError> {
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let job = blocking(route, move || {
-        let store = CronStore::open_existing(&path)
+        let store = stores
+            .cron_existing()
             .map_err(|e| cron_error(route, e))?
             .ok_or_else(|| cron_error(route, CronError::NotFound(name.clone())))?;
         drop(store);
-        let store = CronStore::open(&path).map_err(|e| cron_error(route, e))?;
+        let store = stores.cron().map_err(|e| cron_error(route, e))?;
         let job = store
             .get(&name)
             .map_err(|e| cron_error(route, e))?
@@ -267,13 +273,15 @@ pub(crate) async fn remove(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "DELETE /api/cron/{name}";
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let removed = name.clone();
     blocking(ROUTE, move || {
-        CronStore::open_existing(&path)
+        stores
+            .cron_existing()
             .map_err(|e| cron_error(ROUTE, e))?
             .ok_or_else(|| cron_error(ROUTE, CronError::NotFound(removed.clone())))?;
-        CronStore::open(&path)
+        stores
+            .cron()
             .and_then(|s| s.remove(&removed))
             .map_err(|e| cron_error(ROUTE, e))
     })
@@ -292,9 +300,10 @@ pub(crate) async fn job_runs(
     const ROUTE: &str = "GET /api/cron/{name}/runs";
     let query = query_map(ROUTE, raw)?;
     let limit = u32::try_from(number(ROUTE, &query, "limit", 20, 1, 1000)?).unwrap_or(20);
-    let path = state.root().cron_db();
+    let stores = Arc::clone(state.stores());
     let runs = blocking(ROUTE, move || {
-        let store = CronStore::open_existing(&path)
+        let store = stores
+            .cron_existing()
             .map_err(|e| cron_error(ROUTE, e))?
             .ok_or_else(|| cron_error(ROUTE, CronError::NotFound(name.clone())))?;
         store
@@ -315,9 +324,12 @@ pub(crate) async fn runs(
     let query = query_map(ROUTE, raw)?;
     let limit = u32::try_from(number(ROUTE, &query, "limit", 50, 1, 1000)?).unwrap_or(50);
     let agent = query.get("agent").cloned();
-    let path = state.root().control_plane_db();
+    let stores = Arc::clone(state.stores());
     let runs = blocking(ROUTE, move || {
-        match ControlPlane::open_existing(&path).map_err(|e| plane_error(ROUTE, e))? {
+        match stores
+            .control_plane_existing()
+            .map_err(|e| plane_error(ROUTE, e))?
+        {
             Some(cp) => cp
                 .list(agent.as_deref(), limit)
                 .map_err(|e| plane_error(ROUTE, e)),
@@ -333,13 +345,15 @@ pub(crate) async fn cancel_run(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     const ROUTE: &str = "POST /api/runs/{id}/cancel";
-    let path = state.root().control_plane_db();
+    let stores = Arc::clone(state.stores());
     let requested = id.clone();
     let run = blocking(ROUTE, move || {
-        ControlPlane::open_existing(&path)
+        stores
+            .control_plane_existing()
             .map_err(|e| plane_error(ROUTE, e))?
             .ok_or_else(|| plane_error(ROUTE, ControlPlaneError::NotFound(requested.clone())))?;
-        ControlPlane::open(&path)
+        stores
+            .control_plane()
             .and_then(|cp| cp.request_cancel(&requested))
             .map_err(|e| plane_error(ROUTE, e))
     })

@@ -3,7 +3,7 @@
 //! the one config owner (CFG-1..3), reload (STATE-19) and an OpenAPI document.
 //!
 //! The gateway runs as a daemon subsystem ([`GatewayHook`]), started per config generation by
-//! `warren_runtime::daemon::run`; the binary passes the hook in (this crate sits above the
+//! `warren_daemon::run`; the binary passes the hook in (this crate sits above the
 //! runtime). Chat, approvals and sessions over HTTP come with the agent loop.
 
 mod agents_api;

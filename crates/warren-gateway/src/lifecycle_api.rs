@@ -1,5 +1,5 @@
 //! Agent lifecycle over HTTP (LIFE-1..5, BEYOND-1): rename, delete (with its preview) and
-//! restore. The handlers only parse and map: the work is `warren_runtime::lifecycle`, the same
+//! restore. The handlers only parse and map: the work is `warren_admin::lifecycle`, the same
 //! module the CLI runs, on this daemon's one config owner. Warnings come back in the body.
 //!
 //! `POST /admin/agents/lifecycle` is the CLI's door when a daemon runs (`warren agents
@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
+use warren_admin::lifecycle::{ErrorKind, Lifecycle, LifecycleError, parse_alias};
 use warren_config::ConfigError;
-use warren_runtime::lifecycle::{ErrorKind, Lifecycle, LifecycleError, parse_alias};
 
 use crate::error::ApiError;
 use crate::json::StrictJson;

@@ -22,8 +22,9 @@ use tokio::sync::{mpsc, oneshot};
 use warren_config::InstallRoot;
 use warren_config::Snapshot;
 use warren_config::atomic::{self, CrashPoints};
-use warren_runtime::daemon::PrepareFuture;
-use warren_runtime::{Generation, GenerationHook, RunningSubsystem, StartFuture};
+use warren_daemon::PrepareFuture;
+use warren_daemon::{Generation, GenerationHook, StartFuture};
+use warren_runtime::RunningSubsystem;
 
 use crate::listener::{ConnLimits, Listening, Serving};
 use crate::routes::router;

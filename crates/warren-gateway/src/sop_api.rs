@@ -4,7 +4,7 @@
 //! `POST /api/sops/runs/{id}/approve|deny|cancel`, and `POST /admin/sops/{name}/run` (the
 //! CLI's `warren sop run` while a daemon runs).
 //!
-//! Runs start through the generation's engine ([`warren_runtime::sop::Engine::start_run`]), the
+//! Runs start through the generation's engine ([`warren_jobs::sop::Engine::start_run`]), the
 //! one start path of every trigger. Reads never create `data/sop/runs.db`.
 
 use crate::error::blocking;
@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use warren_config::schema::sop::TriggerKind;
-use warren_runtime::sop::{Engine, SopError, defs};
+use warren_jobs::sop::{Engine, SopError, defs};
 use warren_store::sop::{SopStore, SopStoreError};
 
 use crate::error::ApiError;
@@ -57,7 +57,7 @@ fn sop_error(route: &str, e: SopError) -> ApiError {
 }
 
 fn engine(state: &AppState, route: &str) -> Result<Arc<Engine>, ApiError> {
-    state.host().sop().ok_or_else(|| {
+    state.jobs().sop().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
             "engine_off",
@@ -68,10 +68,14 @@ fn engine(state: &AppState, route: &str) -> Result<Arc<Engine>, ApiError> {
 
 /// The store to read: the engine's (it may be the in-memory fallback), else the file.
 fn read_store(state: &AppState, route: &'static str) -> Result<Option<SopStore>, ApiError> {
-    if let Some(engine) = state.host().sop() {
+    if let Some(engine) = state.jobs().sop() {
         return Ok(Some((**engine.store()).clone()));
     }
-    SopStore::open_existing(&state.root().sop_runs_db()).map_err(|e| store_error(route, e))
+    state
+        .stores()
+        .sop_runs()
+        .map(|store| store.map(|s| (*s).clone()))
+        .map_err(|e| store_error(route, e))
 }
 
 /// `/api/health`'s `sop` component: the engine, whether runs are durable (a loud warning when
@@ -79,7 +83,7 @@ fn read_store(state: &AppState, route: &'static str) -> Result<Option<SopStore>,
 pub(crate) async fn health(state: &AppState) -> Value {
     let loaded = defs::load(state.root(), state.host().snapshot().config());
     let problems: Vec<String> = loaded.problems.iter().map(ToString::to_string).collect();
-    match state.host().sop() {
+    match state.jobs().sop() {
         None => json!({"status": "off", "sops": loaded.defs.len(), "problems": problems}),
         Some(engine) => {
             let mut v = json!({

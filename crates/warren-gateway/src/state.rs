@@ -9,7 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::http::HeaderMap;
 use serde::Serialize;
 use warren_config::{Config, ConfigStore, InstallRoot};
-use warren_runtime::{AgentHost, AgentKit, CancelToken, Generation, ReloadTrigger};
+use warren_daemon::{Generation, ReloadTrigger};
+use warren_runtime::{AgentHost, AgentKit, CancelToken};
 
 use crate::devices::Devices;
 use crate::pairing::{self, Pairing, RandomError};
@@ -123,6 +124,8 @@ pub(crate) struct Inner {
     pub agents: std::sync::OnceLock<Vec<AgentReport>>,
     /// Agents, sessions, queue, trace and costs of this generation.
     pub host: Arc<AgentHost>,
+    /// The cron scheduler and SOP engine of this generation (the daemon's hooks start them).
+    pub jobs: Arc<warren_daemon::hooks::Jobs>,
     /// Fired when this generation's listener stops: live streams end so the reload can finish.
     pub shutdown: CancelToken,
 }
@@ -157,6 +160,7 @@ impl AppState {
             local_addr,
             agents: std::sync::OnceLock::new(),
             host: Arc::clone(&generation.host),
+            jobs: Arc::clone(&generation.jobs),
             shutdown: CancelToken::new(),
         }))
     }
@@ -169,6 +173,16 @@ impl AppState {
     /// The agent reports, `None` while they are being built.
     pub fn agents(&self) -> Option<&[AgentReport]> {
         self.0.agents.get().map(Vec::as_slice)
+    }
+
+    /// The cron scheduler and SOP engine of this generation, while they run.
+    pub fn jobs(&self) -> &warren_daemon::hooks::Jobs {
+        &self.0.jobs
+    }
+
+    /// The process's store handles (control plane, cron, SOP runs; never opened by a handler).
+    pub fn stores(&self) -> &Arc<warren_runtime::stores::Stores> {
+        self.0.host.stores()
     }
 
     /// The agents of this generation.

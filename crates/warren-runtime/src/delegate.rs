@@ -245,7 +245,7 @@ pub fn write_record(dir: &ConfinedDir, record: &ResultRecord) -> Result<(), Dele
 /// decides the status.
 pub fn read_status(
     workspace: &std::path::Path,
-    control_plane: Option<&std::path::Path>,
+    control_plane: Option<&ControlPlane>,
     id: &str,
 ) -> Result<ResultRecord, DelegateError> {
     validate_task_id(id)?;
@@ -266,9 +266,7 @@ pub fn read_status(
     if record.status != "running" {
         return Ok(record);
     }
-    let row = control_plane
-        .and_then(|p| ControlPlane::open_existing(p).ok().flatten())
-        .and_then(|cp| cp.get(id).ok().flatten());
+    let row = control_plane.and_then(|cp| cp.get(id).ok().flatten());
     match row {
         Some(row) if row.state == "lost" || row.state == "timed_out" => {
             record.status = row.state;

@@ -28,6 +28,7 @@ use crate::cost::CostTracker;
 use crate::pending::PendingApprovals;
 use crate::receipts::ReceiptKey;
 use crate::sessions::SessionStores;
+use crate::stores::Stores;
 use crate::trace::Trace;
 use crate::turn::limits::ActionWindow;
 use crate::turn::{AgentRunner, Channel, Services, TurnError, TurnEvents, TurnIo, TurnOutcome};
@@ -37,14 +38,13 @@ use crate::turn::{AgentRunner, Channel, Services, TurnError, TurnEvents, TurnIo,
 pub struct ProcessServices {
     pub approvals: Arc<PendingApprovals>,
     pub receipts: Arc<ReceiptKey>,
-    pub costs: Arc<CostTracker>,
-    /// Each agent's `max_actions_per_hour` window, kept in `data/state/actions.db`: shared by
-    /// every process of the install root (opened at the first tool call).
-    pub actions: Arc<ActionWindow>,
+    /// The process's store handles (control plane, cron, SOP runs, the `max_actions_per_hour`
+    /// window, the cost ledger), each opened once and borrowed.
+    pub stores: Arc<Stores>,
 }
 
 impl ProcessServices {
-    /// A fresh receipt key (STATE-20), the cost ledger of `root` and no pending approvals.
+    /// A fresh receipt key (STATE-20), the stores of `root` and no pending approvals.
     pub fn new(
         root: &InstallRoot,
         config: &warren_config::Config,
@@ -52,8 +52,7 @@ impl ProcessServices {
         Ok(Self {
             approvals: Arc::new(PendingApprovals::new()),
             receipts: Arc::new(ReceiptKey::generate()?),
-            costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
-            actions: Arc::new(ActionWindow::open(root)),
+            stores: Arc::new(Stores::new(root, config)),
         })
     }
 }
@@ -97,10 +96,6 @@ pub struct AgentHost {
     cancel: CancelToken,
     /// Whether the ACP session store opens with the chat sessions (the daemon's hosts).
     with_acp: bool,
-    /// The generation's cron scheduler, once the daemon started it (weak: it holds the host).
-    cron: std::sync::OnceLock<std::sync::Weak<crate::cron::Scheduler>>,
-    /// The generation's SOP engine, once the daemon started it (weak: it holds the host).
-    sop: std::sync::OnceLock<std::sync::Weak<crate::sop::Engine>>,
 }
 
 /// One turn submitted at the door.
@@ -205,7 +200,7 @@ impl AgentHost {
     ) -> Self {
         // STATE-14: new requests are priced at the new rates and checked against the new
         // limits; old records keep their rates.
-        process.costs.apply(&snapshot.cost);
+        process.stores.costs().apply(&snapshot.cost);
         let queue = session_queue(&snapshot.channels);
         let services = Arc::new(Services::for_generation(&process, root, snapshot.config()));
         Self {
@@ -219,8 +214,6 @@ impl AgentHost {
             runners: Mutex::new(HashMap::new()),
             cancel: CancelToken::new(),
             with_acp,
-            cron: std::sync::OnceLock::new(),
-            sop: std::sync::OnceLock::new(),
         }
     }
 
@@ -236,35 +229,20 @@ impl AgentHost {
         &self.services.trace
     }
 
-    /// Records the generation's cron scheduler (the daemon, once it started it).
-    pub fn set_cron(&self, scheduler: &Arc<crate::cron::Scheduler>) {
-        let _ = self.cron.set(Arc::downgrade(scheduler));
-    }
-
-    /// The generation's cron scheduler while it runs.
-    pub fn cron(&self) -> Option<Arc<crate::cron::Scheduler>> {
-        self.cron.get().and_then(std::sync::Weak::upgrade)
-    }
-
-    /// Records the generation's SOP engine (the daemon, once it started it).
-    pub fn set_sop(&self, engine: &Arc<crate::sop::Engine>) {
-        let _ = self.sop.set(Arc::downgrade(engine));
-    }
-
-    /// The generation's SOP engine while it runs.
-    pub fn sop(&self) -> Option<Arc<crate::sop::Engine>> {
-        self.sop.get().and_then(std::sync::Weak::upgrade)
+    /// The process's store handles (borrowed by cron, SOP, lifecycle, the gateway).
+    pub fn stores(&self) -> &Arc<Stores> {
+        &self.process.stores
     }
 
     /// The process's cost tracker (rates of this generation).
     pub fn costs(&self) -> &Arc<CostTracker> {
-        &self.process.costs
+        self.process.stores.costs()
     }
 
     /// The process's `max_actions_per_hour` window (its turns, cron and SOP tool calls count
     /// in it; a lifecycle operation moves the agent's rows through it).
     pub fn actions(&self) -> &Arc<ActionWindow> {
-        &self.process.actions
+        self.process.stores.actions()
     }
 
     pub fn memory_stores(&self) -> &MemoryStores {

@@ -15,5 +15,6 @@ pub mod cron;
 pub mod failpoints;
 pub mod sessions;
 pub mod sop;
+pub mod sop_defs;
 pub mod sqlite_util;
 pub mod timefmt;

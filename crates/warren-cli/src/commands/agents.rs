@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
+use warren_admin::lifecycle::parse_alias;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
-use warren_runtime::lifecycle::parse_alias;
 
 use crate::cli::AgentsCommand;
 
@@ -175,7 +175,7 @@ fn lifecycle(
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            let lc = warren_runtime::lifecycle::Lifecycle::new(store);
+            let lc = warren_admin::lifecycle::Lifecycle::new(store);
             let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
             // The aliases the user typed are parsed here, once; the lifecycle takes them typed.
             let alias = || parse_alias(&s(&request["alias"]));

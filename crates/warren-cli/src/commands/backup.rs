@@ -1,6 +1,6 @@
 //! `warren backup [DEST] [--encrypt]`, `warren backup verify SRC`, `warren restore SRC [--to
 //! DIR] [--force]` and `warren doctor` (issue 22; BAK-1, BEYOND-2, BEYOND-11). The work is in
-//! `warren_runtime::backup`; this parses, asks for the passphrase, draws the progress bar on
+//! `warren_admin::backup`; this parses, asks for the passphrase, draws the progress bar on
 //! stderr (hidden when stderr is not a terminal) and prints.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use warren_admin::backup::{self, PASSPHRASE_ENV, Progress};
 use warren_config::InstallRoot;
-use warren_runtime::backup::{self, PASSPHRASE_ENV, Progress};
 
 use crate::cli::{BackupArgs, BackupCommand};
 

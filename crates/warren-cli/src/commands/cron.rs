@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 use warren_config::{ConfigStore, InstallRoot};
-use warren_runtime::cron::{JobSpec, Scheduler, schedule_of};
+use warren_jobs::cron::{JobSpec, Scheduler, schedule_of};
 use warren_runtime::{AgentHost, DaemonStatus};
 use warren_store::cron::{CronStore, Job, Run, now_ms};
 
@@ -63,7 +63,7 @@ pub fn run(root: &InstallRoot, cmd: CronCommand, json: bool) -> anyhow::Result<E
             if !root.cron_db().exists() {
                 anyhow::bail!(warren_store::cron::CronError::NotFound(name));
             }
-            CronStore::open(&root.cron_db())?.remove(&name)?;
+            super::stores(root).cron()?.remove(&name)?;
             nudge(root);
             println!("removed cron job '{name}' and its run history");
             Ok(ExitCode::SUCCESS)
@@ -147,7 +147,7 @@ fn add(root: &InstallRoot, spec: JobSpec, json: bool) -> anyhow::Result<ExitCode
     let job = spec
         .into_job(config.snapshot().config(), "runtime")
         .with_context(|| format!("cron job '{name}' not added"))?;
-    CronStore::open(&root.cron_db())?.insert(&job)?;
+    super::stores(root).cron()?.insert(&job)?;
     let status = where_it_runs(&nudge(root), &job);
     if json {
         super::print_json(&json!({"job": job, "status": status}))?;
@@ -157,8 +157,8 @@ fn add(root: &InstallRoot, spec: JobSpec, json: bool) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn open_read(root: &InstallRoot) -> anyhow::Result<Option<CronStore>> {
-    Ok(CronStore::open_existing(&root.cron_db())?)
+fn open_read(root: &InstallRoot) -> anyhow::Result<Option<Arc<CronStore>>> {
+    Ok(super::stores(root).cron_existing()?)
 }
 
 fn state_of(job: &Job) -> String {
@@ -308,7 +308,7 @@ fn set_enabled(
     if !root.cron_db().exists() {
         anyhow::bail!(warren_store::cron::CronError::NotFound(name.into()));
     }
-    let store = CronStore::open(&root.cron_db())?;
+    let store = super::stores(root).cron()?;
     let job = store
         .get(name)?
         .ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
@@ -361,7 +361,7 @@ fn run_now(root: &InstallRoot, name: &str, json: bool) -> anyhow::Result<ExitCod
         let scheduler = Scheduler::open(root, host)?;
         // The job lock this process takes must beat, or a daemon that cannot judge us (in
         // another container) takes it once the heartbeat set at the claim goes stale.
-        warren_runtime::cron::keep_beating(
+        warren_runtime::heartbeat::keep_beating(
             root.control_plane_db(),
             Some(root.cron_db()),
             false,

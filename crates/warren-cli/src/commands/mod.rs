@@ -38,17 +38,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Daemon => {
             let gateway = std::sync::Arc::new(warren_gateway::GatewayHook::new());
             // `warren acp` next to the daemon relays to its ACP socket (data/daemon.sock).
-            let acp: std::sync::Arc<dyn warren_runtime::daemon::GenerationHook> =
+            let acp: std::sync::Arc<dyn warren_daemon::GenerationHook> =
                 std::sync::Arc::new(warren_acp::AcpHook::new());
             // The log level first: the other subsystems start under the generation's `log.level`.
             let log_level = std::sync::Arc::new(crate::logging::LogLevelHook);
-            let mut hooks: Vec<std::sync::Arc<dyn warren_runtime::daemon::GenerationHook>> =
+            let mut hooks: Vec<std::sync::Arc<dyn warren_daemon::GenerationHook>> =
                 vec![log_level, gateway, acp];
             // Issue 26: the code start-up ran is unmapped once the daemon is ready.
             if !crate::resident::kept() {
                 hooks.push(std::sync::Arc::new(crate::resident::ResidentCodeHook));
             }
-            warren_runtime::run_blocking_with(root, hooks)?;
+            warren_daemon::run_blocking_with(root, hooks)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Pair => gateway::pair(&root, cli.json),
@@ -167,4 +167,13 @@ pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     serde_json::to_writer_pretty(&mut out, value).context("writing JSON to stdout")?;
     writeln!(out)?;
     Ok(())
+}
+
+/// The store handles of this CLI process (control plane, cron, SOP runs): opened at their first
+/// use, once per process, like the daemon's (`warren_runtime::stores::Stores`).
+pub(crate) fn stores(root: &InstallRoot) -> &'static warren_runtime::stores::Stores {
+    static STORES: std::sync::OnceLock<warren_runtime::stores::Stores> = std::sync::OnceLock::new();
+    STORES.get_or_init(|| {
+        warren_runtime::stores::Stores::new(root, &warren_config::Config::default())
+    })
 }

@@ -8,14 +8,13 @@
 use std::process::ExitCode;
 
 use warren_config::InstallRoot;
-use warren_store::control_plane::ControlPlane;
 
 use crate::cli::RunsCommand;
 
 pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
         RunsCommand::List { agent, limit } => {
-            let runs = match ControlPlane::open_existing(&root.control_plane_db())? {
+            let runs = match super::stores(root).control_plane_existing()? {
                 Some(cp) => cp.list(agent.as_deref(), limit)?,
                 None => Vec::new(),
             };
@@ -47,7 +46,7 @@ pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<E
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Cancel { id } => {
-            let cp = ControlPlane::open(&root.control_plane_db())?;
+            let cp = super::stores(root).control_plane()?;
             let run = cp.request_cancel(&id)?;
             if !run.owner_alive() {
                 cp.reap()?;

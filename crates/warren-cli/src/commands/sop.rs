@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 use warren_config::{ConfigStore, InstallRoot};
-use warren_runtime::sop::{Engine, defs};
+use warren_jobs::sop::{Engine, defs};
 use warren_runtime::{AgentHost, DaemonStatus};
 use warren_store::sop::{SopRun, SopStore};
 
@@ -83,7 +83,7 @@ pub fn run(root: &InstallRoot, cmd: SopCommand, json: bool) -> anyhow::Result<Ex
                     )
                 });
             }
-            let store = SopStore::open(&root.sop_runs_db())?;
+            let store = super::stores(root).sop_runs_durable()?;
             let r = store.request_cancel(&run, &who())?;
             report(
                 json,
@@ -206,8 +206,8 @@ fn validate(root: &InstallRoot, name: Option<&str>, json: bool) -> anyhow::Resul
     })
 }
 
-fn open_existing(root: &InstallRoot) -> anyhow::Result<Option<SopStore>> {
-    Ok(SopStore::open_existing(&root.sop_runs_db())?)
+fn open_existing(root: &InstallRoot) -> anyhow::Result<Option<Arc<SopStore>>> {
+    Ok(super::stores(root).sop_runs()?)
 }
 
 fn show(root: &InstallRoot, name: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -335,8 +335,6 @@ fn decide(
         });
     }
     let store = open_existing(root)?
-        .map(|_| SopStore::open(&root.sop_runs_db()))
-        .transpose()?
         .ok_or_else(|| anyhow::anyhow!("no SOP run '{run}' (no run was ever stored)"))?;
     store.decide(run, step, approved, &who(), reason.as_deref())?;
     report(
@@ -412,7 +410,7 @@ fn start(
         let engine = Engine::open(root, host)?;
         // The control-plane rows this process registers must beat, or a daemon that cannot
         // judge us (in another container) marks them lost once the heartbeat goes stale.
-        warren_runtime::cron::keep_beating(
+        warren_runtime::heartbeat::keep_beating(
             root.control_plane_db(),
             None,
             false,

@@ -498,9 +498,15 @@ fn a_delegate_whose_owner_pid_was_reused_reads_lost_and_runs_cancel_reaps_it_iss
     )?;
 
     // delegate_status: the dead owner's run is lost, with the control plane and without it.
-    for plane in [Some(db.as_path()), None] {
+    let opened = ControlPlane::open(&db)?;
+    for plane in [Some(&opened), None] {
         let status = delegate::read_status(&ws, plane, id)?;
-        assert_eq!(status.status, "lost", "control plane {plane:?}: {status:?}");
+        assert_eq!(
+            status.status,
+            "lost",
+            "control plane {}: {status:?}",
+            plane.is_some()
+        );
     }
     // `warren runs cancel` reaps it instead of asking a process that is not its owner.
     let out = root.run(bin(), &["runs", "cancel", id])?;

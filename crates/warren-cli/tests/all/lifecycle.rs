@@ -15,12 +15,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
+use warren_admin::lifecycle::{
+    DELETE_CRASH_POINTS, RENAME_CRASH_POINTS, RESTORE_CRASH_POINTS, WORKSPACE_COPY_CRASH_POINTS,
+};
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_memory::{MemoryStore, MemoryStores, NewEntry};
-use warren_runtime::lifecycle::{
-    DELETE_CRASH_POINTS, RENAME_CRASH_POINTS, RESTORE_CRASH_POINTS, WORKSPACE_COPY_CRASH_POINTS,
-};
 use warren_store::acp::{AcpSessionStore, AcpState, NewAcpSession};
 use warren_store::sessions::{NewMessage, SessionInit, open_chat_sessions};
 use warren_testkit::{DaemonChild, TempRoot, http, pair, run_until_crash, text};

@@ -1,12 +1,12 @@
 //! `GET /api/agents/restore`: the delete archives under `data/agents/_deleted/` that a restore
 //! can name (BEYOND-1), for the dashboard's restore list. Added with the dashboard: no other
-//! route lists them. The lifecycle reads them ([`warren_runtime::lifecycle::list_archives`]);
+//! route lists them. The lifecycle reads them ([`warren_admin::lifecycle::list_archives`]);
 //! an unreadable manifest is listed with its error.
 
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
-use warren_runtime::lifecycle::list_archives;
+use warren_admin::lifecycle::list_archives;
 
 use crate::error::{ApiError, blocking};
 use crate::state::AppState;

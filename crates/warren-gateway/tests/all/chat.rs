@@ -19,8 +19,9 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use warren_config::{ConfigStore, InstallRoot};
+use warren_daemon::{Generation, ReloadTrigger};
 use warren_gateway::{AppState, ProcessState, router};
-use warren_runtime::{AgentHost, Generation, ProcessServices, ReloadTrigger};
+use warren_runtime::{AgentHost, ProcessServices};
 use warren_testkit::fake_llm::{FakeOpenAi, FakeReply};
 
 struct Fixture {
@@ -694,6 +695,7 @@ async fn health_says_starting_until_agents_and_sessions_are_ready_state17() {
             f.store.snapshot(),
             Arc::clone(&f.services),
         )),
+        jobs: Arc::default(),
     };
     let state = AppState::starting(&generation, Arc::clone(&f.process), None);
     let app =

@@ -14,10 +14,10 @@ use axum::extract::connect_info::MockConnectInfo;
 use axum::http::StatusCode;
 use serde_json::json;
 use tower::ServiceExt;
+use warren_admin::lifecycle::{Manifest, SCHEMA_VERSION};
 use warren_config::schema::MemoryBackendKind;
 use warren_gateway::dashboard::{CSP, build_id};
 use warren_gateway::router;
-use warren_runtime::lifecycle::{Manifest, SCHEMA_VERSION};
 
 fn app(f: &common::Scripted) -> Router {
     let state = common::state_for(&f.root, &f.store, &f.process, &f.services);

@@ -18,10 +18,10 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use warren_config::{ConfigStore, InstallRoot};
+use warren_daemon::Generation;
 use warren_gateway::openai_api::OPENAI_ROUTES;
 use warren_gateway::pairing::hash_token;
 use warren_gateway::{Access, AppState, ProcessState, ROUTES, router, tokens};
-use warren_runtime::Generation;
 
 use common::call;
 

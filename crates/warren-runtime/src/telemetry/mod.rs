@@ -37,7 +37,7 @@ use warren_config::schema::TelemetryConfig;
 use warren_core::Usage;
 use warren_providers::{ChatRequest, ChatResponse};
 
-use crate::daemon::RunningSubsystem;
+use crate::subsystem::RunningSubsystem;
 use crate::turn::{TurnError, TurnOutcome};
 
 /// Spans kept waiting for export at most; more are dropped (and counted in the log).

@@ -42,7 +42,7 @@ impl AgentRunner {
     /// denial; a call that needs approval goes to `ask`, the caller's own handling (a turn asks
     /// the operator, an unattended caller refuses); then a slot in the agent's
     /// `max_actions_per_hour` window. `Ok(approved)`: run it (`approved` when `ask` approved).
-    pub(crate) async fn gate<A, F>(
+    pub async fn gate<A, F>(
         &self,
         call: &ToolCall,
         risk: RiskClass,
@@ -385,7 +385,7 @@ impl AgentRunner {
 
     /// Counts a tool's own refusal (paths, commands, grants) as a `policy` denial, whoever ran
     /// the call.
-    pub(crate) fn count_denial(&self, error: &ToolError) {
+    pub fn count_denial(&self, error: &ToolError) {
         if matches!(error, ToolError::Denied(_)) {
             crate::metrics::denial(self.alias.as_str(), "policy");
         }
@@ -438,7 +438,7 @@ impl AgentRunner {
 }
 
 /// Why [`AgentRunner::gate`] stopped a call before it ran.
-pub(crate) enum Stopped<A> {
+pub enum Stopped<A> {
     /// Refused, by the policy or by the agent's full `max_actions_per_hour` window: why.
     Refused(String),
     /// The call needed approval and the caller's `ask` did not give it: its answer.
@@ -447,7 +447,7 @@ pub(crate) enum Stopped<A> {
 
 impl<A> Stopped<A> {
     /// The caller's answer: its own for an unapproved call, `refused`'s for a refusal.
-    pub(crate) fn answer(self, refused: impl FnOnce(String) -> A) -> A {
+    pub fn answer(self, refused: impl FnOnce(String) -> A) -> A {
         match self {
             Self::Refused(reason) => refused(reason),
             Self::Unapproved(answer) => answer,
@@ -504,7 +504,28 @@ mod tests {
     use crate::approval::DenyAll;
     use crate::host::{TurnRequest, event_channel};
     use crate::turn::Channel;
-    use crate::unattended::tests::{fake_provider, host_of};
+    use warren_config::{ConfigStore, InstallRoot};
+
+    use crate::AgentHost;
+
+    /// A host of an install root in a temp dir whose config.toml is `config`.
+    fn host_of(config: &str) -> (tempfile::TempDir, InstallRoot, std::sync::Arc<AgentHost>) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = InstallRoot::at(dir.path().join("warren"));
+        root.ensure_layout().unwrap();
+        std::fs::write(root.config_file(), config).unwrap();
+        let snapshot = ConfigStore::load(root.clone()).unwrap().snapshot();
+        let host = std::sync::Arc::new(AgentHost::for_process(&root, snapshot).unwrap());
+        (dir, root, host)
+    }
+
+    /// The `[providers.fake]` table of `fake`: no retries.
+    fn fake_provider(fake: &FakeOpenAi) -> String {
+        format!(
+            "{}\nmax_retries = 0\n",
+            fake.provider_toml("fake", "sk-test")
+        )
+    }
     use crate::{CancelToken, TurnEvent};
 
     /// A session whose mode caps the autonomy at `read_only` (an ACP session) refuses every

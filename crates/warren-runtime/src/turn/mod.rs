@@ -222,6 +222,8 @@ pub struct Services {
     pub trace: Arc<Trace>,
     /// Each agent's `max_actions_per_hour` window (the process's, across reloads).
     pub actions: Arc<limits::ActionWindow>,
+    /// The process's store handles (the control plane a background delegate registers in).
+    pub stores: Arc<crate::stores::Stores>,
 }
 
 impl Services {
@@ -233,9 +235,10 @@ impl Services {
     ) -> Self {
         Self {
             receipts: Arc::clone(&process.receipts),
-            costs: Arc::clone(&process.costs),
+            costs: Arc::clone(process.stores.costs()),
             trace: Arc::new(Trace::new(root, config)),
-            actions: Arc::clone(&process.actions),
+            actions: Arc::clone(process.stores.actions()),
+            stores: Arc::clone(&process.stores),
         }
     }
 }
@@ -493,10 +496,7 @@ impl AgentRunner {
 
     /// [`Self::tool`] for a call outside a turn (a cron job, an SOP tool step): an MCP name
     /// not known yet starts the agent's servers and lists their tools first, as a turn would.
-    pub(crate) async fn find_tool(
-        &self,
-        name: &str,
-    ) -> Result<Arc<dyn warren_tools::Tool>, AgentError> {
+    pub async fn find_tool(&self, name: &str) -> Result<Arc<dyn warren_tools::Tool>, AgentError> {
         match self.tool(name) {
             Err(_) if name.starts_with(taint::MCP_PREFIX) => {
                 self.turn_tools().await;

@@ -3,7 +3,6 @@
 //! row; and the `delegate_status` / `delegate_result` lookups. The arguments, the record and
 //! its confined file live in [`crate::delegate`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,10 +141,10 @@ impl AgentRunner {
             "delegate:{}",
             args.task.chars().take(LABEL_CHARS).collect::<String>()
         );
-        let (r, ws, pp, a, o) = (
+        let stores = Arc::clone(&self.services.stores);
+        let (r, ws, a, o) = (
             record.clone(),
             workspace.clone(),
-            plane_path.clone(),
             agent.clone(),
             owner.clone(),
         );
@@ -159,7 +158,7 @@ impl AgentRunner {
                     )
                 })?;
             delegate::write_record(&dir, &r).map_err(|e| e.to_string())?;
-            let plane = ControlPlane::open(&pp).map_err(|e| e.to_string());
+            let plane = stores.control_plane().map_err(|e| e.to_string());
             let registered = plane.and_then(|p| {
                 p.register(&r.task_id, RUN_KIND, &a, &label, &o)
                     .map(|()| p)
@@ -181,7 +180,7 @@ impl AgentRunner {
         .map_err(|e| format!("the delegate could not start: {e}"))??;
         // Its row's heartbeat, in a `warren agent` process too (the daemon's task already
         // runs in the daemon).
-        crate::cron::keep_beating(
+        crate::heartbeat::keep_beating(
             plane_path,
             None,
             false,
@@ -194,7 +193,6 @@ impl AgentRunner {
             events: Arc::new(|_| {}),
         };
         let task = args.task;
-        let plane = Arc::new(plane);
         let watcher = tokio::spawn(watch_cancel(Arc::clone(&plane), id.clone(), cancel));
         // The child keeps the parent's tool context (an ACP session's autonomy cap and editor
         // transport) and taint marker: a new task starts without them.
@@ -250,9 +248,13 @@ impl AgentRunner {
             Err(e) => return fail(format!("invalid arguments: {e}")),
         };
         let workspace = self.kit.policy().workspace().to_path_buf();
-        let plane: Option<PathBuf> = self.control_plane.clone();
+        let stores = self
+            .control_plane
+            .is_some()
+            .then(|| Arc::clone(&self.services.stores));
         let id = args.task_id;
         let read = tokio::task::spawn_blocking(move || {
+            let plane = stores.and_then(|s| s.control_plane_existing().ok().flatten());
             delegate::read_status(&workspace, plane.as_deref(), &id)
         })
         .await;

@@ -126,6 +126,7 @@ impl Fixture {
             costs: Arc::new(CostTracker::open(self.root.costs_ledger(), &config.cost)),
             trace: Arc::new(Trace::new(&self.root, &config)),
             actions: Arc::new(ActionWindow::open(&self.root)),
+            stores: Arc::new(warren_runtime::stores::Stores::new(&self.root, &config)),
         });
         let stores = MemoryStores::new(self.root.clone());
         AgentRunner::build(&config, &self.root, &alias(), &stores, services)

@@ -82,6 +82,7 @@ async fn a_subagent_asks_under_its_parents_always_ask_and_approval_timeout_perm7
         costs: Arc::new(CostTracker::open(root.costs_ledger(), &config.cost)),
         trace: Arc::new(Trace::new(&root, &config)),
         actions: Arc::new(ActionWindow::open(&root)),
+        stores: Arc::new(warren_runtime::stores::Stores::new(&root, &config)),
     });
     let ada = AgentAlias::new("ada").unwrap();
     let runner = AgentRunner::build(

@@ -85,6 +85,7 @@ impl Fixture {
             costs: Arc::new(CostTracker::open(self.root.costs_ledger(), &config.cost)),
             trace: Arc::new(Trace::new(&self.root, &config)),
             actions: Arc::clone(&self.actions),
+            stores: Arc::new(warren_runtime::stores::Stores::new(&self.root, &config)),
         });
         let stores = MemoryStores::new(self.root.clone());
         let inner = AgentRunner::build(&config, &self.root, &alias(), &stores, services)

@@ -259,15 +259,16 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
         "data/daemon.sock, the daemon's own ACP socket under data/ (bind, mode, owner, remove)",
     ),
     (
-        "crates/warren-runtime/src/daemon.rs",
+        "crates/warren-runtime/src/lock.rs",
         "daemon.lock and daemon.json under data/",
     ),
+    ("crates/warren-daemon/src/lib.rs", "daemon.json under data/"),
     (
-        "crates/warren-runtime/src/sop/defs.rs",
-        "SOP definitions under <install>/shared/sops/, which the operator writes and no agent can (no sandbox root or grant reaches shared/)",
+        "crates/warren-runtime/src/stores.rs",
+        "looks whether a store's file under data/ (an InstallRoot path) exists before a reader opens it",
     ),
     (
-        "crates/warren-runtime/src/backup/",
+        "crates/warren-admin/src/backup/",
         "the backup's own output (the operator's DEST, refused inside the install root) and its staging under data/; agent workspaces are read only through ConfinedDir handles (links kept as links); restore builds a fresh root beside the target, refusing a root a daemon runs on, so no agent runs in what it writes",
     ),
     (
@@ -275,14 +276,14 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
         "/proc/self/status, the daemon's own resident memory",
     ),
     (
-        "crates/warren-runtime/src/lifecycle/",
+        "crates/warren-admin/src/lifecycle/",
         "the lifecycle journal under data/, archives under data/agents/_deleted/, and whole-workspace moves (see WORKSPACE_FS_ALLOWED)",
     ),
 ];
 
 /// Modules that may apply a plain file-system API to a workspace path, and why.
 const WORKSPACE_FS_ALLOWED: &[(&str, &str)] = &[(
-    "crates/warren-runtime/src/lifecycle/",
+    "crates/warren-admin/src/lifecycle/",
     "rename/delete/restore move, archive and checksum an agent's whole workspace while the \
      agent is stopped; links are copied as links (lstat first), never followed. Still to move \
      onto confined handles: the copy and checksum open files by path after the lstat.",

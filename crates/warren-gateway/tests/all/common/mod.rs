@@ -11,8 +11,9 @@ use axum::http::{Request, StatusCode};
 use serde_json::Value;
 use tower::ServiceExt;
 use warren_config::{ConfigStore, InstallRoot};
+use warren_daemon::{Generation, ReloadTrigger};
 use warren_gateway::{AppState, ProcessState};
-use warren_runtime::{AgentHost, Generation, ProcessServices, ReloadTrigger};
+use warren_runtime::{AgentHost, ProcessServices};
 
 /// An install root whose `main` agent runs a script provider, with a paired token.
 pub struct Scripted {
@@ -77,6 +78,7 @@ pub fn state_for(
         reload: ReloadTrigger::default(),
         started_at: std::time::SystemTime::now(),
         host: Arc::new(host),
+        jobs: Arc::default(),
     };
     AppState::new(&generation, Arc::clone(process), None, Vec::new())
 }

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use warren_core::{AgentAlias, SessionKey};
 use warren_tools::ToolError;
 
-use crate::agent::AgentKit;
-use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
-use crate::cancel::CancelToken;
-use crate::host::{AgentHost, TurnRequest};
-use crate::mcp::ServerState;
-use crate::turn::taint::MCP_PREFIX;
-use crate::turn::{Channel, TurnError, TurnEvent, TurnOutcome};
+use warren_runtime::agent::AgentKit;
+use warren_runtime::approval::{ApprovalDecision, ApprovalRequest, Approver, BoxFuture};
+use warren_runtime::cancel::CancelToken;
+use warren_runtime::host::{AgentHost, TurnRequest};
+use warren_runtime::mcp::ServerState;
+use warren_runtime::turn::taint::MCP_PREFIX;
+use warren_runtime::turn::{Channel, TurnError, TurnEvent, TurnOutcome};
 
 /// What an unattended turn left behind.
 pub(crate) struct Unattended {
@@ -173,7 +173,7 @@ pub(crate) async fn tool_call(
         r = tool.execute(call.arguments) => r,
         () = cancel.cancelled() => return ToolCall::Cancelled,
     };
-    crate::metrics::tool_call(agent.as_str(), name, output.is_ok());
+    warren_runtime::metrics::tool_call(agent.as_str(), name, output.is_ok());
     if let Err(e) = &output {
         runner.count_denial(e);
     }
@@ -254,8 +254,8 @@ pub(crate) mod tests {
     use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 
     use super::*;
-    use crate::approval::DenyAll;
-    use crate::host::event_channel;
+    use warren_runtime::approval::DenyAll;
+    use warren_runtime::host::event_channel;
 
     /// A host of an install root in a temp dir whose config.toml is `config` (the unit tests
     /// of the policy gate: an unattended call's here, a turn's in `turn::calls`).

@@ -19,9 +19,8 @@
 //! on the same schema in memory: it logs a warning at start, `/api/health` shows it, and every
 //! run it starts says so (its `started` event, the log, the CLI and API answers).
 
-pub mod defs;
+pub use warren_store::sop_defs as defs;
 mod exec;
-pub mod lifecycle;
 pub mod triggers;
 
 use std::collections::HashMap;
@@ -35,9 +34,9 @@ use warren_config::schema::SopConfig;
 use warren_store::control_plane::{ControlPlane, Owner};
 use warren_store::sop::{NewRun, SopRun, SopStore, SopStoreError};
 
-use crate::cancel::CancelToken;
-use crate::daemon::RunningSubsystem;
-use crate::host::AgentHost;
+use warren_runtime::RunningSubsystem;
+use warren_runtime::cancel::CancelToken;
+use warren_runtime::host::AgentHost;
 
 /// Crash point: a step's side effect is done and its receipt recorded; the run has not moved
 /// past it yet.
@@ -89,33 +88,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| SopError::Task(e.to_string()))
 }
 
-/// Opens `data/sop/runs.db`, or the in-memory store with the reason (logged loudly).
-pub fn open_store(
-    root: &InstallRoot,
-    settings: &SopConfig,
-) -> Result<(SopStore, Option<String>), SopError> {
-    let reason = if settings.durable_runs {
-        match SopStore::open(&root.sop_runs_db()) {
-            Ok(store) => return Ok((store, None)),
-            Err(e) => format!("{e}"),
-        }
-    } else {
-        "[sop] durable_runs = false".to_string()
-    };
-    let why = format!(
-        "SOP runs are kept IN MEMORY ONLY and end with this process ({reason}); fix the store or set [sop] durable_runs = true"
-    );
-    tracing::warn!("{why}");
-    Ok((SopStore::in_memory()?, Some(why)))
-}
-
 impl Engine {
     /// The engine of `host`'s generation on the store of `root`.
     pub fn open(root: &InstallRoot, host: Arc<AgentHost>) -> Result<Arc<Self>, SopError> {
         let settings = host.snapshot().config().sop_settings();
-        let (store, fallback) = open_store(root, &settings)?;
-        let control = match ControlPlane::open(&root.control_plane_db()) {
-            Ok(c) => Some(Arc::new(c)),
+        let (store, fallback) = host.stores().sop_runs_for(&settings)?;
+        let control = match host.stores().control_plane() {
+            Ok(c) => Some(c),
             Err(e) => {
                 tracing::error!("SOP runs are not registered in the control plane: {e}");
                 None
@@ -124,7 +103,7 @@ impl Engine {
         let engine = Arc::new(Self {
             root: root.clone(),
             host,
-            store: Arc::new(store),
+            store,
             control,
             owner: Owner::current(),
             settings,
@@ -199,7 +178,7 @@ impl Engine {
             .map_err(SopError::Definition)?;
         let def_json = serde_json::to_value(&definition.def)
             .map_err(|e| SopError::Definition(format!("{name}: {e}")))?;
-        let id = crate::new_run_id("sop-");
+        let id = warren_runtime::new_run_id("sop-");
         let store = Arc::clone(&self.store);
         let (i, n, a, t, o) = (
             id.clone(),

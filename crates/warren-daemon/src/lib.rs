@@ -1,35 +1,40 @@
-//! The daemon: one per install root (LAYOUT-4, BEYOND-4), an outer loop that re-reads config and
-//! rebuilds every subsystem in the same process on reload (STATE-19), clean exit on SIGTERM/SIGINT.
+//! The daemon (warren-daemon, layer 6): one per install root (LAYOUT-4, BEYOND-4), an outer loop
+//! that re-reads config and rebuilds every subsystem in the same process on reload (STATE-19),
+//! clean exit on SIGTERM/SIGINT.
 //!
-//! The lock is an exclusive OS lock (`flock`) on `data/daemon.lock`, which also holds the owner's
-//! PID. The kernel drops it when the process dies, so a crashed daemon never blocks the next one.
-//! `data/daemon.json` publishes the running generation for `warren status`; only the lock decides
-//! whether a daemon runs.
+//! A [`Generation`] owns one generation: its host (the engine's door), the process's
+//! [`Stores`](warren_runtime::stores::Stores) it borrows, and the jobs it started. Every
+//! subsystem is a [`GenerationHook`] started in order: the hooks of the crates above (gateway,
+//! ACP, logging) first, then the engine's own ([`hooks`]: telemetry, MCP, sessions, cron, SOP).
+//! The engine holds no pointer back to any of them: the gateway reaches the running scheduler
+//! and SOP engine through [`Generation::jobs`].
+//!
+//! The install-root lock itself is [`warren_runtime::lock`].
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+pub mod hooks;
+
+use std::fs;
 use std::future::Future;
-use std::io::{self, Read, Seek};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Notify, oneshot};
 use warren_config::atomic::{self, CrashPoints};
 use warren_config::{
     ConfigError, ConfigStore, InitOutcome, InstallRoot, LegacyMigration, PathError, Snapshot,
 };
+pub use warren_runtime::lock::{DaemonLock, DaemonState, DaemonStatus, LockError, probe};
+pub use warren_runtime::subsystem::RunningSubsystem;
+use warren_runtime::{AgentHost, ProcessServices};
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("another warren daemon (pid {}) owns {}", pid.map_or_else(|| "unknown".to_string(), |p| p.to_string()), root.display())]
-    AlreadyRunning { pid: Option<u32>, root: PathBuf },
-    #[error("cannot take the daemon lock {path}: {source}")]
-    Lock { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("cannot install signal handlers: {0}")]
     Signals(io::Error),
     #[error("cannot start the async runtime: {0}")]
@@ -40,113 +45,6 @@ pub enum DaemonError {
     Path(#[from] PathError),
     #[error("cannot create the receipt key: {0}")]
     Random(getrandom::Error),
-}
-
-/// The held install-root lock. Dropping it (or the process dying) releases the root.
-#[derive(Debug)]
-pub struct DaemonLock {
-    _file: File,
-    path: PathBuf,
-}
-
-impl DaemonLock {
-    /// Takes the exclusive lock on `data/daemon.lock` and records this process's PID in it.
-    pub fn acquire(root: &InstallRoot) -> Result<Self, DaemonError> {
-        let path = root.daemon_lock();
-        let lock_err = |source| DaemonError::Lock {
-            path: path.clone(),
-            source,
-        };
-        fs::create_dir_all(root.data_dir()).map_err(lock_err)?;
-        let mut file = atomic::open_lock_file(&path).map_err(lock_err)?;
-        // A `warren status` probe holds a shared lock for microseconds; retry briefly past it.
-        let mut attempts = 0;
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(TryLockError::WouldBlock) if attempts < 10 => {
-                    attempts += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(TryLockError::WouldBlock) => {
-                    return Err(DaemonError::AlreadyRunning {
-                        pid: read_pid(&mut file),
-                        root: root.root().to_path_buf(),
-                    });
-                }
-                Err(TryLockError::Error(e)) => return Err(lock_err(e)),
-            }
-        }
-        // No fsync: the PID only names the holder to other processes (they read the page
-        // cache), and after a power loss the lock is gone with the process anyway. Written in
-        // place, truncated only when the old text was longer: truncating to zero first costs
-        // an ext4 journal transaction on the start path (issue 26).
-        let pid = format!("{}\n", std::process::id());
-        std::os::unix::fs::FileExt::write_all_at(&file, pid.as_bytes(), 0).map_err(lock_err)?;
-        let len = u64::try_from(pid.len()).unwrap_or(u64::MAX);
-        if file.metadata().map_err(lock_err)?.len() != len {
-            file.set_len(len).map_err(lock_err)?;
-        }
-        Ok(Self { _file: file, path })
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-}
-
-fn read_pid(file: &mut File) -> Option<u32> {
-    let mut text = String::new();
-    file.rewind().ok()?;
-    file.read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
-}
-
-/// What the running daemon publishes in `data/daemon.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonState {
-    pub pid: u32,
-    pub config_generation: u64,
-    pub started_at_unix: u64,
-    pub generation_since_unix: u64,
-}
-
-/// Whether a daemon owns the root, as seen from another process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum DaemonStatus {
-    NotRunning,
-    Running {
-        pid: Option<u32>,
-        state: Option<DaemonState>,
-    },
-}
-
-/// Asks the lock (not the state file) whether a daemon runs on `root`.
-pub fn probe(root: &InstallRoot) -> Result<DaemonStatus, DaemonError> {
-    let path = root.daemon_lock();
-    let mut file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DaemonStatus::NotRunning),
-        Err(source) => return Err(DaemonError::Lock { path, source }),
-    };
-    match file.try_lock_shared() {
-        Ok(()) => Ok(DaemonStatus::NotRunning),
-        Err(TryLockError::WouldBlock) => {
-            let state = fs::read(root.daemon_state())
-                .ok()
-                .and_then(|b| serde_json::from_slice::<DaemonState>(&b).ok());
-            Ok(DaemonStatus::Running {
-                pid: read_pid(&mut file),
-                state,
-            })
-        }
-        Err(TryLockError::Error(source)) => Err(DaemonError::Lock { path, source }),
-    }
 }
 
 /// Asks a running daemon loop to reload (the in-process side of `POST /admin/reload`).
@@ -228,8 +126,11 @@ pub struct Generation {
     pub reload: ReloadTrigger,
     /// Process start (survives reloads).
     pub started_at: SystemTime,
-    /// The agents, sessions, queue, trace and cost tracker of this generation.
-    pub host: Arc<crate::host::AgentHost>,
+    /// The agents, sessions, queue, trace and cost tracker of this generation (the engine's
+    /// door; it borrows the process's stores).
+    pub host: Arc<AgentHost>,
+    /// The cron scheduler and SOP engine of this generation, once their hooks started them.
+    pub jobs: Arc<hooks::Jobs>,
 }
 
 impl Generation {
@@ -237,15 +138,9 @@ impl Generation {
     /// with fresh process services.
     pub fn detached(root: InstallRoot, store: ConfigStore) -> Result<Self, DaemonError> {
         let snapshot = store.snapshot();
-        let process = Arc::new(
-            crate::host::ProcessServices::new(&root, snapshot.config())
-                .map_err(DaemonError::Random)?,
-        );
-        let host = Arc::new(crate::host::AgentHost::new(
-            &root,
-            Arc::clone(&snapshot),
-            process,
-        ));
+        let process =
+            Arc::new(ProcessServices::new(&root, snapshot.config()).map_err(DaemonError::Random)?);
+        let host = Arc::new(AgentHost::new(&root, Arc::clone(&snapshot), process));
         Ok(Self {
             root,
             store,
@@ -253,49 +148,8 @@ impl Generation {
             reload: ReloadTrigger::default(),
             started_at: SystemTime::now(),
             host,
+            jobs: Arc::default(),
         })
-    }
-}
-
-/// A subsystem started for one generation; stopped before the next one starts.
-pub struct RunningSubsystem {
-    name: &'static str,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
-impl RunningSubsystem {
-    /// `task` must finish soon after `stop` fires (in-flight work drains, listeners close).
-    pub fn new(
-        name: &'static str,
-        stop: oneshot::Sender<()>,
-        task: tokio::task::JoinHandle<()>,
-    ) -> Self {
-        Self {
-            name,
-            stop: Some(stop),
-            done: task,
-        }
-    }
-
-    /// Signals the stop without waiting (a listener stops accepting; in-flight work goes on).
-    pub fn signal_stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-
-    /// Signals the stop and waits up to `grace` for the task; then aborts it.
-    pub async fn stop(mut self, grace: Duration) {
-        self.signal_stop();
-        let mut done = self.done;
-        if tokio::time::timeout(grace, &mut done).await.is_err() {
-            tracing::warn!(
-                subsystem = self.name,
-                "did not stop within {grace:?}; aborted"
-            );
-            done.abort();
-        }
     }
 }
 
@@ -395,18 +249,24 @@ pub async fn run(
     }
     // BEYOND-3: an agent rename/delete/restore interrupted by a crash converges from its
     // journal before any subsystem starts.
-    for report in crate::lifecycle::Lifecycle::new(store.clone())
-        .converge_pending()
-        .await
+    // Approvals, receipt key and the process's stores live for the process; the rest per
+    // generation. The lifecycle journal converges on those very stores.
+    let process = Arc::new(
+        ProcessServices::new(&root, store.snapshot().config()).map_err(DaemonError::Random)?,
+    );
+    for report in
+        warren_admin::lifecycle::Lifecycle::with_stores(store.clone(), Arc::clone(&process.stores))
+            .converge_pending()
+            .await
     {
         tracing::info!(op = %report.op, agent = %report.alias, converged = report.converged, warnings = report.warnings.len(), "lifecycle journal converged at start");
     }
     // STATE-11: runs of a previous daemon that died mid-run are `lost`, their locks cleared.
-    crate::cron::reap(&root);
+    warren_runtime::heartbeat::reap(&root);
     // From now on this process's running rows and job locks carry a heartbeat, which bounds
     // how long a process that cannot judge us (another PID namespace) counts us alive; each
     // tick also reaps what the start-up reaper could not yet call gone.
-    crate::cron::keep_beating(
+    warren_runtime::heartbeat::keep_beating(
         root.control_plane_db(),
         Some(root.cron_db()),
         true,
@@ -415,14 +275,10 @@ pub async fn run(
     let started_at = SystemTime::now();
     let started = unix_now();
 
-    // Approvals, receipt key and cost ledger live for the process; the rest per generation.
-    let process = Arc::new(
-        crate::host::ProcessServices::new(&root, store.snapshot().config())
-            .map_err(DaemonError::Random)?,
-    );
+    let engine_hooks = hooks::engine();
     // Subsystems of the running generation; rebuilt only when a reload published a new one.
     let mut running: Vec<RunningSubsystem> = Vec::new();
-    let mut host: Option<Arc<crate::host::AgentHost>> = None;
+    let mut host: Option<Arc<AgentHost>> = None;
     let mut rebuild = true;
     loop {
         let snapshot = store.snapshot();
@@ -435,7 +291,7 @@ pub async fn run(
             if let Some(old) = host.take() {
                 old.cancel_turns();
             }
-            let generation_host = Arc::new(crate::host::AgentHost::new(
+            let generation_host = Arc::new(AgentHost::new(
                 &root,
                 Arc::clone(&snapshot),
                 Arc::clone(&process),
@@ -448,6 +304,7 @@ pub async fn run(
                 reload: reload.clone(),
                 started_at,
                 host: Arc::clone(&generation_host),
+                jobs: Arc::default(),
             };
             // The listeners first (start-up latency): stores open after the gateway listens.
             for hook in &hooks {
@@ -469,39 +326,17 @@ pub async fn run(
                     generation_since_unix: unix_now(),
                 },
             );
-            // Issue 25: this generation's [metrics] and [telemetry] (span export, self-watch).
-            running.push(crate::telemetry::start(&snapshot));
-            // Issue 23: servers of deleted agents and changed server configs stop; eager ones start.
-            crate::mcp::reconcile(&root, snapshot.config());
-            crate::mcp::start_eager(&generation_host);
-            // The session stores (legacy import included) open now, off the start path.
-            generation_host.open_sessions().await;
-            // STATE-9/19: the scheduler of this generation (declared jobs reconciled, missed
-            // fire times caught up); the previous one stopped above, its runs finish.
-            if snapshot.cron.enabled {
-                match crate::cron::Scheduler::open(&root, Arc::clone(&generation_host)) {
-                    Ok(scheduler) => {
-                        if let Err(e) = scheduler.prepare().await {
-                            tracing::error!("cron: {e}");
-                        }
-                        generation_host.set_cron(&scheduler);
-                        running.push(scheduler.start());
-                    }
-                    Err(e) => tracing::error!("cron scheduler not started: {e}"),
+            // The engine's own subsystems, in order (telemetry, MCP, sessions, cron, SOP):
+            // after the listeners, so the stores open off the start path.
+            for hook in &engine_hooks {
+                match hook.start(&generation).await {
+                    Ok(subsystem) => running.push(subsystem),
+                    Err(e) => tracing::error!(
+                        subsystem = hook.name(),
+                        generation = snapshot.generation(),
+                        "cannot start: {e}"
+                    ),
                 }
-            }
-            // STATE-10: the SOP engine of this generation: active runs of a dead owner (or of
-            // the previous generation, parked) continue at their first incomplete step.
-            match crate::sop::Engine::open(&root, Arc::clone(&generation_host)) {
-                Ok(engine) => {
-                    generation_host.set_sop(&engine);
-                    let restored = engine.restore().await;
-                    if !restored.is_empty() {
-                        tracing::info!(runs = restored.len(), "SOP runs restored");
-                    }
-                    running.push(engine.start());
-                }
-                Err(e) => tracing::error!("SOP engine not started: {e}"),
             }
             for hook in &hooks {
                 hook.ready(&generation);
@@ -606,24 +441,6 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn second_lock_on_the_same_root_names_the_holder() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let root = InstallRoot::at(dir.path());
-        let first = DaemonLock::acquire(&root)?;
-        match DaemonLock::acquire(&root) {
-            Err(DaemonError::AlreadyRunning { pid, .. }) => {
-                assert_eq!(pid, Some(std::process::id()))
-            }
-            other => panic!("expected AlreadyRunning, got {other:?}"),
-        }
-        assert!(matches!(probe(&root)?, DaemonStatus::Running { .. }));
-        drop(first);
-        assert_eq!(probe(&root)?, DaemonStatus::NotRunning);
-        let _again = DaemonLock::acquire(&root)?;
-        Ok(())
-    }
 
     #[tokio::test]
     async fn every_reload_request_gets_the_outcome_state19() {

@@ -13,8 +13,8 @@ use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 use warren_store::sop::SopStore;
 
-use super::defs;
 use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove};
+use warren_store::sop_defs as defs;
 
 /// Why a delete of `alias` is refused: each SOP definition that names it.
 pub fn refusals(root: &InstallRoot, alias: &AgentAlias) -> Vec<String> {

@@ -17,7 +17,7 @@ use super::check::{private_dir, verify_keeping};
 use super::create::{copy_big, create_file};
 use super::manifest::{self, EntryKind};
 use super::{BackupError, Progress};
-use crate::daemon::{DaemonStatus, probe};
+use warren_runtime::lock::{DaemonStatus, probe};
 
 /// What `restore` did (`--json` prints it).
 #[derive(Debug, Clone, Serialize)]

@@ -16,7 +16,7 @@ use warren_store::cron::{Job, RunStatus};
 use warren_store::sessions::Page;
 
 use super::Scheduler;
-use crate::cancel::CancelToken;
+use warren_runtime::cancel::CancelToken;
 
 /// A heartbeat's check, as stored in the job's `probe` column.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -502,7 +502,7 @@ impl Lifecycle {
         for w in &report.warnings {
             tracing::warn!(op = %report.op, agent = %report.alias, "{w}");
         }
-        let trace = crate::trace::Trace::new(self.root(), self.store.snapshot().config());
+        let trace = warren_runtime::trace::Trace::new(self.root(), self.store.snapshot().config());
         trace.emit(
             "lifecycle",
             &report.alias,

@@ -23,6 +23,7 @@
 //! into the runtime trace. Concepts: [`journal`] (records, durable files, crash points,
 //! convergence), [`rename`], [`delete`], [`restore`]; errors in [`error`].
 
+mod cron_state;
 pub mod delete;
 pub mod error;
 pub mod fsops;
@@ -30,6 +31,7 @@ pub mod journal;
 pub mod refs;
 pub mod rename;
 pub mod restore;
+mod sop_state;
 pub mod stores;
 
 use std::collections::BTreeMap;
@@ -52,7 +54,8 @@ pub use self::journal::{
 };
 pub use self::restore::{ArchiveListing, list_archives};
 use self::stores::{OwnStores, StoreContext, StoreSource};
-use crate::host::AgentHost;
+use warren_runtime::host::AgentHost;
+use warren_runtime::stores::Stores;
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -139,7 +142,14 @@ pub struct Lifecycle {
 impl Lifecycle {
     /// Without a running daemon: the stores are opened once, by this process, on first use.
     pub fn new(store: ConfigStore) -> Self {
-        let own = Arc::new(OwnStores::new(store.root()));
+        let stores = Arc::new(Stores::new(store.root(), store.snapshot().config()));
+        Self::with_stores(store, stores)
+    }
+
+    /// Without a running generation, on the process's `stores` (the daemon at start-up, before
+    /// its first generation: the handles its generations then use).
+    pub fn with_stores(store: ConfigStore, stores: Arc<Stores>) -> Self {
+        let own = Arc::new(OwnStores::new(store.root(), stores));
         Self {
             store,
             source: StoreSource::Own(own),

@@ -11,9 +11,9 @@ use warren_config::schema::sop::{Branch, SopDef, Step, StepKind};
 use warren_store::sop::{SopRun, StepOutcome};
 
 use super::{Engine, FAILPOINT_STEP_RECORDED, blocking, defs};
-use crate::cancel::CancelToken;
-use crate::turn::TurnError;
 use crate::unattended::ToolCall;
+use warren_runtime::cancel::CancelToken;
+use warren_runtime::turn::TurnError;
 
 /// How a step ended.
 enum StepResult {

@@ -11,10 +11,10 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use warren_admin::lifecycle::Lifecycle;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_memory::{MemoryStore, MemoryStores, NewEntry};
-use warren_runtime::lifecycle::Lifecycle;
 use warren_store::sessions::{NewMessage, SessionInit, open_chat_sessions};
 
 const ROWS: usize = 10_000;

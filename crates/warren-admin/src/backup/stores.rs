@@ -89,7 +89,7 @@ pub fn state_map(root: &InstallRoot) -> Vec<StoreFile> {
         row(
             "PERM-2",
             "actions",
-            crate::turn::limits::actions_db(root),
+            warren_runtime::turn::limits::actions_db(root),
             Sqlite,
             v1,
         ),
@@ -197,7 +197,13 @@ mod tests {
             config: Arc::new(warren_config::Config::default()),
             memory_backend: warren_config::schema::MemoryBackendKind::Sqlite,
             handle: rt.handle().clone(),
-            source: StoreSource::Own(Arc::new(OwnStores::new(&root))),
+            source: StoreSource::Own(Arc::new(OwnStores::new(
+                &root,
+                Arc::new(warren_runtime::stores::Stores::new(
+                    &root,
+                    &warren_config::Config::default(),
+                )),
+            ))),
         };
         let mapped: BTreeSet<&str> = state_map(&root).iter().map(|s| s.store).collect();
         for store in registered(&ctx) {

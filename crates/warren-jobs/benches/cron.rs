@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use warren_config::{ConfigStore, InstallRoot};
-use warren_runtime::Generation;
-use warren_runtime::cron::{JobSpec, Scheduler};
+use warren_jobs::cron::{JobSpec, Scheduler};
+use warren_runtime::{AgentHost, ProcessServices};
 use warren_store::cron::{CronStore, format_ms, now_ms};
 
 const JOBS: usize = 1000;
@@ -58,9 +58,12 @@ fn add_jobs(
 
 async fn scheduler(root: &InstallRoot) -> Result<Arc<Scheduler>, Box<dyn std::error::Error>> {
     let store = ConfigStore::load(root.clone())?;
-    let generation = Generation::detached(root.clone(), store)?;
-    generation.host.open_sessions().await;
-    let scheduler = Scheduler::open(root, Arc::clone(&generation.host))?;
+    let snapshot = store.snapshot();
+    let process =
+        Arc::new(ProcessServices::new(root, snapshot.config()).map_err(|e| e.to_string())?);
+    let host = Arc::new(AgentHost::new(root, snapshot, process));
+    host.open_sessions().await;
+    let scheduler = Scheduler::open(root, host)?;
     scheduler.prepare().await?;
     Ok(scheduler)
 }

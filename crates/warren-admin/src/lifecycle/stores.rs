@@ -7,7 +7,7 @@
 //! skips what is already there.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,9 +24,10 @@ use warren_store::sessions::{
 };
 use warren_store::sop::SopStore;
 
-use crate::cost::{CostRecord, CostTracker, read_ledger};
-use crate::host::AgentHost;
-use crate::turn::limits::ActionWindow;
+use warren_runtime::cost::{CostRecord, CostTracker, read_ledger};
+use warren_runtime::host::AgentHost;
+use warren_runtime::stores::Stores;
+use warren_runtime::turn::limits::ActionWindow;
 
 /// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
 #[derive(Debug, Clone)]
@@ -79,48 +80,26 @@ pub enum StoreSource {
     Own(Arc<OwnStores>),
 }
 
-/// The stores a process without a daemon opens (lazily, once).
+/// The stores a process without a daemon opens (lazily, once): its own [`Stores`] (control
+/// plane, cron, SOP runs, action window, cost ledger) and the per-generation ones (memory, chat
+/// and ACP sessions).
 pub struct OwnStores {
     memory: MemoryStores,
     chat: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
     acp: OnceLock<Result<Arc<AcpSessionStore>, String>>,
-    costs: OnceLock<CostTracker>,
-    /// Opens its connection at the first use.
-    actions: Arc<ActionWindow>,
-    cron: Mutex<Option<Arc<CronStore>>>,
-    control: Mutex<Option<Arc<ControlPlane>>>,
-    sop: Mutex<Option<Arc<SopStore>>>,
+    stores: Arc<Stores>,
 }
 
 impl OwnStores {
-    pub fn new(root: &InstallRoot) -> Self {
+    /// The per-generation stores of `root` over the process's `stores`.
+    pub fn new(root: &InstallRoot, stores: Arc<Stores>) -> Self {
         Self {
             memory: MemoryStores::new(root.clone()),
             chat: OnceLock::new(),
             acp: OnceLock::new(),
-            costs: OnceLock::new(),
-            actions: Arc::new(ActionWindow::open(root)),
-            cron: Mutex::new(None),
-            control: Mutex::new(None),
-            sop: Mutex::new(None),
+            stores,
         }
     }
-}
-
-/// A SQLite store of this process, opened for writing at the first use that needs it: `None`
-/// while its file does not exist and `create` is false (a count or an export never creates a
-/// store), kept once opened.
-fn own_store<T>(
-    slot: &Mutex<Option<Arc<T>>>,
-    path: &std::path::Path,
-    create: bool,
-    open: impl FnOnce(&std::path::Path) -> Result<T, String>,
-) -> Result<Option<Arc<T>>, String> {
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if slot.is_none() && (create || path.exists()) {
-        *slot = Some(Arc::new(open(path)?));
-    }
-    Ok(slot.clone())
 }
 
 /// What the stores are opened from.
@@ -192,94 +171,46 @@ impl StoreContext {
         }
     }
 
-    /// The cron store: the running scheduler's (never a second connection inside the daemon),
-    /// else this process's. `None` when there is no store and `create` is false.
+    /// The process's store handles: the daemon's (the ones its scheduler, SOP engine and turns
+    /// use: never a second connection inside the daemon), else this process's.
+    pub fn stores(&self) -> &Stores {
+        match &self.source {
+            StoreSource::Host(host) => host.stores(),
+            StoreSource::Own(own) => &own.stores,
+        }
+    }
+
+    /// The cron store. `None` when there is no store and `create` is false.
     pub fn cron(&self, create: bool) -> Result<Option<Arc<CronStore>>, String> {
-        if let Some(scheduler) = self.host().and_then(|h| h.cron()) {
-            return Ok(Some(Arc::clone(scheduler.store())));
+        let stores = self.stores();
+        if create {
+            stores.cron().map(Some).map_err(|e| e.to_string())
+        } else {
+            stores.cron_existing().map_err(|e| e.to_string())
         }
-        self.own_store(
-            |o| &o.cron,
-            &self.root.cron_db(),
-            create,
-            |p| CronStore::open(p).map_err(|e| e.to_string()),
-        )
     }
 
-    /// The control plane: the running scheduler's or SOP engine's, else this process's.
-    /// `None` when there is none yet.
+    /// The control plane; `None` when there is none yet.
     pub fn control_plane(&self) -> Result<Option<Arc<ControlPlane>>, String> {
-        if let Some(host) = self.host() {
-            let running = host
-                .cron()
-                .map(|s| Arc::clone(s.control()))
-                .or_else(|| host.sop().and_then(|e| e.control().cloned()));
-            if running.is_some() {
-                return Ok(running);
-            }
-        }
-        self.own_store(
-            |o| &o.control,
-            &self.root.control_plane_db(),
-            false,
-            |p| ControlPlane::open(p).map_err(|e| e.to_string()),
-        )
+        self.stores()
+            .control_plane_existing()
+            .map_err(|e| e.to_string())
     }
 
-    /// The SOP run store: the running engine's (durable or its in-memory fallback), else this
-    /// process's. `None` when there is none yet.
+    /// The SOP run store: the running engine's (durable or its in-memory fallback); `None`
+    /// when there is none yet.
     pub fn sop_runs(&self) -> Result<Option<Arc<SopStore>>, String> {
-        if let Some(engine) = self.host().and_then(|h| h.sop()) {
-            return Ok(Some(Arc::clone(engine.store())));
-        }
-        self.own_store(
-            |o| &o.sop,
-            &self.root.sop_runs_db(),
-            false,
-            |p| SopStore::open(p).map_err(|e| e.to_string()),
-        )
+        self.stores().sop_runs().map_err(|e| e.to_string())
     }
 
-    fn host(&self) -> Option<&Arc<AgentHost>> {
-        match &self.source {
-            StoreSource::Host(host) => Some(host),
-            StoreSource::Own(_) => None,
-        }
-    }
-
-    /// A store this process opens itself: once per [`super::Lifecycle`] without a daemon; inside
-    /// a daemon whose generation runs no scheduler or SOP engine (nothing else writes the
-    /// file then), for this call only.
-    fn own_store<T>(
-        &self,
-        slot: impl FnOnce(&OwnStores) -> &Mutex<Option<Arc<T>>>,
-        path: &std::path::Path,
-        create: bool,
-        open: impl FnOnce(&std::path::Path) -> Result<T, String>,
-    ) -> Result<Option<Arc<T>>, String> {
-        match &self.source {
-            StoreSource::Own(own) => own_store(slot(own), path, create, open),
-            StoreSource::Host(_) => own_store(&Mutex::new(None), path, create, open),
-        }
-    }
-
-    /// The `max_actions_per_hour` window: the process's inside a daemon (the one its turns
-    /// admit through, so no second connection on `actions.db`), else this process's.
+    /// The `max_actions_per_hour` window (inside a daemon the one its turns admit through).
     pub fn actions(&self) -> &Arc<ActionWindow> {
-        match &self.source {
-            StoreSource::Host(host) => host.actions(),
-            StoreSource::Own(own) => &own.actions,
-        }
+        self.stores().actions()
     }
 
     /// The cost tracker (the daemon's keeps its in-memory totals in step with a rename).
     pub fn costs(&self) -> &CostTracker {
-        match &self.source {
-            StoreSource::Host(host) => host.costs(),
-            StoreSource::Own(own) => own
-                .costs
-                .get_or_init(|| CostTracker::open(self.root.costs_ledger(), &self.config.cost)),
-        }
+        self.stores().costs()
     }
 }
 
@@ -290,8 +221,8 @@ pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
         Box::new(SessionState_::new(ctx.clone())),
         Box::new(AcpState::new(ctx.clone())),
         Box::new(CostState::new(ctx.clone())),
-        Box::new(crate::cron::lifecycle::CronState::new(ctx.clone())),
-        Box::new(crate::sop::lifecycle::SopState::new(ctx.clone())),
+        Box::new(crate::lifecycle::cron_state::CronState::new(ctx.clone())),
+        Box::new(crate::lifecycle::sop_state::SopState::new(ctx.clone())),
         Box::new(ActionsState::new(ctx.clone())),
     ]
 }
@@ -774,14 +705,16 @@ mod tests {
         (dir, root, rt)
     }
 
-    /// A daemon's generation of `root` (its host holds the stores a running daemon holds) and
+    /// A daemon's generation host of `root` (it holds the stores a running daemon holds) and
     /// the config it loaded.
-    fn generation(root: &InstallRoot) -> (Config, crate::daemon::Generation) {
+    fn generation(root: &InstallRoot) -> (Config, Arc<AgentHost>) {
         let store = ConfigStore::load(root.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let config = store.snapshot().config().clone();
-        let generation = crate::daemon::Generation::detached(root.clone(), store)
-            .unwrap_or_else(|e| panic!("{e}"));
-        (config, generation)
+        let snapshot = store.snapshot();
+        let config = snapshot.config().clone();
+        let process = Arc::new(
+            warren_runtime::ProcessServices::new(root, &config).unwrap_or_else(|e| panic!("{e}")),
+        );
+        (config, Arc::new(AgentHost::new(root, snapshot, process)))
     }
 
     /// The stores of a lifecycle operation inside the daemon of `host` (on its runtime).
@@ -805,13 +738,12 @@ mod tests {
         let (_dir, root, rt) = install("[agents.b]\n[agents.b.memory]\nbackend = \"none\"\n");
         rt.block_on(async {
             let (b, bee) = (alias("b"), alias("bee"));
-            let (config, generation) = generation(&root);
-            let host = Arc::clone(&generation.host);
+            let (config, host) = generation(&root);
             // A turn's tool call opened the generation's window.
             host.actions()
                 .admit(&b, 10)
                 .unwrap_or_else(|e| panic!("{e}"));
-            let db = crate::turn::limits::actions_db(&root);
+            let db = warren_runtime::turn::limits::actions_db(&root);
             let before = open_handles(&db);
             assert!(before > 0, "the host's window is open");
 
@@ -847,7 +779,10 @@ mod tests {
         });
 
         // Without a daemon: one window for every operation of the process's stores.
-        let own = StoreSource::Own(Arc::new(OwnStores::new(&root)));
+        let own = StoreSource::Own(Arc::new(OwnStores::new(
+            &root,
+            Arc::new(Stores::new(&root, &Config::default())),
+        )));
         let ctx = |source: StoreSource| StoreContext {
             root: root.clone(),
             config: Arc::new(Config::default()),
@@ -869,20 +804,17 @@ mod tests {
         );
         rt.block_on(async {
             let (b, bee) = (alias("b"), alias("bee"));
-            let (config, generation) = generation(&root);
-            let host = Arc::clone(&generation.host);
-            let scheduler = crate::cron::Scheduler::open(&root, Arc::clone(&host))
+            let (config, host) = generation(&root);
+            let scheduler = warren_jobs::cron::Scheduler::open(&root, Arc::clone(&host))
                 .unwrap_or_else(|e| panic!("{e}"));
-            host.set_cron(&scheduler);
-            let engine = crate::sop::Engine::open(&root, Arc::clone(&host))
+            let engine = warren_jobs::sop::Engine::open(&root, Arc::clone(&host))
                 .unwrap_or_else(|e| panic!("{e}"));
-            host.set_sop(&engine);
             assert!(engine.fallback().is_some(), "runs are kept in memory");
 
-            let job = crate::cron::JobSpec {
+            let job = warren_jobs::cron::JobSpec {
                 every: Some("1h".into()),
                 message: Some("hi".into()),
-                ..crate::cron::JobSpec::new("nightly", b.clone())
+                ..warren_jobs::cron::JobSpec::new("nightly", b.clone())
             }
             .into_job(&config, "runtime")
             .unwrap_or_else(|e| panic!("{e}"));

@@ -10,7 +10,7 @@
 //! | `agents.<alias>.heartbeat` (its own)         | soft     | removed with it | moves with it |
 //!
 //! A removed job's rows and runs are archived by the cron store's share of the cascade
-//! (`crate::cron::lifecycle`) and come back disabled on restore.
+//! (`crate::lifecycle::cron_state`) and come back disabled on restore.
 //!
 //! After a mutation the walk runs again on the edited (not yet saved) config; any remaining
 //! reference aborts before anything is persisted.
@@ -225,9 +225,9 @@ pub fn live_acp(ctx: &super::stores::StoreContext, alias: &AgentAlias) -> Result
 }
 
 /// SOP definitions naming `alias` (hard, outside config): each a refusal naming the SOP and
-/// its file (`crate::sop::lifecycle`).
+/// its file (`crate::lifecycle::sop_state`).
 pub fn sop_refusals(root: &warren_config::InstallRoot, alias: &AgentAlias) -> Vec<String> {
-    crate::sop::lifecycle::refusals(root, alias)
+    crate::lifecycle::sop_state::refusals(root, alias)
 }
 
 /// The key path of `[agents.<alias>]`.

@@ -14,9 +14,9 @@ use warren_store::cron::{Job, JobAfterRun, Run, RunResult, RunStatus, now_ms};
 use warren_store::timefmt;
 
 use super::{FAILPOINT_BEFORE_FINISH, FAILPOINT_RUN_STARTED, Scheduler, blocking, schedule_of};
-use crate::cancel::CancelToken;
-use crate::turn::TurnError;
 use crate::unattended::ToolCall;
+use warren_runtime::cancel::CancelToken;
+use warren_runtime::turn::TurnError;
 
 /// The session a run talks in: the job's named session, else `cron-<job>-<run>`.
 pub(super) fn session_of(job: &Job, run_id: &str) -> String {
@@ -86,7 +86,7 @@ impl Scheduler {
             result.error.clone(),
         );
         let _ = blocking(move || control.finish(&id, state, error.as_deref())).await;
-        crate::metrics::cron_run(&job.name, result.status.as_str());
+        warren_runtime::metrics::cron_run(&job.name, result.status.as_str());
         self.host.trace().emit(
             "cron_run",
             &job.agent,

@@ -10,7 +10,7 @@ use warren_config::sqlite;
 
 use super::manifest::Class;
 use super::stores::state_map;
-use crate::daemon::{DaemonStatus, probe};
+use warren_runtime::lock::{DaemonStatus, probe};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
