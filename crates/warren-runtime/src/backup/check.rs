@@ -1,7 +1,9 @@
 //! `warren backup verify SRC`: every stored file has the size and SHA-256 its manifest says
 //! (and nothing is missing or extra), the passphrase opens an encrypted backup, every
 //! database opens read-only and passes `PRAGMA integrity_check` at the schema version
-//! recorded, and the backup's `.secret_key` decrypts a secret of its config.toml.
+//! recorded, and the backup's `.secret_key` decrypts a secret of its config.toml. Before any
+//! of that, [`Manifest::read`] refuses a manifest whose entries do not form one tree (a path
+//! twice, or below a symbolic link or a file entry; issue 35 §2).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -61,7 +63,23 @@ pub(super) fn verify_keeping(
     for e in &m.entries {
         let path = files_dir.join(&e.path);
         match &e.kind {
-            EntryKind::File { size, sha256, .. } => {
+            EntryKind::File {
+                size,
+                sha256,
+                sparse,
+                ..
+            } => {
+                // A plain backup stores exactly the extents' data (an encrypted one adds the
+                // sealing; restore checks the unsealed length).
+                if let Some(layout) = sparse.as_ref().filter(|_| m.encryption.is_none()) {
+                    if layout.data_bytes() != *size {
+                        return Err(BackupError::Extents {
+                            path,
+                            got: *size,
+                            want: layout.data_bytes(),
+                        });
+                    }
+                }
                 let (got_size, got_sha) = hash_file(&path).map_err(|_| BackupError::Verify {
                     path: path.clone(),
                     cause: "is missing or unreadable".to_string(),
