@@ -15,11 +15,11 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rustix::fs::AtFlags;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use warren_config::InstallRoot;
-use rustix::fs::AtFlags;
 use warren_config::confined::{ConfinedDir, FileKind};
 use warren_config::sqlite;
 

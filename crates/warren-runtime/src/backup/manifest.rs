@@ -262,7 +262,10 @@ mod tests {
     fn entries_below_or_repeating_a_link_and_duplicates_are_refused_issue35() {
         assert_eq!(tree_problem(&[dir("a"), file("a/f"), link("a/l")]), None);
         let cases = [
-            (vec![link("x"), dir("x/d"), file("x/d/f")], "'x/d' lies below 'x'"),
+            (
+                vec![link("x"), dir("x/d"), file("x/d/f")],
+                "'x/d' lies below 'x'",
+            ),
             (vec![link("x"), dir("x")], "'x' is listed twice"),
             (vec![dir("x"), link("x")], "'x' is listed twice"),
             (vec![file("x"), file("x")], "'x' is listed twice"),

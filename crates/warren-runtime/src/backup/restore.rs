@@ -71,7 +71,14 @@ pub fn restore(
     progress.start(m.files, m.bytes);
     let written = (|| -> Result<(), BackupError> {
         private_dir(&staging)?;
-        write_entries(&Beneath::open(&staging)?, &staging, &files_dir, &m, sealer.as_ref(), progress)?;
+        write_entries(
+            &Beneath::open(&staging)?,
+            &staging,
+            &files_dir,
+            &m,
+            sealer.as_ref(),
+            progress,
+        )?;
         std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o700))
             .map_err(|err| BackupError::io(&staging, err))?;
         let f = File::open(&staging).map_err(|err| BackupError::io(&staging, err))?;
@@ -144,13 +151,11 @@ fn write_entries(
                     Some(layout) => {
                         let mut holes = ExtentWriter::new(&file, layout);
                         fill(&mut input, &mut holes, &e.path, &path, sealer)?;
-                        holes
-                            .finish()
-                            .map_err(|(got, want)| BackupError::Extents {
-                                path: path.clone(),
-                                got,
-                                want,
-                            })?;
+                        holes.finish().map_err(|(got, want)| BackupError::Extents {
+                            path: path.clone(),
+                            got,
+                            want,
+                        })?;
                     }
                 }
                 set_file_mode(&file, &path, *mode)?;

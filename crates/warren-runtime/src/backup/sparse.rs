@@ -117,7 +117,9 @@ impl Read for ExtentReader<'_> {
                 self.done = 0;
                 continue;
             }
-            let want = usize::try_from(n - self.done).unwrap_or(usize::MAX).min(buf.len());
+            let want = usize::try_from(n - self.done)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
             let got = self.file.read_at(&mut buf[..want], off + self.done)?;
             if got == 0 {
                 self.short = true;
@@ -179,7 +181,9 @@ impl Write for ExtentWriter<'_> {
                 self.done = 0;
                 continue;
             }
-            let take = usize::try_from(n - self.done).unwrap_or(usize::MAX).min(buf.len());
+            let take = usize::try_from(n - self.done)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
             let wrote = self.file.write_at(&buf[..take], off + self.done)?;
             self.done += wrote as u64;
             self.written += wrote as u64;
@@ -219,7 +223,8 @@ mod tests {
         let len = 64u64 << 20;
         f.set_len(len).unwrap_or_else(|e| panic!("{e}"));
         f.write_at(b"head", 0).unwrap_or_else(|e| panic!("{e}"));
-        f.write_at(b"middle", 32 << 20).unwrap_or_else(|e| panic!("{e}"));
+        f.write_at(b"middle", 32 << 20)
+            .unwrap_or_else(|e| panic!("{e}"));
         let layout = layout(&f, len).unwrap_or_else(|| panic!("no holes found"));
         assert!(layout.data_bytes() < 1 << 20, "{layout:?}");
         let mut stored = Vec::new();
@@ -233,6 +238,9 @@ mod tests {
         let (a, b) = (std::fs::read(&src), std::fs::read(dir.path().join("out")));
         assert!(a.is_ok() && a.ok() == b.ok());
         let blocks = rustix::fs::fstat(&out).map_or(u64::MAX, |s| s.st_blocks as u64);
-        assert!(blocks * 512 < 1 << 20, "restored with its holes: {blocks} blocks");
+        assert!(
+            blocks * 512 < 1 << 20,
+            "restored with its holes: {blocks} blocks"
+        );
     }
 }
