@@ -6,14 +6,25 @@
 //! it (`warren backup --max-agent-mb N`, 0 for no cap). Everything else is backed up as usual.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Component, Path};
 
+use rustix::fs::AtFlags;
 use warren_config::InstallRoot;
+use warren_config::confined::ConfinedDir;
 
 use super::create::Planned;
 
 /// The cap `warren backup` applies unless told otherwise, in MB (10^6 bytes).
 pub const DEFAULT_MAX_AGENT_MB: u64 = 10_240;
+
+/// Bytes the file `name` in `dir` of length `len` occupies on disk (at most `len`: a sparse
+/// file counts its data); `len` when it cannot be told.
+pub(super) fn on_disk(dir: &ConfinedDir, name: &OsStr, len: u64) -> u64 {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_or(len, |st| {
+        len.min(u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512))
+    })
+}
 
 /// The agent whose workspace holds `rel` (strictly below `agents/<alias>/workspace/`).
 fn workspace_owner<'p>(agents: &Path, rel: &'p Path) -> Option<&'p str> {

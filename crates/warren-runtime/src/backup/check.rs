@@ -71,14 +71,14 @@ pub(super) fn verify_keeping(
             } => {
                 // A plain backup stores exactly the extents' data (an encrypted one adds the
                 // sealing; restore checks the unsealed length).
-                if let Some(layout) = sparse.as_ref().filter(|_| m.encryption.is_none()) {
-                    if layout.data_bytes() != *size {
-                        return Err(BackupError::Extents {
-                            path,
-                            got: *size,
-                            want: layout.data_bytes(),
-                        });
-                    }
+                if let Some(layout) = sparse.as_ref().filter(|_| m.encryption.is_none())
+                    && layout.data_bytes() != *size
+                {
+                    return Err(BackupError::Extents {
+                        path,
+                        got: *size,
+                        want: layout.data_bytes(),
+                    });
                 }
                 let (got_size, got_sha) = hash_file(&path).map_err(|_| BackupError::Verify {
                     path: path.clone(),

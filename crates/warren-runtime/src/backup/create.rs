@@ -15,7 +15,6 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rustix::fs::AtFlags;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
@@ -101,10 +100,11 @@ pub fn create(
         root,
         &partial,
         &staging,
-        (passphrase, max_agent_bytes),
+        passphrase,
+        max_agent_bytes,
         progress,
-    )
-    .and_then(|m| {
+    );
+    let result = result.and_then(|m| {
         std::fs::rename(&partial, &dest).map_err(|e| BackupError::io(&dest, e))?;
         warren_config::atomic::sync_dir(&parent).map_err(|e| BackupError::io(&parent, e))?;
         Ok(m)
@@ -140,7 +140,8 @@ fn write_backup(
     root: &InstallRoot,
     partial: &Path,
     staging: &Path,
-    (passphrase, max_agent_bytes): (Option<&str>, Option<u64>),
+    passphrase: Option<&str>,
+    max_agent_bytes: Option<u64>,
     progress: &dyn Progress,
 ) -> Result<Manifest, BackupError> {
     std::fs::DirBuilder::new()
@@ -447,23 +448,13 @@ fn walk(
                 walk(root, &sub, child, plan, warnings)?;
             }
             FileKind::File => {
-                let st = match rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(st) => st,
-                    Err(rustix::io::Errno::NOENT) => continue,
-                    Err(e) => {
-                        return Err(BackupError::Read {
-                            path: abs,
-                            cause: std::io::Error::from(e).to_string(),
-                        });
-                    }
-                };
-                let size = u64::try_from(st.st_size).unwrap_or(0);
-                let blocks = u64::try_from(st.st_blocks).unwrap_or(0);
+                let meta = dir.stat(&name).map_err(|e| read_err(abs.clone(), e))?;
+                let Some(meta) = meta else { continue };
                 plan.push(Planned {
                     rel: child,
                     kind,
-                    size,
-                    allocated: size.min(blocks.saturating_mul(512)),
+                    size: meta.len,
+                    allocated: super::cap::on_disk(dir, &name, meta.len),
                     mode: 0,
                 });
             }
