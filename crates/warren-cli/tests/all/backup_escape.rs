@@ -217,3 +217,52 @@ fn restored_modes_drop_setuid_setgid_and_world_write_issue35() -> R {
     );
     Ok(())
 }
+
+/// A stored file under `files/` replaced by a link to a file outside the backup (same bytes, so
+/// its digest matches): reading by path, as verify and restore did, follows the link; now both
+/// open stored files beneath `files/` and refuse the link, naming it. (Restore also hashes
+/// what it copies again, so a file swapped after the verify is not restored either.)
+#[test]
+fn a_link_planted_among_the_stored_files_is_not_followed_issue35() -> R {
+    let root = TempRoot::new()?;
+    root.write_config("[agents.main]\n")?;
+    let ws = root.path().join("agents/main/workspace");
+    fs::create_dir_all(&ws)?;
+    let content = "the same bytes as the outside file";
+    fs::write(ws.join("f.txt"), content)?;
+    let work = tempfile::tempdir()?;
+    let backup = work.path().join("b");
+    let out = root.run(bin(), &["backup", backup.to_str().unwrap_or_default()])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let outside = work.path().join("outside.txt");
+    fs::write(&outside, content)?;
+    let stored = backup.join("files/agents/main/workspace/f.txt");
+    fs::remove_file(&stored)?;
+    std::os::unix::fs::symlink(&outside, &stored)?;
+    // Guard off: a read by path gets the outside file.
+    assert_eq!(fs::read_to_string(&stored)?, content);
+
+    let out = root.run(
+        bin(),
+        &["backup", "verify", backup.to_str().unwrap_or_default()],
+    )?;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("agents/main/workspace/f.txt") && stderr.contains("symbolic link"),
+        "{stderr}"
+    );
+    let target = work.path().join("r");
+    let out = root.run(
+        bin(),
+        &[
+            "restore",
+            backup.to_str().unwrap_or_default(),
+            "--to",
+            target.to_str().unwrap_or_default(),
+        ],
+    )?;
+    assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
+    assert!(!target.exists());
+    Ok(())
+}

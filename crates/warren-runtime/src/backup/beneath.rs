@@ -9,7 +9,8 @@
 //! refused by the kernel (`ELOOP`), never followed. Files are created `O_EXCL | O_NOFOLLOW`
 //! beneath the handle of their directory; links with `symlinkat`; modes are applied with
 //! `fchmod` on the opened file or directory (never `chmod` on a path), masked by
-//! [`restored_mode`].
+//! [`restored_mode`]. The backup's stored files are opened the same way below its `files/`
+//! ([`Beneath::open_stored`]): a link planted there is not followed into another file.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -145,6 +146,29 @@ impl Beneath {
             },
             other => self.fail(rel, other),
         })
+    }
+}
+
+impl Beneath {
+    /// Opens the regular file `rel` below this handle for reading (a backup's stored file):
+    /// a link at any component, or anything but a regular file, is refused.
+    pub fn open_stored(&self, rel: &str) -> Result<File, BackupError> {
+        let fd = rustix::fs::openat2(
+            &self.top,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| self.fail(rel, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| self.fail(rel, e))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(BackupError::Verify {
+                path: self.path.join(rel),
+                cause: "is not a regular file".to_string(),
+            });
+        }
+        Ok(File::from(fd))
     }
 }
 

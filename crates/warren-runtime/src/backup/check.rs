@@ -14,7 +14,8 @@ use serde::Serialize;
 use warren_config::sqlite;
 
 use super::BackupError;
-use super::create::{HashWriter, create_file, hash_file};
+use super::beneath::Beneath;
+use super::create::{HashWriter, copy_big, create_file};
 use super::crypt::Sealer;
 use super::manifest::{self, Class, EntryKind, Manifest};
 
@@ -58,7 +59,11 @@ pub(super) fn verify_keeping(
             )
         }
     };
-    // Digests, and nothing missing or extra.
+    // Digests (each file opened beneath files/, no link followed), and nothing missing or extra.
+    let stored = Beneath::open(&files_dir).map_err(|_| BackupError::Verify {
+        path: files_dir.clone(),
+        cause: "is missing or not a directory".to_string(),
+    })?;
     let mut listed = BTreeSet::new();
     for e in &m.entries {
         let path = files_dir.join(&e.path);
@@ -80,10 +85,16 @@ pub(super) fn verify_keeping(
                         want: layout.data_bytes(),
                     });
                 }
-                let (got_size, got_sha) = hash_file(&path).map_err(|_| BackupError::Verify {
-                    path: path.clone(),
-                    cause: "is missing or unreadable".to_string(),
+                let mut input = stored.open_stored(&e.path).map_err(|err| match err {
+                    BackupError::Beneath { .. } | BackupError::Verify { .. } => err,
+                    _ => BackupError::Verify {
+                        path: path.clone(),
+                        cause: "is missing or unreadable".to_string(),
+                    },
                 })?;
+                let mut h = HashWriter::new(std::io::sink());
+                copy_big(&mut input, &mut h).map_err(|err| BackupError::io(&path, err))?;
+                let (got_size, got_sha) = h.finish().map_err(|err| BackupError::io(&path, err))?;
                 if got_size != *size || got_sha != *sha256 {
                     return Err(BackupError::Verify {
                         path,

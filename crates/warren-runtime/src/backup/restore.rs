@@ -11,11 +11,12 @@
 //! ([`super::sparse`]).
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use warren_config::InstallRoot;
 
 use super::beneath::{Beneath, set_file_mode};
@@ -71,10 +72,11 @@ pub fn restore(
     progress.start(m.files, m.bytes);
     let written = (|| -> Result<(), BackupError> {
         private_dir(&staging)?;
+        let stored = Beneath::open(&files_dir)?;
         write_entries(
             &Beneath::open(&staging)?,
             &staging,
-            &files_dir,
+            &stored,
             &m,
             sealer.as_ref(),
             progress,
@@ -126,7 +128,7 @@ pub fn restore(
 fn write_entries(
     out: &Beneath,
     staging: &Path,
-    files_dir: &Path,
+    stored: &Beneath,
     m: &Manifest,
     sealer: Option<&Sealer>,
     progress: &dyn Progress,
@@ -141,10 +143,14 @@ fn write_entries(
             }
             EntryKind::Symlink { target } => out.symlink(&e.path, target)?,
             EntryKind::File {
-                mode, size, sparse, ..
+                mode,
+                size,
+                sparse,
+                sha256,
+                ..
             } => {
-                let stored = files_dir.join(&e.path);
-                let mut input = File::open(&stored).map_err(|err| BackupError::io(&stored, err))?;
+                // Hashed again as read: a stored file swapped after the verify is not restored.
+                let mut input = Hashing::new(stored.open_stored(&e.path)?);
                 let file = out.create_file(&e.path)?;
                 match sparse {
                     None => fill(&mut input, &file, &e.path, &path, sealer)?,
@@ -157,6 +163,12 @@ fn write_entries(
                             want,
                         })?;
                     }
+                }
+                if input.digest() != (*size, sha256.clone()) {
+                    return Err(BackupError::Verify {
+                        path: path.clone(),
+                        cause: "its stored file changed after the backup was verified".to_string(),
+                    });
                 }
                 set_file_mode(&file, &path, *mode)?;
                 progress.file_done(&e.path, *size);
@@ -171,7 +183,7 @@ fn write_entries(
 
 /// Copies the stored bytes of `rel` (unsealed, if encrypted) into `sink`.
 fn fill(
-    input: &mut File,
+    input: &mut impl Read,
     sink: impl Write,
     rel: &str,
     path: &Path,
@@ -194,4 +206,36 @@ fn fill(
         }
     }
     w.flush().map_err(|err| BackupError::io(path, err))
+}
+
+/// A reader that counts and hashes (SHA-256) what passes through.
+struct Hashing<R> {
+    inner: R,
+    sha: Sha256,
+    n: u64,
+}
+
+impl<R: Read> Hashing<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            sha: Sha256::new(),
+            n: 0,
+        }
+    }
+
+    /// Bytes read and their SHA-256 (hex) so far.
+    fn digest(&self) -> (u64, String) {
+        let sha = self.sha.clone().finalize();
+        (self.n, warren_core::hex::encode(&sha))
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sha.update(&buf[..n]);
+        self.n += n as u64;
+        Ok(n)
+    }
 }
