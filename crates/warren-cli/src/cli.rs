@@ -142,6 +142,10 @@ pub struct BackupArgs {
     /// Encrypt every file with a passphrase ($WARREN_BACKUP_PASSPHRASE, else asked)
     #[arg(long)]
     pub encrypt: bool,
+    /// Leave out (with a warning) the workspace files of an agent using more than MB
+    /// megabytes on disk; 0 = no cap
+    #[arg(long, value_name = "MB", default_value_t = warren_runtime::backup::cap::DEFAULT_MAX_AGENT_MB)]
+    pub max_agent_mb: u64,
 }
 
 #[derive(Debug, Subcommand)]

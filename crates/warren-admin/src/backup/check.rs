@@ -1,7 +1,9 @@
 //! `warren backup verify SRC`: every stored file has the size and SHA-256 its manifest says
 //! (and nothing is missing or extra), the passphrase opens an encrypted backup, every
 //! database opens read-only and passes `PRAGMA integrity_check` at the schema version
-//! recorded, and the backup's `.secret_key` decrypts a secret of its config.toml.
+//! recorded, and the backup's `.secret_key` decrypts a secret of its config.toml. Before any
+//! of that, [`Manifest::read`] refuses a manifest whose entries do not form one tree (a path
+//! twice, or below a symbolic link or a file entry; issue 35 §2).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -12,7 +14,8 @@ use serde::Serialize;
 use warren_config::sqlite;
 
 use super::BackupError;
-use super::create::{HashWriter, create_file, hash_file};
+use super::beneath::Beneath;
+use super::create::{HashWriter, copy_big, create_file};
 use super::crypt::Sealer;
 use super::manifest::{self, Class, EntryKind, Manifest};
 
@@ -56,16 +59,42 @@ pub(super) fn verify_keeping(
             )
         }
     };
-    // Digests, and nothing missing or extra.
+    // Digests (each file opened beneath files/, no link followed), and nothing missing or extra.
+    let stored = Beneath::open(&files_dir).map_err(|_| BackupError::Verify {
+        path: files_dir.clone(),
+        cause: "is missing or not a directory".to_string(),
+    })?;
     let mut listed = BTreeSet::new();
     for e in &m.entries {
         let path = files_dir.join(&e.path);
         match &e.kind {
-            EntryKind::File { size, sha256, .. } => {
-                let (got_size, got_sha) = hash_file(&path).map_err(|_| BackupError::Verify {
-                    path: path.clone(),
-                    cause: "is missing or unreadable".to_string(),
+            EntryKind::File {
+                size,
+                sha256,
+                sparse,
+                ..
+            } => {
+                // A plain backup stores exactly the extents' data (an encrypted one adds the
+                // sealing; restore checks the unsealed length).
+                if let Some(layout) = sparse.as_ref().filter(|_| m.encryption.is_none())
+                    && layout.data_bytes() != *size
+                {
+                    return Err(BackupError::Extents {
+                        path,
+                        got: *size,
+                        want: layout.data_bytes(),
+                    });
+                }
+                let mut input = stored.open_stored(&e.path).map_err(|err| match err {
+                    BackupError::Beneath { .. } | BackupError::Verify { .. } => err,
+                    _ => BackupError::Verify {
+                        path: path.clone(),
+                        cause: "is missing or unreadable".to_string(),
+                    },
                 })?;
+                let mut h = HashWriter::new(std::io::sink());
+                copy_big(&mut input, &mut h).map_err(|err| BackupError::io(&path, err))?;
+                let (got_size, got_sha) = h.finish().map_err(|err| BackupError::io(&path, err))?;
                 if got_size != *size || got_sha != *sha256 {
                     return Err(BackupError::Verify {
                         path,

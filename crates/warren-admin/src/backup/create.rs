@@ -23,7 +23,8 @@ use warren_config::confined::{ConfinedDir, FileKind};
 use warren_config::sqlite;
 
 use super::crypt::Sealer;
-use super::manifest::{self, Class, Entry, EntryKind, Manifest};
+use super::manifest::{self, Class, Entry, EntryKind, Manifest, Sparse};
+use super::sparse::{self, ExtentReader};
 use super::stores::{Treat, classify, is_sqlite_header};
 use super::{BackupError, Progress};
 
@@ -46,19 +47,23 @@ pub struct Summary {
 const STAGING_PREFIX: &str = ".backup-staging-";
 
 /// One entry found by the plan.
-struct Planned {
-    rel: PathBuf,
+pub(super) struct Planned {
+    pub(super) rel: PathBuf,
     kind: FileKind,
     size: u64,
+    /// Bytes on disk (a sparse file's data, not its length), for [`super::cap`].
+    pub(super) allocated: u64,
     mode: u32,
 }
 
 /// Writes a backup of `root` to the new directory `dest`; with `passphrase`, every file is
-/// encrypted ([`super::crypt`]). On any error nothing is left at `dest` or beside it.
+/// encrypted ([`super::crypt`]); an agent workspace over `max_agent_bytes` is left out with a
+/// warning ([`super::cap`]). On any error nothing is left at `dest` or beside it.
 pub fn create(
     root: &InstallRoot,
     dest: &Path,
     passphrase: Option<&str>,
+    max_agent_bytes: Option<u64>,
     progress: &dyn Progress,
 ) -> Result<Summary, BackupError> {
     let started = Instant::now();
@@ -91,7 +96,15 @@ pub fn create(
     let staging = root
         .data_dir()
         .join(format!("{STAGING_PREFIX}{}", std::process::id()));
-    let result = write_backup(root, &partial, &staging, passphrase, progress).and_then(|m| {
+    let result = write_backup(
+        root,
+        &partial,
+        &staging,
+        passphrase,
+        max_agent_bytes,
+        progress,
+    );
+    let result = result.and_then(|m| {
         std::fs::rename(&partial, &dest).map_err(|e| BackupError::io(&dest, e))?;
         warren_config::atomic::sync_dir(&parent).map_err(|e| BackupError::io(&parent, e))?;
         Ok(m)
@@ -128,6 +141,7 @@ fn write_backup(
     partial: &Path,
     staging: &Path,
     passphrase: Option<&str>,
+    max_agent_bytes: Option<u64>,
     progress: &dyn Progress,
 ) -> Result<Manifest, BackupError> {
     std::fs::DirBuilder::new()
@@ -168,6 +182,9 @@ fn write_backup(
     let mut warnings = remote_stores(root);
     let mut plan = Vec::new();
     walk(root, &top, PathBuf::new(), &mut plan, &mut warnings)?;
+    if let Some(cap) = max_agent_bytes {
+        warnings.extend(super::cap::apply(root, &mut plan, cap));
+    }
     let total: u64 = plan.iter().map(|p| p.size).sum();
     let file_count = plan.iter().filter(|p| p.kind == FileKind::File).count() as u64;
     progress.start(file_count, total);
@@ -223,9 +240,12 @@ fn write_backup(
                 });
             }
             FileKind::File => {
-                if let Some((class, size, sha256, schema, mode)) =
+                if let Some((class, size, sha256, schema, mode, sparse)) =
                     copied.get_mut(index).and_then(Option::take).flatten()
                 {
+                    if sparse.is_some() {
+                        m.version = manifest::VERSION_SPARSE;
+                    }
                     if let Some(v) = schema {
                         m.schemas.insert(rel.clone(), v);
                     }
@@ -238,6 +258,7 @@ fn write_backup(
                             class,
                             size,
                             sha256,
+                            sparse,
                         },
                     });
                 }
@@ -421,6 +442,7 @@ fn walk(
                     rel: child.clone(),
                     kind,
                     size: 0,
+                    allocated: 0,
                     mode: mode_of(&sub),
                 });
                 walk(root, &sub, child, plan, warnings)?;
@@ -432,6 +454,7 @@ fn walk(
                     rel: child,
                     kind,
                     size: meta.len,
+                    allocated: super::cap::on_disk(dir, &name, meta.len),
                     mode: 0,
                 });
             }
@@ -439,6 +462,7 @@ fn walk(
                 rel: child,
                 kind,
                 size: 0,
+                allocated: 0,
                 mode: 0,
             }),
             // The daemon's own sockets in data/ are process-local; elsewhere, say so.
@@ -452,8 +476,9 @@ fn walk(
     Ok(())
 }
 
-/// A stored file: its class, stored size, SHA-256, (databases) schema version and mode.
-type Stored = (Class, u64, String, Option<i64>, u32);
+/// A stored file: its class, stored size, SHA-256, (databases) schema version, mode and (a
+/// sparse file) the layout of its data.
+type Stored = (Class, u64, String, Option<i64>, u32, Option<Sparse>);
 
 struct Copier<'a> {
     root: &'a InstallRoot,
@@ -522,7 +547,7 @@ impl Copier<'_> {
             Treat::Read(Class::Sqlite) => {
                 drop(file);
                 self.copy_db(&abs, &out_path, rel)
-                    .map(|(c, n, h, v)| Some((c, n, h, v, mode)))
+                    .map(|(c, n, h, v)| Some((c, n, h, v, mode, None)))
             }
             Treat::Read(class) => {
                 let len = if class == Class::Ledger {
@@ -533,12 +558,25 @@ impl Copier<'_> {
                 } else {
                     meta.len
                 };
+                // A file with holes: only its data is stored (issue 35 §8).
+                if let Some(layout) = (class == Class::Plain)
+                    .then(|| sparse::layout(&file, len))
+                    .flatten()
+                {
+                    let mut input = ReadErr {
+                        inner: ExtentReader::new(&file, layout),
+                        path: abs,
+                    };
+                    let (size, sha) = self.store(&mut input, &out_path, rel)?;
+                    let layout = Some(input.inner.read_layout());
+                    return Ok(Some((class, size, sha, None, mode, layout)));
+                }
                 let mut input = ReadErr {
                     inner: file.take(len),
                     path: abs,
                 };
                 let (size, sha) = self.store(&mut input, &out_path, rel)?;
-                Ok(Some((class, size, sha, None, mode)))
+                Ok(Some((class, size, sha, None, mode, None)))
             }
         }
     }

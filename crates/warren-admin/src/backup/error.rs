@@ -43,6 +43,14 @@ pub enum BackupError {
         "{root} is not empty; restore into an empty directory (--to DIR), or add --force to move the current install aside first (it is kept, never deleted)"
     )]
     NotEmpty { root: PathBuf },
+    #[error(
+        "{path}: a symbolic link (or something not a directory) is on the path; restore writes only beneath its target and follows no link (a hand-edited backup?)"
+    )]
+    Beneath { path: PathBuf },
+    #[error(
+        "{path}: the stored data ({got} bytes) does not fill the sparse file's extents ({want} bytes): the manifest and the file disagree"
+    )]
+    Extents { path: PathBuf, got: u64, want: u64 },
 }
 
 impl BackupError {

@@ -26,6 +26,8 @@
 //! key derived from a passphrase (Argon2id, ChaCha20-Poly1305 in 64 KiB chunks bound to the
 //! file's path).
 
+pub mod beneath;
+pub mod cap;
 pub mod check;
 pub mod create;
 pub mod crypt;
@@ -33,6 +35,7 @@ pub mod doctor;
 mod error;
 pub mod manifest;
 pub mod restore;
+pub mod sparse;
 pub mod stores;
 
 pub use check::{VerifyReport, verify};

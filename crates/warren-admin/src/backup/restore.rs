@@ -4,18 +4,27 @@
 //! moved aside to `<DIR>.before-restore-<time>` (kept, never deleted) only once the restored
 //! copy is complete. Any error (a full disk included) removes the staging directory and leaves
 //! the target as it was.
+//!
+//! Every entry is created beneath the staging directory through [`Beneath`] (no link followed
+//! at any component, modes applied through the opened handle and masked by
+//! [`super::beneath::restored_mode`]; issue 35 §2), and a sparse file gets its holes back
+//! ([`super::sparse`]).
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use warren_config::InstallRoot;
 
+use super::beneath::{Beneath, set_file_mode};
 use super::check::{private_dir, verify_keeping};
-use super::create::{copy_big, create_file};
-use super::manifest::{self, EntryKind};
+use super::create::copy_big;
+use super::crypt::Sealer;
+use super::manifest::{self, EntryKind, Manifest};
+use super::sparse::ExtentWriter;
 use super::{BackupError, Progress};
 use warren_runtime::lock::{DaemonStatus, probe};
 
@@ -63,54 +72,15 @@ pub fn restore(
     progress.start(m.files, m.bytes);
     let written = (|| -> Result<(), BackupError> {
         private_dir(&staging)?;
-        // Directory modes are applied last (a read-only directory must first be filled).
-        let mut modes = Vec::new();
-        for e in &m.entries {
-            let out = staging.join(&e.path);
-            match &e.kind {
-                EntryKind::Dir { mode } => {
-                    private_dir(&out)?;
-                    modes.push((out, *mode));
-                }
-                EntryKind::Symlink { target } => {
-                    if let Some(dir) = out.parent() {
-                        private_dir(dir)?;
-                    }
-                    std::os::unix::fs::symlink(target, &out)
-                        .map_err(|err| BackupError::io(&out, err))?;
-                }
-                EntryKind::File { mode, size, .. } => {
-                    let stored = files_dir.join(&e.path);
-                    let mut input =
-                        File::open(&stored).map_err(|err| BackupError::io(&stored, err))?;
-                    let file = create_file(&out, mode & 0o777)?;
-                    let mut w = BufWriter::with_capacity(128 * 1024, file);
-                    match &sealer {
-                        Some(s) => {
-                            s.unseal(&e.path, &mut input, &mut w)
-                                .map_err(|err| match err {
-                                    BackupError::DiskFull { what, .. } => BackupError::DiskFull {
-                                        path: out.clone(),
-                                        what,
-                                    },
-                                    BackupError::Io { cause, .. } => BackupError::io(&out, cause),
-                                    other => other,
-                                })?;
-                        }
-                        None => {
-                            copy_big(&mut input, &mut w)
-                                .map_err(|err| BackupError::io(&out, err))?;
-                        }
-                    }
-                    w.flush().map_err(|err| BackupError::io(&out, err))?;
-                    progress.file_done(&e.path, *size);
-                }
-            }
-        }
-        for (dir, mode) in modes.iter().rev() {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(*mode))
-                .map_err(|err| BackupError::io(dir, err))?;
-        }
+        let stored = Beneath::open(&files_dir)?;
+        write_entries(
+            &Beneath::open(&staging)?,
+            &staging,
+            &stored,
+            &m,
+            sealer.as_ref(),
+            progress,
+        )?;
         std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o700))
             .map_err(|err| BackupError::io(&staging, err))?;
         let f = File::open(&staging).map_err(|err| BackupError::io(&staging, err))?;
@@ -150,4 +120,122 @@ pub fn restore(
         bytes: report.bytes,
         moved_aside,
     })
+}
+
+/// Writes the manifest's entries beneath `out` (the staging directory): directories, links,
+/// then each file's bytes (unsealed, if encrypted) with its mode; directory modes last, deepest
+/// first (a read-only directory must first be filled).
+fn write_entries(
+    out: &Beneath,
+    staging: &Path,
+    stored: &Beneath,
+    m: &Manifest,
+    sealer: Option<&Sealer>,
+    progress: &dyn Progress,
+) -> Result<(), BackupError> {
+    let mut modes = Vec::new();
+    for e in &m.entries {
+        let path = staging.join(&e.path);
+        match &e.kind {
+            EntryKind::Dir { mode } => {
+                out.make_dir(&e.path)?;
+                modes.push((e.path.as_str(), *mode));
+            }
+            EntryKind::Symlink { target } => out.symlink(&e.path, target)?,
+            EntryKind::File {
+                mode,
+                size,
+                sparse,
+                sha256,
+                ..
+            } => {
+                // Hashed again as read: a stored file swapped after the verify is not restored.
+                let mut input = Hashing::new(stored.open_stored(&e.path)?);
+                let file = out.create_file(&e.path)?;
+                match sparse {
+                    None => fill(&mut input, &file, &e.path, &path, sealer)?,
+                    Some(layout) => {
+                        let mut holes = ExtentWriter::new(&file, layout);
+                        fill(&mut input, &mut holes, &e.path, &path, sealer)?;
+                        holes.finish().map_err(|(got, want)| BackupError::Extents {
+                            path: path.clone(),
+                            got,
+                            want,
+                        })?;
+                    }
+                }
+                if input.digest() != (*size, sha256.clone()) {
+                    return Err(BackupError::Verify {
+                        path: path.clone(),
+                        cause: "its stored file changed after the backup was verified".to_string(),
+                    });
+                }
+                set_file_mode(&file, &path, *mode)?;
+                progress.file_done(&e.path, *size);
+            }
+        }
+    }
+    for (dir, mode) in modes.iter().rev() {
+        out.set_dir_mode(dir, *mode)?;
+    }
+    Ok(())
+}
+
+/// Copies the stored bytes of `rel` (unsealed, if encrypted) into `sink`.
+fn fill(
+    input: &mut impl Read,
+    sink: impl Write,
+    rel: &str,
+    path: &Path,
+    sealer: Option<&Sealer>,
+) -> Result<(), BackupError> {
+    let mut w = BufWriter::with_capacity(128 * 1024, sink);
+    match sealer {
+        Some(s) => {
+            s.unseal(rel, input, &mut w).map_err(|err| match err {
+                BackupError::DiskFull { what, .. } => BackupError::DiskFull {
+                    path: path.to_path_buf(),
+                    what,
+                },
+                BackupError::Io { cause, .. } => BackupError::io(path, cause),
+                other => other,
+            })?;
+        }
+        None => {
+            copy_big(input, &mut w).map_err(|err| BackupError::io(path, err))?;
+        }
+    }
+    w.flush().map_err(|err| BackupError::io(path, err))
+}
+
+/// A reader that counts and hashes (SHA-256) what passes through.
+struct Hashing<R> {
+    inner: R,
+    sha: Sha256,
+    n: u64,
+}
+
+impl<R: Read> Hashing<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            sha: Sha256::new(),
+            n: 0,
+        }
+    }
+
+    /// Bytes read and their SHA-256 (hex) so far.
+    fn digest(&self) -> (u64, String) {
+        let sha = self.sha.clone().finalize();
+        (self.n, warren_core::hex::encode(&sha))
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sha.update(&buf[..n]);
+        self.n += n as u64;
+        Ok(n)
+    }
 }

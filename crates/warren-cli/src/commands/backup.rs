@@ -36,7 +36,8 @@ pub fn backup(root: &InstallRoot, args: BackupArgs, json: bool) -> anyhow::Resul
         None
     };
     let bar = Bar::new();
-    let summary = backup::create(root, &dest, passphrase.as_deref(), &bar)?;
+    let cap = (args.max_agent_mb > 0).then(|| args.max_agent_mb.saturating_mul(1_000_000));
+    let summary = backup::create(root, &dest, passphrase.as_deref(), cap, &bar)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

@@ -5,6 +5,8 @@ mod actions_per_hour;
 mod agent;
 mod agent_repl;
 mod backup;
+mod backup_escape;
+mod backup_sparse;
 mod cli;
 mod common;
 mod config_faults;
