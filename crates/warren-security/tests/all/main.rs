@@ -4,5 +4,6 @@ mod approval_rules;
 mod architecture;
 mod escape_sandbox;
 mod escapes2;
+mod escapes3;
 mod policy;
 mod sandbox;
