@@ -374,4 +374,14 @@ mod tests {
         assert!(Guard::FULL.without_key().admit_key(&key, None).is_ok());
         assert!(!format!("{key:?}").contains(key.as_str()));
     }
+
+    #[test]
+    fn a_key_below_a_path_every_sandboxed_child_reads_is_refused_issue35() {
+        let key = ControlKey::generate().unwrap_or_else(|e| panic!("{e}"));
+        let refused = key.publish(Path::new("/usr/share/warren-never/daemon.key"));
+        assert!(
+            matches!(refused, Err(ControlKeyError::Exposed { system: "/usr", .. })),
+            "{refused:?}"
+        );
+    }
 }
