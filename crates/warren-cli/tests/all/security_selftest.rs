@@ -146,6 +146,7 @@ fn a_landlock_child_cannot_open_a_session_on_the_running_daemons_socket_issue35(
         "daemon.sock: {\"error\":\"refused pid",
         "seccomp filters",
         "daemon.key: Permission denied",
+        "gateway.json: Permission denied",
     ] {
         assert!(detail.contains(seen), "{seen}: {detail}");
     }

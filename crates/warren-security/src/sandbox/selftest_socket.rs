@@ -57,6 +57,10 @@ pub(super) fn judge(
         .daemon_socket
         .parent()
         .ok_or("the daemon socket has no directory")?;
+    // `data/` as the daemon makes it (0700), for an install root no daemon ran on yet.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(data)
+        .map_err(|e| format!("{}: {e}", data.display()))?;
     let stem = format!("selftest-{}-{}", std::process::id(), nanos());
     let (socket, key_file) = (
         data.join(format!("{stem}.sock")),
@@ -211,10 +215,15 @@ fn handshake(path: &str, agent: &str, key: Option<&str>) -> Result<String, Strin
         .set_read_timeout(Some(Duration::from_secs(3)))
         .map_err(|e| e.to_string())?;
     let hello = serde_json::json!({ "agent": agent, "key": key.unwrap_or_default() });
-    writeln!(&stream, "{hello}").map_err(|e| e.to_string())?;
+    // A daemon that refuses the peer answers before reading the handshake and closes: its
+    // answer is still there to read after a failed write.
+    let wrote = writeln!(&stream, "{hello}");
     let mut reply = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut reply)
-        .map_err(|e| e.to_string())?;
-    Ok(reply.trim().to_string())
+    match BufReader::new(&stream).read_line(&mut reply) {
+        Ok(n) if n > 0 => Ok(reply.trim().to_string()),
+        read => Err(match (wrote, read) {
+            (Err(e), _) | (Ok(()), Err(e)) => e.to_string(),
+            (Ok(()), Ok(_)) => "closed without an answer".into(),
+        }),
+    }
 }
