@@ -220,7 +220,9 @@ impl Guard {
         }
         let unverified = |reason: String| PeerRefused::Unverified { pid, reason };
         let ours = seccomp_filters(&std::fs::read_to_string("/proc/self/status").map_err(|e| {
-            unverified(format!("cannot read the daemon's own /proc/self/status: {e}"))
+            unverified(format!(
+                "cannot read the daemon's own /proc/self/status: {e}"
+            ))
         })?)
         .ok_or_else(|| unverified("the kernel shows no Seccomp_filters line".into()))?;
         let filters = peer_filters(socket, pid).map_err(unverified)?;
@@ -380,7 +382,10 @@ mod tests {
         let key = ControlKey::generate().unwrap_or_else(|e| panic!("{e}"));
         let refused = key.publish(Path::new("/usr/share/warren-never/daemon.key"));
         assert!(
-            matches!(refused, Err(ControlKeyError::Exposed { system: "/usr", .. })),
+            matches!(
+                refused,
+                Err(ControlKeyError::Exposed { system: "/usr", .. })
+            ),
             "{refused:?}"
         );
     }

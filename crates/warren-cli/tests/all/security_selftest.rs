@@ -121,7 +121,10 @@ fn a_landlock_child_cannot_open_a_session_on_the_running_daemons_socket_issue35(
     let mut daemon = warren_testkit::DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", Duration::from_secs(30))?;
     let install = warren_config::InstallRoot::at(root.path());
-    assert!(install.daemon_socket_key().exists(), "the daemon published its key");
+    assert!(
+        install.daemon_socket_key().exists(),
+        "the daemon published its key"
+    );
     let out = root.run(bin(), &["--json", "security", "selftest", "low"]);
     daemon.signal("TERM")?;
     daemon.wait(Duration::from_secs(30))?;
@@ -132,7 +135,10 @@ fn a_landlock_child_cannot_open_a_session_on_the_running_daemons_socket_issue35(
     let out = out?;
     let (stdout, stderr) = text(&out);
     let report: serde_json::Value = serde_json::from_str(&stdout)?;
-    assert_eq!(report["agents"][0]["posture"]["active"], "landlock", "{stderr}");
+    assert_eq!(
+        report["agents"][0]["posture"]["active"], "landlock",
+        "{stderr}"
+    );
     let row = |probe: &str| {
         report["agents"][0]["rows"]
             .as_array()

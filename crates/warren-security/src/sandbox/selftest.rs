@@ -466,11 +466,9 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
                 verdict(succeeded(&line), line)
             }
         },
-        Probe::ControlSocket => super::selftest_socket::judge(
-            sandbox,
-            t,
-            crate::control_socket::Guard::FULL,
-        ),
+        Probe::ControlSocket => {
+            super::selftest_socket::judge(sandbox, t, crate::control_socket::Guard::FULL)
+        }
         Probe::WriteOnlyTierWatch => super::selftest_watch::judge(sandbox),
         Probe::ExecUnlisted => {
             if sandbox.exec_allowlist().is_none() {

@@ -187,14 +187,16 @@ pub(super) fn attempt(target: &str) -> Result<String, String> {
     let own_key = read(&aim.key);
     let daemon_key = read(&aim.daemon_key);
     let _ = read(&aim.gateway_admin);
-    let mut try_socket = |path: &str, key: Option<String>, judged_outside: bool| {
-        match handshake(path, &aim.other, key.as_deref()) {
-            Ok(reply) if reply.contains("\"ok\":true") && !judged_outside => {
-                got.push(format!("opened a session as '{}' on {path}", aim.other));
-            }
-            Ok(reply) => refused.push(format!("{path}: {reply}")),
-            Err(e) => refused.push(format!("{path}: {e}")),
+    let mut try_socket = |path: &str, key: Option<String>, judged_outside: bool| match handshake(
+        path,
+        &aim.other,
+        key.as_deref(),
+    ) {
+        Ok(reply) if reply.contains("\"ok\":true") && !judged_outside => {
+            got.push(format!("opened a session as '{}' on {path}", aim.other));
         }
+        Ok(reply) => refused.push(format!("{path}: {reply}")),
+        Err(e) => refused.push(format!("{path}: {e}")),
     };
     // The judge's socket: its verdict is taken from the judge, not from this reply.
     try_socket(&aim.socket, own_key, true);

@@ -80,14 +80,9 @@ pub(super) fn attempt(target: &str) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     while names.is_empty() && Instant::now() < deadline {
         let mut reader = inotify::Reader::new(&fd, &mut buf);
-        loop {
-            match reader.next() {
-                Ok(event) => {
-                    if let Some(name) = event.file_name() {
-                        names.push(name.to_string_lossy().into_owned());
-                    }
-                }
-                Err(_) => break,
+        while let Ok(event) = reader.next() {
+            if let Some(name) = event.file_name() {
+                names.push(name.to_string_lossy().into_owned());
             }
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -241,12 +241,19 @@ fn one_call_cannot_exhaust_the_process_limit_of_another_issue13() {
     assert!(detail.contains("held 0 inotify instances"), "{detail}");
     let (_, detail) = outcome(&s.without(Layer::Seccomp), &f, Probe::SharedProcessLimit);
     assert!(detail.ends_with("the daemon's inotify: ok"), "{detail}");
-    let max = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
-        .expect("max_user_instances");
-    assert!(
-        detail.contains(&format!("held {} inotify instances", max.trim())),
-        "{detail}"
-    );
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .expect("max_user_instances")
+        .trim()
+        .parse()
+        .expect("a number");
+    // All of them, but for the few a parallel test's unfiltered watcher (escapes3) may hold.
+    let held: usize = detail
+        .split("held ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(held + 4 >= max, "held {held} of {max}: {detail}");
 }
 
 #[test]

@@ -40,7 +40,10 @@ fn a_landlock_child_opened_a_session_as_another_agent_with_the_uid_check_alone_a
     let (got, detail) = selftest::control_socket_probe(&s, &f.targets, Guard::FULL);
     assert_eq!(got, Outcome::Held, "with the daemon's guard: {detail}");
     assert!(detail.contains("seccomp filters"), "{detail}");
-    for file in ["daemon.key: Permission denied", "gateway.json: Permission denied"] {
+    for file in [
+        "daemon.key: Permission denied",
+        "gateway.json: Permission denied",
+    ] {
         assert!(detail.contains(file), "{detail}");
     }
 }
@@ -107,7 +110,11 @@ fn a_write_grants_directory_cannot_be_watched_issue35() {
         &[Layer::Seccomp],
     );
     let (f, s) = sandbox(SandboxKind::Auto, &["ls"]);
-    let (_, detail) = outcome(&s.clone().without(Layer::Seccomp), &f, Probe::WriteOnlyTierWatch);
+    let (_, detail) = outcome(
+        &s.clone().without(Layer::Seccomp),
+        &f,
+        Probe::WriteOnlyTierWatch,
+    );
     assert!(
         detail.contains(".warren-selftest-watched"),
         "the sibling's new file name reached the watcher: {detail}"
