@@ -18,16 +18,18 @@
 //!    the child's domain.
 //! 2. **The peer check** ([`Guard::admit_peer`]): `SO_PEERCRED` gives the connecting process;
 //!    the daemon reads its `Seccomp_filters` count from `/proc/<pid>/status` and refuses a peer
-//!    carrying more filters than the daemon itself. Every sandboxed child carries the daemon's
-//!    filters plus Warren's two, and a process can never remove a seccomp filter (they are
-//!    inherited across `fork` and `exec`), so no child can pass for an unsandboxed process.
+//!    carrying Warren's two filters on top of the daemon's own (at least the daemon's count plus
+//!    two). Every sandboxed child carries exactly that many or more (a child's own filters only
+//!    add), and a process can never remove a seccomp filter (they are inherited across `fork`
+//!    and `exec`), so no child can pass for an unsandboxed process. A relay under one extra
+//!    filter of its own (an editor in a Flatpak or Snap) is still admitted.
 //!    The pid is pinned with `SO_PEERPIDFD` (Linux 6.5+): the status is read through a
 //!    `/proc/<pid>` handle opened while the peer's pidfd shows it alive, so a recycled pid
 //!    cannot stand in for the peer. A peer whose status cannot be read is refused.
 //!
 //! The uid check stays (the socket is the local owner's only). `warren acp` run from a shell
-//! that is itself under an extra seccomp filter the daemon does not carry is refused with that
-//! reason; run it where the daemon was started.
+//! that is itself under two or more seccomp filters the daemon does not carry is refused with
+//! that reason; run it where the daemon was started.
 
 #![allow(unsafe_code)]
 
@@ -72,7 +74,7 @@ pub enum PeerRefused {
     #[error("refused a connection from uid {uid} (the socket belongs to uid {owner})")]
     Uid { uid: u32, owner: u32 },
     #[error(
-        "refused pid {pid}: it carries {filters} seccomp filters and the daemon {ours}, so it runs inside an agent's sandbox (run `warren acp` from a shell outside any sandbox)"
+        "refused pid {pid}: it carries {filters} seccomp filters and the daemon {ours}, so it runs inside an agent's sandbox (run `warren acp` from a shell outside any sandbox, under the daemon's filters)"
     )]
     Sandboxed { pid: i32, filters: u32, ours: u32 },
     #[error("refused pid {pid}: cannot verify that it runs outside every agent sandbox: {reason}")]
@@ -226,7 +228,7 @@ impl Guard {
         })?)
         .ok_or_else(|| unverified("the kernel shows no Seccomp_filters line".into()))?;
         let filters = peer_filters(socket, pid).map_err(unverified)?;
-        if filters > ours {
+        if filters >= ours.saturating_add(crate::sandbox::seccomp::CHILD_FILTERS) {
             return Err(PeerRefused::Sandboxed { pid, filters, ours });
         }
         Ok(())

@@ -26,7 +26,7 @@ mod landlock_rules;
 mod launch;
 mod owner;
 mod probe_sys;
-mod seccomp;
+pub(crate) mod seccomp;
 pub mod selftest;
 mod selftest_socket;
 mod selftest_watch;

@@ -37,6 +37,11 @@ const CLONE_NEW_FLAGS: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUTS
     | libc::CLONE_NEWCGROUP) as u64;
 
+/// How many filters [`packed`] installs on every confined child (the prelude and the main
+/// filter): the daemon's control socket refuses a peer carrying this many more than the daemon
+/// (issue 35 §1).
+pub const CHILD_FILTERS: u32 = 2;
+
 /// Whether children may create inotify instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Watches {
@@ -268,6 +273,18 @@ mod tests {
         }
         // Another architecture is left to the main filter's architecture check.
         assert_eq!(eval(&p, 0x4000_0003, 435), libc::SECCOMP_RET_ALLOW);
+    }
+
+    #[test]
+    fn every_child_gets_exactly_child_filters_filters() {
+        for network in [false, true] {
+            for watches in [Watches::Allowed, Watches::Denied] {
+                let n = packed(network, watches)
+                    .map(|p| p.len())
+                    .unwrap_or_default();
+                assert_eq!(n, CHILD_FILTERS as usize);
+            }
+        }
     }
 
     #[test]
