@@ -1,15 +1,23 @@
 //! `warren acp` with a daemon running (issue 19 §5): the daemon serves ACP on a local socket,
-//! `data/daemon.sock` (0600, in the 0700 `data/`, and only for a peer with the daemon's own
-//! uid: the loopback-admin rule of "the local owner only"), with its generation's host, so the
-//! turn shares the daemon's session queue, cost ledger, trace and action window. `warren acp`
-//! itself becomes a relay between the editor's stdio and the socket, and holds the live marker.
+//! `data/daemon.sock` (0600, in the 0700 `data/`), with its generation's host, so the turn
+//! shares the daemon's session queue, cost ledger, trace and action window. `warren acp` itself
+//! becomes a relay between the editor's stdio and the socket, and holds the live marker.
 //!
-//! The connection opens with one handshake line each way: `{"agent": ALIAS}` from the relay,
-//! `{"ok": true}` or `{"error": ...}` from the daemon; then ACP JSON-RPC lines flow as on stdio.
+//! Who may connect (issue 35 §1): the peer's uid was not enough, since a child of an agent with
+//! `sandbox = "landlock"` has the daemon's uid and reaches the socket by path. The daemon now
+//! applies [`warren_security::control_socket::Guard`]: the peer's uid, the peer check (a process
+//! carrying more seccomp filters than the daemon is a sandboxed child and is refused before the
+//! handshake is read) and the key the daemon writes to `data/daemon.key` at start, which the
+//! relay reads and no sandbox can (see that module for why each holds).
+//!
+//! The connection opens with one handshake line each way: `{"agent": ALIAS, "key": KEY}` from
+//! the relay, `{"ok": true}` or `{"error": ...}` from the daemon; then ACP JSON-RPC lines flow as
+//! on stdio.
 
+use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use agent_client_protocol::Lines;
 use anyhow::Context;
@@ -21,6 +29,7 @@ use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 use warren_daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
 use warren_runtime::AgentHost;
+use warren_security::control_socket::{ControlKey, Guard};
 use warren_store::acp::{AcpLive, AcpSessionStore};
 
 use crate::server::{Hosts, Server, serve};
@@ -36,11 +45,19 @@ pub fn socket_path(root: &InstallRoot) -> PathBuf {
 #[derive(Default)]
 pub struct AcpHook {
     current: Mutex<Option<Arc<Mutex<Arc<AgentHost>>>>>,
+    /// The socket's key, drawn once per daemon process and published at every generation.
+    key: OnceLock<Result<ControlKey, String>>,
 }
 
 impl AcpHook {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn key(&self) -> Result<ControlKey, String> {
+        self.key
+            .get_or_init(|| ControlKey::generate().map_err(|e| e.to_string()))
+            .clone()
     }
 
     /// The shared "current host" cell, pointed at `host`.
@@ -73,15 +90,20 @@ impl GenerationHook for AcpHook {
 
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
         let hosts = self.point_at(&generation.host);
-        Box::pin(async move { start(generation, hosts).await })
+        let key = self.key();
+        Box::pin(async move { start(generation, hosts, key?).await })
     }
 }
 
 async fn start(
     generation: &Generation,
     hosts: Arc<Mutex<Arc<AgentHost>>>,
+    key: ControlKey,
 ) -> Result<RunningSubsystem, String> {
     let path = socket_path(&generation.root);
+    // The key goes first: a relay that finds the socket finds its key.
+    let key_path = generation.root.daemon_socket_key();
+    key.publish(&key_path).map_err(|e| e.to_string())?;
     // A socket left by an earlier (crashed or reloaded) generation is ours to replace: the
     // daemon lock says no other daemon owns this root.
     match std::fs::remove_file(&path) {
@@ -104,9 +126,9 @@ async fn start(
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
-                        let (hosts, root) = (Arc::clone(&hosts), root.clone());
+                        let (hosts, root, key) = (Arc::clone(&hosts), root.clone(), key.clone());
                         tokio::spawn(async move {
-                            if let Err(e) = connection(stream, owner, hosts, root).await {
+                            if let Err(e) = connection(stream, owner, &key, hosts, root).await {
                                 tracing::warn!("ACP socket connection: {e:#}");
                             }
                         });
@@ -116,36 +138,43 @@ async fn start(
                 _ = &mut stopped => break,
             }
         }
-        // The next generation binds a new socket; connections already open keep their turns.
+        // The next generation binds a new socket (and publishes the key again); connections
+        // already open keep their turns.
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&key_path);
     });
     Ok(RunningSubsystem::new("acp", stop, task))
 }
 
-/// One relay's connection: the peer check, the handshake, then ACP until it closes.
+/// One relay's connection: the peer check, the handshake (with the key), then ACP until it
+/// closes.
 async fn connection(
     stream: UnixStream,
     owner: u32,
+    key: &ControlKey,
     hosts: Arc<Mutex<Arc<AgentHost>>>,
     root: InstallRoot,
 ) -> anyhow::Result<()> {
     let host = Arc::clone(&hosts.lock().unwrap_or_else(|p| p.into_inner()));
-    let peer = stream
-        .peer_cred()
-        .context("reading the peer's credentials")?;
-    if peer.uid() != owner {
-        anyhow::bail!(
-            "refused a connection from uid {} (the socket belongs to uid {owner})",
-            peer.uid()
-        );
-    }
+    let admitted = Guard::FULL.admit_peer(stream.as_fd(), owner);
     let (read, mut write) = stream.into_split();
+    if let Err(e) = admitted {
+        let reply = json!({"error": e.to_string()}).to_string() + "\n";
+        let _ = write.write_all(reply.as_bytes()).await;
+        anyhow::bail!("{e}");
+    }
     let mut lines = BufReader::new(read).lines();
     let hello = lines.next_line().await?.unwrap_or_default();
+    let hello = serde_json::from_str::<serde_json::Value>(&hello).unwrap_or_default();
+    if let Err(e) = Guard::FULL.admit_key(key, hello["key"].as_str()) {
+        let reply = json!({"error": e.to_string()}).to_string() + "\n";
+        let _ = write.write_all(reply.as_bytes()).await;
+        anyhow::bail!("{e}");
+    }
     let setup = async {
-        let agent = serde_json::from_str::<serde_json::Value>(&hello)
-            .ok()
-            .and_then(|v| v["agent"].as_str().map(str::to_string))
+        let agent = hello["agent"]
+            .as_str()
+            .map(str::to_string)
             .context("the handshake names no agent")?;
         let alias = AgentAlias::new(agent.as_str())?;
         let runner = host.runner(&alias).await?;
@@ -194,9 +223,10 @@ pub async fn relay(root: &InstallRoot, alias: &AgentAlias, pid: &str) -> anyhow:
             path.display()
         )
     })?;
+    let key = ControlKey::read(&root.daemon_socket_key())?;
     let (read, mut write) = stream.into_split();
     write
-        .write_all((json!({"agent": alias}).to_string() + "\n").as_bytes())
+        .write_all((json!({"agent": alias, "key": key.as_str()}).to_string() + "\n").as_bytes())
         .await?;
     let mut from_daemon = BufReader::new(read);
     let mut reply = String::new();

@@ -144,7 +144,7 @@ pub struct BackupArgs {
     pub encrypt: bool,
     /// Leave out (with a warning) the workspace files of an agent using more than MB
     /// megabytes on disk; 0 = no cap
-    #[arg(long, value_name = "MB", default_value_t = warren_runtime::backup::cap::DEFAULT_MAX_AGENT_MB)]
+    #[arg(long, value_name = "MB", default_value_t = warren_admin::backup::cap::DEFAULT_MAX_AGENT_MB)]
     pub max_agent_mb: u64,
 }
 

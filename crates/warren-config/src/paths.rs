@@ -160,6 +160,11 @@ impl InstallRoot {
     pub fn gateway_admin(&self) -> PathBuf {
         self.data_dir().join("gateway.json")
     }
+    /// The key of the daemon's control socket `data/daemon.sock` (0600, issue 35 §1): `warren
+    /// acp` proves with it that it runs outside every agent sandbox (no sandbox exposes `data/`).
+    pub fn daemon_socket_key(&self) -> PathBuf {
+        self.data_dir().join("daemon.key")
+    }
     pub fn memory_dir(&self) -> PathBuf {
         self.data_dir().join("memory")
     }

@@ -10,10 +10,13 @@
 //!   Markdown memory, later delegate results, skills, MCP config): no link is followed below them.
 //! - [`command`]: the shell command policy (allowlist, risk tiers, path-touching arguments).
 //! - [`sandbox`]: the one spawn module; every child process an agent starts is built here.
+//! - [`control_socket`]: the guard of the daemon's `data/daemon.sock` (its key and the check
+//!   that a peer is no sandboxed child, issue 35 §1).
 
 pub mod command;
 pub mod confined;
 pub mod confined_dir;
+pub mod control_socket;
 pub mod narrow;
 pub mod paths;
 mod policy;

@@ -119,13 +119,15 @@ pub enum Treat {
 }
 
 /// Process-local files of a running install: locks, the running daemon's state, the gateway's
-/// per-process admin key. A restored install starts without them.
-fn process_local(root: &InstallRoot) -> [PathBuf; 5] {
+/// per-process admin key and the daemon's control socket key (issue 35 §1). A restored install
+/// starts without them.
+fn process_local(root: &InstallRoot) -> [PathBuf; 6] {
     [
         root.daemon_lock(),
         root.daemon_state(),
         root.config_lock(),
         root.gateway_admin(),
+        root.daemon_socket_key(),
         root.sessions_lock(),
     ]
 }

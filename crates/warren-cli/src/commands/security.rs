@@ -117,6 +117,9 @@ fn selftest(root: &InstallRoot, alias: Option<&str>, json: bool) -> anyhow::Resu
     let targets = Targets {
         secret_file: root.secret_key(),
         hidden_file: root.config_file(),
+        daemon_socket: warren_acp::socket_path(root),
+        daemon_key: root.daemon_socket_key(),
+        gateway_admin: root.gateway_admin(),
     };
     let mut escapes = 0usize;
     let mut report = Vec::new();

@@ -13,8 +13,8 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::Path;
 
 use serde_json::{Value, json};
-use warren_runtime::backup::BackupError;
-use warren_runtime::backup::beneath::Beneath;
+use warren_admin::backup::BackupError;
+use warren_admin::backup::beneath::Beneath;
 use warren_testkit::{TempRoot, text};
 
 use crate::common::bin;

@@ -17,10 +17,16 @@ inbox = "Write"
 [agents.inbox]
 [agents.wild]
 risk_profile = "open"
+[agents.low]
+risk_profile = "weaker"
+[agents.low.workspace.access]
+inbox = "Write"
 
 [risk_profiles.open]
 sandbox = "noop"
 unrestricted = true
+[risk_profiles.weaker]
+sandbox = "landlock"
 "#;
 
 #[test]
@@ -36,7 +42,7 @@ fn the_full_sandbox_reports_no_escape_and_every_row_held_issue13() -> R {
         .lines()
         .filter(|l| l.trim_start().starts_with("held"))
         .count();
-    assert_eq!(held, 27, "every probe runs and is held:\n{stdout}");
+    assert_eq!(held, 29, "every probe runs and is held:\n{stdout}");
     assert!(!stdout.contains("ESCAPE"), "{stdout}");
     Ok(())
 }
@@ -98,5 +104,59 @@ fn a_daemon_that_is_not_root_gets_the_same_sandbox_through_a_user_namespace_issu
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("agent main: sandbox full"), "{stdout}");
     assert!(stdout.trim_end().ends_with("0 escapes"), "{stdout}");
+    Ok(())
+}
+
+/// Issue 35 §1: next to a running daemon, a landlock-level child (the daemon's uid; uid 0 with
+/// `CAP_DAC_OVERRIDE` as root) reaches `data/daemon.sock` by path. The selftest's control-socket
+/// row tries the daemon's own socket with every key it can read: the daemon refuses it (the
+/// peer check), and neither `data/daemon.key` nor `data/gateway.json` is readable. The guard-off
+/// half (the uid check alone admits the same child) is
+/// `escapes3::a_landlock_child_opened_a_session_as_another_agent_with_the_uid_check_alone_and_cannot_now_issue35`.
+#[test]
+fn a_landlock_child_cannot_open_a_session_on_the_running_daemons_socket_issue35() -> R {
+    use std::time::Duration;
+    let root = TempRoot::new()?;
+    root.write_config(CONFIG)?;
+    let mut daemon = warren_testkit::DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", Duration::from_secs(30))?;
+    let install = warren_config::InstallRoot::at(root.path());
+    assert!(
+        install.daemon_socket_key().exists(),
+        "the daemon published its key"
+    );
+    let out = root.run(bin(), &["--json", "security", "selftest", "low"]);
+    daemon.signal("TERM")?;
+    daemon.wait(Duration::from_secs(30))?;
+    assert!(
+        !install.daemon_socket_key().exists(),
+        "the daemon removed its key"
+    );
+    let out = out?;
+    let (stdout, stderr) = text(&out);
+    let report: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(
+        report["agents"][0]["posture"]["active"], "landlock",
+        "{stderr}"
+    );
+    let row = |probe: &str| {
+        report["agents"][0]["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["probe"] == probe).cloned())
+            .unwrap_or_default()
+    };
+    let socket = row("control_socket");
+    assert_eq!(socket["outcome"], "held", "{socket}");
+    let detail = socket["detail"].as_str().unwrap_or_default();
+    for seen in [
+        "daemon.sock: {\"error\":\"refused pid",
+        "seccomp filters",
+        "daemon.key: Permission denied",
+        "gateway.json: Permission denied",
+    ] {
+        assert!(detail.contains(seen), "{seen}: {detail}");
+    }
+    let watch = row("write_only_tier_watch");
+    assert_eq!(watch["outcome"], "held", "{watch}");
     Ok(())
 }

@@ -77,6 +77,18 @@ fn abi() -> ABI {
 
 const SYSTEM_EXEC: [&str; 6] = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32"];
 
+/// The system path every sandboxed child may read that holds `path`, if one does (`/usr`,
+/// `/bin`, ..., `/proc`, the system config files): a secret stored there is no secret from an
+/// agent (issue 35 §1).
+pub fn system_readable(path: &Path) -> Option<&'static str> {
+    SYSTEM_EXEC
+        .iter()
+        .chain(super::SYSTEM_CONFIG_FILES.iter())
+        .chain(&["/proc"])
+        .copied()
+        .find(|p| path.starts_with(p))
+}
+
 /// The global git config files of the daemon's user that exist: `~/.gitconfig` and, under
 /// `~/.config/git/`, only `config`, `attributes` and `ignore` (never the directory, which may
 /// hold a `credentials` store). Shared with the bubblewrap backend.

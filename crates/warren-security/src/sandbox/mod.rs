@@ -26,8 +26,10 @@ mod landlock_rules;
 mod launch;
 mod owner;
 mod probe_sys;
-mod seccomp;
+pub(crate) mod seccomp;
 pub mod selftest;
+mod selftest_socket;
+mod selftest_watch;
 pub mod stage;
 mod wrappers;
 
@@ -43,7 +45,7 @@ use warren_config::schema::{SandboxFallback, SandboxKind};
 use crate::policy::SecurityPolicy;
 
 pub use egress::{EgressProxy, ExitWatch, PROXY_PORT};
-pub use landlock_rules::landlock_abi;
+pub use landlock_rules::{landlock_abi, system_readable};
 
 /// Where a child's stdout and stderr go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,6 +305,18 @@ impl Sandbox {
             && !self.policy.egress().allow.is_empty()
     }
 
+    fn watches_posture(&self) -> &'static str {
+        match (self.on(Layer::Seccomp), self.watches()) {
+            (true, seccomp::Watches::Denied) => {
+                "denied (seccomp refuses inotify_init and fanotify_init: a watch needs no Landlock right)"
+            }
+            (true, seccomp::Watches::Allowed) => {
+                "inotify allowed (every path the child can name is one it may read); fanotify denied"
+            }
+            (false, _) => "allowed (seccomp switched off)",
+        }
+    }
+
     fn on(&self, layer: Layer) -> bool {
         !self.disabled.contains(&layer)
     }
@@ -327,12 +341,14 @@ impl Sandbox {
                     "seccomp": true,
                     "capabilities": "all dropped, no_new_privs",
                     "exec_allowlist": self.exec_allowlist().is_some(),
+                    "file_watches": self.watches_posture(),
                     "rlimits": self.rlimits(),
                     "runs_as": if is_root() { "nobody (daemon is root), in a user namespace of its own" } else { "the daemon's user, in a user namespace" },
                 }),
                 vec![
                     "the dynamic loader can be named as a program to run any readable binary, and an interpreter can execute a memfd, so an exec-capable allowed command can bypass the exec allowlist (see exec_capable)",
-                    "inotify instances are counted per host user (nobody, or the daemon's user): one call can hold all of them",
+                    "inotify instances are counted per host user (nobody, or the daemon's user): one call can hold all of them (when file watches are allowed)",
+                    "stat on a known name in a Write-granted root shows its type, size, owner, mode and times (Landlock has no right for stat)",
                 ],
             ),
             Backend::Landlock => (
@@ -341,6 +357,7 @@ impl Sandbox {
                     "landlock_abi": landlock_abi(),
                     "seccomp": true,
                     "exec_allowlist": self.exec_allowlist().is_some(),
+                    "file_watches": self.watches_posture(),
                     "rlimits": self.rlimits(),
                 }),
                 vec![
@@ -350,6 +367,7 @@ impl Sandbox {
                     "the host's System V IPC objects are reachable (no IPC namespace; POSIX message queues are held by Landlock)",
                     "the mode, timestamps and extended attributes of files in Read-granted roots can be changed (Landlock does not cover chmod, utimes or setxattr; the full level binds those roots read-only)",
                     "the child runs with the daemon's uid (uid 0 with only CAP_DAC_OVERRIDE when the daemon is root, so no process limit applies)",
+                    "stat on any known host path shows its type, size, owner, mode and times (Landlock has no right for stat)",
                 ],
             ),
             Backend::Docker => (
@@ -585,7 +603,7 @@ impl Sandbox {
             },
             seccomp: if self.on(Layer::Seccomp) {
                 // Proxied: inet sockets, in a namespace where only the proxy listens.
-                seccomp::packed(p.allow_network() || self.proxied())?
+                seccomp::packed(p.allow_network() || self.proxied(), self.watches())?
             } else {
                 Vec::new()
             },
@@ -714,6 +732,18 @@ impl Sandbox {
             r.bind(&g.root, false);
         }
         r
+    }
+
+    /// Whether children may create inotify instances (issue 35 §6). A watch needs no Landlock
+    /// right, so it is refused wherever the child can name a path it may not read: at the
+    /// landlock level every host path is nameable (other workspaces, `data/`), and at the full
+    /// level a `Write` grant's directory is mounted but write-only.
+    fn watches(&self) -> seccomp::Watches {
+        if self.backend == Backend::Landlock || !self.policy.write_only_roots().is_empty() {
+            seccomp::Watches::Denied
+        } else {
+            seccomp::Watches::Allowed
+        }
     }
 
     /// The uid children switch to: `nobody` under the full sandbox when the daemon is root.
@@ -867,7 +897,7 @@ fn stage_status() -> Result<(), String> {
             if landlock_abi().is_none() {
                 return Err("the kernel has no Landlock support".into());
             }
-            seccomp::packed(false).map(|_| ())
+            seccomp::packed(false, seccomp::Watches::Denied).map(|_| ())
         })
         .clone()
 }

@@ -303,3 +303,20 @@ pub(crate) fn pidfd_getfd(pid: i32) -> Result<i32, Error> {
     close(pidfd);
     Err(last)
 }
+
+/// `fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_FID | FAN_CLOEXEC)`: the unprivileged form
+/// (Linux 5.13+), whose inode marks would report a directory's activity like inotify.
+pub(crate) fn fanotify_init() -> Result<(), Error> {
+    const FAN_CLOEXEC: libc::c_uint = 0x1;
+    const FAN_REPORT_FID: libc::c_uint = 0x200;
+    // SAFETY: fanotify_init takes flags only and returns a new descriptor.
+    let fd = ret(unsafe {
+        libc::syscall(
+            libc::SYS_fanotify_init,
+            FAN_CLOEXEC | FAN_REPORT_FID,
+            libc::O_RDONLY as libc::c_uint,
+        )
+    })?;
+    close(fd);
+    Ok(())
+}

@@ -10,7 +10,12 @@
 //! - kernel-facing calls no agent command needs: `ptrace`, `process_vm_readv/writev`,
 //!   `pidfd_getfd`, `bpf`,
 //!   `perf_event_open`, `userfaultfd`, `keyctl`/`add_key`/`request_key`, `mount` and friends,
-//!   `pivot_root`, `chroot`, module and kexec calls, `reboot`, `swapon/off`, `acct`, `quotactl`.
+//!   `pivot_root`, `chroot`, module and kexec calls, `reboot`, `swapon/off`, `acct`, `quotactl`;
+//! - `fanotify_init` always, and `inotify_init`/`inotify_init1` when the child could name a path
+//!   it may not read ([`Watches::Denied`], issue 35 §6): a watch needs no Landlock right, so a
+//!   `Write` grant's directory (or, at the landlock level, any host path) streamed its file
+//!   names and activity. `inotify_add_watch` takes a path seccomp cannot see, so the instance is
+//!   what is refused.
 //!
 //! Every x32 system call (number with bit 30 set) is refused by a short hand-written prelude
 //! filter, so the x32 ABI is no way around it; other architectures fail the main filter's
@@ -32,8 +37,23 @@ const CLONE_NEW_FLAGS: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUTS
     | libc::CLONE_NEWCGROUP) as u64;
 
+/// How many filters [`packed`] installs on every confined child (the prelude and the main
+/// filter): the daemon's control socket refuses a peer carrying this many more than the daemon
+/// (issue 35 §1).
+pub const CHILD_FILTERS: u32 = 2;
+
+/// Whether children may create inotify instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watches {
+    /// Every path the child can name is one it may read (the full level without `Write`
+    /// grants): a watch shows nothing a read does not, and file watchers of dev tools work.
+    Allowed,
+    /// `inotify_init` and `inotify_init1` answer `EPERM`.
+    Denied,
+}
+
 /// Compiles the filter for this host's architecture.
-pub(crate) fn program(network: bool) -> Result<BpfProgram, String> {
+pub(crate) fn program(network: bool, watches: Watches) -> Result<BpfProgram, String> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
     let cond = |arg: u8, op: Op, value: u64| {
         SeccompCondition::new(arg, Len::Dword, op, value).map_err(|e| e.to_string())
@@ -100,8 +120,14 @@ pub(crate) fn program(network: bool) -> Result<BpfProgram, String> {
         libc::SYS_swapoff,
         libc::SYS_acct,
         libc::SYS_quotactl,
+        libc::SYS_fanotify_init,
     ] {
         rules.insert(nr, Vec::new());
+    }
+    if watches == Watches::Denied {
+        rules.insert(libc::SYS_inotify_init1, Vec::new());
+        #[cfg(target_arch = "x86_64")]
+        rules.insert(libc::SYS_inotify_init, Vec::new());
     }
     // The x32 ABI (the same calls with bit 30 set) is refused as a whole by the prelude
     // ([`prelude`]), which keeps this filter half as long: the kernel emulates a new filter
@@ -177,19 +203,25 @@ fn pack(p: &BpfProgram) -> Vec<u64> {
         .collect()
 }
 
-/// Both filters, compiled once per process and network setting, packed one instruction per
-/// `u64` for the stage spec (the stage then only installs them: compiling costs ≈ 0.27 ms).
-pub(crate) fn packed(network: bool) -> Result<Vec<Vec<u64>>, String> {
-    static CACHE: std::sync::OnceLock<[Result<Vec<Vec<u64>>, String>; 2]> =
-        std::sync::OnceLock::new();
-    let build = |network: bool| -> Result<Vec<Vec<u64>>, String> {
+/// Both filters, compiled once per process, network and watch setting, packed one instruction
+/// per `u64` for the stage spec (the stage then only installs them: compiling costs ≈ 0.27 ms).
+pub(crate) fn packed(network: bool, watches: Watches) -> Result<Vec<Vec<u64>>, String> {
+    type Packed = Result<Vec<Vec<u64>>, String>;
+    static CACHE: std::sync::OnceLock<[Packed; 4]> = std::sync::OnceLock::new();
+    let build = |i: usize| -> Packed {
         let prelude = prelude();
         if prelude.is_empty() {
             return Err("cannot compile the clone3 filter".into());
         }
-        Ok(vec![prelude, pack(&program(network)?)])
+        let watches = if i & 2 == 0 {
+            Watches::Allowed
+        } else {
+            Watches::Denied
+        };
+        Ok(vec![prelude, pack(&program(i & 1 == 1, watches)?)])
     };
-    CACHE.get_or_init(|| [build(false), build(true)])[usize::from(network)].clone()
+    let i = usize::from(network) | usize::from(watches == Watches::Denied) << 1;
+    CACHE.get_or_init(|| [build(0), build(1), build(2), build(3)])[i].clone()
 }
 
 #[cfg(test)]
@@ -244,9 +276,21 @@ mod tests {
     }
 
     #[test]
+    fn every_child_gets_exactly_child_filters_filters() {
+        for network in [false, true] {
+            for watches in [Watches::Allowed, Watches::Denied] {
+                let n = packed(network, watches)
+                    .map(|p| p.len())
+                    .unwrap_or_default();
+                assert_eq!(n, CHILD_FILTERS as usize);
+            }
+        }
+    }
+
+    #[test]
     fn the_filter_compiles_for_both_network_settings() {
         for network in [false, true] {
-            let p = program(network).unwrap_or_default();
+            let p = program(network, Watches::Denied).unwrap_or_default();
             assert!(p.len() > 40, "filter has {} instructions", p.len());
         }
     }

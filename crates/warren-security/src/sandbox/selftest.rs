@@ -50,10 +50,12 @@ pub enum Probe {
     SharedProcessLimit,
     I386Abi,
     ReadOnlyTierMetadata,
+    ControlSocket,
+    WriteOnlyTierWatch,
 }
 
 impl Probe {
-    pub const ALL: [Probe; 27] = [
+    pub const ALL: [Probe; 29] = [
         Probe::Udp,
         Probe::Tcp,
         Probe::Mptcp,
@@ -81,6 +83,8 @@ impl Probe {
         Probe::SharedProcessLimit,
         Probe::I386Abi,
         Probe::ReadOnlyTierMetadata,
+        Probe::ControlSocket,
+        Probe::WriteOnlyTierWatch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -118,6 +122,10 @@ impl Probe {
             Probe::SharedProcessLimit => "exhaust the process limit of another call",
             Probe::I386Abi => "i386 system calls (int 0x80): unshare a user namespace",
             Probe::ReadOnlyTierMetadata => "chmod a file of a Read-granted sibling",
+            Probe::ControlSocket => {
+                "the daemon's control socket: read its key or open a session as another agent"
+            }
+            Probe::WriteOnlyTierWatch => "watch a Write-granted sibling (inotify, fanotify)",
         }
     }
 
@@ -151,6 +159,8 @@ impl Probe {
             Probe::SharedProcessLimit => &[Layer::OwnUserNamespace],
             Probe::I386Abi => &[Layer::Seccomp],
             Probe::ReadOnlyTierMetadata => &[],
+            Probe::ControlSocket => &[],
+            Probe::WriteOnlyTierWatch => &[Layer::Seccomp],
         }
     }
 }
@@ -164,6 +174,11 @@ fn stopped_by(probe: Probe) -> Vec<&'static str> {
         Probe::OutsideStat => vec!["mount namespace (not bound)"],
         Probe::SysvIpc => vec!["ipc namespace"],
         Probe::ReadOnlyTierMetadata => vec!["mount namespace (read-only bind)"],
+        Probe::ControlSocket => vec![
+            "mount namespace (not bound)",
+            "landlock (the key is unreadable)",
+            "the socket's peer check (seccomp filters)",
+        ],
         Probe::HardlinkIntoWriteTier => vec!["mount namespace (EXDEV)", "landlock (no refer)"],
         other => other.layers().iter().map(|l| l.name()).collect(),
     }
@@ -204,6 +219,13 @@ pub struct Targets {
     pub secret_file: PathBuf,
     /// A file the agent must not even see (`config.toml`).
     pub hidden_file: PathBuf,
+    /// The daemon's control socket (`data/daemon.sock`); the selftest's own socket, served with
+    /// the daemon's guard, goes beside it.
+    pub daemon_socket: PathBuf,
+    /// The key of that socket (`data/daemon.key`).
+    pub daemon_key: PathBuf,
+    /// The gateway's published admin key (`data/gateway.json`).
+    pub gateway_admin: PathBuf,
 }
 
 /// Runs every probe against `sandbox`.
@@ -237,7 +259,7 @@ pub fn run_probe(sandbox: &Sandbox, probe: Probe, targets: &Targets) -> Row {
     }
 }
 
-fn inside(sandbox: &Sandbox, probe: Probe, target: String) -> Result<String, String> {
+pub(super) fn inside(sandbox: &Sandbox, probe: Probe, target: String) -> Result<String, String> {
     let out = sandbox
         .spawn_probe(&ProbeSpec { probe, target })
         .map_err(|e| e.to_string())?;
@@ -245,8 +267,19 @@ fn inside(sandbox: &Sandbox, probe: Probe, target: String) -> Result<String, Str
 }
 
 /// `ok: ...` from the stage means the operation inside succeeded.
-fn succeeded(line: &str) -> bool {
+pub(super) fn succeeded(line: &str) -> bool {
     line.starts_with("ok")
+}
+
+/// [`Probe::ControlSocket`] against a socket served with `guard` (tests switch a half of the
+/// guard off to show the probe is live).
+#[doc(hidden)]
+pub fn control_socket_probe(
+    sandbox: &Sandbox,
+    targets: &Targets,
+    guard: crate::control_socket::Guard,
+) -> (Outcome, String) {
+    super::selftest_socket::judge(sandbox, targets, guard).unwrap_or_else(|e| (Outcome::Skipped, e))
 }
 
 fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, String), String> {
@@ -433,6 +466,10 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
                 verdict(succeeded(&line), line)
             }
         },
+        Probe::ControlSocket => {
+            super::selftest_socket::judge(sandbox, t, crate::control_socket::Guard::FULL)
+        }
+        Probe::WriteOnlyTierWatch => super::selftest_watch::judge(sandbox),
         Probe::ExecUnlisted => {
             if sandbox.exec_allowlist().is_none() {
                 return Ok((Outcome::Skipped, "allowed_commands = [\"*\"]".into()));
@@ -465,7 +502,7 @@ fn mq_name(key: i32) -> std::ffi::CString {
     std::ffi::CString::new(format!("/warren-selftest-{key}")).unwrap_or_default()
 }
 
-fn nanos() -> u32 {
+pub(super) fn nanos() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
@@ -902,6 +939,8 @@ fn attempt(spec: &ProbeSpec) -> Result<String, String> {
         Probe::SharedProcessLimit => super::probe_sys::fork_once()
             .map(|()| "forked".into())
             .map_err(|e| format!("cannot fork: {e}")),
+        Probe::ControlSocket => super::selftest_socket::attempt(&spec.target),
+        Probe::WriteOnlyTierWatch => super::selftest_watch::attempt(&spec.target),
         Probe::Survivors => Err("runs as a shell command, not in the stage".into()),
         Probe::ExecUnlisted => std::process::Command::new(&spec.target)
             .stdout(std::process::Stdio::null())

@@ -256,7 +256,7 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
     ),
     (
         "crates/warren-acp/src/attach.rs",
-        "data/daemon.sock, the daemon's own ACP socket under data/ (bind, mode, owner, remove)",
+        "data/daemon.sock, the daemon's own ACP socket under data/ (bind, mode, owner, remove), and removing its key data/daemon.key",
     ),
     (
         "crates/warren-runtime/src/lock.rs",

@@ -73,6 +73,9 @@ pub(crate) fn policy_with(
     let targets = Targets {
         secret_file: secret,
         hidden_file: root.config_file(),
+        daemon_socket: root.data_dir().join("daemon.sock"),
+        daemon_key: root.daemon_socket_key(),
+        gateway_admin: root.gateway_admin(),
     };
     (
         Fixture {

@@ -232,16 +232,28 @@ fn one_call_cannot_exhaust_the_process_limit_of_another_issue13() {
     // The namespace is created as `nobody`, so its counts roll up to the host's `nobody`, never
     // to root: a call holding every inotify instance it can get leaves the daemon its own (a
     // root-owned namespace made root's 128 the call's). The instances one call can hold are
-    // still all of `nobody`'s (README: does not stop).
+    // still all of `nobody`'s (README: does not stop) where watches are allowed; this agent
+    // has a `Write` grant, so seccomp refuses it any (issue 35 §6), and without seccomp it holds
+    // them all.
     let (f, s) = sandbox(SandboxKind::Auto, &["ls"]);
     let (_, detail) = outcome(&s, &f, Probe::SharedProcessLimit);
     assert!(detail.ends_with("the daemon's inotify: ok"), "{detail}");
-    let max = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
-        .expect("max_user_instances");
-    assert!(
-        detail.contains(&format!("held {} inotify instances", max.trim())),
-        "{detail}"
-    );
+    assert!(detail.contains("held 0 inotify instances"), "{detail}");
+    let (_, detail) = outcome(&s.without(Layer::Seccomp), &f, Probe::SharedProcessLimit);
+    assert!(detail.ends_with("the daemon's inotify: ok"), "{detail}");
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .expect("max_user_instances")
+        .trim()
+        .parse()
+        .expect("a number");
+    // All of them, but for the few a parallel test's unfiltered watcher (escapes3) may hold.
+    let held: usize = detail
+        .split("held ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(held + 4 >= max, "held {held} of {max}: {detail}");
 }
 
 #[test]

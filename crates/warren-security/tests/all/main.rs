@@ -4,6 +4,7 @@ mod approval_rules;
 mod architecture;
 mod escape_sandbox;
 mod escapes2;
+mod escapes3;
 mod layering;
 mod policy;
 mod sandbox;
