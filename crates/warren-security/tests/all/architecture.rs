@@ -35,6 +35,11 @@ const GATES: &[Gate] = &[
             "crates/warren-security/",
             "crates/warren-config/",
             "crates/warren-runtime/",
+            // The engine's clients (issue 34) are daemon-side code like the runtime they left:
+            // the finer PERM-6 gate below governs them module by module.
+            "crates/warren-jobs/",
+            "crates/warren-admin/",
+            "crates/warren-daemon/",
             // The gateway touches only its own state files at InstallRoot paths (devices.db,
             // gateway.json), never a path a model or request names.
             "crates/warren-gateway/",
