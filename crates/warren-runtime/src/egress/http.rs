@@ -3,6 +3,11 @@
 //! (a resolver pinned to them, so DNS cannot answer differently between check and connect),
 //! redirects followed only to allowed destinations (at most [`MAX_HOPS`]), the body read up to
 //! the policy's cap. Blocking: runs on a blocking thread.
+//!
+//! A request that carried a `{{secret:NAME}}` (in its URL or a header) follows a redirect only
+//! to a destination every such secret may go to, scheme included (issue 35 §3): the server the
+//! secret was meant for may echo it into its `Location` (an open redirect), and from there it
+//! would ride to any allowlisted host.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -59,6 +64,11 @@ fn masked(url: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether `uri` is `https` (else plain `http`; [`target`] allows no other scheme).
+fn is_https(uri: &Uri) -> bool {
+    uri.scheme_str() == Some("https")
 }
 
 /// Scheme, host and port of `url` (http or https only; placeholders allowed outside the host).
@@ -122,8 +132,19 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let first_host = target(&url)?.1;
+    // The secrets this request carries, wherever a redirect takes it.
+    let carried = egress.broker.carried(
+        std::iter::once(call.url.as_str()).chain(call.headers.values().map(String::as_str)),
+    );
     for hop in 0..MAX_HOPS {
         let (uri, host, port) = target(&url)?;
+        let https = is_https(&uri);
+        if hop > 0
+            && let Err(why) = egress.broker.may_carry(&carried, &host, port, https)
+        {
+            egress.log(&host, port, &method, None, Some(&why));
+            return Err(format!("a redirect to {url} was not followed: {why}"));
+        }
         let addrs = match egress.resolve(&host, port) {
             Ok(a) => a,
             Err(refused) => {
@@ -140,7 +161,7 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         if hop > 0 && host != first_host {
             headers.retain(|(_, v)| !v.contains("{{secret:"));
         }
-        let real_url = egress.broker.substitute(&url, &host, port)?;
+        let real_url = egress.broker.substitute(&url, &host, port, https)?;
         match target(&real_url) {
             Ok((_, h, p)) if h == host && p == port => {}
             _ => return Err(format!("'{url}': a placeholder may not change the host")),
@@ -149,7 +170,7 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             .method(method.as_str())
             .uri(&real_url);
         for (k, v) in &headers {
-            request = request.header(k.as_str(), egress.broker.substitute(v, &host, port)?);
+            request = request.header(k.as_str(), egress.broker.substitute(v, &host, port, https)?);
         }
         let config = ureq::Agent::config_builder()
             .proxy(None)
