@@ -561,11 +561,17 @@ fn a_crashed_server_is_restarted_and_calls_meanwhile_fail_cleanly() -> R {
 /// `env = { TOKEN = { secret = "gh" } }`: the server gets the secret (its SHA-256 matches),
 /// but the model never sees it — not in tool results (redacted even when the server echoes
 /// it), not in the session, not in the trace (the server logs it to stderr: redacted there).
+/// The server runs from a sibling's workspace granted `Read` (agent `a` cannot rewrite it):
+/// a secret for a program in `a`'s own workspace is refused with the config (issue 35 §4).
 #[test]
 fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let fake = FakeOpenAi::start()?;
-    let extra = agent("a", "hands") + &server_table("a", LOW);
+    let extra = agent("a", "hands")
+        + "[agents.a.workspace.access]\nb = \"Read\"\n"
+        + &server_table("a", LOW)
+        + &agent("b", "");
     let root = setup(&fake, &extra)?;
+    let script = root.path().join("agents/b/workspace/server.py");
     const SECRET: &str = "ghp-mcp-test-secret-0123456789";
     let mut set = root
         .warren(bin(), &["config", "set", "secrets.gh.value", "--secret"])
@@ -580,12 +586,30 @@ fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let out = set.wait_with_output()?;
     assert!(out.status.success(), "{}", text(&out).1);
     assert!(!root.read_config()?.contains(SECRET), "stored encrypted");
-    // Now the server may name it (config refuses a reference to a secret that is not set).
-    let config = root.read_config()?.replace(
-        "args = [\"server.py\"]",
-        "args = [\"server.py\"]\nenv = { TOKEN = { secret = \"gh\" }, PLAIN = \"visible\" }",
+    // Now the server may name it (config refuses a reference to a secret that is not set),
+    // but not while the program is one `a` can write (its own workspace).
+    let with_secret = |args: &str| {
+        root.read_config().map(|c| {
+            c.replace(
+                "args = [\"server.py\"]",
+                &format!(
+                    "args = [{args}]\nenv = {{ TOKEN = {{ secret = \"gh\" }}, PLAIN = \"visible\" }}"
+                ),
+            )
+        })
+    };
+    let writable = with_secret("\"server.py\"")?;
+    let readable = with_secret(&format!("\"{}\"", script.display()))?;
+    root.write_config(&writable)?;
+    let out = root.run(bin(), &["config", "validate"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("agents.a.mcp.servers.t.env.TOKEN")
+            && stderr.contains("agents/a/workspace/server.py"),
+        "{stderr}"
     );
-    root.write_config(&config)?;
+    root.write_config(&readable)?;
 
     fake.push(FakeReply::calls(
         "",

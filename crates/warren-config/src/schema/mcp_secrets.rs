@@ -193,7 +193,7 @@ pub(crate) fn problems(config: &Config, root: &InstallRoot) -> Vec<Problem> {
                         ),
                     )
                     .with_hint(Some(
-                        "install the server outside every root the agent can write (for example under /opt or /usr/local) and name it by absolute path, or give it no secret".into(),
+                        "install the server where the agent cannot write and its sandbox can read (under /usr/local, which the sandbox sees read-only, or a sibling's workspace granted Read) and name it by absolute path, or give it no secret".into(),
                     )),
                 );
             }
@@ -275,7 +275,7 @@ mod tests {
     fn programs_outside_the_writable_roots_or_without_secrets_pass_issue35() {
         for server in [
             // A program installed outside the roots, by path or on PATH.
-            "command = \"/usr/bin/python3\"\nargs = [\"/opt/mcp/gh_server.py\"]\nenv = { T = { secret = \"gh\" } }",
+            "command = \"/usr/bin/python3\"\nargs = [\"/usr/local/lib/mcp/gh_server.py\"]\nenv = { T = { secret = \"gh\" } }",
             "command = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-github\"]\nenv = { T = { secret = \"gh\" } }",
             "command = \"uvx\"\nargs = [\"mcp-server-git==0.6.2\", \"--repository\"]\nenv = { T = { secret = \"gh\" } }",
             // A sibling granted Read only is not writable.

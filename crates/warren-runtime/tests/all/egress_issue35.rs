@@ -364,6 +364,10 @@ async fn a_secret_for_an_mcp_program_the_agent_can_rewrite_is_refused_with_the_c
             && err.contains(&script.display().to_string()),
         "{err}"
     );
-    std::fs::write(f.root.config_file(), server("\"/opt/mcp/gh_server.py\"")).expect("config");
+    std::fs::write(
+        f.root.config_file(),
+        server("\"/usr/local/lib/mcp/gh_server.py\""),
+    )
+    .expect("config");
     assert!(ConfigStore::load(f.root.clone()).is_ok());
 }
