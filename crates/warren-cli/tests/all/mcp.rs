@@ -610,6 +610,8 @@ fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
         "{stderr}"
     );
     root.write_config(&readable)?;
+    let probe = root.run(bin(), &["mcp", "test", "a", "t"])?;
+    assert!(probe.status.success(), "{:?}", text(&probe));
 
     fake.push(FakeReply::calls(
         "",

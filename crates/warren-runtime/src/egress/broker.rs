@@ -21,6 +21,8 @@ struct Brokered {
     hosts: Allowlist,
     /// The entries written `http://...`: where the value may also go over plain HTTP.
     plain: Allowlist,
+    /// `hosts` as written in the config (schemes included).
+    written: Vec<String>,
 }
 
 impl Brokered {
@@ -33,9 +35,13 @@ impl Brokered {
         }
     }
 
-    /// The entries, and the rule for plain HTTP, for messages.
+    /// The entries as written (schemes included), for messages.
     fn describe(&self) -> String {
-        self.hosts.describe()
+        self.written
+            .iter()
+            .map(|r| format!("\"{r}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -80,6 +86,7 @@ impl Broker {
                 value: s.value.clone(),
                 hosts: parse(&all)?,
                 plain: parse(&plain)?,
+                written: s.hosts.clone(),
             });
         }
         Ok(Self {
@@ -202,7 +209,7 @@ impl Broker {
     pub fn hosts(&self) -> Vec<(String, Vec<String>)> {
         self.secrets
             .iter()
-            .map(|s| (s.name.clone(), s.hosts.entries().to_vec()))
+            .map(|s| (s.name.clone(), s.written.clone()))
             .collect()
     }
 }

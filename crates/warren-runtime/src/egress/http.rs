@@ -22,6 +22,8 @@ use super::AgentEgress;
 
 /// Requests per call, the first included (so at most 4 redirects).
 pub const MAX_HOPS: usize = 5;
+/// Headers never sent on to another origin by a redirect.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
 /// The longest a call may take, all hops together.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -131,7 +133,10 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let first_host = target(&url)?.1;
+    let first = {
+        let (uri, host, port) = target(&url)?;
+        (is_https(&uri), host, port)
+    };
     // The secrets this request carries, wherever a redirect takes it.
     let carried = egress.broker.carried(
         std::iter::once(call.url.as_str()).chain(call.headers.values().map(String::as_str)),
@@ -157,9 +162,18 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             }
         };
         // Placeholders are filled for this hop's host only; a header that carried one is
-        // dropped on a redirect to another host (like a browser's Authorization).
-        if hop > 0 && host != first_host {
-            headers.retain(|(_, v)| !v.contains("{{secret:"));
+        // dropped on a redirect to another origin, and so are credential headers and any
+        // header holding a configured secret's value (an MCP `url` server's `headers`, resolved
+        // before they get here; issue 35 §3), like a browser's Authorization.
+        if hop > 0 && (https, host.as_str(), port) != (first.0, first.1.as_str(), first.2) {
+            headers.retain(|(k, v)| {
+                !v.contains("{{secret:")
+                    && !CREDENTIAL_HEADERS.iter().any(|c| k.eq_ignore_ascii_case(c))
+                    && matches!(
+                        egress.broker.scrubber().scrub(v),
+                        std::borrow::Cow::Borrowed(_)
+                    )
+            });
         }
         let real_url = egress.broker.substitute(&url, &host, port, https)?;
         match target(&real_url) {

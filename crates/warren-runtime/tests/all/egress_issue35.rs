@@ -371,3 +371,62 @@ async fn a_secret_for_an_mcp_program_the_agent_can_rewrite_is_refused_with_the_c
     .expect("config");
     assert!(ConfigStore::load(f.root.clone()).is_ok());
 }
+
+/// An MCP `url` server's `headers` reach the egress with their secrets already resolved (no
+/// placeholder to track): a redirect from the server to another allowed host must not take
+/// `Authorization`, or any header holding a configured secret, along. Headers without one
+/// still go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolved_secret_header_is_not_sent_on_to_another_host_by_a_redirect_issue35() {
+    use warren_runtime::egress::AgentEgress;
+    use warren_runtime::trace::Trace;
+    use warren_security::SecurityPolicy;
+    use warren_tools::{HttpCall, HttpEgress};
+
+    let target = Upstream::start(|_| "landed".into());
+    let target_port = target.port;
+    let redirector = Upstream::start(move |_| {
+        format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{target_port}/next\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    });
+    let server = format!("127.0.0.1:{}", redirector.port);
+    let hosts = [server.clone(), format!("127.0.0.1:{target_port}")];
+    let f = Fixture::new(&hosts, "api.example.org", "");
+    let config = ConfigStore::load(f.root.clone())
+        .expect("config")
+        .snapshot()
+        .config()
+        .clone();
+    let policy =
+        SecurityPolicy::for_agent(&config, &f.root, &crate::egress::alias()).expect("policy");
+    let trace = Arc::new(Trace::new(&f.root, &config));
+    let egress = AgentEgress::for_mcp(&config, &policy, trace).expect("egress");
+    let reply = egress
+        .send(HttpCall {
+            method: "POST".into(),
+            url: format!("http://{server}/mcp"),
+            headers: [
+                ("Authorization".to_string(), format!("Bearer {SECRET}")),
+                ("X-Api-Key".to_string(), SECRET.to_string()),
+                ("Accept".to_string(), "text/plain".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            body: Some("{}".into()),
+        })
+        .await
+        .expect("sent");
+    assert_eq!(reply.body, "landed");
+    assert!(redirector.heads()[0].contains(SECRET), "the server got it");
+    let landed = target.heads();
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert!(!landed[0].contains(SECRET), "carried on: {}", landed[0]);
+    assert!(
+        landed[0]
+            .to_ascii_lowercase()
+            .contains("accept: text/plain"),
+        "{}",
+        landed[0]
+    );
+}
