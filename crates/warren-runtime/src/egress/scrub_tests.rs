@@ -56,8 +56,11 @@ fn html_entities(s: &str) -> String {
         .collect()
 }
 
+/// A text transform (or its inverse).
+type Transform = fn(&str) -> String;
+
 /// Every transform of issue 35 §5, named, with the inverse that shows the value is in it.
-fn transforms() -> Vec<(&'static str, fn(&str) -> String, fn(&str) -> String)> {
+fn transforms() -> Vec<(&'static str, Transform, Transform)> {
     vec![
         ("reversed", reversed, reversed),
         ("case-swapped", swapcase, swapcase),
