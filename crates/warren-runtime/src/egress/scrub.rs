@@ -141,6 +141,30 @@ impl Scrubber {
         Cow::Owned(out)
     }
 
+    /// Scrubs every string (and key) of `value` in place (a tool's JSON output).
+    pub fn scrub_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(s) => {
+                if let Cow::Owned(clean) = self.scrub(s) {
+                    *s = clean;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_value(v)),
+            Value::Object(map) => {
+                let entries = std::mem::take(map);
+                for (k, mut v) in entries {
+                    self.scrub_value(&mut v);
+                    map.insert(self.scrub_owned(&k), v);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+
     /// `text` scrubbed, as an owned string.
     pub fn scrub_owned(&self, text: &str) -> String {
         self.scrub(text).into_owned()

@@ -406,6 +406,11 @@ impl AgentRunner {
         &self.kit
     }
 
+    /// The scrubber every tool result of this agent passes (issue 35 §4).
+    pub(crate) fn scrubber(&self) -> &crate::egress::scrub::Scrubber {
+        &self.scrubber
+    }
+
     /// The model every request of this agent names.
     pub fn model(&self) -> &str {
         &self.model
