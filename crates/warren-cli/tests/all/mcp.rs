@@ -561,17 +561,16 @@ fn a_crashed_server_is_restarted_and_calls_meanwhile_fail_cleanly() -> R {
 /// `env = { TOKEN = { secret = "gh" } }`: the server gets the secret (its SHA-256 matches),
 /// but the model never sees it — not in tool results (redacted even when the server echoes
 /// it), not in the session, not in the trace (the server logs it to stderr: redacted there).
-/// The server runs from a sibling's workspace granted `Read` (agent `a` cannot rewrite it):
-/// a secret for a program in `a`'s own workspace is refused with the config (issue 35 §4).
+/// The server runs from a directory under /usr/local that no agent can write and the sandbox
+/// sees (it binds /usr read-only): a secret for a program in an agent's workspace is refused
+/// with the config (issue 35 §4).
 #[test]
 fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let fake = FakeOpenAi::start()?;
-    let extra = agent("a", "hands")
-        + "[agents.a.workspace.access]\nb = \"Read\"\n"
-        + &server_table("a", LOW)
-        + &agent("b", "");
+    let extra = agent("a", "hands") + &server_table("a", LOW);
     let root = setup(&fake, &extra)?;
-    let script = root.path().join("agents/b/workspace/server.py");
+    let installed = SystemDir::new("server.py", SERVER)?;
+    let script = installed.file.clone();
     const SECRET: &str = "ghp-mcp-test-secret-0123456789";
     let mut set = root
         .warren(bin(), &["config", "set", "secrets.gh.value", "--secret"])
@@ -653,6 +652,34 @@ fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let session = root.run(bin(), &["sessions", "show", "cli-a"])?;
     assert!(!text(&session).0.contains(SECRET));
     Ok(())
+}
+
+/// A file installed under `/usr/local/lib/warren-test-<pid>-<n>/` (tests run as root, as in
+/// CI), removed with its directory when dropped.
+struct SystemDir {
+    dir: std::path::PathBuf,
+    file: std::path::PathBuf,
+}
+
+impl SystemDir {
+    fn new(name: &str, content: &str) -> std::io::Result<Self> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::path::PathBuf::from(format!(
+            "/usr/local/lib/warren-test-{}-{n}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(name);
+        std::fs::write(&file, content)?;
+        Ok(Self { dir, file })
+    }
+}
+
+impl Drop for SystemDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// `warren mcp test ALIAS SERVER` starts the server in the agent's sandbox and lists its

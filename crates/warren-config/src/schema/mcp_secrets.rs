@@ -1,7 +1,8 @@
-//! Secrets handed to programs the agent controls (issue 35 §4, CFG-6, PERM-2): a stdio MCP
-//! server whose `command` or an argument resolves into a root the agent can write (its own
-//! workspace, a sibling's workspace granted `Write` or `ReadWrite`, anything under
-//! `unrestricted_filesystem`) must not get a secret in `env` or `headers`. The agent could
+//! Secrets handed to programs an agent controls (issue 35 §4, CFG-6, PERM-2): a stdio MCP
+//! server whose `command` or an argument resolves into a root an agent can write (its own
+//! workspace, a sibling's workspace granted `Write` or `ReadWrite`, any other agent's own
+//! workspace, anything under its `unrestricted_filesystem`) must not get a secret in `env` or
+//! `headers`. The agent could
 //! rewrite that program and have it write the value where a tool reads it back.
 //!
 //! Paths are resolved as the server is started: relative ones against the agent's workspace
@@ -30,8 +31,10 @@ const SCRIPT_EXTENSIONS: [&str; 14] = [
     "py", "pyc", "js", "mjs", "cjs", "ts", "sh", "bash", "rb", "pl", "php", "lua", "jar", "wasm",
 ];
 
-/// Roots `alias` may write, as the policy builds them (PERM-2): `None` = every path
-/// (`unrestricted_filesystem`).
+/// Roots an agent may write, as the policies build them (PERM-2): `alias`'s own workspace
+/// and the siblings it may write, and every other agent's workspace too (each agent writes its
+/// own, and a program there is one that agent can rewrite for `alias`'s secret). `None` =
+/// every path (`alias` has `unrestricted_filesystem`).
 fn writable_roots(config: &Config, root: &InstallRoot, alias: &AgentAlias) -> Option<Vec<PathBuf>> {
     let agent = config.agents.get(alias)?;
     if agent.workspace.unrestricted_filesystem {
@@ -41,6 +44,12 @@ fn writable_roots(config: &Config, root: &InstallRoot, alias: &AgentAlias) -> Op
     for (sibling, level) in &agent.workspace.access {
         if matches!(level, AccessLevel::Write | AccessLevel::ReadWrite) {
             roots.push(root.agent_workspace(sibling));
+        }
+    }
+    for other in config.agents.keys() {
+        let workspace = root.agent_workspace(other);
+        if !roots.contains(&workspace) {
+            roots.push(workspace);
         }
     }
     Some(roots)
@@ -193,7 +202,7 @@ pub(crate) fn problems(config: &Config, root: &InstallRoot) -> Vec<Problem> {
                         ),
                     )
                     .with_hint(Some(
-                        "install the server where the agent cannot write and its sandbox can read (under /usr/local, which the sandbox sees read-only, or a sibling's workspace granted Read) and name it by absolute path, or give it no secret".into(),
+                        "install the server where no agent can write and the sandbox can read (under /usr/local: the sandbox sees /usr read-only) and name it by absolute path, or give it no secret".into(),
                     )),
                 );
             }
@@ -238,9 +247,14 @@ mod tests {
                 r#"["/inst/agents/b/workspace/s.py"]"#,
                 "inside /inst/agents/b/workspace",
             ),
+            // Another agent's own workspace: that agent can rewrite it.
+            (
+                r#"["/inst/agents/c/workspace/s.py"]"#,
+                "inside /inst/agents/c/workspace",
+            ),
         ] {
             let text = format!(
-                "{SECRET}[agents.b]\n[agents.a.workspace.access]\nb = \"Write\"\n[agents.a.mcp.servers.gh]\ncommand = \"/usr/bin/python3\"\nargs = {args}\nenv = {{ TOKEN = {{ secret = \"gh\" }}, MODE = \"ro\" }}\n"
+                "{SECRET}[agents.b]\n[agents.c]\n[agents.a.workspace.access]\nb = \"Write\"\n[agents.a.mcp.servers.gh]\ncommand = \"/usr/bin/python3\"\nargs = {args}\nenv = {{ TOKEN = {{ secret = \"gh\" }}, MODE = \"ro\" }}\n"
             );
             let p = problems_of(&text);
             assert_eq!(p.len(), 1, "{args}: {p:?}");
@@ -278,8 +292,8 @@ mod tests {
             "command = \"/usr/bin/python3\"\nargs = [\"/usr/local/lib/mcp/gh_server.py\"]\nenv = { T = { secret = \"gh\" } }",
             "command = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-github\"]\nenv = { T = { secret = \"gh\" } }",
             "command = \"uvx\"\nargs = [\"mcp-server-git==0.6.2\", \"--repository\"]\nenv = { T = { secret = \"gh\" } }",
-            // A sibling granted Read only is not writable.
-            "command = \"/usr/bin/python3\"\nargs = [\"/inst/agents/b/workspace/s.py\"]\nenv = { T = { secret = \"gh\" } }",
+            // A directory of the install root that no agent writes.
+            "command = \"/usr/bin/python3\"\nargs = [\"/inst/shared/mcp/s.py\"]\nenv = { T = { secret = \"gh\" } }",
             // No secret: nothing to protect.
             "command = \"/usr/bin/python3\"\nargs = [\"gh_server.py\"]\nenv = { MODE = \"ro\" }",
         ] {
