@@ -99,6 +99,9 @@ pub(crate) fn parse_config(
         }
     }
     problems.extend(crate::validate::validate(&config));
+    // `file` is `<install>/config.toml`: the agents' roots are beside it (issue 35 §4).
+    let root = crate::paths::InstallRoot::at(file.parent().unwrap_or(Path::new("")));
+    problems.extend(crate::schema::mcp_secrets::problems(&config, &root));
     if !problems.is_empty() {
         // A rule may quote a value; no stored secret is ever printed (CFG-6).
         crate::error::redact_problems(&mut problems, &Redactor::from_config(&config));

@@ -163,6 +163,27 @@ impl Redactor {
         }
     }
 
+    /// Adds `text` as one secret exactly as given (no connection-URL reading): for callers
+    /// that register forms derived from secrets already added (`warren-runtime`'s scrubber).
+    pub fn add_literal(&mut self, text: &str) {
+        self.add_entry(text.as_bytes(), Marker::Redacted);
+    }
+
+    /// The secret byte strings this redactor looks for (passwords of connection URLs, not the
+    /// URLs), in the order added.
+    pub fn values(&self) -> impl Iterator<Item = &[u8]> {
+        self.entries.iter().map(|e| e.bytes.as_slice())
+    }
+
+    /// The byte ranges of `bytes` this redactor would replace (not merged, not aligned to
+    /// characters: `bytes` need not be UTF-8). For matching on a decoded view of a text.
+    pub fn find(&self, bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
+        self.raw_spans(bytes)
+            .into_iter()
+            .map(|(start, end, _)| start..end)
+            .collect()
+    }
+
     fn add_entry(&mut self, bytes: &[u8], marker: Marker) {
         if bytes.len() < MIN_SECRET || self.entries.iter().any(|e| e.bytes == bytes) {
             return;
@@ -234,7 +255,31 @@ impl Redactor {
 
     /// Merged, char-aligned spans to replace, in order.
     fn spans(&self, text: &str) -> Vec<(usize, usize, Marker)> {
-        let t = text.as_bytes();
+        let mut raw = self.raw_spans(text.as_bytes());
+        raw.sort_unstable_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
+        let mut merged: Vec<(usize, usize, Marker)> = Vec::with_capacity(raw.len());
+        for (mut start, mut end, marker) in raw {
+            while !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => {
+                    last.1 = last.1.max(end);
+                    if marker == Marker::Redacted {
+                        last.2 = Marker::Redacted;
+                    }
+                }
+                _ => merged.push((start, end, marker)),
+            }
+        }
+        merged
+    }
+
+    /// Every maximal window-extended run and every whole short secret in `t`, unordered.
+    fn raw_spans(&self, t: &[u8]) -> Vec<(usize, usize, Marker)> {
         let mut raw: Vec<(usize, usize, Marker)> = Vec::new();
         if t.len() >= WINDOW && !self.windows.is_empty() {
             // End of the furthest match so far: a window inside it matters only if it can
@@ -273,34 +318,15 @@ impl Redactor {
             let Some(e) = self.entries.get(index as usize) else {
                 continue;
             };
-            let Ok(needle) = std::str::from_utf8(&e.bytes) else {
-                continue;
-            };
+            let n = e.bytes.len();
             raw.extend(
-                text.match_indices(needle)
-                    .map(|(at, m)| (at, at + m.len(), e.marker)),
+                t.windows(n)
+                    .enumerate()
+                    .filter(|(_, w)| *w == e.bytes.as_slice())
+                    .map(|(at, _)| (at, at + n, e.marker)),
             );
         }
-        raw.sort_unstable_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
-        let mut merged: Vec<(usize, usize, Marker)> = Vec::with_capacity(raw.len());
-        for (mut start, mut end, marker) in raw {
-            while !text.is_char_boundary(start) {
-                start -= 1;
-            }
-            while !text.is_char_boundary(end) {
-                end += 1;
-            }
-            match merged.last_mut() {
-                Some(last) if start <= last.1 => {
-                    last.1 = last.1.max(end);
-                    if marker == Marker::Redacted {
-                        last.2 = Marker::Redacted;
-                    }
-                }
-                _ => merged.push((start, end, marker)),
-            }
-        }
-        merged
+        raw
     }
 }
 

@@ -166,9 +166,11 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
 
     for (name, secret) in &config.secrets {
         for (i, raw) in secret.hosts.iter().enumerate() {
+            // `http://host` opts the secret into plain HTTP (issue 35 §3).
+            let (host, _) = crate::schema::secret_host_scheme(raw);
             out.extend(host_entry_problem(
                 format!("secrets.{}.hosts[{i}]", quote(name)),
-                raw,
+                host,
             ));
         }
     }

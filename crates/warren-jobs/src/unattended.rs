@@ -177,11 +177,15 @@ pub(crate) async fn tool_call(
     if let Err(e) = &output {
         runner.count_denial(e);
     }
-    let content = match output {
+    // Scrubbed of every configured secret like a turn's result (issue 35 §4): an SOP step's
+    // output may feed a later agent step, a cron job's output its run record.
+    let scrubber = runner.scrubber();
+    let mut content = match output {
         Ok(out) => out.content,
         Err(ToolError::ApprovalRequired(reason)) => return failed(needs_approval(&reason)),
-        Err(e) => return failed(format!("tool '{name}': {e}")),
+        Err(e) => return failed(scrubber.scrub_owned(&format!("tool '{name}': {e}"))),
     };
+    scrubber.scrub_value(&mut content);
     match content.get("exit_code").map(serde_json::Value::as_i64) {
         None | Some(Some(0)) => ToolCall::Done(content),
         Some(code) => ToolCall::Failed {
@@ -340,6 +344,41 @@ pub(crate) mod tests {
         let workspace = root.agent_workspace(&ada);
         assert!(workspace.join("turn.md").exists() && workspace.join("second.md").exists());
         assert!(!workspace.join("third.md").exists(), "the refused call ran");
+    }
+
+    /// An unattended call's output is scrubbed like a turn's (issue 35 §4): a secret a
+    /// rewritten program left in a file comes back from `file_read` redacted, while the tool's
+    /// own output (the guard off) holds it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unattended_tool_result_is_scrubbed_of_secrets_issue35() {
+        const SECRET: &str = "ghp_UnattendedSecretValue_4242";
+        let (_dir, root, host) = host_of(&format!(
+            "[agents.ada]\nprovider = \"idle\"\nmodel = \"m\"\nrisk_profile = \"open\"\n\
+             [providers.idle]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             [risk_profiles.open]\nautonomy = \"full\"\n\
+             [secrets.gh]\nvalue = \"{SECRET}\"\nhosts = [\"api.github.com\"]\n"
+        ));
+        let ada = AgentAlias::new("ada").unwrap();
+        let workspace = root.agent_workspace(&ada);
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("leak.txt"), format!("token={SECRET}\n")).unwrap();
+        let args = json!({"path": "leak.txt"});
+        let runner = host.runner(&ada).await.unwrap();
+        let raw = runner.kit().run_tool("file_read", args.clone(), true).await;
+        let raw = raw.unwrap().unwrap().content.to_string();
+        assert!(
+            raw.contains(SECRET),
+            "guard off: the tool returns it: {raw}"
+        );
+        let out = tool_call(&host, &ada, "file_read", args, &CancelToken::new(), "never").await;
+        let ToolCall::Done(content) = out else {
+            panic!("the read failed");
+        };
+        let text = content.to_string();
+        assert!(
+            text.contains("token=[redacted]") && !text.contains(SECRET),
+            "{text}"
+        );
     }
 
     /// The unattended gate is the turn's: an `http_request` that may change something on the

@@ -65,7 +65,7 @@ impl Tool for HttpRequest {
         "http_request"
     }
     fn description(&self) -> &'static str {
-        "Make an HTTP request from the daemon to a host on this agent's network allowlist. Put credentials as {{secret:NAME}} in the URL or a header: the daemon substitutes the value only for that secret's hosts, and you never see it. The response's status, headers and text body (capped) come back."
+        "Make an HTTP request from the daemon to a host on this agent's network allowlist. Put credentials as {{secret:NAME}} in the URL or a header: the daemon substitutes the value only for that secret's hosts (over https unless the secret allows http), and you never see it. The response's status, headers and text body (capped) come back."
     }
     fn parameters(&self) -> serde_json::Value {
         json!({"type": "object", "additionalProperties": false, "required": ["url"], "properties": {

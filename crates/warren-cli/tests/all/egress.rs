@@ -70,7 +70,7 @@ fn http_request_uses_a_brokered_secret_and_security_egress_shows_it_issue24() ->
     let (port, heads) = upstream("ok")?;
     let host = format!("127.0.0.1:{port}");
     root.write_config(&format!(
-        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[agents.main.network]\nallow = [\"{host}\"]\n\n[risk_profiles.hands]\nautonomy = \"full\"\n\n{}\n\n[secrets.gh]\nhosts = [\"{host}\"]\n",
+        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\nrisk_profile = \"hands\"\n\n[agents.main.network]\nallow = [\"{host}\"]\n\n[risk_profiles.hands]\nautonomy = \"full\"\n\n{}\n\n[secrets.gh]\nhosts = [\"http://{host}\"]\n",
         fake.provider_toml("fake", "sk-e2e-provider")
     ))?;
     // The value goes in through the one secrets mechanism (stdin, stored encrypted).
@@ -118,7 +118,11 @@ fn http_request_uses_a_brokered_secret_and_security_egress_shows_it_issue24() ->
 
     let v = json_of(&root, &["security", "egress", "main"])?;
     assert_eq!(v["allow"], json!([host]));
-    assert_eq!(v["secrets"], json!([{"host": host, "secret": "gh"}]));
+    // Plain HTTP on loopback: the entry names http:// (issue 35 §3), shown as written.
+    assert_eq!(
+        v["secrets"],
+        json!([{"host": format!("http://{host}"), "secret": "gh"}])
+    );
     let recent = v["recent"].as_array().cloned().unwrap_or_default();
     assert_eq!(recent.len(), 1, "{recent:?}");
     assert_eq!(
@@ -132,7 +136,7 @@ fn http_request_uses_a_brokered_secret_and_security_egress_shows_it_issue24() ->
     let out = root.run(bin(), &["security", "egress", "main"])?;
     let shown = text(&out).0;
     assert!(
-        shown.contains(&format!("{{{{secret:gh}}}} usable at {host}")),
+        shown.contains(&format!("{{{{secret:gh}}}} usable at http://{host}")),
         "{shown}"
     );
     assert!(!shown.contains(SECRET));

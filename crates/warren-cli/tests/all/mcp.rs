@@ -561,11 +561,16 @@ fn a_crashed_server_is_restarted_and_calls_meanwhile_fail_cleanly() -> R {
 /// `env = { TOKEN = { secret = "gh" } }`: the server gets the secret (its SHA-256 matches),
 /// but the model never sees it — not in tool results (redacted even when the server echoes
 /// it), not in the session, not in the trace (the server logs it to stderr: redacted there).
+/// The server runs from a directory under /usr/local that no agent can write and the sandbox
+/// sees (it binds /usr read-only): a secret for a program in an agent's workspace is refused
+/// with the config (issue 35 §4).
 #[test]
 fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let fake = FakeOpenAi::start()?;
     let extra = agent("a", "hands") + &server_table("a", LOW);
     let root = setup(&fake, &extra)?;
+    let installed = SystemDir::new("server.py", SERVER)?;
+    let script = installed.file.clone();
     const SECRET: &str = "ghp-mcp-test-secret-0123456789";
     let mut set = root
         .warren(bin(), &["config", "set", "secrets.gh.value", "--secret"])
@@ -580,12 +585,32 @@ fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let out = set.wait_with_output()?;
     assert!(out.status.success(), "{}", text(&out).1);
     assert!(!root.read_config()?.contains(SECRET), "stored encrypted");
-    // Now the server may name it (config refuses a reference to a secret that is not set).
-    let config = root.read_config()?.replace(
-        "args = [\"server.py\"]",
-        "args = [\"server.py\"]\nenv = { TOKEN = { secret = \"gh\" }, PLAIN = \"visible\" }",
+    // Now the server may name it (config refuses a reference to a secret that is not set),
+    // but not while the program is one `a` can write (its own workspace).
+    let with_secret = |args: &str| {
+        root.read_config().map(|c| {
+            c.replace(
+                "args = [\"server.py\"]",
+                &format!(
+                    "args = [{args}]\nenv = {{ TOKEN = {{ secret = \"gh\" }}, PLAIN = \"visible\" }}"
+                ),
+            )
+        })
+    };
+    let writable = with_secret("\"server.py\"")?;
+    let readable = with_secret(&format!("\"{}\"", script.display()))?;
+    root.write_config(&writable)?;
+    let out = root.run(bin(), &["config", "validate"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("agents.a.mcp.servers.t.env.TOKEN")
+            && stderr.contains("agents/a/workspace/server.py"),
+        "{stderr}"
     );
-    root.write_config(&config)?;
+    root.write_config(&readable)?;
+    let probe = root.run(bin(), &["mcp", "test", "a", "t"])?;
+    assert!(probe.status.success(), "{:?}", text(&probe));
 
     fake.push(FakeReply::calls(
         "",
@@ -627,6 +652,34 @@ fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let session = root.run(bin(), &["sessions", "show", "cli-a"])?;
     assert!(!text(&session).0.contains(SECRET));
     Ok(())
+}
+
+/// A file installed under `/usr/local/lib/warren-test-<pid>-<n>/` (tests run as root, as in
+/// CI), removed with its directory when dropped.
+struct SystemDir {
+    dir: std::path::PathBuf,
+    file: std::path::PathBuf,
+}
+
+impl SystemDir {
+    fn new(name: &str, content: &str) -> std::io::Result<Self> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::path::PathBuf::from(format!(
+            "/usr/local/lib/warren-test-{}-{n}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(name);
+        std::fs::write(&file, content)?;
+        Ok(Self { dir, file })
+    }
+}
+
+impl Drop for SystemDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// `warren mcp test ALIAS SERVER` starts the server in the agent's sandbox and lists its

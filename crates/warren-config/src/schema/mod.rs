@@ -8,6 +8,7 @@
 mod agents;
 pub mod cron;
 pub mod mcp;
+pub(crate) mod mcp_secrets;
 pub mod memory_backends;
 mod network;
 pub mod rates;
@@ -27,7 +28,7 @@ pub use agents::{
 pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
 pub use network::{
     AgentNetworkConfig, HOST_ENTRY_FORMS, HostEntry, HostPattern, NamedSecret, TaintMode,
-    normalize_host, parse_host_entry,
+    normalize_host, parse_host_entry, secret_host_scheme,
 };
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,

@@ -19,7 +19,9 @@ pub struct AgentNetworkConfig {
 
 /// `[secrets.<name>]`: a value the credential broker substitutes for `{{secret:<name>}}` in an
 /// `http_request`'s URL or headers, only when the request goes to one of `hosts` (same
-/// patterns as the network allowlist). The value is stored encrypted like every secret field.
+/// patterns as the network allowlist) over `https`; an entry written `http://host[:port]` also
+/// allows plain `http` to that host (issue 35 §3, [`secret_host_scheme`]). The value is stored
+/// encrypted like every secret field.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NamedSecret {
@@ -67,6 +69,28 @@ pub fn normalize_host(host: &str) -> String {
 pub const HOST_ENTRY_FORMS: &str = "write an exact host (\"api.github.com\"), a wildcard \
      subdomain (\"*.example.org\") or an IP literal (\"127.0.0.1\", \"[::1]\"), each with an \
      optional \":port\"";
+
+/// A `[secrets.<name>] hosts` entry split into its host pattern (for [`parse_host_entry`]) and
+/// whether it names plain `http://` (issue 35 §3: a brokered secret goes over `https` only,
+/// unless its entry says `http://`). `https://` is accepted and means the default; a trailing
+/// `/` after either is ignored.
+pub fn secret_host_scheme(raw: &str) -> (&str, bool) {
+    let raw = raw.trim();
+    let strip = |prefix: &str| {
+        raw.get(..prefix.len())
+            .filter(|p| p.eq_ignore_ascii_case(prefix))
+            .map(|_| {
+                raw[prefix.len()..]
+                    .strip_suffix('/')
+                    .unwrap_or(&raw[prefix.len()..])
+            })
+    };
+    match (strip("http://"), strip("https://")) {
+        (Some(host), _) => (host, true),
+        (None, Some(host)) => (host, false),
+        (None, None) => (raw, false),
+    }
+}
 
 /// Parses one `[agents.<alias>.network] allow` / `[secrets.<name>] hosts` entry; the error says
 /// why it is not one (`config validate` and the daemon's egress share this parser).
@@ -214,6 +238,13 @@ mod tests {
                 ..
             })
         ));
+        assert_eq!(
+            secret_host_scheme("http://127.0.0.1:8080"),
+            ("127.0.0.1:8080", true)
+        );
+        assert_eq!(secret_host_scheme("HTTP://a.org/"), ("a.org", true));
+        assert_eq!(secret_host_scheme("https://a.org"), ("a.org", false));
+        assert_eq!(secret_host_scheme("a.org"), ("a.org", false));
         for (bad, why) in [
             ("", "empty"),
             ("https://x.org/", "scheme or a path"),

@@ -1,29 +1,54 @@
 //! The credential broker (issue 24 §2, CFG-6): `{{secret:NAME}}` in an `http_request`'s URL or
 //! headers is replaced by the value of `[secrets.NAME]`, in the daemon, and only when the
-//! request goes to one of that secret's `hosts`. The model writes and sees only the
-//! placeholder; the session, the trace and memory hold what the model wrote.
+//! request goes to one of that secret's `hosts`, over `https` unless the entry names `http://`
+//! (issue 35 §3). The model writes and sees only the placeholder; the session, the trace and
+//! memory hold what the model wrote. A request that carried a secret follows a redirect only to
+//! a destination every secret it carried may go to ([`Broker::carried`], [`Broker::may_carry`]).
 //!
 //! Everything that returns to the agent (status line, headers, body, errors) is scrubbed first
-//! by [`Broker::scrub`]: the one config redactor ([`warren_config::Redactor`]: any run of 8+
-//! bytes of a secret) extended with the forms a server may echo a secret in — percent-encoded,
-//! hex, and base64 at each of the three alignments (so `Authorization: Basic` echoes and base64
-//! JSON dumps are caught).
+//! by [`Broker::scrub`]: the [`Scrubber`] of every configured secret (issue 35 §5).
 
-use warren_config::{Config, Redactor};
+use warren_config::Config;
+use warren_config::schema::secret_host_scheme;
 
 use super::allow::Allowlist;
+use super::scrub::Scrubber;
 
 /// One `[secrets.<name>]` the broker may substitute.
 struct Brokered {
     name: String,
     value: warren_config::Secret,
     hosts: Allowlist,
+    /// The entries written `http://...`: where the value may also go over plain HTTP.
+    plain: Allowlist,
+    /// `hosts` as written in the config (schemes included).
+    written: Vec<String>,
+}
+
+impl Brokered {
+    /// Whether the value may go to `host:port` over `https` (or plain HTTP when `!https`).
+    fn allows(&self, host: &str, port: u16, https: bool) -> bool {
+        if https {
+            self.hosts.allows(host, port)
+        } else {
+            self.plain.allows(host, port)
+        }
+    }
+
+    /// The entries as written (schemes included), for messages.
+    fn describe(&self) -> String {
+        self.written
+            .iter()
+            .map(|r| format!("\"{r}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// The install's brokered secrets and the scrubber of their values.
 pub struct Broker {
     secrets: Vec<Brokered>,
-    scrubber: Redactor,
+    scrubber: Scrubber,
 }
 
 impl std::fmt::Debug for Broker {
@@ -44,26 +69,43 @@ impl Broker {
     /// The broker of `config`'s `[secrets.*]` (values decrypted when the config was loaded).
     /// A secret whose `hosts` entry does not parse is an error naming it.
     pub fn from_config(config: &Config) -> Result<Self, String> {
-        let mut scrubber = Redactor::from_config(config);
         let mut secrets = Vec::new();
         for (name, s) in &config.secrets {
-            let hosts = Allowlist::parse(&s.hosts).map_err(|e| format!("[secrets.{name}]: {e}"))?;
-            for form in derived_forms(s.value.expose()) {
-                scrubber.add(&form);
-            }
+            let split: Vec<(&str, bool)> = s.hosts.iter().map(|h| secret_host_scheme(h)).collect();
+            let all: Vec<String> = split.iter().map(|(h, _)| h.to_string()).collect();
+            let plain: Vec<String> = split
+                .iter()
+                .filter(|(_, http)| *http)
+                .map(|(h, _)| h.to_string())
+                .collect();
+            let parse = |list: &[String]| {
+                Allowlist::parse(list).map_err(|e| format!("[secrets.{name}] hosts: {e}"))
+            };
             secrets.push(Brokered {
                 name: name.clone(),
                 value: s.value.clone(),
-                hosts,
+                hosts: parse(&all)?,
+                plain: parse(&plain)?,
+                written: s.hosts.clone(),
             });
         }
-        Ok(Self { secrets, scrubber })
+        Ok(Self {
+            secrets,
+            scrubber: Scrubber::from_config(config),
+        })
     }
 
     /// `text` with each `{{secret:NAME}}` replaced by its value, for a request to
-    /// `host:port`. Refused (naming the secret and its hosts, never the value) when NAME is
-    /// unknown or `host` is not one of its hosts.
-    pub fn substitute(&self, text: &str, host: &str, port: u16) -> Result<String, String> {
+    /// `host:port` over `https` (or plain HTTP). Refused (naming the secret and its hosts, never
+    /// the value) when NAME is unknown, `host` is not one of its hosts, or the request is plain
+    /// HTTP and no entry of its hosts names `http://` for it.
+    pub fn substitute(
+        &self,
+        text: &str,
+        host: &str,
+        port: u16,
+        https: bool,
+    ) -> Result<String, String> {
         if !text.contains(OPEN) {
             return Ok(text.to_string());
         }
@@ -86,7 +128,12 @@ impl Broker {
             if !secret.hosts.allows(host, port) {
                 return Err(format!(
                     "secret '{name}' may be sent only to [{}] ([secrets.{name}] hosts), not to {host}:{port}",
-                    secret.hosts.describe()
+                    secret.describe()
+                ));
+            }
+            if !secret.allows(host, port, https) {
+                return Err(format!(
+                    "secret '{name}' goes over https only: write the URL as https://, or list the host as \"http://{host}:{port}\" in [secrets.{name}] hosts to allow plain http"
                 ));
             }
             out.push_str(secret.value.expose());
@@ -96,9 +143,57 @@ impl Broker {
         Ok(out)
     }
 
-    /// `text` without any secret value or derived form.
+    /// The names of the secrets whose placeholders `texts` hold (each once).
+    pub fn carried<'a>(&self, texts: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for text in texts {
+            let mut rest = text;
+            while let Some(at) = rest.find(OPEN) {
+                let after = &rest[at + OPEN.len()..];
+                let Some(end) = after.find(CLOSE) else { break };
+                let name = after[..end].trim().to_string();
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+                rest = &after[end + CLOSE.len()..];
+            }
+        }
+        names
+    }
+
+    /// Whether a request that carried the secrets `names` may go on to `host:port` (a
+    /// redirect's destination, issue 35 §3): every one of them may be sent there, by the same
+    /// rule as a placeholder (scheme included). The error names the first that may not.
+    pub fn may_carry(
+        &self,
+        names: &[String],
+        host: &str,
+        port: u16,
+        https: bool,
+    ) -> Result<(), String> {
+        for name in names {
+            let Some(secret) = self.secrets.iter().find(|s| s.name == *name) else {
+                continue; // an unknown name was refused when it was substituted
+            };
+            if !secret.allows(host, port, https) {
+                return Err(format!(
+                    "the request carried secret '{name}', which may go only to [{}] ([secrets.{name}] hosts, https unless an entry names http://), not to {}://{host}:{port}",
+                    secret.describe(),
+                    if https { "https" } else { "http" }
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `text` without any secret value or derived form (see [`Scrubber`]).
     pub fn scrub(&self, text: &str) -> String {
-        self.scrubber.redact(text).into_owned()
+        self.scrubber.scrub_owned(text)
+    }
+
+    /// The scrubber of every configured secret.
+    pub fn scrubber(&self) -> &Scrubber {
+        &self.scrubber
     }
 
     /// The secrets usable for `host:port` (names only).
@@ -114,67 +209,15 @@ impl Broker {
     pub fn hosts(&self) -> Vec<(String, Vec<String>)> {
         self.secrets
             .iter()
-            .map(|s| (s.name.clone(), s.hosts.entries().to_vec()))
+            .map(|s| (s.name.clone(), s.written.clone()))
             .collect()
     }
-}
-
-/// Forms a server may echo `value` in: percent-encoded, hex, and base64 (standard and URL-safe)
-/// at the three alignments a value can take inside a longer encoded string, each without the
-/// partial characters at its edges.
-fn derived_forms(value: &str) -> Vec<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::new();
-    let pct: String = bytes
-        .iter()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(b) {
-                (*b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    if pct != value {
-        out.push(pct);
-    }
-    out.push(bytes.iter().map(|b| format!("{b:02x}")).collect());
-    for pad in 0..3usize {
-        let mut shifted = vec![0u8; pad];
-        shifted.extend_from_slice(bytes);
-        let encoded = base64(&shifted);
-        // Characters touching the prefix or the unknown next byte depend on neighbours.
-        let skip = (pad * 4).div_ceil(3);
-        let keep = (shifted.len() * 4) / 3;
-        if keep > skip + 1 {
-            let core = &encoded[skip..keep.saturating_sub(1)];
-            out.push(core.to_string());
-            out.push(core.replace('+', "-").replace('/', "_"));
-        }
-    }
-    out
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::scrub::base64;
     use warren_config::schema::NamedSecret;
 
     fn broker() -> Broker {
@@ -183,7 +226,7 @@ mod tests {
             "gh".into(),
             NamedSecret {
                 value: warren_config::Secret::new("ghp_s3cr3tTOKENvalue42"),
-                hosts: vec!["api.github.com".into()],
+                hosts: vec!["api.github.com".into(), "http://plain.example:8080".into()],
             },
         );
         Broker::from_config(&config).unwrap_or_else(|e| panic!("{e}"))
@@ -193,11 +236,11 @@ mod tests {
     fn placeholders_are_filled_only_for_the_secrets_hosts() {
         let b = broker();
         assert_eq!(
-            b.substitute("token {{secret:gh}}", "api.github.com", 443)
+            b.substitute("token {{secret:gh}}", "api.github.com", 443, true)
                 .as_deref(),
             Ok("token ghp_s3cr3tTOKENvalue42")
         );
-        let refused = b.substitute("{{secret:gh}}", "evil.example", 443);
+        let refused = b.substitute("{{secret:gh}}", "evil.example", 443, true);
         assert!(
             refused
                 .as_ref()
@@ -205,10 +248,36 @@ mod tests {
             "{refused:?}"
         );
         assert!(
-            b.substitute("{{secret:nope}}", "api.github.com", 443)
+            b.substitute("{{secret:nope}}", "api.github.com", 443, true)
                 .is_err()
         );
-        assert_eq!(b.substitute("plain", "x", 1).as_deref(), Ok("plain"));
+        assert_eq!(b.substitute("plain", "x", 1, false).as_deref(), Ok("plain"));
+        // Plain HTTP only where an entry names http:// (issue 35 §3).
+        let http = b.substitute("{{secret:gh}}", "api.github.com", 80, false);
+        assert!(
+            http.as_ref()
+                .is_err_and(|e| e.contains("https only") && !e.contains("s3cr3t")),
+            "{http:?}"
+        );
+        assert!(
+            b.substitute("{{secret:gh}}", "plain.example", 8080, false)
+                .is_ok()
+        );
+        assert!(
+            b.substitute("{{secret:gh}}", "plain.example", 8080, true)
+                .is_ok()
+        );
+        // What a request carried, and where a redirect may take it.
+        let carried = b.carried(["/x?t={{secret:gh}}", "Bearer {{ secret:gh }}{{secret:x}}"]);
+        assert_eq!(carried, vec!["gh".to_string(), "x".to_string()]);
+        assert!(b.may_carry(&carried, "api.github.com", 443, true).is_ok());
+        let off = b.may_carry(&carried, "evil.example", 443, true);
+        assert!(
+            off.as_ref()
+                .is_err_and(|e| e.contains("carried secret 'gh'")),
+            "{off:?}"
+        );
+        assert!(b.may_carry(&carried, "api.github.com", 80, false).is_err());
     }
 
     #[test]

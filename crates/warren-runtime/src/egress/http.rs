@@ -3,6 +3,11 @@
 //! (a resolver pinned to them, so DNS cannot answer differently between check and connect),
 //! redirects followed only to allowed destinations (at most [`MAX_HOPS`]), the body read up to
 //! the policy's cap. Blocking: runs on a blocking thread.
+//!
+//! A request that carried a `{{secret:NAME}}` (in its URL or a header) follows a redirect only
+//! to a destination every such secret may go to, scheme included (issue 35 §3): the server the
+//! secret was meant for may echo it into its `Location` (an open redirect), and from there it
+//! would ride to any allowlisted host.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -17,6 +22,8 @@ use super::AgentEgress;
 
 /// Requests per call, the first included (so at most 4 redirects).
 pub const MAX_HOPS: usize = 5;
+/// Headers never sent on to another origin by a redirect.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
 /// The longest a call may take, all hops together.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -59,6 +66,11 @@ fn masked(url: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether `uri` is `https` (else plain `http`; [`target`] allows no other scheme).
+fn is_https(uri: &Uri) -> bool {
+    uri.scheme_str() == Some("https")
 }
 
 /// Scheme, host and port of `url` (http or https only; placeholders allowed outside the host).
@@ -121,9 +133,23 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let first_host = target(&url)?.1;
+    let first = {
+        let (uri, host, port) = target(&url)?;
+        (is_https(&uri), host, port)
+    };
+    // The secrets this request carries, wherever a redirect takes it.
+    let carried = egress.broker.carried(
+        std::iter::once(call.url.as_str()).chain(call.headers.values().map(String::as_str)),
+    );
     for hop in 0..MAX_HOPS {
         let (uri, host, port) = target(&url)?;
+        let https = is_https(&uri);
+        if hop > 0
+            && let Err(why) = egress.broker.may_carry(&carried, &host, port, https)
+        {
+            egress.log(&host, port, &method, None, Some(&why));
+            return Err(format!("a redirect to {url} was not followed: {why}"));
+        }
         let addrs = match egress.resolve(&host, port) {
             Ok(a) => a,
             Err(refused) => {
@@ -136,11 +162,20 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             }
         };
         // Placeholders are filled for this hop's host only; a header that carried one is
-        // dropped on a redirect to another host (like a browser's Authorization).
-        if hop > 0 && host != first_host {
-            headers.retain(|(_, v)| !v.contains("{{secret:"));
+        // dropped on a redirect to another origin, and so are credential headers and any
+        // header holding a configured secret's value (an MCP `url` server's `headers`, resolved
+        // before they get here; issue 35 §3), like a browser's Authorization.
+        if hop > 0 && (https, host.as_str(), port) != (first.0, first.1.as_str(), first.2) {
+            headers.retain(|(k, v)| {
+                !v.contains("{{secret:")
+                    && !CREDENTIAL_HEADERS.iter().any(|c| k.eq_ignore_ascii_case(c))
+                    && matches!(
+                        egress.broker.scrubber().scrub(v),
+                        std::borrow::Cow::Borrowed(_)
+                    )
+            });
         }
-        let real_url = egress.broker.substitute(&url, &host, port)?;
+        let real_url = egress.broker.substitute(&url, &host, port, https)?;
         match target(&real_url) {
             Ok((_, h, p)) if h == host && p == port => {}
             _ => return Err(format!("'{url}': a placeholder may not change the host")),
@@ -149,7 +184,7 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             .method(method.as_str())
             .uri(&real_url);
         for (k, v) in &headers {
-            request = request.header(k.as_str(), egress.broker.substitute(v, &host, port)?);
+            request = request.header(k.as_str(), egress.broker.substitute(v, &host, port, https)?);
         }
         let config = ureq::Agent::config_builder()
             .proxy(None)

@@ -2,8 +2,11 @@
 //! and every connection an agent makes leaves through here.
 //!
 //! - [`allow`]: the `[agents.<alias>.network] allow` list and the address rule (no SSRF by DNS).
-//! - [`broker`]: `{{secret:NAME}}` placeholders filled only for the secret's hosts; replies and
-//!   errors scrubbed of every secret and its derived forms.
+//! - [`broker`]: `{{secret:NAME}}` placeholders filled only for the secret's hosts (over
+//!   `https` unless an entry names `http://`), and a request that carried one redirected only
+//!   where every secret it carried may go (issue 35 §3).
+//! - [`scrub`]: the scrubber of replies, errors and every tool result (issue 35 §5): secrets
+//!   and their derived, case-swapped, escaped, spaced, reversed and edge forms.
 //! - `http`: the `http_request` tool's client (runs in the daemon, not the sandbox).
 //! - [`proxy`]: the shell's HTTP CONNECT proxy, served on a listener that lives in the
 //!   sandbox's own network namespace (see `proxy` for the design).
@@ -15,6 +18,7 @@ pub mod allow;
 pub mod broker;
 mod http;
 pub mod proxy;
+pub mod scrub;
 
 use std::sync::Arc;
 
@@ -198,7 +202,11 @@ pub fn audit(
     let broker = Broker::from_config(config)?;
     let mut per_host: Vec<serde_json::Value> = Vec::new();
     for (name, hosts) in broker.hosts() {
-        for host in hosts {
+        for written in hosts {
+            // `http://host` opts into plain HTTP; the pattern is what follows.
+            let host = warren_config::schema::secret_host_scheme(&written)
+                .0
+                .to_string();
             // A secret's host pattern is usable when the agent may reach it: the same entry
             // is listed, or the named host (at its port, or 443/80) is allowed.
             let (h, port) = match host.rsplit_once(':') {
@@ -212,7 +220,7 @@ pub fn audit(
                         None => allow.allows(&h, 443) || allow.allows(&h, 80),
                     });
             if reachable {
-                per_host.push(json!({"host": host, "secret": name}));
+                per_host.push(json!({"host": written, "secret": name}));
             }
         }
     }

@@ -102,6 +102,8 @@ struct Head {
     forwarded: Vec<u8>,
     /// The `Host` header of a plain HTTP request.
     host_header: Option<String>,
+    /// The port a `Host` header without one names: the request's scheme's (80 or 443).
+    default_port: u16,
     /// The length of a plain HTTP request's body (its `Content-Length`; 0 without one).
     body_len: u64,
 }
@@ -136,7 +138,12 @@ fn parse_head(head: &[u8]) -> Result<Head, String> {
             ..Head::default()
         });
     }
-    let (_, host, port) = super::http::target(target)?;
+    let (uri, host, port) = super::http::target(target)?;
+    let default_port = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
     let rest = target.split_once("://").map_or("", |(_, r)| r);
     let path = rest.find('/').map_or("/", |i| &rest[i..]);
     let mut forwarded = format!("{method} {path} {version}\r\n");
@@ -176,6 +183,7 @@ fn parse_head(head: &[u8]) -> Result<Head, String> {
         port,
         forwarded: forwarded.into_bytes(),
         host_header,
+        default_port,
         body_len: body_len.unwrap_or(0),
     })
 }
@@ -207,6 +215,7 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
         port,
         forwarded,
         host_header,
+        default_port,
         body_len,
     } = match parse_head(&buf[..end]) {
         Ok(parsed) => parsed,
@@ -215,13 +224,17 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
             return;
         }
     };
-    // Plain HTTP: the Host header must name a host the agent may reach (no fronting by Host).
+    // Plain HTTP: the Host header must name a host AND port the agent may reach (no fronting
+    // by Host, issue 35 §9: a reverse proxy on an allowed port may route by the Host's port).
     if let Some(named) = &host_header {
-        let named_host = match named.rsplit_once(':') {
-            Some((h, p)) if p.parse::<u16>().is_ok() && !h.ends_with(':') => h,
-            _ => named.as_str(),
+        let (named_host, named_port) = match named.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(':') => match p.parse::<u16>() {
+                Ok(p) => (h, p),
+                Err(_) => (named.as_str(), default_port),
+            },
+            _ => (named.as_str(), default_port),
         };
-        if let Err(e) = names_allowed(&egress, "Host header", &host, port, &[named_host]) {
+        if let Err(e) = host_header_allowed(&egress, &host, port, named, named_host, named_port) {
             egress.log(&host, port, &method, None, Some(&e));
             refuse(&mut client, "403 Forbidden", &e).await;
             return;
@@ -328,7 +341,7 @@ async fn relay_one_request(
 }
 
 /// Whether the names a client gave inside its request to `host:port` (its TLS server names in
-/// a tunnel, the `Host` header of plain HTTP: `what`) may be reached: each is `host` itself or
+/// a tunnel: `what`; the `Host` header has [`host_header_allowed`]) may be reached: each is `host` itself or
 /// on the allowlist at that port, else the request would front another site. The error names
 /// the name and the allowlist.
 fn names_allowed(
@@ -350,6 +363,28 @@ fn names_allowed(
         }
     }
     Ok(())
+}
+
+/// Whether the `Host` header `named` (`named_host:named_port`) of a plain request to
+/// `host:port` may be reached: the same host and port, or on the allowlist at its own port.
+fn host_header_allowed(
+    egress: &AgentEgress,
+    host: &str,
+    port: u16,
+    named: &str,
+    named_host: &str,
+    named_port: u16,
+) -> Result<(), String> {
+    let host = super::allow::normalize_host(host);
+    let name = super::allow::normalize_host(named_host);
+    if (name == host && named_port == port) || egress.allow.allows(&name, named_port) {
+        return Ok(());
+    }
+    Err(format!(
+        "the Host header '{named}' of the request to {host}:{port} names {name}:{named_port}, which is neither that host and port nor on the network allowlist of agent '{alias}' ([agents.{alias}.network] allow = [{list}])",
+        alias = egress.alias,
+        list = egress.allow.describe()
+    ))
 }
 
 async fn refuse(client: &mut TcpStream, status: &str, why: &str) {

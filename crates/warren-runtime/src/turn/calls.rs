@@ -3,6 +3,7 @@
 //! order. [`AgentRunner::gate`] is the one policy gate of every tool execution, a model's call
 //! or an unattended one (`crate::unattended`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -181,11 +182,18 @@ impl AgentRunner {
         }
         let mut out = Vec::with_capacity(calls.len());
         for ((call, result), times) in calls.iter().zip(results).zip(times) {
-            let r = result.unwrap_or(CallResult {
+            let mut r = result.unwrap_or(CallResult {
                 ok: false,
                 content: history::INTERRUPTED.to_string(),
                 receipt: None,
             });
+            // THE one place every tool result passes (file reads, shell, git, MCP, http,
+            // delegation, errors) before the telemetry, the trace, the events, the model and
+            // the session see it: scrubbed of every configured secret (issue 35 §4). The
+            // receipt stays the one signed over the tool's own output.
+            if let Cow::Owned(clean) = self.scrubber.scrub(&r.content) {
+                r.content = clean;
+            }
             outcome.tool_calls += 1;
             // A name the model made up is `unknown` (metric labels stay bounded).
             let tool = known

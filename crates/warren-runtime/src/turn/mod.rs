@@ -286,6 +286,9 @@ pub struct AgentRunner {
     mcp_tools: std::sync::Mutex<Option<McpSnapshot>>,
     /// The install and the selected skill bundles, listed in each turn's prompt (STATE-4).
     skills: Option<(InstallRoot, Vec<String>)>,
+    /// Every tool result passes through it before the model, the session, the events and the
+    /// trace see it (issue 35 §4; set by [`AgentRunner::build`], empty for assembled parts).
+    scrubber: Arc<crate::egress::scrub::Scrubber>,
 }
 
 /// The tools of an agent's MCP servers at one generation of their lists.
@@ -346,6 +349,7 @@ impl AgentRunner {
             services,
         );
         runner.control_plane = Some(root.control_plane_db());
+        runner.scrubber = Arc::new(crate::egress::scrub::Scrubber::from_config(config));
         if !skills.is_empty() {
             runner.skills = Some((root.clone(), skills));
         }
@@ -390,6 +394,7 @@ impl AgentRunner {
             control_plane: None,
             mcp_tools: std::sync::Mutex::new(None),
             skills: None,
+            scrubber: Arc::default(),
         };
         runner.definitions = Arc::new(runner.build_definitions());
         runner.known = runner.definitions.iter().map(|t| t.name.clone()).collect();
@@ -402,6 +407,11 @@ impl AgentRunner {
 
     pub fn kit(&self) -> &AgentKit {
         &self.kit
+    }
+
+    /// The scrubber every tool result of this agent passes (issue 35 §4).
+    pub(crate) fn scrubber(&self) -> &crate::egress::scrub::Scrubber {
+        &self.scrubber
     }
 
     /// The model every request of this agent names.

@@ -115,6 +115,7 @@ impl AgentRunner {
             Arc::clone(&self.services),
         );
         child.control_plane.clone_from(&self.control_plane);
+        child.scrubber = Arc::clone(&self.scrubber);
         Ok(child)
     }
 

@@ -23,16 +23,16 @@ use warren_store::sessions::{MemoryBackend, Page, SessionHandle};
 use warren_testkit::fake_llm::{FakeCall, FakeOpenAi, FakeReply};
 use warren_tools::BoxFuture;
 
-const SECRET: &str = "ghp_TopSecretBrokerValue_7781";
+pub(crate) const SECRET: &str = "ghp_TopSecretBrokerValue_7781";
 
 /// A plain-HTTP server on loopback: records each request head and answers with `answer(head)`.
-struct Upstream {
-    port: u16,
+pub(crate) struct Upstream {
+    pub(crate) port: u16,
     heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl Upstream {
-    fn start(answer: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+    pub(crate) fn start(answer: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let heads = Arc::new(Mutex::new(Vec::new()));
@@ -65,14 +65,14 @@ impl Upstream {
         Self { port, heads }
     }
 
-    fn heads(&self) -> Vec<String> {
+    pub(crate) fn heads(&self) -> Vec<String> {
         self.heads.lock().expect("lock").clone()
     }
 }
 
 /// Every approval request, approved.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<ApprovalRequest>>);
+pub(crate) struct Recorder(Mutex<Vec<ApprovalRequest>>);
 
 impl Approver for Recorder {
     fn ask(&self, request: ApprovalRequest) -> BoxFuture<'_, ApprovalDecision> {
@@ -81,20 +81,20 @@ impl Approver for Recorder {
     }
 }
 
-struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    root: InstallRoot,
-    fake: FakeOpenAi,
+    pub(crate) root: InstallRoot,
+    pub(crate) fake: FakeOpenAi,
 }
 
-fn alias() -> AgentAlias {
+pub(crate) fn alias() -> AgentAlias {
     AgentAlias::new("ada").expect("alias")
 }
 
 impl Fixture {
     /// Agent `ada` (full autonomy) allowed to reach `allow`; `[secrets.gh]` (stored encrypted)
     /// usable at `secret_host`; `profile_extra` appended to its risk profile.
-    fn new(allow: &[String], secret_host: &str, profile_extra: &str) -> Self {
+    pub(crate) fn new(allow: &[String], secret_host: &str, profile_extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = InstallRoot::at(dir.path().join("warren"));
         root.ensure_layout().expect("layout");
@@ -118,7 +118,7 @@ impl Fixture {
         }
     }
 
-    async fn runner(&self) -> AgentRunner {
+    pub(crate) async fn runner(&self) -> AgentRunner {
         let store = ConfigStore::load(self.root.clone()).expect("config loads");
         let config = store.snapshot().config().clone();
         let services = Arc::new(Services {
@@ -135,7 +135,7 @@ impl Fixture {
     }
 
     /// One session turn with `approver`; the session's stored messages as JSON text.
-    async fn turn(&self, approver: Arc<dyn Approver>) -> (String, String) {
+    pub(crate) async fn turn(&self, approver: Arc<dyn Approver>) -> (String, String) {
         let runner = self.runner().await;
         let sessions = SessionHandle::new(Arc::new(MemoryBackend::new()));
         let key = SessionKey::new("s1").expect("key");
@@ -167,7 +167,7 @@ impl Fixture {
     }
 
     /// The tool result the model got in request `n` (its last message).
-    fn tool_result(&self, n: usize) -> String {
+    pub(crate) fn tool_result(&self, n: usize) -> String {
         let reqs = self.fake.requests();
         let messages = reqs[n].body["messages"]
             .as_array()
@@ -180,7 +180,7 @@ impl Fixture {
     }
 
     /// Files under the install root holding `needle` in plain text.
-    fn files_holding(&self, needle: &str) -> Vec<String> {
+    pub(crate) fn files_holding(&self, needle: &str) -> Vec<String> {
         fn walk(dir: &std::path::Path, needle: &[u8], out: &mut Vec<String>) {
             for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
                 let path = entry.path();
@@ -199,7 +199,7 @@ impl Fixture {
     }
 }
 
-fn http_call(id: &str, url: &str, headers: serde_json::Value) -> FakeReply {
+pub(crate) fn http_call(id: &str, url: &str, headers: serde_json::Value) -> FakeReply {
     FakeReply::calls(
         "",
         vec![FakeCall::new(
@@ -215,7 +215,8 @@ async fn the_header_carries_the_real_secret_while_session_trace_and_memory_hold_
  {
     let upstream = Upstream::start(|_| "ok".into());
     let host = format!("127.0.0.1:{}", upstream.port);
-    let f = Fixture::new(std::slice::from_ref(&host), &host, "");
+    // Plain HTTP on loopback: the secret's entry names http:// (issue 35 §3).
+    let f = Fixture::new(std::slice::from_ref(&host), &format!("http://{host}"), "");
     f.fake.push(http_call(
         "c1",
         &format!("http://{host}/user"),
@@ -276,7 +277,7 @@ async fn a_secret_echoed_in_a_response_body_is_scrubbed_before_the_model_sees_it
         format!("you sent:\n{head}\nencoded: {basic}\n")
     });
     let host = format!("127.0.0.1:{}", upstream.port);
-    let f = Fixture::new(std::slice::from_ref(&host), &host, "");
+    let f = Fixture::new(std::slice::from_ref(&host), &format!("http://{host}"), "");
     f.fake.push(http_call(
         "c1",
         &format!("http://{host}/echo"),
@@ -591,7 +592,7 @@ impl RawSink {
 }
 
 /// Runs `command` with `f`'s agent's shell tool (approved); its output or error.
-async fn shell_once(f: &Fixture, command: String) -> String {
+pub(crate) async fn shell_once(f: &Fixture, command: String) -> String {
     let runner = f.runner().await;
     runner
         .kit()
@@ -637,13 +638,13 @@ async fn a_tls_server_name_off_the_allowlist_is_refused_inside_a_connect_tunnel_
 
 /// A plain-HTTP server on loopback that keeps connections alive (unless a request says
 /// `Connection: close`), answering every request `body`; records each request line.
-struct KeepAlive {
-    port: u16,
+pub(crate) struct KeepAlive {
+    pub(crate) port: u16,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl KeepAlive {
-    fn start(body: &'static str) -> Self {
+    pub(crate) fn start(body: &'static str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let lines = Arc::new(Mutex::new(Vec::new()));
@@ -684,7 +685,7 @@ impl KeepAlive {
         Self { port, lines }
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.lines.lock().expect("lock").clone()
     }
 }

@@ -1,6 +1,7 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
 mod egress;
+mod egress_issue35;
 mod session_policy;
 mod subagent_limits;
 mod turn;
