@@ -2,5 +2,6 @@
 
 mod egress;
 mod session_policy;
+mod session_squat;
 mod subagent_limits;
 mod turn;
