@@ -32,6 +32,7 @@ mod metrics;
 mod migrations;
 mod oneshot_spans;
 mod openai_endpoint;
+mod pairing_lockout;
 mod readme_try;
 mod secrets_cli;
 mod security;
