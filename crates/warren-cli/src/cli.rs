@@ -171,8 +171,12 @@ pub enum ConfigCommand {
         #[arg(long)]
         secret: bool,
     },
-    /// Check config.toml and report every problem with its key and line
+    /// Check config.toml and report every problem with its key and line (and secrets written
+    /// in plaintext, by key only)
     Validate,
+    /// Encrypt every secret written in plaintext in config.toml, in place (config.toml.bak
+    /// keeps no plaintext copy)
+    EncryptSecrets,
 }
 
 #[derive(Debug, Subcommand)]

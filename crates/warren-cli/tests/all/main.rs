@@ -9,6 +9,7 @@ mod cli;
 mod common;
 mod config_faults;
 mod config_network;
+mod config_plaintext;
 mod crash;
 mod cron;
 mod daemon;
