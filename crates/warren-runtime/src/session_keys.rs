@@ -51,6 +51,10 @@ pub fn channel_word(channel: Channel) -> &'static str {
     }
 }
 
+fn is_channel_word(word: &str) -> bool {
+    CHANNELS.iter().any(|c| channel_word(*c) == word)
+}
+
 /// `agent`'s namespaced default key on `channel`: `Agent-<alias>-<channel word>`.
 pub fn default_key(channel: Channel, agent: &AgentAlias) -> Result<SessionKey, SessionKeyError> {
     SessionKey::new(format!(
@@ -78,14 +82,12 @@ pub fn reserved_for(
     let key = key.as_str();
     if let Some(rest) = key.strip_prefix(DEFAULT_KEY_PREFIX) {
         let (alias, word) = rest.rsplit_once('-')?;
-        return CHANNELS
-            .iter()
-            .any(|c| channel_word(*c) == word)
-            .then(|| AgentAlias::new(alias).ok())
-            .flatten();
+        return is_channel_word(word)
+            .then_some(alias)
+            .and_then(|a| AgentAlias::new(a).ok());
     }
     let (word, alias) = key.split_once('-')?;
-    if !CHANNELS.iter().any(|c| channel_word(*c) == word) {
+    if !is_channel_word(word) {
         return None;
     }
     AgentAlias::new(alias).ok().filter(|a| configured(a))
