@@ -59,10 +59,10 @@ impl CrashPoints {
 
     /// A scrubbed `config.toml.bak` written before the save (issue 35 §9).
     pub const CONFIG_BACKUP: Self = Self {
-        after_temp_write: "config-backup-after-temp-write",
-        after_temp_fsync: "config-backup-after-temp-fsync",
-        after_rename: "config-backup-after-rename",
-        after_dir_sync: "config-backup-after-dir-sync",
+        after_temp_write: crate::failpoint::CONFIG_BACKUP_SAVE[0],
+        after_temp_fsync: crate::failpoint::CONFIG_BACKUP_SAVE[1],
+        after_rename: crate::failpoint::CONFIG_BACKUP_SAVE[2],
+        after_dir_sync: crate::failpoint::CONFIG_BACKUP_SAVE[3],
         dir_sync_error: "config-backup-dir-sync-error",
     };
 }

@@ -8,8 +8,9 @@
 use crate::common::bin;
 
 use warren_config::atomic::{CrashPoints, write_durable};
+use warren_config::failpoint::{CONFIG_BACKUP_SAVE, CONFIG_SAVE};
 use warren_config::{ConfigStore, InstallRoot};
-use warren_testkit::{TempRoot, text};
+use warren_testkit::{TempRoot, run_until_crash, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -166,5 +167,35 @@ fn a_save_that_replaces_a_plaintext_secret_leaves_no_copy_in_the_backup_issue35(
     let out = root.run(bin(), &["config", "encrypt-secrets"])?;
     assert!(out.status.success(), "{:?}", text(&out));
     assert_hidden("config.toml.bak", &backup(&root)?);
+    Ok(())
+}
+
+/// A crash at any step of `encrypt-secrets` (the scrubbed `.bak` first, then the live file)
+/// leaves the old file or the encrypted one, never torn, and once the live file holds no
+/// plaintext secret, neither does the `.bak`.
+#[test]
+fn a_crash_while_encrypting_leaves_old_or_new_and_no_plaintext_bak_behind_issue35() -> R {
+    for failpoint in CONFIG_BACKUP_SAVE.iter().chain(CONFIG_SAVE.iter()) {
+        let root = TempRoot::new()?;
+        root.write_config(&config())?;
+        run_until_crash(
+            root.warren(bin(), &["config", "encrypt-secrets"]),
+            failpoint,
+        )?;
+        let live = root.read_config()?;
+        let encrypted = !live.contains(OPENAI);
+        if encrypted {
+            assert_hidden(&format!("{failpoint}: config.toml"), &live);
+            assert_hidden(&format!("{failpoint}: config.toml.bak"), &backup(&root)?);
+        } else {
+            assert_eq!(live, config(), "{failpoint}: the old file, untouched");
+        }
+        let snapshot = ConfigStore::load(InstallRoot::at(root.path()))?.snapshot();
+        let key = snapshot.providers["openai"]
+            .api_key
+            .as_ref()
+            .map(|s| s.expose());
+        assert_eq!(key, Some(OPENAI), "{failpoint}: the value survives");
+    }
     Ok(())
 }
