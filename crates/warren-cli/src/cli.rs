@@ -58,7 +58,7 @@ pub enum Command {
         /// Run one turn with this message and exit
         #[arg(short, long)]
         message: Option<String>,
-        /// The session to continue (default: cli-<alias>)
+        /// The session to continue (default: Agent-<alias>-cli, or an existing cli-<alias> of the agent)
         #[arg(long, value_name = "KEY")]
         session: Option<String>,
     },
@@ -105,7 +105,12 @@ pub enum Command {
         agent: Option<String>,
     },
     /// Ask the running daemon for a one-time pairing code (shown here only, never logged)
-    Pair,
+    Pair {
+        /// Pair a device named NAME directly and print its token (no code, no lockout: proven
+        /// by the admin key of data/gateway.json, which only the operator can read)
+        #[arg(long, value_name = "NAME")]
+        device: Option<String>,
+    },
     /// List and revoke the gateway's paired bearer tokens
     #[command(subcommand)]
     Tokens(TokensCommand),
@@ -170,8 +175,12 @@ pub enum ConfigCommand {
         #[arg(long)]
         secret: bool,
     },
-    /// Check config.toml and report every problem with its key and line
+    /// Check config.toml and report every problem with its key and line (and secrets written
+    /// in plaintext, by key only)
     Validate,
+    /// Encrypt every secret written in plaintext in config.toml, in place (config.toml.bak
+    /// keeps no plaintext copy)
+    EncryptSecrets,
 }
 
 #[derive(Debug, Subcommand)]

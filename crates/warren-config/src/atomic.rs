@@ -56,6 +56,15 @@ impl CrashPoints {
         after_dir_sync: crate::failpoint::CONFIG_SAVE[3],
         dir_sync_error: crate::failpoint::CONFIG_DIR_SYNC_ERROR,
     };
+
+    /// A scrubbed `config.toml.bak` written before the save (issue 35 §9).
+    pub const CONFIG_BACKUP: Self = Self {
+        after_temp_write: crate::failpoint::CONFIG_BACKUP_SAVE[0],
+        after_temp_fsync: crate::failpoint::CONFIG_BACKUP_SAVE[1],
+        after_rename: crate::failpoint::CONFIG_BACKUP_SAVE[2],
+        after_dir_sync: crate::failpoint::CONFIG_BACKUP_SAVE[3],
+        dir_sync_error: "config-backup-dir-sync-error",
+    };
 }
 
 /// Replaces `target` with `bytes` durably (see the module docs). Keeps `<target>.bak` when a

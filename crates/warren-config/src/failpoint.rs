@@ -12,6 +12,15 @@ pub const CONFIG_SAVE: [&str; 4] = [
     "config-save-after-dir-sync",
 ];
 
+/// Every crash point of writing a scrubbed `config.toml.bak` (issue 35 §9), which a save that
+/// takes a plaintext secret out of the file does before [`CONFIG_SAVE`]'s steps.
+pub const CONFIG_BACKUP_SAVE: [&str; 4] = [
+    "config-backup-after-temp-write",
+    "config-backup-after-temp-fsync",
+    "config-backup-after-rename",
+    "config-backup-after-dir-sync",
+];
+
 /// Error injection (not a crash): the directory sync after the rename fails (CFG-5).
 pub const CONFIG_DIR_SYNC_ERROR: &str = "config-save-dir-sync-error";
 

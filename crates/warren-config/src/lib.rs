@@ -17,6 +17,7 @@ mod keypath;
 mod load;
 mod lock;
 mod paths;
+pub mod plaintext;
 pub mod redact;
 pub mod schema;
 mod secrets;

@@ -47,6 +47,12 @@ impl Snapshot {
     pub fn config(&self) -> &Config {
         &self.config
     }
+
+    /// The secret fields written in plaintext in the file (key paths, never values; issue 35
+    /// §9): `warren config encrypt-secrets` encrypts them.
+    pub fn plaintext_secrets(&self) -> Vec<KeyPath> {
+        crate::plaintext::plaintext_secrets(&self.config, &self.doc)
+    }
 }
 
 impl std::ops::Deref for Snapshot {
@@ -454,6 +460,17 @@ impl WriteTxn<'_> {
         self.validate().map(|c| &*c)
     }
 
+    /// Marks every secret field the document holds in plaintext, so the commit encrypts them
+    /// in place (`warren config encrypt-secrets`, issue 35 §9); returns their key paths.
+    pub fn encrypt_plaintext_secrets(&mut self) -> Result<Vec<KeyPath>, ConfigError> {
+        let config = self.validate()?.clone();
+        let paths = crate::plaintext::plaintext_secrets(&config, &self.doc);
+        for path in &paths {
+            self.mark(path);
+        }
+        Ok(paths)
+    }
+
     /// The key paths changed so far.
     pub fn dirty(&self) -> &[KeyPath] {
         &self.dirty
@@ -502,11 +519,31 @@ impl WriteTxn<'_> {
             text = self.doc.to_string();
             config = load::parse_config(&path, &text, &root.secret_key())?;
         }
+        // Issue 35 §9: the .bak never keeps a plaintext secret this save takes out of the file.
+        let scrubbed = match &self.base.disk {
+            Some(old) => {
+                crate::plaintext::scrubbed_backup(old, &self.base.config, &self.doc, &mut key)?
+            }
+            None => None,
+        };
         let doc = std::mem::take(&mut self.doc);
         if !self.store.shared.swept.swap(true, Ordering::Relaxed) {
             atomic::sweep_stale_temps(&path);
         }
-        let outcome = atomic::write_durable(&path, text.as_bytes(), 0o600, CrashPoints::CONFIG)?;
+        let outcome = match scrubbed {
+            None => atomic::write_durable(&path, text.as_bytes(), 0o600, CrashPoints::CONFIG)?,
+            Some(backup) => {
+                // The scrubbed copy replaces the .bak first; a crash before the live file is
+                // replaced leaves the old file live (it still holds its own secrets).
+                atomic::write_durable_no_backup(
+                    &root.config_backup(),
+                    backup.as_bytes(),
+                    0o600,
+                    CrashPoints::CONFIG_BACKUP,
+                )?;
+                atomic::write_durable_no_backup(&path, text.as_bytes(), 0o600, CrashPoints::CONFIG)?
+            }
+        };
         let generation = self.store.publish(config, doc, Some(text));
         Ok(CommitOutcome {
             generation,

@@ -217,7 +217,9 @@ pub(crate) fn turn_error(route: &'static str, e: &TurnError) -> ApiError {
         TurnError::SessionsUnavailable(m) => return sessions_unavailable(route)(m.clone()),
         TurnError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
         TurnError::Unconfigured { .. } => (StatusCode::CONFLICT, "agent_unconfigured"),
-        TurnError::SessionOwned(_) => (StatusCode::CONFLICT, "session_owned_by_other_agent"),
+        TurnError::SessionOwned(_) | TurnError::DefaultKeyReserved(_) => {
+            (StatusCode::CONFLICT, "session_owned_by_other_agent")
+        }
         TurnError::Cost(CostError::LimitReached { .. }) => {
             (StatusCode::TOO_MANY_REQUESTS, "cost_limit_reached")
         }

@@ -20,6 +20,7 @@ mod listener;
 mod metrics_api;
 pub mod openai_api;
 pub mod openapi;
+mod operator_pair;
 mod ops_api;
 pub mod pairing;
 pub mod routes;

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::json::StrictJson;
-use crate::pairing::{self, PairRefused, device_id, hash_token, new_token};
+use crate::pairing::{self, PairRefused, device_id};
 use crate::state::AppState;
 use crate::tokens;
 
@@ -374,6 +374,14 @@ pub const ROUTES: &[Route] = &[
         handler: || post(admin_paircode),
     },
     Route {
+        method: "POST",
+        path: "/admin/pair",
+        access: Access::Admin,
+        summary: "Pair the operator's device without a code or lockout: needs the local admin key of data/gateway.json itself (`warren pair --device NAME`), not a bearer token",
+        request: Some(r#"{"device": "laptop"}"#),
+        handler: || post(crate::operator_pair::admin_pair),
+    },
+    Route {
         method: "GET",
         path: "/api/agents",
         access: Access::Token,
@@ -693,25 +701,13 @@ struct PairRequest {
     device: String,
 }
 
-const MAX_DEVICE_NAME: usize = 64;
-
 async fn pair(
     State(state): State<AppState>,
     Peer(peer): Peer,
     StrictJson(request): StrictJson<PairRequest>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /pair";
-    let device = request.device.trim().to_string();
-    if device.is_empty()
-        || device.chars().count() > MAX_DEVICE_NAME
-        || device.chars().any(char::is_control)
-    {
-        return Err(ApiError::bad_field(
-            ROUTE,
-            "device",
-            format!("1 to {MAX_DEVICE_NAME} printable characters"),
-        ));
-    }
+    let device = crate::operator_pair::device_name(ROUTE, &request.device)?;
     let client = peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     state
         .process()
@@ -731,40 +727,18 @@ async fn pair(
                 ..ApiError::new(StatusCode::FORBIDDEN, "invalid_code", refused.to_string())
             },
         })?;
-    let token = new_token().map_err(|e| ApiError::internal(ROUTE, e))?;
-    let hash = hash_token(&token);
     // STATE-15: the hash is durably in config.toml before the token leaves this process.
     // Refused for the daemon's reasons (config not saved): the code stays valid.
-    let store = state.store().clone();
-    let persisted_hash = hash.clone();
-    let saved = crate::config_api::write_fresh(&state, ROUTE, move || {
-        tokens::add_hash_blocking(&store, &persisted_hash)
-    })
-    .await
-    .and_then(|saved| saved.map_err(|e| ApiError::from_config(ROUTE, &e)));
-    if let Err(mut err) = saved {
-        state.process().pairing.give_back(&request.code);
-        err.message = format!(
-            "{}; no token was issued and the pairing code stays valid",
-            err.message
-        );
-        return Err(err);
-    }
-    if let Ok(devices) = &state.process().devices {
-        let (devices, row_hash, name) = (devices.clone(), hash.clone(), device.clone());
-        let inserted = tokio::task::spawn_blocking(move || devices.insert(&row_hash, &name)).await;
-        if !matches!(inserted, Ok(Ok(()))) {
-            tracing::warn!(
-                device = device_id(&hash),
-                "paired, but the device registry row was not written"
+    crate::operator_pair::issue_token(&state, ROUTE, device)
+        .await
+        .map_err(|mut err| {
+            state.process().pairing.give_back(&request.code);
+            err.message = format!(
+                "{}; no token was issued and the pairing code stays valid",
+                err.message
             );
-        }
-    }
-    tracing::info!(device = device_id(&hash), "device paired");
-    Ok(Json(json!({
-        "token": token,
-        "device": {"id": device_id(&hash), "name": device},
-    })))
+            err
+        })
 }
 
 fn uptime_secs(since: SystemTime) -> u64 {

@@ -7,8 +7,9 @@
 //!
 //! Every entry point (`warren agent`, the gateway's chat; later cron, ACP, channels) runs a turn
 //! through [`AgentHost::submit`]: it resolves the agent, derives the default session key per
-//! channel and agent, takes the session's queue slot, refuses a session another agent owns
-//! (before anything of it is loaded), and runs the turn, reporting its events. The daemon's
+//! channel and agent (namespaced by agent, issue 35 §7: [`crate::session_keys`]), takes the
+//! session's queue slot, refuses a session another agent owns or another agent's default key
+//! not created yet (before anything of it is loaded), and runs the turn, reporting its events. The daemon's
 //! generations and a one-process CLI run build their host the same way ([`AgentHost::new`],
 //! [`AgentHost::for_process`]).
 
@@ -101,7 +102,7 @@ pub struct AgentHost {
 /// One turn submitted at the door.
 pub struct TurnRequest {
     pub agent: AgentAlias,
-    /// `None` = the channel's default session of `agent` ([`Channel::default_session`]).
+    /// `None` = the channel's default session of `agent` ([`AgentHost::default_session`]).
     pub session: Option<SessionKey>,
     pub channel: Channel,
     /// The user's message.
@@ -324,19 +325,28 @@ impl AgentHost {
             events,
         } = request;
         let runner = self.runner(&agent).await?;
-        let key = match session {
-            Some(key) => key,
-            None => channel.default_session(&agent)?,
-        };
         let sessions = self
             .chat_sessions()
             .await
             .map_err(TurnError::SessionsUnavailable)?;
+        let key = match session {
+            Some(key) => key,
+            None => crate::session_keys::resolve_default(&sessions, channel, &agent).await?,
+        };
+        // Issue 35 §7: another agent's default key is never created by this one.
+        let reserved =
+            crate::session_keys::reserved_for(&key, |a| self.snapshot.agent(a).is_some());
         // SESS-2: the session's slot first, then the claim (decided under the slot).
         let queued = crate::metrics::queued(runner.alias().as_str());
         let slot = self.queue.acquire(&key).await?;
-        let claimed =
-            crate::sessions::claim(&sessions, &key, runner.alias(), channel.label()).await?;
+        let claimed = crate::sessions::claim_reserved(
+            &sessions,
+            &key,
+            runner.alias(),
+            channel.label(),
+            reserved,
+        )
+        .await?;
         let host = Arc::clone(self);
         // The submitter's tool context (an editor's files, a session mode's autonomy cap) is
         // the turn's (`warren_tools::ToolContext`).
@@ -370,6 +380,21 @@ impl AgentHost {
             session: key,
             done,
         })
+    }
+
+    /// The session a turn of `agent` on `channel` runs in when it names none: its legacy
+    /// default (`cli-<alias>`) when that row exists and `agent` owns it, else its namespaced
+    /// default (`Agent-<alias>-cli`; issue 35 §7, [`crate::session_keys`]).
+    pub async fn default_session(
+        &self,
+        channel: Channel,
+        agent: &AgentAlias,
+    ) -> Result<SessionKey, TurnError> {
+        let sessions = self
+            .chat_sessions()
+            .await
+            .map_err(TurnError::SessionsUnavailable)?;
+        crate::session_keys::resolve_default(&sessions, channel, agent).await
     }
 
     /// The runner of `alias`, resolved on first use (a failed build is retried next time).

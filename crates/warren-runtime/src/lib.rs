@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod pending;
 pub mod prompt;
 pub mod receipts;
+pub mod session_keys;
 pub mod sessions;
 pub mod skills;
 pub mod stores;

@@ -76,7 +76,23 @@ pub async fn claim(
     agent: &AgentAlias,
     channel: &str,
 ) -> Result<ClaimedSession, TurnError> {
+    claim_reserved(sessions, key, agent, channel, None).await
+}
+
+/// [`claim`] of a key that may be a default key of `reserved_for` (issue 35 §7,
+/// [`crate::session_keys`]): when it is another agent's, `agent` may use the session only if
+/// it already owns it; creating it, or taking it unowned, is refused naming that agent.
+/// Decided in the same read as the claim (under the session's slot).
+pub async fn claim_reserved(
+    sessions: &SessionHandle,
+    key: &SessionKey,
+    agent: &AgentAlias,
+    channel: &str,
+    reserved_for: Option<AgentAlias>,
+) -> Result<ClaimedSession, TurnError> {
+    let reserved_for = reserved_for.filter(|r| r != agent);
     let (k, me) = (key.clone(), agent.clone());
+    let reserved = reserved_for.clone();
     let init = SessionInit {
         agent: Some(agent.clone()),
         channel: Some(channel.to_string()),
@@ -87,17 +103,24 @@ pub async fn claim(
             let existing = b.meta(&k)?;
             let owner = match existing.as_ref().and_then(|m| m.agent.as_ref()) {
                 Some(owner) => Some(owner.clone()),
+                None if reserved.is_some() => return Ok(Err(())),
                 None => b.ensure(&k, &init)?.agent,
             };
-            Ok(owner.filter(|o| *o != me))
+            Ok(Ok(owner.filter(|o| *o != me)))
         })
         .await?;
     match owner {
-        None => Ok(ClaimedSession {
+        Err(()) => Err(crate::session_keys::DefaultKeyReserved {
+            session: key.clone(),
+            owner: reserved_for.unwrap_or_else(|| agent.clone()),
+            agent: agent.clone(),
+        }
+        .into()),
+        Ok(None) => Ok(ClaimedSession {
             key: key.clone(),
             agent: agent.clone(),
         }),
-        Some(owner) => Err(SessionOwned {
+        Ok(Some(owner)) => Err(SessionOwned {
             session: key.clone(),
             owner,
             agent: agent.clone(),

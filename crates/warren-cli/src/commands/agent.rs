@@ -4,7 +4,7 @@
 //! stderr, asks approval prompts on the terminal (no terminal: a call that needs approval fails
 //! at once with "needs approval: rerun in a terminal, or allow it in the profile"), and Ctrl-C cancels
 //! the running turn. Every turn goes through the runtime's door (`AgentHost::submit`), which
-//! derives the default session `cli-<alias>`, takes the session's slot in the
+//! derives the default session `Agent-<alias>-cli` (issue 35 §7), takes the session's slot in the
 //! `SessionActorQueue` and refuses a session that belongs to another agent.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -111,7 +111,8 @@ const EXPORT_GRACE: std::time::Duration = std::time::Duration::from_secs(12);
 struct Agent {
     host: Arc<AgentHost>,
     alias: AgentAlias,
-    /// `None` = the door's default for the CLI (`cli-<alias>`).
+    /// `None` = the door's default for the CLI (`Agent-<alias>-cli`, or an owned legacy
+    /// `cli-<alias>`).
     session: Option<SessionKey>,
     approver: Arc<dyn Approver>,
     json: bool,
@@ -158,11 +159,13 @@ impl Agent {
         Ok(())
     }
 
-    fn banner(&self) {
+    async fn banner(&self) {
         let session = match &self.session {
             Some(key) => key.to_string(),
-            None => Channel::Cli
-                .default_session(&self.alias)
+            None => self
+                .host
+                .default_session(Channel::Cli, &self.alias)
+                .await
                 .map(|k| k.to_string())
                 .unwrap_or_default(),
         };
@@ -205,7 +208,7 @@ fn repl_terminal(
             false
         }
     };
-    agent.banner();
+    runtime.block_on(agent.banner());
     loop {
         match editor.readline("> ") {
             Ok(line) => {
@@ -255,7 +258,7 @@ fn private_file(path: &Path) -> std::io::Result<()> {
 /// The REPL over a pipe or file: one message per line, no line editing, no history; end of
 /// input exits.
 async fn repl_lines(agent: &Agent) -> anyhow::Result<ExitCode> {
-    agent.banner();
+    agent.banner().await;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<String>>(1);
     // Lines are read on their own thread (stdin blocks) and handed over one at a time.
     std::thread::spawn(move || {

@@ -134,9 +134,15 @@ pub fn restore(
 pub fn doctor(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
     let mut report = backup::doctor(root);
     // The external memory backends (Qdrant: its URL and why, while it does not answer).
-    let memory = warren_config::ConfigStore::load(root.clone())
-        .ok()
+    let store = warren_config::ConfigStore::load(root.clone()).ok();
+    let memory = store
+        .as_ref()
         .and_then(|store| super::memory::backends_health(root, store.snapshot().config()));
+    // Secrets written in plaintext in config.toml, by key only (issue 35 §9).
+    let warnings = store
+        .as_ref()
+        .map(super::config::plaintext_warnings)
+        .unwrap_or_default();
     for (status, line) in memory.iter().flat_map(super::memory::backend_lines) {
         if status == "error" {
             report.problems.push(format!("memory backend {line}"));
@@ -145,6 +151,7 @@ pub fn doctor(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         let mut value = serde_json::to_value(&report)?;
         value["memory_backends"] = memory.unwrap_or_default();
+        value["warnings"] = serde_json::json!(warnings);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         println!("install root {}", report.root.display());
@@ -186,6 +193,9 @@ pub fn doctor(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         }
         for (_, line) in memory.iter().flat_map(super::memory::backend_lines) {
             println!("memory backend {line}");
+        }
+        for w in &warnings {
+            println!("warning: {w}");
         }
         for p in &report.problems {
             println!("problem: {p}");

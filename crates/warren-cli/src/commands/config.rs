@@ -1,4 +1,4 @@
-//! `warren config path|get|set|validate`.
+//! `warren config path|get|set|validate|encrypt-secrets`.
 
 use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
@@ -21,7 +21,62 @@ pub fn run(root: &InstallRoot, cmd: ConfigCommand, json: bool) -> anyhow::Result
         ConfigCommand::Get { key } => get(root, &key, json),
         ConfigCommand::Set { key, value, secret } => set(root, &key, value, secret),
         ConfigCommand::Validate => validate(root, json),
+        ConfigCommand::EncryptSecrets => encrypt_secrets(root, json),
     }
+}
+
+/// One line per secret field written in plaintext (its key path, never its value), for
+/// `warren config validate` and `warren doctor` (issue 35 §9).
+pub(super) fn plaintext_warnings(store: &ConfigStore) -> Vec<String> {
+    store
+        .snapshot()
+        .plaintext_secrets()
+        .iter()
+        .map(|path| {
+            format!(
+                "{path} holds a plaintext secret in config.toml; run `warren config encrypt-secrets` to store it encrypted"
+            )
+        })
+        .collect()
+}
+
+/// `warren config encrypt-secrets`: every plaintext secret field encrypted in place, in one
+/// save (issue 35 §9). Prints the key paths, never a value.
+fn encrypt_secrets(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
+    let store = super::load_checked(root)?;
+    let mut txn = store.write_latest_blocking()?;
+    let paths: Vec<String> = txn
+        .encrypt_plaintext_secrets()?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let outcome = txn.commit()?;
+    for warning in &outcome.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if !paths.is_empty()
+        && let Some(note) = reload_running_daemon(root)
+    {
+        eprintln!("{note}");
+    }
+    if json {
+        super::print_json(
+            &serde_json::json!({ "encrypted": paths, "generation": outcome.generation }),
+        )?;
+    } else if paths.is_empty() {
+        println!("no plaintext secrets in {}", root.config_file().display());
+    } else {
+        for path in &paths {
+            println!("encrypted {path}");
+        }
+        println!(
+            "{} secret{} encrypted in place (config generation {}); config.toml.bak keeps none in plaintext",
+            paths.len(),
+            if paths.len() == 1 { "" } else { "s" },
+            outcome.generation
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn get(root: &InstallRoot, key: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -177,11 +232,21 @@ fn validate(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
     match checked {
         Ok(store) => {
             let n = store.snapshot().agents.len();
+            let plaintext = plaintext_warnings(&store);
             if json {
+                let paths: Vec<String> = store
+                    .snapshot()
+                    .plaintext_secrets()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 super::print_json(
-                    &serde_json::json!({ "valid": true, "path": root.config_file(), "agents": n, "problems": [] }),
+                    &serde_json::json!({ "valid": true, "path": root.config_file(), "agents": n, "problems": [], "plaintext_secrets": paths }),
                 )?;
             } else {
+                for warning in &plaintext {
+                    eprintln!("warning: {warning}");
+                }
                 println!(
                     "{} is valid ({n} agent{})",
                     root.config_file().display(),

@@ -1,4 +1,4 @@
-//! `warren pair` and `warren tokens list|revoke` (STATE-15, STATE-16, STATE-21).
+//! `warren pair [--device NAME]` and `warren tokens list|revoke` (STATE-15, STATE-16, STATE-21).
 
 use std::process::ExitCode;
 
@@ -37,6 +37,33 @@ pub fn pair(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
                 "on the device: POST http://{addr}/pair with {{\"code\": \"{code}\", \"device\": \"<name>\"}}"
             );
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Pairs `device` through the daemon's `POST /admin/pair` with the admin key (issue 35 §9: a
+/// local process flooding `POST /pair` cannot lock the operator out) and prints its token here
+/// (the only place it is ever shown).
+pub fn pair_device(root: &InstallRoot, device: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let body = serde_json::json!({ "device": device });
+    let (status, answer) =
+        warren_gateway::client::admin_call_json(root, "POST", "/admin/pair", Some(&body))?;
+    if status != 200 {
+        bail!(
+            "the gateway refused to pair '{device}' ({status}): {}",
+            answer["message"].as_str().unwrap_or("no reason given")
+        );
+    }
+    let token = answer["token"]
+        .as_str()
+        .context("the gateway sent no token")?;
+    let id = answer["device"]["id"].as_str().unwrap_or_default();
+    if json {
+        super::print_json(&answer)?;
+    } else {
+        println!("paired device '{device}' (id {id})");
+        println!("token: {token}");
+        println!("send it as `Authorization: Bearer <token>`; it is not shown again");
     }
     Ok(ExitCode::SUCCESS)
 }

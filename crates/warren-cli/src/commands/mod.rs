@@ -51,7 +51,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             warren_daemon::run_blocking_with(root, hooks)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Pair => gateway::pair(&root, cli.json),
+        Command::Pair { device } => match device {
+            Some(device) => gateway::pair_device(&root, &device, cli.json),
+            None => gateway::pair(&root, cli.json),
+        },
         Command::Tokens(cmd) => gateway::tokens(&root, cmd, cli.json),
         Command::Config(cmd) => config::run(&root, cmd, cli.json),
         Command::Agents(cmd) => agents::run(&root, cmd, cli.json),

@@ -191,7 +191,7 @@ fn fresh_install_runs_the_offline_demo() -> R {
     assert!(ok(&root, &["memory", "list"])?.contains("demo-first-run"));
     let second = ok(&root, &["agent", "-m", "what do you remember?"])?;
     assert!(second.contains("end of the demo script"), "{second}");
-    assert!(ok(&root, &["sessions", "show", "cli-main"])?.contains("what do you remember?"));
+    assert!(ok(&root, &["sessions", "show", "Agent-main-cli"])?.contains("what do you remember?"));
     Ok(())
 }
 
@@ -276,6 +276,24 @@ fn another_agents_session_is_refused_and_names_the_owner_sess1() -> R {
         "{shown}"
     );
 
+    // Issue 35 §7: main cannot create bee's default keys (namespaced or the old form).
+    for key in ["Agent-bee-cli", "cli-bee"] {
+        let out = root.run(bin(), &["agent", "-a", "main", "--session", key, "-m", "x"])?;
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "error: session '{key}' is a default session key of agent 'bee'"
+            )),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        fake.requests().len(),
+        before,
+        "no provider call for a refused key"
+    );
+
     // Default keys are derived per channel and agent: each agent gets its own session.
     fake.push(FakeReply::text("main here"));
     fake.push(FakeReply::text("bee here"));
@@ -289,11 +307,14 @@ fn another_agents_session_is_refused_and_names_the_owner_sess1() -> R {
     );
     let list = ok(&root, &["sessions", "list"])?;
     assert!(
-        list.contains("cli-main") && list.contains("cli-bee"),
+        list.contains("Agent-main-cli") && list.contains("Agent-bee-cli"),
         "{list}"
     );
     // The operator reaches every agent's sessions.
     assert!(ok(&root, &["sessions", "search", "HUNTER2"])?.contains("private-a"));
-    ok(&root, &["sessions", "delete", "cli-bee", "--agent", "bee"])?;
+    ok(
+        &root,
+        &["sessions", "delete", "Agent-bee-cli", "--agent", "bee"],
+    )?;
     Ok(())
 }

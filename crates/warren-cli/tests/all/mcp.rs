@@ -649,7 +649,7 @@ fn a_secret_reaches_the_server_env_but_never_the_model_or_the_trace() -> R {
     let t = trace(&root);
     assert!(t.contains("test-mcp-server TOKEN=[redacted]"), "{t}");
     assert!(!t.contains(SECRET), "the trace holds the secret");
-    let session = root.run(bin(), &["sessions", "show", "cli-a"])?;
+    let session = root.run(bin(), &["sessions", "show", "Agent-a-cli"])?;
     assert!(!text(&session).0.contains(SECRET));
     Ok(())
 }

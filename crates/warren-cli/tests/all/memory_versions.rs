@@ -55,7 +55,7 @@ fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
         "trust:    agent",
         "by:       main",
         "channel:  cli",
-        "turn in:  cli-main",
+        "turn in:  Agent-main-cli",
         "call:     ",
         "receipt:  wr1-",
     ] {
@@ -78,7 +78,7 @@ fn provenance_history_undo_and_lifecycle_from_the_cli() -> R {
     // The receipt is the one the runtime signed for that call and kept in the session.
     let receipt = first["provenance"]["receipt"].as_str().unwrap_or_default();
     assert!(receipt.starts_with("wr1-"), "{first}");
-    let session = ok(&root, &["sessions", "show", "cli-main"])?;
+    let session = ok(&root, &["sessions", "show", "Agent-main-cli"])?;
     assert!(
         session.contains(&format!("[receipt: {receipt}]")),
         "{receipt} not in the session:\n{session}"

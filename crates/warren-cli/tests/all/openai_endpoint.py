@@ -28,7 +28,7 @@ models = sorted(m.id for m in client.models.list())
 check(models == ["helper", "main"], f"models: {models}")
 check(client.models.retrieve("main").owned_by == "warren", "retrieve main")
 
-# Non-streaming, session derived from the token and `user`.
+# Non-streaming, session derived from the token, `user` and the model.
 raw = client.chat.completions.with_raw_response.create(
     model="main",
     messages=[{"role": "user", "content": "Say hello"}],

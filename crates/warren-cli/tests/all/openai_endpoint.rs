@@ -148,7 +148,7 @@ fn the_openai_python_client_talks_to_agents_through_the_gateway_issue27() -> R {
     .map(|(r, c)| ((*r).to_string(), (*c).to_string()))
     .collect();
     pretty_assertions::assert_eq!(multi, expected);
-    // The derived session (token + user) holds its one exchange.
+    // The derived session (token, user and model) holds its one exchange.
     let plain = report["plain_session"].as_str().ok_or("no plain session")?;
     pretty_assertions::assert_eq!(
         stored(port, &token, plain)?,

@@ -9,7 +9,9 @@
 //!   ([`warren_runtime::AgentHost::submit`], LOOP-1, SESS-1, SESS-2): the agent's own tools,
 //!   approvals, memory, sandbox, cost limits and ledger apply; tools the client sends are
 //!   refused (400), since the agent's tools are Warren's.
-//! - Session: the `X-Warren-Session` header, else `oai-<hash of token and "user">`. The last
+//! - Session: the `X-Warren-Session` header, else `oai-<hash of token, "user" and model>` (issue
+//!   35 §7; a session of the older `oai-<hash of token and "user">` that the model's agent
+//!   owns is still used). The last
 //!   message is the turn's input; the earlier ones must equal the session's stored
 //!   conversation (user messages and final replies), so a client resending the whole
 //!   conversation does not duplicate it; a client whose history diverges gets 409 naming the

@@ -1,6 +1,6 @@
 //! A request as a turn: its agent (the model), its session (the `X-Warren-Session` header, else
-//! one per token and `user`) and its input (the last user message), with the earlier messages
-//! checked against the session's stored conversation ([`super::history`]). Shared by
+//! one per token, `user` and model) and its input (the last user message), with the earlier
+//! messages checked against the session's stored conversation ([`super::history`]). Shared by
 //! `/v1/chat/completions` and `/v1/responses`.
 
 use std::sync::Arc;
@@ -163,7 +163,16 @@ pub(super) async fn place(
     } = ask;
     let alias = agent_of_model(state, model)?;
     let (earlier, input) = conversation(field, messages)?;
-    let session = session_of(headers, caller, user)?;
+    let session = match session_of(headers, caller, user, &alias)? {
+        Derived::Named(key) => key,
+        Derived::Hashed { key, legacy } => {
+            if owned_by(route, state, &legacy, &alias).await? {
+                legacy
+            } else {
+                key
+            }
+        }
+    };
     let fingerprint = retry::fingerprint(route, &alias, &earlier, &input);
     let marked = retry::marked_retry(headers);
     let placed = |repeat| Placed {
@@ -217,15 +226,27 @@ pub(super) fn with_session(mut response: Response, key: &SessionKey) -> Response
     response
 }
 
-/// The session of a request: the `X-Warren-Session` header, else one per token and `user`.
+/// A request's session as [`session_of`] derives it.
+enum Derived {
+    /// Named by the `X-Warren-Session` header.
+    Named(SessionKey),
+    /// One per token, `user` and model; `legacy` is the key before issue 35 (token and `user`
+    /// only), still used when its row exists and the model's agent owns it.
+    Hashed { key: SessionKey, legacy: SessionKey },
+}
+
+/// The session of a request: the `X-Warren-Session` header, else one per token, `user` and
+/// model (issue 35 §7: with the model left out, one `user` talking to two agents met the first
+/// agent's session and got 409).
 fn session_of(
     headers: &HeaderMap,
     caller: &Caller,
     user: Option<&str>,
-) -> Result<SessionKey, OpenAiError> {
+    alias: &AgentAlias,
+) -> Result<Derived, OpenAiError> {
     if let Some(value) = headers.get(SESSION_HEADER) {
         let value = value.to_str().unwrap_or_default();
-        return SessionKey::new(value).map_err(|e| {
+        return SessionKey::new(value).map(Derived::Named).map_err(|e| {
             OpenAiError::bad(
                 SESSION_HEADER,
                 "invalid_session",
@@ -241,18 +262,51 @@ fn session_of(
             format!("at most {MAX_USER} characters"),
         ));
     }
-    let mut hash = Sha256::new();
-    hash.update(caller.token_hash.as_bytes());
-    hash.update([0]);
-    hash.update(user.as_bytes());
-    let hex = warren_core::hex::encode(&hash.finalize());
-    SessionKey::new(format!("oai-{}", hex.get(..24).unwrap_or(&hex))).map_err(|e| {
-        OpenAiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            e.to_string(),
-        )
+    let key = |model: Option<&AgentAlias>| {
+        let mut hash = Sha256::new();
+        hash.update(caller.token_hash.as_bytes());
+        hash.update([0]);
+        hash.update(user.as_bytes());
+        if let Some(model) = model {
+            hash.update([0]);
+            hash.update(model.as_str().as_bytes());
+        }
+        let hex = warren_core::hex::encode(&hash.finalize());
+        SessionKey::new(format!("oai-{}", hex.get(..24).unwrap_or(&hex))).map_err(|e| {
+            OpenAiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                e.to_string(),
+            )
+        })
+    };
+    Ok(Derived::Hashed {
+        key: key(Some(alias))?,
+        legacy: key(None)?,
     })
+}
+
+/// Whether session `key` exists and belongs to `alias`.
+async fn owned_by(
+    route: &str,
+    state: &AppState,
+    key: &SessionKey,
+    alias: &AgentAlias,
+) -> Result<bool, OpenAiError> {
+    let unavailable = |e: String| {
+        OpenAiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sessions_unavailable",
+            format!("{route}: {e}"),
+        )
+    };
+    let sessions = state.host().chat_sessions().await.map_err(unavailable)?;
+    let k = key.clone();
+    let meta = sessions
+        .run(move |b| b.meta(&k))
+        .await
+        .map_err(|e| unavailable(e.to_string()))?;
+    Ok(meta.is_some_and(|m| m.agent.as_ref() == Some(alias)))
 }
 
 /// The stored conversation of `key` (user messages and final replies), or `None` when the

@@ -126,7 +126,7 @@ async fn chat_runs_the_loop_persists_the_session_and_bills_the_ledger_state14_st
         .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(answer["reply"], "Done writing.");
-    assert_eq!(answer["session"], "http-main");
+    assert_eq!(answer["session"], "Agent-main-http");
     assert_eq!(answer["tool_calls"], 1);
     assert_eq!(answer["input_tokens"], 220);
     // The reply carries every key the OpenAPI document promises (schemathesis cannot reach a
@@ -180,13 +180,17 @@ async fn chat_runs_the_loop_persists_the_session_and_bills_the_ledger_state14_st
 
     let (status, sessions) = f.call("GET", "/api/agents/main/sessions", None).await;
     assert_eq!(status, StatusCode::OK, "{sessions}");
-    assert_eq!(sessions["sessions"][0]["key"], "http-main");
+    assert_eq!(sessions["sessions"][0]["key"], "Agent-main-http");
     assert_eq!(
         sessions["sessions"][0]["channel"], "gateway",
         "a session started over HTTP is labelled as the gateway's: {sessions}"
     );
     let (status, history) = f
-        .call("GET", "/api/agents/main/sessions/http-main?limit=2", None)
+        .call(
+            "GET",
+            "/api/agents/main/sessions/Agent-main-http?limit=2",
+            None,
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{history}");
     let messages = history["messages"].as_array().unwrap();
@@ -196,7 +200,7 @@ async fn chat_runs_the_loop_persists_the_session_and_bills_the_ledger_state14_st
         .call(
             "GET",
             &format!(
-                "/api/agents/main/sessions/http-main?after={}",
+                "/api/agents/main/sessions/Agent-main-http?after={}",
                 history["next_after"]
             ),
             None,
@@ -332,7 +336,7 @@ async fn a_busy_session_answers_429_when_full_and_408_when_timed_out_sess2() {
             })
         };
         // Wait until the first turn holds the slot.
-        let key: warren_core::SessionKey = "http-slow".parse().unwrap();
+        let key: warren_core::SessionKey = "Agent-slow-http".parse().unwrap();
         for _ in 0..200 {
             if f.state.host().queue().depth(&key) > 0 {
                 break;
@@ -827,5 +831,5 @@ async fn another_agents_session_is_refused_with_409_sess1() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    assert_eq!(answer["session"], "http-bee");
+    assert_eq!(answer["session"], "Agent-bee-http");
 }

@@ -10,4 +10,5 @@ mod memory_provenance;
 mod openai_api;
 mod openai_failed_retry;
 mod routes;
+mod session_keys;
 mod sqlite_stores;

@@ -44,7 +44,7 @@ async fn show_history_forget_and_undo_a_memory_over_http() {
     assert_eq!(entry["content"], "launch moved to friday", "{shown}");
     assert_eq!(entry["version"], 2, "{shown}");
     assert_eq!(entry["provenance"]["channel"], "gateway", "{shown}");
-    assert_eq!(entry["provenance"]["session"], "http-main", "{shown}");
+    assert_eq!(entry["provenance"]["session"], "Agent-main-http", "{shown}");
 
     // Without a token nothing is shown.
     let (status, _) = common::call(app(), "GET", path, None, None).await;

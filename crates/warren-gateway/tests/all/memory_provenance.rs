@@ -1,5 +1,5 @@
 //! Issue 20 §3 through the HTTP API: a memory an agent stores in a gateway chat turn records
-//! the `gateway` channel, the `http-main` session, the tool call id and the receipt the turn
+//! the `gateway` channel, the `Agent-main-http` session, the tool call id and the receipt the turn
 //! returned, and `GET /api/agents/{alias}/memory` shows that provenance and the version.
 
 #![allow(clippy::unwrap_used)]
@@ -53,7 +53,7 @@ async fn a_gateway_turns_memory_shows_its_channel_session_call_and_receipt() {
     assert_eq!(p["trust"], "agent", "{memory}");
     assert_eq!(p["agent"], "main");
     assert_eq!(p["channel"], "gateway");
-    assert_eq!(p["session"], "http-main");
+    assert_eq!(p["session"], "Agent-main-http");
     assert!(
         p["tool_call"].as_str().is_some_and(|c| !c.is_empty()),
         "{p}"
@@ -64,7 +64,7 @@ async fn a_gateway_turns_memory_shows_its_channel_session_call_and_receipt() {
     let (_, session) = common::call(
         app(),
         "GET",
-        "/api/agents/main/sessions/http-main",
+        "/api/agents/main/sessions/Agent-main-http",
         Some(&s.token),
         None,
     )

@@ -220,7 +220,9 @@ fn error_type(e: &TurnError) -> &'static str {
         TurnError::Cancelled => "cancelled",
         TurnError::Cost(_) => "cost_limit",
         TurnError::Session(_) | TurnError::SessionsUnavailable(_) => "session_store",
-        TurnError::SessionOwned(_) | TurnError::SessionKey(_) => "session",
+        TurnError::SessionOwned(_)
+        | TurnError::DefaultKeyReserved(_)
+        | TurnError::SessionKey(_) => "session",
         TurnError::Queue(_) => "queue",
         TurnError::Task(_) => "task",
         TurnError::Agent(_) | TurnError::Unconfigured { .. } | TurnError::UnknownAgent { .. } => {

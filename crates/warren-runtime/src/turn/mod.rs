@@ -59,15 +59,16 @@ pub const ACP_CHANNEL: &str = "acp";
 /// session key, one per channel and agent, so defaults never collide (SESS-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Channel {
-    /// `warren agent` (one-shot and REPL): sessions labelled `cli`, default key `cli-<alias>`.
+    /// `warren agent` (one-shot and REPL): sessions labelled `cli`, default key
+    /// `Agent-<alias>-cli`.
     Cli,
-    /// The gateway's chat route: sessions labelled `gateway`, default key `http-<alias>`.
+    /// The gateway's chat route: sessions labelled `gateway`, default key `Agent-<alias>-http`.
     Gateway,
     /// A scheduled job (`warren cron`, STATE-9): sessions labelled `cron`, default key
-    /// `cron-<alias>`; a job without a named session runs in `cron-<job>-<run>`.
+    /// `Agent-<alias>-cron`; a job without a named session runs in `cron-<job>-<run>`.
     Cron,
     /// `warren acp` (editors over the Agent Client Protocol): sessions labelled `acp`, default
-    /// key `acp-<alias>` (ACP prompts name their session, so the default is rarely used).
+    /// key `Agent-<alias>-acp` (ACP prompts name their session, so the default is rarely used).
     Acp,
 }
 
@@ -82,16 +83,11 @@ impl Channel {
         }
     }
 
-    /// `agent`'s default session on this channel (`cli-<alias>`, `http-<alias>`; session keys
-    /// allow no `:`).
+    /// `agent`'s namespaced default session on this channel (`Agent-<alias>-cli`,
+    /// `Agent-<alias>-http`, ...; issue 35 §7). The door uses the legacy `cli-<alias>` instead
+    /// when that row exists and `agent` owns it ([`crate::session_keys::resolve_default`]).
     pub fn default_session(self, agent: &AgentAlias) -> Result<SessionKey, SessionKeyError> {
-        let prefix = match self {
-            Channel::Cli => "cli",
-            Channel::Gateway => "http",
-            Channel::Cron => "cron",
-            Channel::Acp => "acp",
-        };
-        SessionKey::new(format!("{prefix}-{agent}"))
+        crate::session_keys::default_key(self, agent)
     }
 }
 
@@ -161,6 +157,8 @@ pub enum TurnError {
     Session(#[from] SessionError),
     #[error(transparent)]
     SessionOwned(#[from] crate::sessions::SessionOwned),
+    #[error(transparent)]
+    DefaultKeyReserved(#[from] crate::session_keys::DefaultKeyReserved),
     #[error(transparent)]
     SessionKey(#[from] SessionKeyError),
     #[error("{0}")]

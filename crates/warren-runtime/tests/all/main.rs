@@ -3,5 +3,6 @@
 mod egress;
 mod egress_issue35;
 mod session_policy;
+mod session_squat;
 mod subagent_limits;
 mod turn;

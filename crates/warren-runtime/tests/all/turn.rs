@@ -1076,7 +1076,10 @@ async fn the_door_derives_keys_refuses_foreign_sessions_and_cancels_with_the_gen
 
     f.fake().push(FakeReply::text("one"));
     f.fake().push(FakeReply::text("two"));
-    for (channel, expected) in [(Channel::Cli, "cli-ada"), (Channel::Gateway, "http-ada")] {
+    for (channel, expected) in [
+        (Channel::Cli, "Agent-ada-cli"),
+        (Channel::Gateway, "Agent-ada-http"),
+    ] {
         let turn = host
             .submit(request("ada", None, channel, quiet()))
             .await
@@ -1086,7 +1089,7 @@ async fn the_door_derives_keys_refuses_foreign_sessions_and_cancels_with_the_gen
     }
     let calls = f.fake().requests().len();
     let refused = host
-        .submit(request("bee", Some("cli-ada"), Channel::Cli, quiet()))
+        .submit(request("bee", Some("Agent-ada-cli"), Channel::Cli, quiet()))
         .await
         .expect_err("another agent's session");
     assert!(
