@@ -408,7 +408,7 @@ impl AgentRunner {
     }
 
     /// The scrubber every tool result of this agent passes (issue 35 §4).
-    pub(crate) fn scrubber(&self) -> &crate::egress::scrub::Scrubber {
+    pub fn scrubber(&self) -> &crate::egress::scrub::Scrubber {
         &self.scrubber
     }
 
