@@ -1,7 +1,10 @@
 //! The `shell` tool (PERM-4, SBX-3): the command policy first, then `bash -c` (or `sh -c`) through the
 //! agent's sandbox (the one spawn module), with cwd = workspace, a cleared environment, stdin
 //! closed, its own process group (killed whole on timeout or cancel), and stdout/stderr each
-//! capped with a truncation marker. Approval comes from the runtime (`execute_approved`), never
+//! capped with a truncation marker. Disk (issue 35 §8): the sandbox caps each file at what
+//! remains of the workspace limit and the reserve (`RLIMIT_FSIZE`), a watchdog kills the
+//! command once the workspace passes its limit or the disk its reserve, and the workspace is
+//! measured again after every command. Approval comes from the runtime (`execute_approved`), never
 //! from an argument the model controls; under `supervised` it is needed for medium-risk and
 //! exec-capable commands (programs that can run other programs or code, PERM-4).
 
@@ -12,6 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use warren_security::sandbox::{ChildIo, Sandbox};
+use warren_security::{QuotaError, SecurityPolicy};
 
 use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, parse_args};
 
@@ -98,10 +102,17 @@ impl Shell {
                 tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap), waiter);
             (out, err, status)
         };
-        // Dropping `work` on timeout (or when the caller cancels this future) ends the wait; the
-        // guard kills the whole process group so no grandchild survives.
+        // Dropping `work` on timeout, when the disk watchdog fires (issue 35 §8) or when the
+        // caller cancels this future ends the wait; the guard kills the whole process group so
+        // no grandchild survives.
         let guard = GroupKill(pgid);
-        let result = tokio::time::timeout(timeout, work).await;
+        let watched = async {
+            tokio::select! {
+                done = work => Ok(done),
+                stop = disk_watch(policy.clone()) => Err(stop),
+            }
+        };
+        let result = tokio::time::timeout(timeout, watched).await;
         match result {
             Err(_) => {
                 drop(guard);
@@ -110,7 +121,13 @@ impl Shell {
                     timeout.as_secs()
                 )))
             }
-            Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
+            Ok(Err(stop)) => {
+                drop(guard);
+                Err(ToolError::Denied(format!(
+                    "command killed while it ran: {stop}"
+                )))
+            }
+            Ok(Ok(((stdout, out_cut), (stderr, err_cut), status))) => {
                 std::mem::forget(guard);
                 let status = status
                     .map_err(|e| ToolError::Failed(format!("waiting for the command failed: {e}")))?
@@ -125,8 +142,16 @@ impl Shell {
                 if err_cut {
                     stderr.push_str(TRUNCATED);
                 }
+                // Measured after every command: while a limit is passed, the next child may not
+                // grow any file (RLIMIT_FSIZE 0) and the file tools refuse growing writes.
+                let after = policy.clone();
+                let disk = tokio::task::spawn_blocking(move || after.disk_check(Duration::ZERO))
+                    .await
+                    .ok()
+                    .and_then(Result::err)
+                    .map(|e| e.to_string());
                 use std::os::unix::process::ExitStatusExt;
-                Ok(ToolOutput::json(json!({
+                let mut out = json!({
                     "exit_code": status.code(),
                     "signal": status.signal(),
                     "stdout": stdout,
@@ -136,8 +161,31 @@ impl Shell {
                     "risk": check.risk,
                     "exec_capable": check.exec_capable,
                     "sandbox": self.sandbox.backend(),
-                })))
+                });
+                if let Some(disk) = disk {
+                    out["disk_limit"] = disk.into();
+                }
+                Ok(ToolOutput::json(out))
             }
+        }
+    }
+}
+
+/// Shortest pause of the disk watchdog between two measurements.
+const WATCH_MIN: Duration = Duration::from_millis(250);
+
+/// Issue 35 §8: measures the agent's writable workspaces and the free space above the reserve
+/// while a command runs, and returns once a limit is passed (the caller kills the command).
+/// Paced so the walks take at most a fifth of the time.
+async fn disk_watch(policy: SecurityPolicy) -> QuotaError {
+    let mut pause = WATCH_MIN;
+    loop {
+        tokio::time::sleep(pause).await;
+        let p = policy.clone();
+        match tokio::task::spawn_blocking(move || p.disk_check(Duration::ZERO)).await {
+            Ok(Ok(took)) => pause = WATCH_MIN.max(took.saturating_mul(4)),
+            Ok(Err(stop)) => return stop,
+            Err(_) => pause = WATCH_MIN,
         }
     }
 }
