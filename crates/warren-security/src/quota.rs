@@ -39,19 +39,8 @@ const MIB: u64 = 1 << 20;
 /// Why a write is refused, or a running command stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuotaError {
-    #[error(
-        "agent '{writer}': the workspace of agent '{owner}' ({root}) holds {usage} bytes ({usage_mib} MiB) of its {limit_mib} MiB limit; {write} more bytes would pass it (max_workspace_mb in [risk_profiles.{profile}]). Delete files there, or raise the limit"
-    )]
-    OverLimit {
-        writer: String,
-        owner: String,
-        profile: String,
-        root: PathBuf,
-        usage: u64,
-        usage_mib: u64,
-        limit_mib: u64,
-        write: u64,
-    },
+    #[error(transparent)]
+    OverLimit(Box<OverLimit>),
     #[error(
         "agent '{writer}': the filesystem of {root} has {free_mib} MiB free, and {reserve_mib} MiB are kept for the daemon's own stores ([runtime] disk_reserve_mb); {write} more bytes are refused until space is freed"
     )]
@@ -70,6 +59,22 @@ pub enum QuotaError {
         owner: String,
         reason: String,
     },
+}
+
+/// A workspace past (or about to pass) its `max_workspace_mb`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "agent '{writer}': the workspace of agent '{owner}' ({root}) holds {usage} bytes ({usage_mib} MiB) of its {limit_mib} MiB limit; {write} more bytes would pass it (max_workspace_mb in [risk_profiles.{profile}]). Delete files there, or raise the limit"
+)]
+pub struct OverLimit {
+    pub writer: String,
+    pub owner: String,
+    pub profile: String,
+    pub root: PathBuf,
+    pub usage: u64,
+    pub usage_mib: u64,
+    pub limit_mib: u64,
+    pub write: u64,
 }
 
 /// One workspace's limit, as the policy knows it.
@@ -250,7 +255,7 @@ impl SecurityPolicy {
     }
 
     fn over_limit(&self, q: &RootQuota, usage: u64, limit: u64, write: u64) -> QuotaError {
-        QuotaError::OverLimit {
+        QuotaError::OverLimit(Box::new(OverLimit {
             writer: self.alias().to_string(),
             owner: q.owner.to_string(),
             profile: q.profile.clone(),
@@ -259,7 +264,7 @@ impl SecurityPolicy {
             usage_mib: usage / MIB,
             limit_mib: limit / MIB,
             write,
-        }
+        }))
     }
 
     fn reserve_check(&self, root: &Path, write: u64) -> Result<(), QuotaError> {
@@ -350,23 +355,92 @@ impl SecurityPolicy {
         room
     }
 
+    /// The usage of every limited workspace a child of this agent can write (measured at most
+    /// `max_age` ago) and the free bytes of each writable root's filesystem (now).
+    pub fn disk_sample(&self, max_age: Duration) -> Result<DiskSample, QuotaError> {
+        let free = self.writable_roots().map(free_bytes).collect();
+        let mut usage = Vec::new();
+        for q in &self.inner.disk.quotas {
+            let reached = q.limit.is_some()
+                && self.writable_roots().any(|r| {
+                    self.quota_of(&self.canonical_root(r))
+                        .is_some_and(|w| std::ptr::eq(w, q))
+                });
+            usage.push(if reached {
+                Some(self.usage(q, max_age)?)
+            } else {
+                None
+            });
+        }
+        Ok(DiskSample { usage, free })
+    }
+
     /// Whether every root a child of this agent can write is within its limit and above the
-    /// reserve, usage measured at most `max_age` ago (the shell's watchdog and its check after
-    /// each command pass `Duration::ZERO`). Returns how long the walks took, to pace a watchdog.
-    pub fn disk_check(&self, max_age: Duration) -> Result<Duration, QuotaError> {
-        let started = Instant::now();
-        for root in self.writable_roots() {
-            self.reserve_check(root, 0)?;
-            let Some(q) = self.quota_of(&self.canonical_root(root)) else {
-                continue;
-            };
-            if let Some(limit) = q.limit {
-                let usage = self.usage(q, max_age)?;
-                if usage > limit {
-                    return Err(self.over_limit(q, usage, limit, 0));
-                }
+    /// reserve, measured now. With `since` (the sample taken when a command started: the
+    /// shell's watchdog), only what is past a limit AND grew since counts, so a cleanup run
+    /// while over the limit is not killed. Returns the new sample.
+    pub fn disk_check(&self, since: Option<&DiskSample>) -> Result<DiskSample, QuotaError> {
+        let sample = self.disk_sample(Duration::ZERO)?;
+        let reserve = self.inner.disk.reserve;
+        for (i, root) in self.writable_roots().enumerate() {
+            let before = since.and_then(|s| s.free.get(i).copied().flatten());
+            if let Some(free) = sample.free.get(i).copied().flatten()
+                && free < reserve
+                && before.is_none_or(|b| free < b)
+            {
+                return Err(QuotaError::Reserve {
+                    writer: self.alias().to_string(),
+                    root: root.to_path_buf(),
+                    free_mib: free / MIB,
+                    reserve_mib: reserve / MIB,
+                    write: 0,
+                });
             }
         }
-        Ok(started.elapsed())
+        for (i, q) in self.inner.disk.quotas.iter().enumerate() {
+            let (Some(limit), Some(usage)) = (q.limit, sample.usage.get(i).copied().flatten())
+            else {
+                continue;
+            };
+            let before = since.and_then(|s| s.usage.get(i).copied().flatten());
+            if usage > limit && before.is_none_or(|b| usage > b) {
+                return Err(self.over_limit(q, usage, limit, 0));
+            }
+        }
+        Ok(sample)
+    }
+}
+
+/// What [`SecurityPolicy::disk_check`] measured: the usage of each limited workspace the agent
+/// can write and the free bytes of each writable root's filesystem.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskSample {
+    usage: Vec<Option<u64>>,
+    free: Vec<Option<u64>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn measure_counts_each_inode_once_and_follows_no_link() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws = tmp.path().join("ws");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(ws.join("a/b/c")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&outside).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(outside.join("big"), vec![1u8; 4 << 20]).unwrap_or_else(|e| panic!("{e}"));
+        let empty = measure(&ws).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(ws.join("a/b/c/f"), vec![1u8; 1 << 20]).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::hard_link(ws.join("a/b/c/f"), ws.join("a/g")).unwrap_or_else(|e| panic!("{e}"));
+        // Links out of the workspace are not followed: the 4 MiB outside never count.
+        symlink(&outside, ws.join("a/out")).unwrap_or_else(|e| panic!("{e}"));
+        symlink(outside.join("big"), ws.join("big")).unwrap_or_else(|e| panic!("{e}"));
+        let used = measure(&ws).unwrap_or_else(|e| panic!("{e}"));
+        let grown = used - empty;
+        assert!((1 << 20..(1 << 20) + 64 * 1024).contains(&grown), "{grown}");
+        assert_eq!(measure(&tmp.path().join("absent")).ok(), Some(0));
     }
 }

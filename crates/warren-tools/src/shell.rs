@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use warren_security::quota::DiskSample;
 use warren_security::sandbox::{ChildIo, Sandbox};
 use warren_security::{QuotaError, SecurityPolicy};
 
@@ -145,7 +146,7 @@ impl Shell {
                 // Measured after every command: while a limit is passed, the next child may not
                 // grow any file (RLIMIT_FSIZE 0) and the file tools refuse growing writes.
                 let after = policy.clone();
-                let disk = tokio::task::spawn_blocking(move || after.disk_check(Duration::ZERO))
+                let disk = tokio::task::spawn_blocking(move || after.disk_check(None))
                     .await
                     .ok()
                     .and_then(Result::err)
@@ -178,15 +179,31 @@ const WATCH_MIN: Duration = Duration::from_millis(250);
 /// while a command runs, and returns once a limit is passed (the caller kills the command).
 /// Paced so the walks take at most a fifth of the time.
 async fn disk_watch(policy: SecurityPolicy) -> QuotaError {
-    let mut pause = WATCH_MIN;
+    // The sample when the command started: only growth past a limit counts (a cleanup run
+    // while over the limit is not killed; RLIMIT_FSIZE 0 keeps it from growing a file).
+    let mut start: Option<DiskSample> = None;
+    let mut pause = Duration::ZERO;
     loop {
         tokio::time::sleep(pause).await;
-        let p = policy.clone();
-        match tokio::task::spawn_blocking(move || p.disk_check(Duration::ZERO)).await {
-            Ok(Ok(took)) => pause = WATCH_MIN.max(took.saturating_mul(4)),
-            Ok(Err(stop)) => return stop,
-            Err(_) => pause = WATCH_MIN,
+        let (p, since) = (policy.clone(), start.clone());
+        let took = std::time::Instant::now();
+        let checked = tokio::task::spawn_blocking(move || match since {
+            // The cache is fresh after the previous command (measured then) unless something
+            // else wrote meanwhile; at worst a stale baseline lets a command that only deletes
+            // run while over the limit, which is the point.
+            None => p.disk_sample(warren_security::quota::CACHE_TTL),
+            Some(since) => p.disk_check(Some(&since)),
+        })
+        .await;
+        match checked {
+            Ok(Ok(sample)) => {
+                start.get_or_insert(sample);
+            }
+            Ok(Err(stop)) if start.is_some() => return stop,
+            // No baseline yet (the workspace could not be measured): try again.
+            Ok(Err(_)) | Err(_) => {}
         }
+        pause = WATCH_MIN.max(took.elapsed().saturating_mul(4));
     }
 }
 

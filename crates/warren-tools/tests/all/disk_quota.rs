@@ -221,6 +221,10 @@ fn many_files_past_the_limit_are_stopped_by_the_watchdog_and_writes_refused_afte
         on.write(&ws.join("w.txt"), 10),
         Err(ToolError::Denied(_))
     ));
+    // A command that only reads or waits while over the limit is not killed (only growth past
+    // the limit since it started counts).
+    let out = on.shell("sleep 1");
+    assert_eq!(ran(&out)["exit_code"], json!(0), "{out:?}");
     let out = on.shell("rm -f f1 f2 f3 f4 f5 f6 f7 f8 f9 f10 f11 f12 f13 f14 f15 f16 f17 f18 f19");
     assert_eq!(ran(&out)["exit_code"], json!(0), "{out:?}");
     let out = on.shell("echo more > more.txt");
