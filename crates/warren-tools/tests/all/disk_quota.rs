@@ -187,6 +187,28 @@ fn a_shell_command_writing_past_the_workspace_limit_is_stopped_by_the_kernel_iss
 }
 
 #[test]
+fn raising_the_file_size_limit_inside_the_sandbox_fails_at_both_levels_issue35() {
+    let attack = "ulimit -f unlimited; head -c 20971520 /dev/zero > big";
+    // Guard off: an unlimited workspace, the limit raised or not, the file reaches 20 MiB.
+    let off = Install::new("max_workspace_mb = 0", "", None);
+    let out = off.shell(attack);
+    assert_eq!(ran(&out)["exit_code"], json!(0), "{out:?}");
+    assert_eq!(size(&off.ws("filler").join("big")), 20 * MIB);
+    for level in ["auto", "landlock"] {
+        let on = Install::new(
+            &format!("max_workspace_mb = 8\nsandbox = \"{level}\""),
+            "",
+            None,
+        );
+        let out = on.shell(attack);
+        let content = ran(&out);
+        assert_ne!(content["exit_code"], json!(0), "{level}: {out:?}");
+        let big = size(&on.ws("filler").join("big"));
+        assert!(big <= 8 * MIB, "{level}: {big} bytes");
+    }
+}
+
+#[test]
 fn many_files_past_the_limit_are_stopped_by_the_watchdog_and_writes_refused_after_issue35() {
     // Each file stays under RLIMIT_FSIZE; only their sum passes the limit.
     let attack = "python3 fill.py";
