@@ -358,29 +358,75 @@ impl SecurityPolicy {
     /// The usage of every limited workspace a child of this agent can write (measured at most
     /// `max_age` ago) and the free bytes of each writable root's filesystem (now).
     pub fn disk_sample(&self, max_age: Duration) -> Result<DiskSample, QuotaError> {
-        let free = self.writable_roots().map(free_bytes).collect();
+        self.sample(None, max_age)
+    }
+
+    /// [`Self::disk_sample`]; with `since`, a workspace is walked again only when the free
+    /// space of a root reaching it fell by half or more of the room its limit had left then
+    /// (a workspace cannot grow by more than its filesystem's free space fell, save for what
+    /// others freed meanwhile; at worst the cached usage, at most [`CACHE_TTL`] old, answers).
+    fn sample(
+        &self,
+        since: Option<&DiskSample>,
+        max_age: Duration,
+    ) -> Result<DiskSample, QuotaError> {
+        let free: Vec<Option<u64>> = self.writable_roots().map(free_bytes).collect();
+        let roots: Vec<PathBuf> = self
+            .writable_roots()
+            .map(|r| self.canonical_root(r))
+            .collect();
         let mut usage = Vec::new();
-        for q in &self.inner.disk.quotas {
-            let reached = q.limit.is_some()
-                && self.writable_roots().any(|r| {
-                    self.quota_of(&self.canonical_root(r))
-                        .is_some_and(|w| std::ptr::eq(w, q))
-                });
-            usage.push(if reached {
-                Some(self.usage(q, max_age)?)
-            } else {
-                None
-            });
+        for (i, q) in self.inner.disk.quotas.iter().enumerate() {
+            let reaching: Vec<usize> = (0..roots.len())
+                .filter(|&j| self.quota_of(&roots[j]).is_some_and(|w| std::ptr::eq(w, q)))
+                .collect();
+            let Some(limit) = q.limit.filter(|_| !reaching.is_empty()) else {
+                usage.push(None);
+                continue;
+            };
+            let age = match since {
+                None => max_age,
+                Some(s) => {
+                    let before = s.usage.get(i).copied().flatten();
+                    let room = limit.saturating_sub(before.unwrap_or(0));
+                    let fell = reaching
+                        .iter()
+                        .map(|&j| match (s.free.get(j).copied().flatten(), free[j]) {
+                            (Some(then), Some(now)) => then.saturating_sub(now),
+                            _ => u64::MAX,
+                        })
+                        .max()
+                        .unwrap_or(u64::MAX);
+                    if before.is_none() || fell.saturating_mul(2) >= room {
+                        Duration::ZERO
+                    } else {
+                        max_age
+                    }
+                }
+            };
+            usage.push(Some(self.usage(q, age)?));
         }
         Ok(DiskSample { usage, free })
     }
 
     /// Whether every root a child of this agent can write is within its limit and above the
-    /// reserve, measured now. With `since` (the sample taken when a command started: the
-    /// shell's watchdog), only what is past a limit AND grew since counts, so a cleanup run
+    /// reserve. Without `since`, each workspace is walked now. With `since` (the sample taken
+    /// when a command started: the shell's watchdog), a workspace is walked only when the free
+    /// space fell enough that it could have passed its limit (else its cached usage answers),
+    /// and when `grown_only`, only what is past a limit AND grew since counts, so a cleanup run
     /// while over the limit is not killed. Returns the new sample.
-    pub fn disk_check(&self, since: Option<&DiskSample>) -> Result<DiskSample, QuotaError> {
-        let sample = self.disk_sample(Duration::ZERO)?;
+    pub fn disk_check(
+        &self,
+        since: Option<&DiskSample>,
+        grown_only: bool,
+    ) -> Result<DiskSample, QuotaError> {
+        let max_age = if since.is_some() {
+            CACHE_TTL
+        } else {
+            Duration::ZERO
+        };
+        let sample = self.sample(since, max_age)?;
+        let since = since.filter(|_| grown_only);
         let reserve = self.inner.disk.reserve;
         for (i, root) in self.writable_roots().enumerate() {
             let before = since.and_then(|s| s.free.get(i).copied().flatten());

@@ -79,6 +79,15 @@ impl Shell {
         } else {
             "/bin/sh"
         };
+        // The disk as the command starts (issue 35 §8): the watchdog's and the after-check's
+        // baseline (cached usage: it was measured after the previous command).
+        let sampler = policy.clone();
+        let start = tokio::task::spawn_blocking(move || {
+            sampler.disk_sample(warren_security::quota::CACHE_TTL).ok()
+        })
+        .await
+        .ok()
+        .flatten();
         let mut child = self
             .sandbox
             .spawn(
@@ -110,7 +119,7 @@ impl Shell {
         let watched = async {
             tokio::select! {
                 done = work => Ok(done),
-                stop = disk_watch(policy.clone()) => Err(stop),
+                stop = disk_watch(policy.clone(), start.clone()) => Err(stop),
             }
         };
         let result = tokio::time::timeout(timeout, watched).await;
@@ -146,11 +155,12 @@ impl Shell {
                 // Measured after every command: while a limit is passed, the next child may not
                 // grow any file (RLIMIT_FSIZE 0) and the file tools refuse growing writes.
                 let after = policy.clone();
-                let disk = tokio::task::spawn_blocking(move || after.disk_check(None))
-                    .await
-                    .ok()
-                    .and_then(Result::err)
-                    .map(|e| e.to_string());
+                let disk =
+                    tokio::task::spawn_blocking(move || after.disk_check(start.as_ref(), false))
+                        .await
+                        .ok()
+                        .and_then(Result::err)
+                        .map(|e| e.to_string());
                 use std::os::unix::process::ExitStatusExt;
                 let mut out = json!({
                     "exit_code": status.code(),
@@ -177,22 +187,18 @@ const WATCH_MIN: Duration = Duration::from_millis(250);
 
 /// Issue 35 §8: measures the agent's writable workspaces and the free space above the reserve
 /// while a command runs, and returns once a limit is passed (the caller kills the command).
-/// Paced so the walks take at most a fifth of the time.
-async fn disk_watch(policy: SecurityPolicy) -> QuotaError {
-    // The sample when the command started: only growth past a limit counts (a cleanup run
-    // while over the limit is not killed; RLIMIT_FSIZE 0 keeps it from growing a file).
-    let mut start: Option<DiskSample> = None;
-    let mut pause = Duration::ZERO;
+/// Paced so the walks take at most a quarter of the time; a walk happens only when the free
+/// space fell enough for a workspace to have passed its limit (else the cached usage answers).
+async fn disk_watch(policy: SecurityPolicy, mut start: Option<DiskSample>) -> QuotaError {
+    // `start`: the sample when the command started. Only growth past a limit counts (a cleanup
+    // run while over the limit is not killed; RLIMIT_FSIZE 0 keeps it from growing a file).
     loop {
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(WATCH_MIN).await;
         let (p, since) = (policy.clone(), start.clone());
         let took = std::time::Instant::now();
         let checked = tokio::task::spawn_blocking(move || match since {
-            // The cache is fresh after the previous command (measured then) unless something
-            // else wrote meanwhile; at worst a stale baseline lets a command that only deletes
-            // run while over the limit, which is the point.
             None => p.disk_sample(warren_security::quota::CACHE_TTL),
-            Some(since) => p.disk_check(Some(&since)),
+            Some(since) => p.disk_check(Some(&since), true),
         })
         .await;
         match checked {
@@ -203,7 +209,8 @@ async fn disk_watch(policy: SecurityPolicy) -> QuotaError {
             // No baseline yet (the workspace could not be measured): try again.
             Ok(Err(_)) | Err(_) => {}
         }
-        pause = WATCH_MIN.max(took.elapsed().saturating_mul(4));
+        // Paced so walks take at most a quarter of the time.
+        tokio::time::sleep(took.elapsed().saturating_mul(3)).await;
     }
 }
 
