@@ -64,7 +64,7 @@ pub enum QuotaError {
 /// A workspace past (or about to pass) its `max_workspace_mb`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "agent '{writer}': the workspace of agent '{owner}' ({root}) holds {usage} bytes ({usage_mib} MiB) of its {limit_mib} MiB limit; {write} more bytes would pass it (max_workspace_mb in [risk_profiles.{profile}]). Delete files there, or raise the limit"
+    "agent '{writer}': the workspace of agent '{owner}' ({root}) holds {usage} bytes ({usage_mib} MiB) of its {limit_mib} MiB limit; {detail} (max_workspace_mb in [risk_profiles.{profile}]). Delete files there, or raise the limit"
 )]
 pub struct OverLimit {
     pub writer: String,
@@ -74,7 +74,10 @@ pub struct OverLimit {
     pub usage: u64,
     pub usage_mib: u64,
     pub limit_mib: u64,
+    /// The growth refused (`0`: a running command passed the limit).
     pub write: u64,
+    /// `{write} more bytes would pass it`, or that it is past it.
+    pub detail: String,
 }
 
 /// One workspace's limit, as the policy knows it.
@@ -236,6 +239,16 @@ impl SecurityPolicy {
     /// `q`'s usage, walked again when older than `max_age`.
     fn usage(&self, q: &RootQuota, max_age: Duration) -> Result<u64, QuotaError> {
         let mut cached = q.usage.lock().unwrap_or_else(|p| p.into_inner());
+        self.usage_locked(q, &mut cached, max_age)
+    }
+
+    /// [`Self::usage`] with `q`'s cache already locked by the caller.
+    fn usage_locked(
+        &self,
+        q: &RootQuota,
+        cached: &mut Option<Measured>,
+        max_age: Duration,
+    ) -> Result<u64, QuotaError> {
         if let Some(m) = *cached
             && m.at.elapsed() < max_age
         {
@@ -264,6 +277,11 @@ impl SecurityPolicy {
             usage_mib: usage / MIB,
             limit_mib: limit / MIB,
             write,
+            detail: if write > 0 {
+                format!("{write} more bytes would pass it")
+            } else {
+                "a running command took it past the limit".into()
+            },
         }))
     }
 
@@ -311,11 +329,12 @@ impl SecurityPolicy {
         let Some(limit) = q.limit else {
             return Ok(());
         };
-        let usage = self.usage(q, CACHE_TTL)?;
+        // Checked and counted under one lock: concurrent admissions cannot both take the room.
+        let mut cached = q.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let usage = self.usage_locked(q, &mut cached, CACHE_TTL)?;
         if usage.saturating_add(growth) > limit {
             return Err(self.over_limit(q, usage, limit, growth));
         }
-        let mut cached = q.usage.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(m) = cached.as_mut() {
             m.bytes = m.bytes.saturating_add(growth);
         }
@@ -410,23 +429,14 @@ impl SecurityPolicy {
     }
 
     /// Whether every root a child of this agent can write is within its limit and above the
-    /// reserve. Without `since`, each workspace is walked now. With `since` (the sample taken
-    /// when a command started: the shell's watchdog), a workspace is walked only when the free
-    /// space fell enough that it could have passed its limit (else its cached usage answers),
-    /// and when `grown_only`, only what is past a limit AND grew since counts, so a cleanup run
-    /// while over the limit is not killed. Returns the new sample.
-    pub fn disk_check(
-        &self,
-        since: Option<&DiskSample>,
-        grown_only: bool,
-    ) -> Result<DiskSample, QuotaError> {
-        let max_age = if since.is_some() {
-            CACHE_TTL
-        } else {
-            Duration::ZERO
+    /// reserve (see [`DiskCheck`] for how each is measured and what counts). Returns the new
+    /// sample.
+    pub fn disk_check(&self, check: DiskCheck<'_>) -> Result<DiskSample, QuotaError> {
+        let (sample, since) = match check {
+            DiskCheck::Now => (self.sample(None, Duration::ZERO)?, None),
+            DiskCheck::Watch(start) => (self.sample(None, Duration::ZERO)?, Some(start)),
+            DiskCheck::After(start) => (self.sample(Some(start), CACHE_TTL)?, None),
         };
-        let sample = self.sample(since, max_age)?;
-        let since = since.filter(|_| grown_only);
         let reserve = self.inner.disk.reserve;
         for (i, root) in self.writable_roots().enumerate() {
             let before = since.and_then(|s| s.free.get(i).copied().flatten());
@@ -455,6 +465,22 @@ impl SecurityPolicy {
         }
         Ok(sample)
     }
+}
+
+/// How [`SecurityPolicy::disk_check`] measures, and what counts.
+#[derive(Debug, Clone, Copy)]
+pub enum DiskCheck<'a> {
+    /// Every workspace walked now; any limit passed counts.
+    Now,
+    /// The shell's watchdog, with the sample taken when the command started: every workspace
+    /// walked now; only what is past a limit AND grew since counts, so a cleanup run while
+    /// over the limit is not killed.
+    Watch(&'a DiskSample),
+    /// After a command, with the sample taken when it started: a workspace is walked only when
+    /// the free space fell by half or more of the room its limit had left (else its cached
+    /// usage, at most [`CACHE_TTL`] old, answers: space others freed meanwhile can hide growth
+    /// until then); any limit passed counts.
+    After(&'a DiskSample),
 }
 
 /// What [`SecurityPolicy::disk_check`] measured: the usage of each limited workspace the agent

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use warren_security::quota::DiskSample;
+use warren_security::quota::{DiskCheck, DiskSample};
 use warren_security::sandbox::{ChildIo, Sandbox};
 use warren_security::{QuotaError, SecurityPolicy};
 
@@ -155,12 +155,14 @@ impl Shell {
                 // Measured after every command: while a limit is passed, the next child may not
                 // grow any file (RLIMIT_FSIZE 0) and the file tools refuse growing writes.
                 let after = policy.clone();
-                let disk =
-                    tokio::task::spawn_blocking(move || after.disk_check(start.as_ref(), false))
-                        .await
-                        .ok()
-                        .and_then(Result::err)
-                        .map(|e| e.to_string());
+                let disk = tokio::task::spawn_blocking(move || match &start {
+                    Some(start) => after.disk_check(DiskCheck::After(start)),
+                    None => after.disk_check(DiskCheck::Now),
+                })
+                .await
+                .ok()
+                .and_then(Result::err)
+                .map(|e| e.to_string());
                 use std::os::unix::process::ExitStatusExt;
                 let mut out = json!({
                     "exit_code": status.code(),
@@ -187,8 +189,8 @@ const WATCH_MIN: Duration = Duration::from_millis(250);
 
 /// Issue 35 §8: measures the agent's writable workspaces and the free space above the reserve
 /// while a command runs, and returns once a limit is passed (the caller kills the command).
-/// Paced so the walks take at most a quarter of the time; a walk happens only when the free
-/// space fell enough for a workspace to have passed its limit (else the cached usage answers).
+/// Each check walks the workspaces afresh (free space alone is no proof on a busy host: other
+/// processes free space meanwhile), paced so the walks take at most a quarter of the time.
 async fn disk_watch(policy: SecurityPolicy, mut start: Option<DiskSample>) -> QuotaError {
     // `start`: the sample when the command started. Only growth past a limit counts (a cleanup
     // run while over the limit is not killed; RLIMIT_FSIZE 0 keeps it from growing a file).
@@ -198,7 +200,7 @@ async fn disk_watch(policy: SecurityPolicy, mut start: Option<DiskSample>) -> Qu
         let took = std::time::Instant::now();
         let checked = tokio::task::spawn_blocking(move || match since {
             None => p.disk_sample(warren_security::quota::CACHE_TTL),
-            Some(since) => p.disk_check(Some(&since), true),
+            Some(since) => p.disk_check(DiskCheck::Watch(&since)),
         })
         .await;
         match checked {
