@@ -171,6 +171,29 @@ pub fn read(resolved: &Resolved, limit: u64) -> Result<Vec<u8>, ConfinedError> {
     Ok(bytes)
 }
 
+/// The size of the regular file at an allowed path (`None` when absent), from `fstat` of a
+/// handle opened beneath the root without following links (issue 35 §8: how much a write
+/// grows the workspace).
+pub fn len(resolved: &Resolved) -> Result<Option<u64>, ConfinedError> {
+    if resolved.tier == Tier::Device {
+        return Ok(Some(0));
+    }
+    let root = open_root(resolved)?;
+    let fd = match rustix::fs::openat2(
+        &root,
+        relative_or_dot(resolved),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(io_err(&resolved.path)(e)),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(io_err(&resolved.path))?;
+    Ok(Some(u64::try_from(stat.st_size).unwrap_or(0)))
+}
+
 /// Atomically replaces (or creates) the file at an allowed path with `bytes`. Missing parent
 /// directories are created when `create_parents`. An existing file keeps its permission bits.
 pub fn write_atomic(

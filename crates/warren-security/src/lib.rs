@@ -9,6 +9,7 @@
 //! - [`confined_dir`]: the daemon's own handles on agent-writable directories (identity files,
 //!   Markdown memory, later delegate results, skills, MCP config): no link is followed below them.
 //! - [`command`]: the shell command policy (allowlist, risk tiers, path-touching arguments).
+//! - [`quota`]: workspace byte limits and the daemon's disk reserve (issue 35 §8).
 //! - [`sandbox`]: the one spawn module; every child process an agent starts is built here.
 //! - [`control_socket`]: the guard of the daemon's `data/daemon.sock` (its key and the check
 //!   that a peer is no sandboxed child, issue 35 §1).
@@ -20,8 +21,10 @@ pub mod control_socket;
 pub mod narrow;
 pub mod paths;
 mod policy;
+pub mod quota;
 pub mod sandbox;
 
 pub use narrow::{NarrowRequest, NarrowViolation};
 pub use paths::{Denied, Resolved, Tier};
 pub use policy::{EgressPolicy, Grant, PolicyError, SecurityPolicy};
+pub use quota::QuotaError;

@@ -235,6 +235,8 @@ impl SecurityPolicy {
                 // A child is tainted by the same rule and reaches no more hosts.
                 taint: p.taint,
                 egress: p.egress.clone(),
+                // The same limits, and the same measured usage (one workspace, one count).
+                disk: Arc::clone(&p.disk),
                 root_cache: Default::default(),
             }),
         })

@@ -447,7 +447,7 @@ impl Access {
 impl SecurityPolicy {
     /// A root resolved the same way as the paths compared against it. Roots that exist are
     /// cached for the life of the policy (a reload builds a new policy).
-    fn canonical_root(&self, root: &Path) -> PathBuf {
+    pub(crate) fn canonical_root(&self, root: &Path) -> PathBuf {
         if let Some(hit) = self.inner.root_cache.get(root) {
             return hit;
         }

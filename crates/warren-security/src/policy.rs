@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     pub taint: bool,
     /// `[agents.<alias>.network]` and the response cap (issue 24).
     pub egress: EgressPolicy,
+    /// Workspace limits and the disk reserve (issue 35 §8), with their usage cache.
+    pub disk: Arc<crate::quota::DiskLimits>,
     pub root_cache: RootCache,
 }
 
@@ -188,8 +190,15 @@ impl SecurityPolicy {
             .iter()
             .map(|p| expand_home(p, home.as_deref()))
             .collect();
-        // 2. boundary
+        // 2. boundary, and the byte limit of every workspace the agent can write (issue 35 §8)
         let workspace = root.agent_workspace(alias);
+        let mut disk = crate::quota::DiskLimits::new(config.runtime.disk_reserve_mb);
+        disk.add(
+            alias,
+            &agent.risk_profile,
+            workspace.clone(),
+            risk.max_workspace_mb,
+        );
         // 3. grants
         let (mut read_write, mut read_only, mut write_only) = (Vec::new(), Vec::new(), Vec::new());
         for (sibling, level) in &agent.workspace.access {
@@ -200,6 +209,16 @@ impl SecurityPolicy {
                 });
             }
             let sibling_alias = sibling.clone();
+            if let (AccessLevel::Write | AccessLevel::ReadWrite, Some(owner)) =
+                (level, config.agent(sibling))
+            {
+                disk.add(
+                    sibling,
+                    &owner.risk_profile,
+                    root.agent_workspace(sibling),
+                    config.risk_profile_of(owner).max_workspace_mb,
+                );
+            }
             let grant = Grant {
                 root: root.agent_workspace(&sibling_alias),
                 alias: sibling_alias,
@@ -248,6 +267,7 @@ impl SecurityPolicy {
                     allow: agent.network.allow.clone(),
                     max_response_bytes: risk.max_response_kb.max(1).saturating_mul(1024),
                 },
+                disk: Arc::new(disk),
                 root_cache: RootCache::default(),
             }),
         })
@@ -410,6 +430,8 @@ impl SecurityPolicy {
             "network_allow": i.egress.allow,
             "sandbox": i.sandbox,
             "fallback": i.fallback,
+            "max_workspace_mb": self.max_workspace_bytes().map(|b| b >> 20),
+            "disk_reserve_mb": i.disk.reserve >> 20,
             "runtime": i.runtime_kind,
         })
     }

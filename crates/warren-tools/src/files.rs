@@ -17,6 +17,11 @@
 //! hard-linked file, a non-file, a binary file are refused before the transport is asked). A
 //! write whose target is hard-linked goes to the disk as without a transport (the entry is
 //! replaced, never the shared inode: an editor would write into the inode).
+//!
+//! Writes that grow a file are admitted first by [`SecurityPolicy::admit_write`] (issue 35 §8):
+//! the owning workspace's `max_workspace_mb` and the daemon's `[runtime] disk_reserve_mb`;
+//! the refusal names the agent, the limit and the usage. Writes that do not grow a file always
+//! pass, so an agent over its limit can still shrink or empty files.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,6 +112,27 @@ fn count_newlines(bytes: &[u8]) -> usize {
         .chunks(255)
         .map(|c| usize::from(c.iter().fold(0u8, |n, b| n + u8::from(*b == b'\n'))))
         .sum()
+}
+
+/// Issue 35 §8: a write that grows the file at `resolved` from `old` to `new` bytes must fit
+/// the owning workspace's limit and leave the daemon's disk reserve free (blocking: it may
+/// measure the workspace).
+fn admit(
+    policy: &SecurityPolicy,
+    resolved: &Resolved,
+    old: usize,
+    new: usize,
+) -> Result<(), ToolError> {
+    let len = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    policy
+        .admit_write(resolved, len(old), len(new))
+        .map_err(|e| ToolError::Denied(e.to_string()))
+}
+
+/// The size of the file a write would replace (0 when there is none).
+fn current_len(resolved: &Resolved) -> Result<usize, ToolError> {
+    let len = confined::len(resolved).map_err(io_failed)?.unwrap_or(0);
+    Ok(usize::try_from(len).unwrap_or(usize::MAX))
 }
 
 fn require_act(policy: &SecurityPolicy, tool: &str) -> Result<(), ToolError> {
@@ -277,6 +303,7 @@ impl FileWrite {
             )));
         }
         let resolved = policy.can_write(&a.path).map_err(denied)?;
+        admit(policy, &resolved, current_len(&resolved)?, a.content.len())?;
         Ok((resolved, a.content))
     }
 
@@ -407,6 +434,7 @@ impl FileEdit {
     fn run(policy: &SecurityPolicy, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
         let (a, resolved, text) = Self::decide(policy, args)?;
         let edited = Self::edit(&a, &text)?;
+        admit(policy, &resolved, text.len(), edited.len())?;
         confined::write_atomic(&resolved, edited.as_bytes(), false).map_err(io_failed)?;
         Ok(Self::output(&resolved))
     }
@@ -418,10 +446,12 @@ impl FileEdit {
         args: serde_json::Value,
         files: Arc<dyn FileTransport>,
     ) -> Result<ToolOutput, ToolError> {
+        let quota = policy.clone();
         let (a, resolved, disk) = blocking(move || Self::decide(&policy, args)).await?;
         if !through(&resolved) {
             let edited = Self::edit(&a, &disk)?;
             return blocking(move || {
+                admit(&quota, &resolved, disk.len(), edited.len())?;
                 confined::write_atomic(&resolved, edited.as_bytes(), false).map_err(io_failed)?;
                 Ok(Self::output(&resolved))
             })
@@ -429,6 +459,9 @@ impl FileEdit {
         }
         let text = transport_read(&*files, &resolved.path).await?;
         let edited = Self::edit(&a, &text)?;
+        // The editor saves the file to the same disk: the same admission, against its size there.
+        let (checked, grown) = (resolved.clone(), edited.len());
+        blocking(move || admit(&quota, &checked, disk.len(), grown)).await?;
         transport_write(&*files, &resolved.path, &edited).await?;
         Ok(Self::output(&resolved))
     }

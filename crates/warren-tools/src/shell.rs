@@ -1,7 +1,10 @@
 //! The `shell` tool (PERM-4, SBX-3): the command policy first, then `bash -c` (or `sh -c`) through the
 //! agent's sandbox (the one spawn module), with cwd = workspace, a cleared environment, stdin
 //! closed, its own process group (killed whole on timeout or cancel), and stdout/stderr each
-//! capped with a truncation marker. Approval comes from the runtime (`execute_approved`), never
+//! capped with a truncation marker. Disk (issue 35 §8): the sandbox caps each file at what
+//! remains of the workspace limit and the reserve (`RLIMIT_FSIZE`), a watchdog kills the
+//! command once the workspace passes its limit or the disk its reserve, and the workspace is
+//! measured again after every command. Approval comes from the runtime (`execute_approved`), never
 //! from an argument the model controls; under `supervised` it is needed for medium-risk and
 //! exec-capable commands (programs that can run other programs or code, PERM-4).
 
@@ -11,7 +14,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use warren_security::quota::{DiskCheck, DiskSample};
 use warren_security::sandbox::{ChildIo, Sandbox};
+use warren_security::{QuotaError, SecurityPolicy};
 
 use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput, parse_args};
 
@@ -74,6 +79,15 @@ impl Shell {
         } else {
             "/bin/sh"
         };
+        // The disk as the command starts (issue 35 §8): the watchdog's and the after-check's
+        // baseline (cached usage: it was measured after the previous command).
+        let sampler = policy.clone();
+        let start = tokio::task::spawn_blocking(move || {
+            sampler.disk_sample(warren_security::quota::CACHE_TTL).ok()
+        })
+        .await
+        .ok()
+        .flatten();
         let mut child = self
             .sandbox
             .spawn(
@@ -98,10 +112,17 @@ impl Shell {
                 tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap), waiter);
             (out, err, status)
         };
-        // Dropping `work` on timeout (or when the caller cancels this future) ends the wait; the
-        // guard kills the whole process group so no grandchild survives.
+        // Dropping `work` on timeout, when the disk watchdog fires (issue 35 §8) or when the
+        // caller cancels this future ends the wait; the guard kills the whole process group so
+        // no grandchild survives.
         let guard = GroupKill(pgid);
-        let result = tokio::time::timeout(timeout, work).await;
+        let watched = async {
+            tokio::select! {
+                done = work => Ok(done),
+                stop = disk_watch(policy.clone(), start.clone()) => Err(stop),
+            }
+        };
+        let result = tokio::time::timeout(timeout, watched).await;
         match result {
             Err(_) => {
                 drop(guard);
@@ -110,7 +131,13 @@ impl Shell {
                     timeout.as_secs()
                 )))
             }
-            Ok(((stdout, out_cut), (stderr, err_cut), status)) => {
+            Ok(Err(stop)) => {
+                drop(guard);
+                Err(ToolError::Denied(format!(
+                    "command killed while it ran: {stop}"
+                )))
+            }
+            Ok(Ok(((stdout, out_cut), (stderr, err_cut), status))) => {
                 std::mem::forget(guard);
                 let status = status
                     .map_err(|e| ToolError::Failed(format!("waiting for the command failed: {e}")))?
@@ -125,8 +152,19 @@ impl Shell {
                 if err_cut {
                     stderr.push_str(TRUNCATED);
                 }
+                // Measured after every command: while a limit is passed, the next child may not
+                // grow any file (RLIMIT_FSIZE 0) and the file tools refuse growing writes.
+                let after = policy.clone();
+                let disk = tokio::task::spawn_blocking(move || match &start {
+                    Some(start) => after.disk_check(DiskCheck::After(start)),
+                    None => after.disk_check(DiskCheck::Now),
+                })
+                .await
+                .ok()
+                .and_then(Result::err)
+                .map(|e| e.to_string());
                 use std::os::unix::process::ExitStatusExt;
-                Ok(ToolOutput::json(json!({
+                let mut out = json!({
                     "exit_code": status.code(),
                     "signal": status.signal(),
                     "stdout": stdout,
@@ -136,9 +174,45 @@ impl Shell {
                     "risk": check.risk,
                     "exec_capable": check.exec_capable,
                     "sandbox": self.sandbox.backend(),
-                })))
+                });
+                if let Some(disk) = disk {
+                    out["disk_limit"] = disk.into();
+                }
+                Ok(ToolOutput::json(out))
             }
         }
+    }
+}
+
+/// Shortest pause of the disk watchdog between two measurements.
+const WATCH_MIN: Duration = Duration::from_millis(250);
+
+/// Issue 35 §8: measures the agent's writable workspaces and the free space above the reserve
+/// while a command runs, and returns once a limit is passed (the caller kills the command).
+/// Each check walks the workspaces afresh (free space alone is no proof on a busy host: other
+/// processes free space meanwhile), paced so the walks take at most a quarter of the time.
+async fn disk_watch(policy: SecurityPolicy, mut start: Option<DiskSample>) -> QuotaError {
+    // `start`: the sample when the command started. Only growth past a limit counts (a cleanup
+    // run while over the limit is not killed; RLIMIT_FSIZE 0 keeps it from growing a file).
+    loop {
+        tokio::time::sleep(WATCH_MIN).await;
+        let (p, since) = (policy.clone(), start.clone());
+        let took = std::time::Instant::now();
+        let checked = tokio::task::spawn_blocking(move || match since {
+            None => p.disk_sample(warren_security::quota::CACHE_TTL),
+            Some(since) => p.disk_check(DiskCheck::Watch(&since)),
+        })
+        .await;
+        match checked {
+            Ok(Ok(sample)) => {
+                start.get_or_insert(sample);
+            }
+            Ok(Err(stop)) if start.is_some() => return stop,
+            // No baseline yet (the workspace could not be measured): try again.
+            Ok(Err(_)) | Err(_) => {}
+        }
+        // Paced so walks take at most a quarter of the time.
+        tokio::time::sleep(took.elapsed().saturating_mul(3)).await;
     }
 }
 

@@ -141,6 +141,9 @@ impl<'de> Deserialize<'de> for MemoryGrant {
     }
 }
 
+/// The default `max_workspace_mb`: room for a clone and its build output, far below a disk.
+pub const DEFAULT_MAX_WORKSPACE_MB: u64 = 2048;
+
 /// `[risk_profiles.<p>]` (PERM-2 step 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -171,6 +174,12 @@ pub struct RiskProfile {
     pub max_processes: u64,
     pub max_file_size_mb: u64,
     pub max_cpu_secs: u64,
+    /// Bytes the agent's workspace may hold, in MiB (issue 35 §8; `0` = no limit): file tools
+    /// refuse a write that would pass it, and shell children may not grow a file past what
+    /// remains (`RLIMIT_FSIZE`) and are killed when the workspace passes it while they run.
+    /// Counted as allocated blocks, `.tmp` included. Writes into a granted sibling count
+    /// against the sibling's own limit.
+    pub max_workspace_mb: u64,
     /// Environment variables passed to child processes besides PATH, HOME, LANG, TERM, TMPDIR.
     pub env_passthrough: Vec<String>,
     pub shell_timeout_secs: u64,
@@ -215,6 +224,7 @@ impl Default for RiskProfile {
             max_processes: 512,
             max_file_size_mb: 1024,
             max_cpu_secs: 600,
+            max_workspace_mb: DEFAULT_MAX_WORKSPACE_MB,
             env_passthrough: Vec::new(),
             shell_timeout_secs: 60,
             allowed_tools: None,

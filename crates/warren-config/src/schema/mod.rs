@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use warren_core::AgentAlias;
 
 pub use agents::{
-    AccessLevel, AgentConfig, AgentMemoryConfig, AgentWorkspaceConfig, Autonomy, MemoryBackendKind,
-    MemoryGrant, RiskProfile, RuntimeProfile, SandboxFallback, SandboxKind,
+    AccessLevel, AgentConfig, AgentMemoryConfig, AgentWorkspaceConfig, Autonomy,
+    DEFAULT_MAX_WORKSPACE_MB, MemoryBackendKind, MemoryGrant, RiskProfile, RuntimeProfile,
+    SandboxFallback, SandboxKind,
 };
 pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
 pub use network::{
@@ -31,9 +32,9 @@ pub use network::{
     normalize_host, parse_host_entry, secret_host_scheme,
 };
 pub use sections::{
-    ChannelsConfig, CostConfig, CronConfig, EmbedderConfig, EmbedderKind, GatewayConfig,
-    GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate, PostgresConfig,
-    ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
+    ChannelsConfig, CostConfig, CronConfig, DEFAULT_DISK_RESERVE_MB, EmbedderConfig, EmbedderKind,
+    GatewayConfig, GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate,
+    PostgresConfig, ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
     SessionDurability, SessionStoreOnError, StreamMode,
 };
 pub use sop::SopConfig;

@@ -19,7 +19,14 @@ pub struct RuntimeConfig {
     pub default_agent: Option<warren_core::AgentAlias>,
     /// How long a reload or shutdown lets in-flight turns finish before cancelling them.
     pub shutdown_grace_secs: u64,
+    /// Free space (MiB) kept for the daemon's own stores (sessions, config saves) on the
+    /// filesystem of every root an agent writes (issue 35 §8; `0` = none): agent file writes
+    /// and shell children are refused or stopped before they would eat into it.
+    pub disk_reserve_mb: u64,
 }
+
+/// The default `[runtime] disk_reserve_mb`.
+pub const DEFAULT_DISK_RESERVE_MB: u64 = 256;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -27,6 +34,7 @@ impl Default for RuntimeConfig {
             kind: RuntimeKind::Native,
             default_agent: None,
             shutdown_grace_secs: 10,
+            disk_reserve_mb: DEFAULT_DISK_RESERVE_MB,
         }
     }
 }

@@ -656,8 +656,11 @@ impl Sandbox {
             _ => launch::Plan::landlock_level(),
         };
         let limits = self.rlimits();
+        // Issue 35 §8: no file may grow past what remains of the workspace limits and of the
+        // free space above the daemon's reserve (the kernel answers EFBIG / SIGXFSZ).
+        let file_size = limits.file_size.min(p.write_room());
         Ok(plan
-            .rlimits(limits.processes, limits.file_size, limits.cpu_secs)
+            .rlimits(limits.processes, file_size, limits.cpu_secs)
             .run_as(self.run_as())
             .own_user_namespace(self.on(Layer::OwnUserNamespace))
             .drop_capabilities(self.drop_capabilities())

@@ -1,6 +1,7 @@
 //! The crate's integration tests, linked into one binary (one module per suite).
 
 mod common;
+mod disk_quota;
 mod escape_files;
 mod escape_git_prepass_cache;
 mod escape_git_programs;
