@@ -307,16 +307,7 @@ pub async fn run(
                 jobs: Arc::default(),
             };
             // The listeners first (start-up latency): stores open after the gateway listens.
-            for hook in &hooks {
-                match hook.start(&generation).await {
-                    Ok(subsystem) => running.push(subsystem),
-                    Err(e) => tracing::error!(
-                        subsystem = hook.name(),
-                        generation = snapshot.generation(),
-                        "cannot start: {e}"
-                    ),
-                }
-            }
+            start_hooks(&hooks, &generation, &mut running).await;
             publish_state(
                 &root,
                 &DaemonState {
@@ -328,16 +319,7 @@ pub async fn run(
             );
             // The engine's own subsystems, in order (telemetry, MCP, sessions, cron, SOP):
             // after the listeners, so the stores open off the start path.
-            for hook in &engine_hooks {
-                match hook.start(&generation).await {
-                    Ok(subsystem) => running.push(subsystem),
-                    Err(e) => tracing::error!(
-                        subsystem = hook.name(),
-                        generation = snapshot.generation(),
-                        "cannot start: {e}"
-                    ),
-                }
-            }
+            start_hooks(&engine_hooks, &generation, &mut running).await;
             for hook in &hooks {
                 hook.ready(&generation);
             }
@@ -406,6 +388,25 @@ pub async fn run(
     drop(lock);
     tracing::info!("warren daemon stopped");
     Ok(())
+}
+
+/// Starts `hooks` for `generation` in order; a hook that cannot start is logged and the daemon
+/// runs on without it until the next reload.
+async fn start_hooks(
+    hooks: &[Arc<dyn GenerationHook>],
+    generation: &Generation,
+    running: &mut Vec<RunningSubsystem>,
+) {
+    for hook in hooks {
+        match hook.start(generation).await {
+            Ok(subsystem) => running.push(subsystem),
+            Err(e) => tracing::error!(
+                subsystem = hook.name(),
+                generation = generation.snapshot.generation(),
+                "cannot start: {e}"
+            ),
+        }
+    }
 }
 
 const STATE_POINTS: CrashPoints = CrashPoints {

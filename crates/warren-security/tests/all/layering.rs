@@ -48,6 +48,7 @@ const CIRCLES_ALLOWED: &[(&str, &[&str], &str)] = &[
             "metrics_api",
             "openai_api",
             "openapi",
+            "operator_pair",
             "ops_api",
             "routes",
             "server",
@@ -64,6 +65,7 @@ const CIRCLES_ALLOWED: &[(&str, &[&str], &str)] = &[
             "agent",
             "host",
             "mcp",
+            "session_keys",
             "sessions",
             "stores",
             "telemetry",
@@ -79,6 +81,13 @@ const CIRCLES_ALLOWED: &[(&str, &[&str], &str)] = &[
         &["control_socket", "sandbox"],
         "the control socket's peer check counts the seccomp filters the sandbox gives every \
          child, and the selftest serves a socket with that very guard to probe it",
+    ),
+    (
+        "warren-security",
+        &["paths", "policy", "quota"],
+        "issue 35 §8: the sealed policy owns each workspace's disk limits (quota::DiskLimits, \
+         built in SecurityPolicy::for_agent), which measure the roots its path decisions \
+         resolve; to fold: the limits as a field type defined below both",
     ),
     (
         "warren-config",
