@@ -86,7 +86,7 @@ impl GenerationHook for Mcp {
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
         Box::pin(async move {
             warren_runtime::mcp::reconcile(&generation.root, generation.snapshot.config());
-            warren_runtime::mcp::start_eager(&generation.host);
+            generation.host.start_eager_mcp();
             Ok(done("mcp"))
         })
     }

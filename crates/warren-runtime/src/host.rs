@@ -23,6 +23,7 @@ use warren_core::{AgentAlias, SessionKey};
 use warren_memory::MemoryStores;
 use warren_store::sessions::{SessionActorQueue, SessionHandle};
 
+use crate::actions::ActionWindow;
 use crate::approval::Approver;
 use crate::cancel::CancelToken;
 use crate::cost::CostTracker;
@@ -31,7 +32,6 @@ use crate::receipts::ReceiptKey;
 use crate::sessions::SessionStores;
 use crate::stores::Stores;
 use crate::trace::Trace;
-use crate::turn::limits::ActionWindow;
 use crate::turn::{AgentRunner, Channel, Services, TurnError, TurnEvents, TurnIo, TurnOutcome};
 
 /// Services that live for the whole process (not rebuilt on reload).
@@ -55,6 +55,24 @@ impl ProcessServices {
             receipts: Arc::new(ReceiptKey::generate()?),
             stores: Arc::new(Stores::new(root, config)),
         })
+    }
+}
+
+/// The door builds each generation's [`Services`] from the process's.
+impl Services {
+    /// `process`'s receipt key and cost tracker with the trace `config` sets up for `root`.
+    pub fn for_generation(
+        process: &ProcessServices,
+        root: &InstallRoot,
+        config: &warren_config::Config,
+    ) -> Self {
+        Self {
+            receipts: Arc::clone(&process.receipts),
+            costs: Arc::clone(process.stores.costs()),
+            trace: Arc::new(Trace::new(root, config)),
+            actions: Arc::clone(process.stores.actions()),
+            stores: Arc::clone(&process.stores),
+        }
     }
 }
 
@@ -394,7 +412,30 @@ impl AgentHost {
             .chat_sessions()
             .await
             .map_err(TurnError::SessionsUnavailable)?;
-        crate::session_keys::resolve_default(&sessions, channel, agent).await
+        Ok(crate::session_keys::resolve_default(&sessions, channel, agent).await?)
+    }
+
+    /// Resolves (in the background) every agent of this generation that has an `eager` MCP
+    /// server, which starts those servers (issue 23).
+    pub fn start_eager_mcp(self: &Arc<Self>) {
+        let eager: Vec<AgentAlias> = self
+            .snapshot
+            .config()
+            .agents()
+            .filter(|(_, a)| a.mcp.servers.values().any(|s| s.eager))
+            .map(|(alias, _)| alias)
+            .collect();
+        if eager.is_empty() {
+            return;
+        }
+        let host = Arc::clone(self);
+        tokio::spawn(async move {
+            for alias in eager {
+                if let Err(e) = host.runner(&alias).await {
+                    tracing::warn!(agent = %alias, "eager MCP servers not started: {e}");
+                }
+            }
+        });
     }
 
     /// The runner of `alias`, resolved on first use (a failed build is retried next time).

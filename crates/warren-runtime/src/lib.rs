@@ -6,6 +6,7 @@
 //! `warren-jobs` (cron, SOP, unattended runs), `warren-admin` (lifecycle, backup),
 //! `warren-daemon` (the reload loop and its generations), the gateway, ACP and the CLI.
 
+pub mod actions;
 pub mod agent;
 mod appendfile;
 pub mod approval;

@@ -145,28 +145,6 @@ pub fn stop_all(root: &InstallRoot) {
     });
 }
 
-/// Resolves (in the background) every agent of `host`'s generation that has an `eager`
-/// server, which starts those servers.
-pub fn start_eager(host: &Arc<crate::host::AgentHost>) {
-    let config = host.snapshot().config();
-    let eager: Vec<AgentAlias> = config
-        .agents()
-        .filter(|(_, a)| a.mcp.servers.values().any(|s| s.eager))
-        .map(|(alias, _)| alias)
-        .collect();
-    if eager.is_empty() {
-        return;
-    }
-    let host = Arc::clone(host);
-    tokio::spawn(async move {
-        for alias in eager {
-            if let Err(e) = host.runner(&alias).await {
-                tracing::warn!(agent = %alias, "eager MCP servers not started: {e}");
-            }
-        }
-    });
-}
-
 /// What `warren mcp list|test` saw: each server's status and what it wrote to stderr.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Probe {

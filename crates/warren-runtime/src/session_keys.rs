@@ -23,7 +23,59 @@
 use warren_core::{AgentAlias, SessionKey, SessionKeyError};
 use warren_store::sessions::SessionHandle;
 
-use crate::turn::{Channel, TurnError};
+/// The channel of sessions started by `warren agent`.
+pub const CLI_CHANNEL: &str = "cli";
+/// The channel of sessions started through the gateway's chat route.
+pub const GATEWAY_CHANNEL: &str = "gateway";
+/// The channel of sessions started by scheduled jobs.
+pub const CRON_CHANNEL: &str = "cron";
+/// The channel of sessions started by an editor over ACP (`warren acp`).
+pub const ACP_CHANNEL: &str = "acp";
+
+/// Where a turn comes from: it labels the sessions the turn starts and derives the default
+/// session key, one per channel and agent, so defaults never collide (SESS-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// `warren agent` (one-shot and REPL): sessions labelled `cli`, default key
+    /// `Agent-<alias>-cli`.
+    Cli,
+    /// The gateway's chat route: sessions labelled `gateway`, default key `Agent-<alias>-http`.
+    Gateway,
+    /// A scheduled job (`warren cron`, STATE-9): sessions labelled `cron`, default key
+    /// `Agent-<alias>-cron`; a job without a named session runs in `cron-<job>-<run>`.
+    Cron,
+    /// `warren acp` (editors over the Agent Client Protocol): sessions labelled `acp`, default
+    /// key `Agent-<alias>-acp` (ACP prompts name their session, so the default is rarely used).
+    Acp,
+}
+
+impl Channel {
+    /// The label new sessions of this channel carry.
+    pub fn label(self) -> &'static str {
+        match self {
+            Channel::Cli => CLI_CHANNEL,
+            Channel::Gateway => GATEWAY_CHANNEL,
+            Channel::Cron => CRON_CHANNEL,
+            Channel::Acp => ACP_CHANNEL,
+        }
+    }
+
+    /// `agent`'s namespaced default session on this channel (`Agent-<alias>-cli`,
+    /// `Agent-<alias>-http`, ...; issue 35 §7). The door uses the legacy `cli-<alias>` instead
+    /// when that row exists and `agent` owns it ([`resolve_default`]).
+    pub fn default_session(self, agent: &AgentAlias) -> Result<SessionKey, SessionKeyError> {
+        default_key(self, agent)
+    }
+}
+
+/// Why the default key of a turn could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum DefaultKeyError {
+    #[error(transparent)]
+    Key(#[from] SessionKeyError),
+    #[error(transparent)]
+    Session(#[from] warren_store::sessions::SessionError),
+}
 
 /// The prefix of every namespaced default key.
 pub const DEFAULT_KEY_PREFIX: &str = "Agent-";
@@ -99,7 +151,7 @@ pub async fn resolve_default(
     sessions: &SessionHandle,
     channel: Channel,
     agent: &AgentAlias,
-) -> Result<SessionKey, TurnError> {
+) -> Result<SessionKey, DefaultKeyError> {
     let legacy = legacy_default_key(channel, agent)?;
     let k = legacy.clone();
     let meta = sessions.run(move |b| b.meta(&k)).await?;

@@ -23,8 +23,6 @@ use warren_store::sessions::{
     open_chat_sessions_reporting,
 };
 
-use crate::turn::TurnError;
-
 /// Why a turn may not use a session.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -66,6 +64,17 @@ impl ClaimedSession {
     }
 }
 
+/// Why a turn may not use a session.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error(transparent)]
+    Session(#[from] warren_store::sessions::SessionError),
+    #[error(transparent)]
+    Owned(#[from] SessionOwned),
+    #[error(transparent)]
+    Reserved(#[from] crate::session_keys::DefaultKeyReserved),
+}
+
 /// Makes `key` a session of `agent` (created with `channel` when new; an unowned one is
 /// taken), or refuses it with the agent that owns it. Reads only the session's row, never its
 /// messages into a turn. Run inside the session's queue slot: `ensure` never replaces an
@@ -75,7 +84,7 @@ pub async fn claim(
     key: &SessionKey,
     agent: &AgentAlias,
     channel: &str,
-) -> Result<ClaimedSession, TurnError> {
+) -> Result<ClaimedSession, ClaimError> {
     claim_reserved(sessions, key, agent, channel, None).await
 }
 
@@ -89,7 +98,7 @@ pub async fn claim_reserved(
     agent: &AgentAlias,
     channel: &str,
     reserved_for: Option<AgentAlias>,
-) -> Result<ClaimedSession, TurnError> {
+) -> Result<ClaimedSession, ClaimError> {
     let reserved_for = reserved_for.filter(|r| r != agent);
     let (k, me) = (key.clone(), agent.clone());
     let reserved = reserved_for.clone();

@@ -19,8 +19,8 @@ use warren_store::control_plane::{ControlPlane, ControlPlaneError};
 use warren_store::cron::{CronError, CronStore};
 use warren_store::sop::{SopStore, SopStoreError};
 
+use crate::actions::ActionWindow;
 use crate::cost::CostTracker;
-use crate::turn::limits::ActionWindow;
 
 /// A store handle opened at most once.
 type Slot<T> = Mutex<Option<Arc<T>>>;

@@ -89,7 +89,7 @@ pub fn state_map(root: &InstallRoot) -> Vec<StoreFile> {
         row(
             "PERM-2",
             "actions",
-            warren_runtime::turn::limits::actions_db(root),
+            warren_runtime::actions::actions_db(root),
             Sqlite,
             v1,
         ),

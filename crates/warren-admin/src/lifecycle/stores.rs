@@ -24,10 +24,10 @@ use warren_store::sessions::{
 };
 use warren_store::sop::SopStore;
 
+use warren_runtime::actions::ActionWindow;
 use warren_runtime::cost::{CostRecord, CostTracker, read_ledger};
 use warren_runtime::host::AgentHost;
 use warren_runtime::stores::Stores;
-use warren_runtime::turn::limits::ActionWindow;
 
 /// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
 #[derive(Debug, Clone)]
@@ -743,7 +743,7 @@ mod tests {
             host.actions()
                 .admit(&b, 10)
                 .unwrap_or_else(|e| panic!("{e}"));
-            let db = warren_runtime::turn::limits::actions_db(&root);
+            let db = warren_runtime::actions::actions_db(&root);
             let before = open_handles(&db);
             assert!(before > 0, "the host's window is open");
 

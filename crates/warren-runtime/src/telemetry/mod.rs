@@ -38,7 +38,6 @@ use warren_core::Usage;
 use warren_providers::{ChatRequest, ChatResponse};
 
 use crate::subsystem::RunningSubsystem;
-use crate::turn::{TurnError, TurnOutcome};
 
 /// Spans kept waiting for export at most; more are dropped (and counted in the log).
 const MAX_QUEUED: usize = 4096;
@@ -212,37 +211,39 @@ fn tokens(n: u64) -> AttrValue {
     AttrValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// The error kind of a failed turn (span status and `error.type`; never free text).
-fn error_type(e: &TurnError) -> &'static str {
-    match e {
-        TurnError::Provider(_) => "provider",
-        TurnError::SingleToolViolation { .. } => "single_tool_violation",
-        TurnError::Cancelled => "cancelled",
-        TurnError::Cost(_) => "cost_limit",
-        TurnError::Session(_) | TurnError::SessionsUnavailable(_) => "session_store",
-        TurnError::SessionOwned(_)
-        | TurnError::DefaultKeyReserved(_)
-        | TurnError::SessionKey(_) => "session",
-        TurnError::Queue(_) => "queue",
-        TurnError::Task(_) => "task",
-        TurnError::Agent(_) | TurnError::Unconfigured { .. } | TurnError::UnknownAgent { .. } => {
-            "agent"
-        }
-    }
+/// What the `invoke_agent` span and the turn metrics read of a turn that ended: implemented by
+/// the loop's outcome (`crate::turn::TurnOutcome`), so telemetry does not know the loop.
+pub trait TurnReport {
+    /// Input and output tokens of every provider request of the turn.
+    fn tokens(&self) -> (u64, u64);
+    /// Provider requests and tool calls of the turn.
+    fn calls(&self) -> (u32, u32);
+    /// The reply (recorded only with content capture on).
+    fn reply(&self) -> &str;
+}
+
+/// What the span and the metrics read of a turn that failed: implemented by the loop's error.
+pub trait TurnFailure {
+    /// The error kind (span status and `error.type`; never free text).
+    fn kind(&self) -> &'static str;
+    /// Whether the turn was cancelled (counted apart from errors).
+    fn cancelled(&self) -> bool;
 }
 
 /// Runs one turn (`fut`) of `agent` on `channel` as the `invoke_agent` span, the parent of
 /// the turn's provider and tool spans, and counts it (`warren_turns_total`,
 /// `warren_turn_duration_seconds`).
-pub async fn turn<F>(
+pub async fn turn<T, E, F>(
     agent: &str,
     model: &str,
     channel: &str,
     input: &str,
     fut: F,
-) -> Result<TurnOutcome, TurnError>
+) -> Result<T, E>
 where
-    F: Future<Output = Result<TurnOutcome, TurnError>>,
+    T: TurnReport,
+    E: TurnFailure,
+    F: Future<Output = Result<T, E>>,
 {
     let started = Instant::now();
     let start_ns = now_ns();
@@ -254,7 +255,7 @@ where
     };
     let outcome = match &result {
         Ok(_) => "ok",
-        Err(TurnError::Cancelled) => "cancelled",
+        Err(e) if e.cancelled() => "cancelled",
         Err(_) => "error",
     };
     crate::metrics::turn(agent, channel, outcome, started.elapsed().as_secs_f64());
@@ -271,24 +272,29 @@ where
         let mut error = None;
         match &result {
             Ok(o) => {
+                let ((input_tokens, output_tokens), (provider_calls, tool_calls)) =
+                    (o.tokens(), o.calls());
                 attributes.extend([
-                    ("gen_ai.usage.input_tokens", tokens(o.usage.input_tokens)),
-                    ("gen_ai.usage.output_tokens", tokens(o.usage.output_tokens)),
+                    ("gen_ai.usage.input_tokens", tokens(input_tokens)),
+                    ("gen_ai.usage.output_tokens", tokens(output_tokens)),
                     (
                         "warren.provider_calls",
-                        AttrValue::Int(o.provider_calls.into()),
+                        AttrValue::Int(provider_calls.into()),
                     ),
-                    ("warren.tool_calls", AttrValue::Int(o.tool_calls.into())),
+                    ("warren.tool_calls", AttrValue::Int(tool_calls.into())),
                 ]);
                 if s.capture {
                     attributes.push((
                         "gen_ai.output.messages",
-                        s.content(&messages_json([("assistant".into(), o.reply.clone())])),
+                        s.content(&messages_json([(
+                            "assistant".into(),
+                            o.reply().to_string(),
+                        )])),
                     ));
                 }
             }
             Err(e) => {
-                let kind = error_type(e);
+                let kind = e.kind();
                 attributes.push(("error.type", AttrValue::Str(kind.into())));
                 error = Some(kind.to_string());
             }

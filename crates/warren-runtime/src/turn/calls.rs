@@ -77,7 +77,7 @@ impl AgentRunner {
         &self,
         tool: &str,
         session: Option<&str>,
-    ) -> Result<(), crate::turn::limits::ActionLimited> {
+    ) -> Result<(), crate::actions::ActionLimited> {
         let limit = self.kit.policy().max_actions_per_hour();
         self.services
             .actions

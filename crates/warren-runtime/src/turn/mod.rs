@@ -14,7 +14,6 @@
 //! results keep call order either way.
 
 mod calls;
-pub mod limits;
 mod subagent;
 pub mod taint;
 
@@ -46,50 +45,7 @@ use crate::trace::Trace;
 pub const MAX_RESULT_CHARS: usize = 50_000;
 /// Newest session messages loaded as history.
 pub const HISTORY_LIMIT: usize = 200;
-/// The channel of sessions started by `warren agent`.
-pub const CLI_CHANNEL: &str = "cli";
-/// The channel of sessions started through the gateway's chat route.
-pub const GATEWAY_CHANNEL: &str = "gateway";
-/// The channel of sessions started by scheduled jobs.
-pub const CRON_CHANNEL: &str = "cron";
-/// The channel of sessions started by an editor over ACP (`warren acp`).
-pub const ACP_CHANNEL: &str = "acp";
-
-/// Where a turn comes from: it labels the sessions the turn starts and derives the default
-/// session key, one per channel and agent, so defaults never collide (SESS-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Channel {
-    /// `warren agent` (one-shot and REPL): sessions labelled `cli`, default key
-    /// `Agent-<alias>-cli`.
-    Cli,
-    /// The gateway's chat route: sessions labelled `gateway`, default key `Agent-<alias>-http`.
-    Gateway,
-    /// A scheduled job (`warren cron`, STATE-9): sessions labelled `cron`, default key
-    /// `Agent-<alias>-cron`; a job without a named session runs in `cron-<job>-<run>`.
-    Cron,
-    /// `warren acp` (editors over the Agent Client Protocol): sessions labelled `acp`, default
-    /// key `Agent-<alias>-acp` (ACP prompts name their session, so the default is rarely used).
-    Acp,
-}
-
-impl Channel {
-    /// The label new sessions of this channel carry.
-    pub fn label(self) -> &'static str {
-        match self {
-            Channel::Cli => CLI_CHANNEL,
-            Channel::Gateway => GATEWAY_CHANNEL,
-            Channel::Cron => CRON_CHANNEL,
-            Channel::Acp => ACP_CHANNEL,
-        }
-    }
-
-    /// `agent`'s namespaced default session on this channel (`Agent-<alias>-cli`,
-    /// `Agent-<alias>-http`, ...; issue 35 §7). The door uses the legacy `cli-<alias>` instead
-    /// when that row exists and `agent` owns it ([`crate::session_keys::resolve_default`]).
-    pub fn default_session(self, agent: &AgentAlias) -> Result<SessionKey, SessionKeyError> {
-        crate::session_keys::default_key(self, agent)
-    }
-}
+pub use crate::session_keys::{ACP_CHANNEL, CLI_CHANNEL, CRON_CHANNEL, Channel, GATEWAY_CHANNEL};
 
 /// What one turn talks through: who approves its calls, what cancels it, where its events go.
 #[derive(Clone)]
@@ -175,6 +131,63 @@ pub enum TurnError {
     UnknownAgent { alias: String },
 }
 
+impl crate::telemetry::TurnReport for TurnOutcome {
+    fn tokens(&self) -> (u64, u64) {
+        (self.usage.input_tokens, self.usage.output_tokens)
+    }
+
+    fn calls(&self) -> (u32, u32) {
+        (self.provider_calls, self.tool_calls)
+    }
+
+    fn reply(&self) -> &str {
+        &self.reply
+    }
+}
+
+impl crate::telemetry::TurnFailure for TurnError {
+    fn kind(&self) -> &'static str {
+        match self {
+            TurnError::Provider(_) => "provider",
+            TurnError::SingleToolViolation { .. } => "single_tool_violation",
+            TurnError::Cancelled => "cancelled",
+            TurnError::Cost(_) => "cost_limit",
+            TurnError::Session(_) | TurnError::SessionsUnavailable(_) => "session_store",
+            TurnError::SessionOwned(_)
+            | TurnError::DefaultKeyReserved(_)
+            | TurnError::SessionKey(_) => "session",
+            TurnError::Queue(_) => "queue",
+            TurnError::Task(_) => "task",
+            TurnError::Agent(_)
+            | TurnError::Unconfigured { .. }
+            | TurnError::UnknownAgent { .. } => "agent",
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        matches!(self, TurnError::Cancelled)
+    }
+}
+
+impl From<crate::sessions::ClaimError> for TurnError {
+    fn from(e: crate::sessions::ClaimError) -> Self {
+        match e {
+            crate::sessions::ClaimError::Session(e) => TurnError::Session(e),
+            crate::sessions::ClaimError::Owned(e) => TurnError::SessionOwned(e),
+            crate::sessions::ClaimError::Reserved(e) => TurnError::DefaultKeyReserved(e),
+        }
+    }
+}
+
+impl From<crate::session_keys::DefaultKeyError> for TurnError {
+    fn from(e: crate::session_keys::DefaultKeyError) -> Self {
+        match e {
+            crate::session_keys::DefaultKeyError::Key(e) => TurnError::SessionKey(e),
+            crate::session_keys::DefaultKeyError::Session(e) => TurnError::Session(e),
+        }
+    }
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnOutcome {
@@ -219,26 +232,9 @@ pub struct Services {
     pub costs: Arc<CostTracker>,
     pub trace: Arc<Trace>,
     /// Each agent's `max_actions_per_hour` window (the process's, across reloads).
-    pub actions: Arc<limits::ActionWindow>,
+    pub actions: Arc<crate::actions::ActionWindow>,
     /// The process's store handles (the control plane a background delegate registers in).
     pub stores: Arc<crate::stores::Stores>,
-}
-
-impl Services {
-    /// `process`'s receipt key and cost tracker with the trace `config` sets up for `root`.
-    pub fn for_generation(
-        process: &crate::host::ProcessServices,
-        root: &InstallRoot,
-        config: &Config,
-    ) -> Self {
-        Self {
-            receipts: Arc::clone(&process.receipts),
-            costs: Arc::clone(process.stores.costs()),
-            trace: Arc::new(Trace::new(root, config)),
-            actions: Arc::clone(process.stores.actions()),
-            stores: Arc::clone(&process.stores),
-        }
-    }
 }
 
 /// How the loop behaves for an agent, from its runtime profile: what is not a limit. Every

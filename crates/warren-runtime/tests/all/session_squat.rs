@@ -108,7 +108,7 @@ async fn an_agent_cannot_squat_another_agents_default_session_issue35() {
         .await
         .expect_err("bee is locked out of the squatted key");
     assert!(
-        matches!(&locked_out, TurnError::SessionOwned(o) if o.owner.as_str() == "ada"),
+        matches!(&locked_out, warren_runtime::sessions::ClaimError::Owned(o) if o.owner.as_str() == "ada"),
         "{locked_out}"
     );
 

@@ -11,12 +11,12 @@ use serde_json::json;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::{AgentAlias, ChatMessage, Role, SessionKey};
 use warren_memory::MemoryStores;
+use warren_runtime::actions::ActionWindow;
 use warren_runtime::approval::{ApprovalDecision, ApprovalRequest, ApproveAll, Approver, DenyAll};
 use warren_runtime::cost::{CostTracker, read_ledger};
 use warren_runtime::receipts::ReceiptKey;
 use warren_runtime::trace::{Trace, read_trace};
 use warren_runtime::turn::CLI_CHANNEL;
-use warren_runtime::turn::limits::ActionWindow;
 use warren_runtime::{
     AgentRunner, CancelToken, Services, TurnError, TurnEvent, TurnEvents, TurnIo, TurnOutcome,
 };

@@ -248,7 +248,7 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
         "the cost ledger and its lock under data/state",
     ),
     (
-        "crates/warren-runtime/src/turn/limits.rs",
+        "crates/warren-runtime/src/actions.rs",
         "data/state/actions.db (the max_actions_per_hour window), opened by SQLite; only looked for before a rename or purge",
     ),
     (
