@@ -25,7 +25,8 @@ use warren_runtime::{CancelToken, Channel, TurnError, TurnEvent, TurnEvents, Tur
 use warren_store::sessions::{Page, QueueError};
 
 use crate::alias_path::AliasPath;
-use crate::error::{ApiError, parse_json};
+use crate::error::ApiError;
+use crate::json::parse as parse_json;
 use crate::state::AppState;
 use crate::turns_api::TurnStatus;
 

@@ -31,6 +31,7 @@ pub mod tokens;
 pub mod turns_api;
 
 pub use listener::ConnLimits;
-pub use routes::{Access, BODY_LIMIT, ROUTES, Route, TimeLimits, router, router_with_limits};
+pub use json::BODY_LIMIT;
+pub use routes::{Access, ROUTES, Route, TimeLimits, router, router_with_limits};
 pub use server::{AdminEndpoint, GatewayHook, read_endpoint};
 pub use state::{AppState, ProcessState};

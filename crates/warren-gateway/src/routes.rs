@@ -20,13 +20,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::json::StrictJson;
+use crate::json::{BODY_LIMIT, StrictJson};
 use crate::pairing::{self, PairRefused, device_id};
 use crate::state::AppState;
 use crate::tokens;
 
-/// Request bodies larger than this are refused with 413.
-pub const BODY_LIMIT: usize = 64 * 1024;
 /// The header carrying the local admin key.
 pub const ADMIN_KEY_HEADER: &str = "x-warren-admin";
 

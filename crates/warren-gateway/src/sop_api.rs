@@ -273,7 +273,7 @@ async fn decide(
     body: Bytes,
     approved: bool,
 ) -> Result<Json<Value>, ApiError> {
-    let d: Decision = crate::error::parse_json(route, &body)?;
+    let d: Decision = crate::json::parse(route, &body)?;
     let engine = engine(&state, route)?;
     engine
         .decide(&id, &d.step, approved, "api", d.reason)
@@ -332,7 +332,7 @@ pub(crate) async fn admin_action(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /admin/sops/runs/{id}/action";
-    let a: AdminAction = crate::error::parse_json(ROUTE, &body)?;
+    let a: AdminAction = crate::json::parse(ROUTE, &body)?;
     let engine = engine(&state, ROUTE)?;
     match (a.step, a.approved) {
         (Some(step), Some(approved)) => {
