@@ -21,9 +21,9 @@ use warren_jobs::cron::{CronRunError, JobSpec, Scheduler, schedule_of};
 use warren_store::control_plane::ControlPlaneError;
 use warren_store::cron::{CronError, Job, now_ms};
 
-use crate::agents_api::{number, query_map};
 use crate::error::ApiError;
 use crate::json::parse as parse_json;
+use crate::query::{number, query_map};
 use crate::state::AppState;
 
 fn cron_error(route: &str, e: CronError) -> ApiError {

@@ -61,7 +61,7 @@ pub(crate) async fn issue_token(
     let hash = hash_token(&token);
     let store = state.store().clone();
     let persisted_hash = hash.clone();
-    crate::config_api::write_fresh(state, route, move || {
+    crate::config_write::write_fresh(state, route, move || {
         tokens::add_hash_blocking(&store, &persisted_hash)
     })
     .await

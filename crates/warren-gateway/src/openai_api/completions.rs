@@ -66,8 +66,7 @@ pub(super) async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let body = read_body(ROUTE, body)?;
-    let request: CompletionRequest =
-        crate::json::parse(ROUTE, &body).map_err(OpenAiError::from)?;
+    let request: CompletionRequest = crate::json::parse(ROUTE, &body).map_err(OpenAiError::from)?;
     let tools_sent = request.tools.as_ref().is_some_and(|t| !t.is_empty())
         || request.functions.as_ref().is_some_and(|f| !f.is_empty());
     refuse_client_tools(tools_sent, request.tool_choice.as_ref())?;

@@ -78,8 +78,7 @@ pub(super) async fn responses(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let body = read_body(ROUTE, body)?;
-    let request: ResponsesRequest =
-        crate::json::parse(ROUTE, &body).map_err(OpenAiError::from)?;
+    let request: ResponsesRequest = crate::json::parse(ROUTE, &body).map_err(OpenAiError::from)?;
     refuse_client_tools(
         request.tools.as_ref().is_some_and(|t| !t.is_empty()),
         request.tool_choice.as_ref(),
