@@ -22,7 +22,7 @@ use super::history::InMessage;
 use super::retry::{self, Answer, Recent};
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
-use crate::routes::Caller;
+use crate::auth::Caller;
 use crate::state::AppState;
 
 #[derive(Deserialize)]

@@ -17,7 +17,7 @@ use warren_store::sessions::Page;
 use super::history::{InMessage, Visible, check_history, conversation, repeated_reply};
 use super::retry::{self, Answer, Pending, Recent};
 use super::{MAX_USER, OpenAiError, SESSION_HEADER, agent_of_model};
-use crate::routes::Caller;
+use crate::auth::Caller;
 use crate::state::AppState;
 use crate::turns::turn_error;
 
