@@ -1,6 +1,6 @@
 //! `GET /api/turns/{id}` (issue 16 §2): the status of a turn a JSON chat caller follows
-//! (`?wait=SECS` long-polls until the turn's status changes). The records are
-//! [`crate::turns`]'.
+//! (`?wait=SECS` long-polls until the turn's status changes). The records live in
+//! [`crate::turns`].
 
 use std::time::Duration;
 
