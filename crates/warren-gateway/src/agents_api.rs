@@ -20,14 +20,16 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use warren_core::{AgentAlias, SessionKey};
 use warren_memory::{Memory, MemoryError, RecallQuery};
-use warren_runtime::cost::{CostError, read_ledger};
-use warren_runtime::{CancelToken, Channel, TurnError, TurnEvent, TurnEvents, TurnRequest};
-use warren_store::sessions::{Page, QueueError};
+use warren_runtime::cost::read_ledger;
+use warren_runtime::{CancelToken, Channel, TurnEvent, TurnEvents, TurnRequest};
+use warren_store::sessions::Page;
 
 use crate::alias_path::AliasPath;
-use crate::error::{ApiError, parse_json};
+use crate::error::ApiError;
+use crate::json::parse as parse_json;
+use crate::query::{number, query_map};
 use crate::state::AppState;
-use crate::turns_api::TurnStatus;
+use crate::turns::{TurnStatus, sessions_unavailable, turn_error};
 
 /// The alias of a path (validated by [`AliasPath`]), configured in this generation (404
 /// otherwise).
@@ -47,69 +49,6 @@ pub(crate) fn configured_alias(
         ));
     }
     Ok(parsed)
-}
-
-/// Query parameters as strings; numbers are parsed by [`number`] so errors name the field.
-pub(crate) fn query_map(
-    route: &str,
-    raw: Option<String>,
-) -> Result<BTreeMap<String, String>, ApiError> {
-    let raw = raw.unwrap_or_default();
-    let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&raw)
-        .map_err(|_| ApiError::bad_field(route, "(query)", "malformed query string"))?;
-    Ok(pairs.into_iter().collect())
-}
-
-/// `a=b&c=d` with percent-decoding (`+` = space).
-fn serde_urlencoded_pairs(raw: &str) -> Result<Vec<(String, String)>, ()> {
-    raw.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            Ok((decode(k)?, decode(v)?))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> Result<String, ()> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3).ok_or(())?;
-                let hex = std::str::from_utf8(hex).map_err(|_| ())?;
-                out.push(u8::from_str_radix(hex, 16).map_err(|_| ())?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).map_err(|_| ())
-}
-
-/// A numeric query parameter within `1..=max` (default when absent).
-pub(crate) fn number(
-    route: &str,
-    query: &BTreeMap<String, String>,
-    field: &str,
-    default: u64,
-    min: u64,
-    max: u64,
-) -> Result<u64, ApiError> {
-    match query.get(field) {
-        None => Ok(default),
-        Some(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_field(route, field, format!("an integer from {min} to {max}"))
-            }),
-    }
 }
 
 pub(crate) async fn list_agents(State(state): State<AppState>) -> Json<Value> {
@@ -165,7 +104,7 @@ pub(crate) async fn add_agent(
     }
     let store = state.store().clone();
     let added = alias.clone();
-    let outcome = crate::config_api::write_fresh(&state, ROUTE, move || {
+    let outcome = crate::config_write::write_fresh(&state, ROUTE, move || {
         let mut fields = Vec::new();
         for (key, value) in [
             ("provider", &request.provider),
@@ -210,49 +149,6 @@ struct ChatRequest {
 
 /// The longest chat message accepted, in bytes (the body limit bounds it too).
 const MAX_MESSAGE: usize = 32 * 1024;
-
-pub(crate) fn turn_error(route: &'static str, e: &TurnError) -> ApiError {
-    let (status, code) = match e {
-        TurnError::Queue(q) => return queue_error(route, q),
-        TurnError::SessionsUnavailable(m) => return sessions_unavailable(route)(m.clone()),
-        TurnError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
-        TurnError::Unconfigured { .. } => (StatusCode::CONFLICT, "agent_unconfigured"),
-        TurnError::SessionOwned(_) | TurnError::DefaultKeyReserved(_) => {
-            (StatusCode::CONFLICT, "session_owned_by_other_agent")
-        }
-        TurnError::Cost(CostError::LimitReached { .. }) => {
-            (StatusCode::TOO_MANY_REQUESTS, "cost_limit_reached")
-        }
-        TurnError::Provider(_) | TurnError::SingleToolViolation { .. } => {
-            (StatusCode::BAD_GATEWAY, "provider_error")
-        }
-        TurnError::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled"),
-        TurnError::Agent(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
-        TurnError::Cost(_)
-        | TurnError::Session(_)
-        | TurnError::SessionKey(_)
-        | TurnError::Task(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
-    };
-    ApiError::new(status, code, format!("{route}: {e}"))
-}
-
-fn queue_error(route: &str, e: &QueueError) -> ApiError {
-    match e {
-        QueueError::Full { .. } => ApiError {
-            retry_after_secs: Some(1),
-            ..ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "queue_full",
-                format!("{route}: {e}"),
-            )
-        },
-        QueueError::TimedOut { .. } => ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "queue_timeout",
-            format!("{route}: {e}"),
-        ),
-    }
-}
 
 fn wants_sse(headers: &HeaderMap) -> bool {
     headers
@@ -690,15 +586,4 @@ pub(crate) async fn costs(
         "per_agent": totals,
         "records": &mine[skip..],
     })))
-}
-
-/// 503 when the generation's session store is not (yet, or no longer) open.
-fn sessions_unavailable(route: &'static str) -> impl Fn(String) -> ApiError {
-    move |e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "sessions_unavailable",
-            format!("{route}: {e}"),
-        )
-    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use warren_config::InstallRoot;
 
-use crate::routes::ADMIN_KEY_HEADER;
+use crate::auth::ADMIN_KEY_HEADER;
 use crate::server::read_endpoint;
 
 #[derive(Debug, thiserror::Error)]

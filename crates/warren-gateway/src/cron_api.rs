@@ -21,8 +21,9 @@ use warren_jobs::cron::{CronRunError, JobSpec, Scheduler, schedule_of};
 use warren_store::control_plane::ControlPlaneError;
 use warren_store::cron::{CronError, Job, now_ms};
 
-use crate::agents_api::{number, query_map};
-use crate::error::{ApiError, parse_json};
+use crate::error::ApiError;
+use crate::json::parse as parse_json;
+use crate::query::{number, query_map};
 use crate::state::AppState;
 
 fn cron_error(route: &str, e: CronError) -> ApiError {
@@ -88,33 +89,6 @@ fn job_json(job: &Job) -> Value {
            "daily_budget_usd": job.daily_budget_usd, "webhook": job.webhook,
            "next_fire": job.next_fire(), "failures": job.failures, "note": job.note,
            "running_run": job.lock_run, "created_at": job.created_at})
-}
-
-/// `/api/health`'s `cron` component: whether the scheduler runs and the paused jobs with
-/// their reasons.
-pub(crate) async fn health(state: &AppState) -> Value {
-    let stores = Arc::clone(state.stores());
-    let running = scheduler(state).is_some();
-    let jobs = tokio::task::spawn_blocking(move || {
-        stores
-            .cron_existing()
-            .and_then(|s| s.map(|s| s.list()).transpose())
-    })
-    .await;
-    match jobs {
-        Ok(Ok(jobs)) => {
-            let jobs = jobs.unwrap_or_default();
-            let paused: Vec<Value> = jobs
-                .iter()
-                .filter(|j| !j.enabled)
-                .map(|j| json!({"name": j.name, "agent": j.agent, "reason": j.paused_reason}))
-                .collect();
-            json!({"status": "ok", "scheduler": if running { "running" } else { "off" },
-                   "jobs": jobs.len(), "paused": paused})
-        }
-        Ok(Err(e)) => json!({"status": "error", "error": e.to_string()}),
-        Err(e) => json!({"status": "error", "error": e.to_string()}),
-    }
 }
 
 pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -160,9 +160,6 @@ pub async fn log_server_errors(
     response
 }
 
-/// Parses a JSON body strictly (one value, nothing after it); see [`crate::json::parse`].
-pub use crate::json::parse as parse_json;
-
 /// Runs a store call on the blocking pool.
 pub(crate) async fn blocking<T: Send + 'static>(
     route: &'static str,

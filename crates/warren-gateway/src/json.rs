@@ -18,7 +18,10 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
-use crate::routes::BODY_LIMIT;
+
+/// Request bodies larger than this are refused with 413 (the router applies it to every
+/// route of the table; the `/v1` routes carry their own).
+pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// A JSON request body, parsed strictly (see the module docs). Use it instead of axum's
 /// `Json` for every route that takes a body.

@@ -61,7 +61,7 @@ async fn fresh<T, F: Future<Output = Result<T, LifecycleError>>>(
 ) -> Result<T, ApiError> {
     match op().await {
         Err(LifecycleError::Config(ConfigError::Stale { .. })) => {
-            crate::config_api::reload_changed(state, route).await?;
+            crate::config_write::reload_changed(state, route).await?;
             op().await.map_err(|e| map_err(route, e))
         }
         other => other.map_err(|e| map_err(route, e)),

@@ -445,9 +445,9 @@ async fn route(
         Some(serving) => Ok(serving),
         // Liveness needs no generation: the process is up and serving (issue 26: the daemon
         // binds before its start-up work; a reload's gap answers it too).
-        None if crate::routes::is_health(req.method(), req.uri().path()) => {
+        None if crate::health::is_health(req.method(), req.uri().path()) => {
             drop(busy);
-            return Ok(crate::routes::health_response().into_response());
+            return Ok(crate::health::health_response().into_response());
         }
         None => {
             match tokio::time::timeout(BETWEEN_GENERATIONS, slot.wait_for(Option::is_some)).await {

@@ -3,12 +3,13 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::routes::{Access, ROUTES};
+use crate::route::{Access, Route};
 
-/// The document.
-pub fn document() -> Value {
+/// The document of `routes` (the gateway serves that of [`crate::routes::ROUTES`]) and of the
+/// routes outside that table (OpenAI-compatible, cron, SOP, metrics).
+pub fn document(routes: &[Route]) -> Value {
     let mut paths: Map<String, Value> = Map::new();
-    for route in ROUTES {
+    for route in routes {
         let mut op = json!({
             "summary": route.summary,
             "operationId": operation_id(route.method, route.path),

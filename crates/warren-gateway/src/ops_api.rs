@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use warren_runtime::trace::{TraceEvent, read_trace};
 
-use crate::agents_api::{number, query_map};
-use crate::error::{ApiError, parse_json};
+use crate::error::ApiError;
+use crate::json::parse as parse_json;
+use crate::query::{number, query_map};
 use crate::state::AppState;
 
 pub(crate) async fn list_approvals(State(state): State<AppState>) -> Json<Value> {

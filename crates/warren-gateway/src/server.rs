@@ -27,7 +27,7 @@ use warren_daemon::{Generation, GenerationHook, StartFuture};
 use warren_runtime::RunningSubsystem;
 
 use crate::listener::{ConnLimits, Listening, Serving};
-use crate::routes::router;
+use crate::router::router;
 use crate::state::{AppState, ProcessState, agent_reports};
 use crate::tokens::token_hashes;
 

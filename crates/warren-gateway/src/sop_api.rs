@@ -78,29 +78,6 @@ fn read_store(state: &AppState, route: &'static str) -> Result<Option<SopStore>,
         .map_err(|e| store_error(route, e))
 }
 
-/// `/api/health`'s `sop` component: the engine, whether runs are durable (a loud warning when
-/// they are kept in memory only), and the definitions that do not load.
-pub(crate) async fn health(state: &AppState) -> Value {
-    let loaded = defs::load(state.root(), state.host().snapshot().config());
-    let problems: Vec<String> = loaded.problems.iter().map(ToString::to_string).collect();
-    match state.jobs().sop() {
-        None => json!({"status": "off", "sops": loaded.defs.len(), "problems": problems}),
-        Some(engine) => {
-            let mut v = json!({
-                "status": if engine.fallback().is_some() || !problems.is_empty() { "degraded" } else { "ok" },
-                "durable": engine.fallback().is_none(),
-                "sops": loaded.defs.len(),
-                "active_runs": engine.running(),
-                "problems": problems,
-            });
-            if let Some(w) = engine.fallback() {
-                v["warning"] = w.into();
-            }
-            v
-        }
-    }
-}
-
 pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let loaded = defs::load(state.root(), state.host().snapshot().config());
     let sops: Vec<Value> = loaded
@@ -273,7 +250,7 @@ async fn decide(
     body: Bytes,
     approved: bool,
 ) -> Result<Json<Value>, ApiError> {
-    let d: Decision = crate::error::parse_json(route, &body)?;
+    let d: Decision = crate::json::parse(route, &body)?;
     let engine = engine(&state, route)?;
     engine
         .decide(&id, &d.step, approved, "api", d.reason)
@@ -332,7 +309,7 @@ pub(crate) async fn admin_action(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /admin/sops/runs/{id}/action";
-    let a: AdminAction = crate::error::parse_json(ROUTE, &body)?;
+    let a: AdminAction = crate::json::parse(ROUTE, &body)?;
     let engine = engine(&state, ROUTE)?;
     match (a.step, a.approved) {
         (Some(step), Some(approved)) => {

@@ -24,7 +24,7 @@ pub struct ProcessState {
     /// `data/gateway.json` (0600).
     pub admin_key: String,
     /// Turns a JSON chat caller follows (`GET /api/turns/{id}`, issue 16 §2).
-    pub turns: crate::turns_api::Turns,
+    pub turns: crate::turns::Turns,
     last_touch: Mutex<HashMap<String, Instant>>,
 }
 
@@ -44,7 +44,7 @@ impl ProcessState {
             pairing: Pairing::default(),
             devices: Devices::open(&root.devices_db()).map_err(|e| e.to_string()),
             admin_key: pairing::new_key()?,
-            turns: crate::turns_api::Turns::default(),
+            turns: crate::turns::Turns::default(),
             last_touch: Mutex::new(HashMap::new()),
         })
     }

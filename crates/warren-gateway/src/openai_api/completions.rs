@@ -22,7 +22,7 @@ use super::history::InMessage;
 use super::retry::{self, Answer, Recent};
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
-use crate::routes::Caller;
+use crate::auth::Caller;
 use crate::state::AppState;
 
 #[derive(Deserialize)]
@@ -66,8 +66,7 @@ pub(super) async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let body = read_body(ROUTE, body)?;
-    let request: CompletionRequest =
-        crate::error::parse_json(ROUTE, &body).map_err(OpenAiError::from)?;
+    let request: CompletionRequest = crate::json::parse(ROUTE, &body).map_err(OpenAiError::from)?;
     let tools_sent = request.tools.as_ref().is_some_and(|t| !t.is_empty())
         || request.functions.as_ref().is_some_and(|f| !f.is_empty());
     refuse_client_tools(tools_sent, request.tool_choice.as_ref())?;

@@ -21,7 +21,7 @@
 //!
 //! These routes are not in [`crate::routes::ROUTES`]: their access check and error shape are
 //! OpenAI's, so they carry their own table ([`OPENAI_ROUTES`]), registered by
-//! [`crate::routes::router_with_limits`] and documented by [`crate::openapi::document`]. Parts:
+//! [`crate::router::router_with_limits`] and documented by [`crate::openapi::document`]. Parts:
 //! [`history`] (the resent conversation against the stored one), [`turn`] (agent, session and
 //! input of a request), [`completions`] (JSON or SSE chunks), [`responses`], [`openapi`] (their
 //! OpenAPI path items).
@@ -45,8 +45,9 @@ use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use warren_core::AgentAlias;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::{Caller, TimeLimits};
+use crate::route::TimeLimits;
 use crate::state::AppState;
 
 pub use history::{Divergence, Visible, check_history};

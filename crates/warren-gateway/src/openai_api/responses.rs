@@ -19,7 +19,7 @@ use super::history::InMessage;
 use super::retry::{self, Recent};
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
-use crate::routes::Caller;
+use crate::auth::Caller;
 use crate::state::AppState;
 
 const ROUTE: &str = "POST /v1/responses";
@@ -78,8 +78,7 @@ pub(super) async fn responses(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let body = read_body(ROUTE, body)?;
-    let request: ResponsesRequest =
-        crate::error::parse_json(ROUTE, &body).map_err(OpenAiError::from)?;
+    let request: ResponsesRequest = crate::json::parse(ROUTE, &body).map_err(OpenAiError::from)?;
     refuse_client_tools(
         request.tools.as_ref().is_some_and(|t| !t.is_empty()),
         request.tool_choice.as_ref(),

@@ -17,9 +17,9 @@ use warren_store::sessions::Page;
 use super::history::{InMessage, Visible, check_history, conversation, repeated_reply};
 use super::retry::{self, Answer, Pending, Recent};
 use super::{MAX_USER, OpenAiError, SESSION_HEADER, agent_of_model};
-use crate::agents_api::turn_error;
-use crate::routes::Caller;
+use crate::auth::Caller;
 use crate::state::AppState;
+use crate::turns::turn_error;
 
 /// The body of a request; one over the limit (413) or unreadable answers in OpenAI's shape.
 pub(super) fn read_body(

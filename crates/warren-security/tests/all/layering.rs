@@ -35,31 +35,6 @@ const TEST_KIT: &str = "warren-testkit";
 /// Import circles between top-level modules that stay for now, and why.
 const CIRCLES_ALLOWED: &[(&str, &[&str], &str)] = &[
     (
-        "warren-gateway",
-        &[
-            "agents_api",
-            "alias_path",
-            "config_api",
-            "cron_api",
-            "dashboard",
-            "error",
-            "json",
-            "lifecycle_api",
-            "metrics_api",
-            "openai_api",
-            "openapi",
-            "operator_pair",
-            "ops_api",
-            "routes",
-            "server",
-            "sop_api",
-            "state",
-            "turns_api",
-        ],
-        "issue 34 §4, still open: routes.rs is both the route table and the handlers' base \
-         types, agents_api.rs doubles as the query-decoding helper module",
-    ),
-    (
         "warren-security",
         &["control_socket", "sandbox"],
         "the control socket's peer check counts the seccomp filters the sandbox gives every \

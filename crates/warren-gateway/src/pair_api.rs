@@ -1,4 +1,7 @@
-//! Pairing a device for the operator (issue 35 §9, STATE-15, STATE-21): `POST /admin/pair`
+//! Pairing over HTTP (STATE-15, STATE-21): `POST /pair` redeems a one-time code issued by
+//! `POST /admin/paircode` (wrong codes lock the source address out).
+//!
+//! Pairing a device for the operator (issue 35 §9): `POST /admin/pair`
 //! issues a bearer token without a pairing code, for a caller that presents the local admin
 //! key of `data/gateway.json` (0600, in the install's `data/`, which no agent's sandbox can
 //! read) on loopback. `warren pair --device NAME` calls it.
@@ -11,16 +14,18 @@
 //! Also the tail both pairing routes share: [`issue_token`] saves the token's hash durably
 //! before the token leaves the process and names the device in the registry.
 
+use std::net::{IpAddr, Ipv4Addr};
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::auth::{ADMIN_KEY_HEADER, Peer};
 use crate::error::ApiError;
 use crate::json::StrictJson;
-use crate::pairing::{self, device_id, hash_token, new_token};
-use crate::routes::ADMIN_KEY_HEADER;
+use crate::pairing::{self, PairRefused, device_id, hash_token, new_token};
 use crate::state::AppState;
 use crate::tokens;
 
@@ -61,7 +66,7 @@ pub(crate) async fn issue_token(
     let hash = hash_token(&token);
     let store = state.store().clone();
     let persisted_hash = hash.clone();
-    crate::config_api::write_fresh(state, route, move || {
+    crate::config_write::write_fresh(state, route, move || {
         tokens::add_hash_blocking(&store, &persisted_hash)
     })
     .await
@@ -107,4 +112,62 @@ pub(crate) async fn admin_pair(
     }
     let device = device_name(ROUTE, &request.device)?;
     issue_token(&state, ROUTE, device).await
+}
+
+/// The body of `POST /pair`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PairRequest {
+    code: String,
+    device: String,
+}
+
+pub(crate) async fn pair(
+    State(state): State<AppState>,
+    Peer(peer): Peer,
+    StrictJson(request): StrictJson<PairRequest>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "POST /pair";
+    let device = device_name(ROUTE, &request.device)?;
+    let client = peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    state
+        .process()
+        .pairing
+        .redeem(client, &request.code)
+        .map_err(|refused| match refused {
+            PairRefused::LockedOut { retry_after_secs } => ApiError {
+                retry_after_secs: Some(retry_after_secs),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "locked_out",
+                    refused.to_string(),
+                )
+            },
+            PairRefused::WrongCode { .. } => ApiError {
+                field: Some("code".into()),
+                ..ApiError::new(StatusCode::FORBIDDEN, "invalid_code", refused.to_string())
+            },
+        })?;
+    // STATE-15: the hash is durably in config.toml before the token leaves this process.
+    // Refused for the daemon's reasons (config not saved): the code stays valid.
+    issue_token(&state, ROUTE, device).await.map_err(|mut err| {
+        state.process().pairing.give_back(&request.code);
+        err.message = format!(
+            "{}; no token was issued and the pairing code stays valid",
+            err.message
+        );
+        err
+    })
+}
+
+pub(crate) async fn admin_paircode(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let (code, ttl) = state
+        .process()
+        .pairing
+        .issue_code()
+        .map_err(|e| ApiError::internal("POST /admin/paircode", e))?;
+    // Shown to the caller only: never logged (STATE-21).
+    Ok(Json(
+        json!({"code": code, "expires_in_secs": ttl.as_secs()}),
+    ))
 }

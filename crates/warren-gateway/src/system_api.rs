@@ -1,0 +1,124 @@
+//! The gateway's own routes (STATE-16, STATE-17, STATE-19): `GET /health` (liveness only),
+//! `GET /api/health` (each component, [`crate::health`]), `GET /api/status`, the device
+//! registry (`GET /api/devices`, `DELETE /api/devices/{id}`) and `POST /admin/reload`.
+
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::health::{health_response, uptime_secs};
+use crate::pairing::device_id;
+use crate::state::AppState;
+use crate::tokens;
+
+pub(crate) async fn health() -> impl IntoResponse {
+    health_response()
+}
+
+pub(crate) async fn api_health(State(state): State<AppState>) -> Json<Value> {
+    Json(crate::health::report(&state).await)
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub(crate) async fn api_status(State(state): State<AppState>) -> Json<Value> {
+    let inner = &state.0;
+    let snapshot = inner.store.snapshot();
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
+        "started_at_unix": unix(inner.started_at),
+        "uptime_secs": uptime_secs(inner.started_at),
+        "config_generation": snapshot.generation(),
+        "daemon_generation": inner.generation,
+        "generation_since_unix": unix(inner.generation_since),
+        "gateway": {
+            "bind": snapshot.gateway.bind,
+            "port": snapshot.gateway.port,
+            "listening": inner.local_addr.map(|a| a.to_string()),
+            "paired_devices": snapshot.gateway.paired_tokens.len(),
+        },
+        "agents": state.agents(),
+    }))
+}
+
+pub(crate) async fn devices_list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "GET /api/devices";
+    let devices = state
+        .process()
+        .devices
+        .clone()
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    let config = state.store().snapshot();
+    let hashes = tokens::token_hashes(&config);
+    let listed = devices
+        .run(move |d| d.list(&hashes))
+        .await
+        .map_err(|e| ApiError::internal(ROUTE, e))?;
+    Ok(Json(json!({"count": listed.len(), "devices": listed})))
+}
+
+pub(crate) async fn device_delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    const ROUTE: &str = "DELETE /api/devices/{id}";
+    let store = state.store().clone();
+    let devices = state.process().devices.clone().ok();
+    let revoked =
+        tokio::task::spawn_blocking(move || tokens::revoke_blocking(&store, devices.as_ref(), &id))
+            .await
+            .map_err(|e| ApiError::internal(ROUTE, e))?;
+    match revoked {
+        Ok(hash) => {
+            tracing::info!(device = device_id(&hash), "device revoked");
+            Ok(Json(json!({"revoked": device_id(&hash)})))
+        }
+        Err(tokens::RevokeError::Config(e)) => Err(ApiError::from_config(ROUTE, &e)),
+        Err(e @ tokens::RevokeError::NotFound(_)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{ROUTE}: {e}"),
+        )),
+        Err(e @ tokens::RevokeError::Ambiguous(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "ambiguous_id",
+            format!("{ROUTE}: {e}"),
+        )),
+        Err(e @ tokens::RevokeError::TooShort(_)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "id_too_short",
+            format!("{ROUTE}: {e}"),
+        )),
+    }
+}
+
+pub(crate) async fn admin_reload(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let Some(reload) = &state.0.reload else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_daemon",
+            "POST /admin/reload: this gateway runs without a daemon loop",
+        ));
+    };
+    match reload.request().await {
+        Ok(generation) => Ok(Json(json!({"reloaded": true, "generation": generation}))),
+        Err(message) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_config",
+            format!(
+                "POST /admin/reload: {message}; the running generation {} keeps serving",
+                state.0.generation
+            ),
+        )),
+    }
+}
