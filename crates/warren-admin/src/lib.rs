@@ -6,4 +6,5 @@
 //! [`warren_runtime::lock::probe`].
 
 pub mod backup;
+pub mod control;
 pub mod lifecycle;

@@ -116,3 +116,54 @@ fn dechunk(mut body: &str) -> Option<String> {
         body = rest.get(size + 2..)?;
     }
 }
+
+/// Admin verbs run by the daemon owning the root: the typed verb goes as its JSON form to
+/// `POST /admin/agents/lifecycle`, whose handler deserializes the same enum (issue 34 §3).
+#[derive(Debug, Clone)]
+pub struct DaemonControl {
+    root: InstallRoot,
+}
+
+/// Why the daemon did not run an admin verb.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonControlError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("cannot encode the request: {0}")]
+    Encode(serde_json::Error),
+    /// The daemon refused or failed the verb: its status and JSON error body
+    /// (`{"error": CODE, "message": TEXT}`).
+    #[error("{}", body["message"].as_str().unwrap_or("request failed"))]
+    Refused {
+        status: u16,
+        body: serde_json::Value,
+    },
+}
+
+impl DaemonControl {
+    pub fn new(root: &InstallRoot) -> Self {
+        Self { root: root.clone() }
+    }
+}
+
+impl warren_admin::control::Control for DaemonControl {
+    type Error = DaemonControlError;
+
+    fn run(
+        &self,
+        op: &warren_admin::control::AdminOp,
+    ) -> Result<serde_json::Value, DaemonControlError> {
+        let request = serde_json::to_value(op).map_err(DaemonControlError::Encode)?;
+        let (status, body) = admin_call_json(
+            &self.root,
+            "POST",
+            "/admin/agents/lifecycle",
+            Some(&request),
+        )?;
+        if status == 200 {
+            Ok(body)
+        } else {
+            Err(DaemonControlError::Refused { status, body })
+        }
+    }
+}

@@ -13,6 +13,8 @@ use serde_json::Value;
 use warren_admin::lifecycle::{ErrorKind, Lifecycle, LifecycleError, parse_alias};
 use warren_config::ConfigError;
 
+use warren_admin::control::AdminOp;
+
 use crate::error::ApiError;
 use crate::json::StrictJson;
 use crate::state::AppState;
@@ -161,56 +163,19 @@ pub(crate) async fn restore(
     reloaded(&state, ROUTE, &report).await
 }
 
-/// The CLI's request when a daemon runs.
-#[derive(Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum AdminOp {
-    Rename {
-        alias: String,
-        to: String,
-    },
-    Delete {
-        alias: String,
-    },
-    DeletePlan {
-        alias: String,
-    },
-    Restore {
-        archive: String,
-        #[serde(default, rename = "as")]
-        as_alias: Option<String>,
-    },
-    Resume,
-}
-
+/// The CLI's request when a daemon runs: the one typed admin verb
+/// ([`warren_admin::control::AdminOp`]), executed by the one executor
+/// ([`Lifecycle::execute`]) on this daemon's config owner and running generation.
 pub(crate) async fn admin(
     State(state): State<AppState>,
     StrictJson(op): StrictJson<AdminOp>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /admin/agents/lifecycle";
     let lc = lifecycle(&state);
-    let err = |e| map_err(ROUTE, e);
-    // The CLI sends the aliases as typed: parsed here, once, with the lifecycle's errors.
-    let parse = |s: &str| parse_alias(s).map_err(err);
-    match op {
-        AdminOp::Rename { alias, to } => {
-            let (alias, to) = (parse(&alias)?, parse(&to)?);
-            let report = fresh(&state, ROUTE, || lc.rename(&alias, &to)).await?;
-            reloaded(&state, ROUTE, &report).await
-        }
-        AdminOp::Delete { alias } => {
-            let alias = parse(&alias)?;
-            let report = fresh(&state, ROUTE, || lc.delete(&alias)).await?;
-            reloaded(&state, ROUTE, &report).await
-        }
-        AdminOp::DeletePlan { alias } => {
-            to_json(ROUTE, &lc.delete_plan(&parse(&alias)?).await.map_err(err)?)
-        }
-        AdminOp::Restore { archive, as_alias } => {
-            let as_alias = as_alias.as_deref().map(parse).transpose()?;
-            let report = fresh(&state, ROUTE, || lc.restore(&archive, as_alias.as_ref())).await?;
-            reloaded(&state, ROUTE, &report).await
-        }
-        AdminOp::Resume => to_json(ROUTE, &lc.converge_pending().await),
+    if op.mutates() {
+        let report = fresh(&state, ROUTE, || lc.execute(&op)).await?;
+        reloaded(&state, ROUTE, &report).await
+    } else {
+        Ok(Json(lc.execute(&op).await.map_err(|e| map_err(ROUTE, e))?))
     }
 }

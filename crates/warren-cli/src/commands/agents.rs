@@ -3,9 +3,11 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
+use warren_admin::control::{AdminOp, Control, LocalControl, LocalControlError};
 use warren_admin::lifecycle::parse_alias;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
+use warren_gateway::client::{DaemonControl, DaemonControlError};
 
 use crate::cli::AgentsCommand;
 
@@ -15,36 +17,35 @@ pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result
         AgentsCommand::Rename { old, new } => lifecycle(
             root,
             json,
-            serde_json::json!({"op": "rename", "alias": old, "to": new}),
+            AdminOp::Rename {
+                alias: parse_alias(&old)?,
+                to: parse_alias(&new)?,
+            },
         ),
         AgentsCommand::Delete {
             alias,
             dry_run,
             yes,
         } => {
+            let typed = parse_alias(&alias)?;
             if dry_run || !yes {
-                let code = lifecycle(
-                    root,
-                    json,
-                    serde_json::json!({"op": "delete_plan", "alias": alias}),
-                )?;
+                let code = lifecycle(root, json, AdminOp::DeletePlan { alias: typed })?;
                 if !dry_run && !json {
                     println!("No changes made. Re-run with --yes to delete '{alias}'.");
                 }
                 return Ok(code);
             }
-            lifecycle(
-                root,
-                json,
-                serde_json::json!({"op": "delete", "alias": alias}),
-            )
+            lifecycle(root, json, AdminOp::Delete { alias: typed })
         }
         AgentsCommand::Restore { archive, as_alias } => lifecycle(
             root,
             json,
-            serde_json::json!({"op": "restore", "archive": archive, "as": as_alias}),
+            AdminOp::Restore {
+                archive,
+                as_alias: as_alias.as_deref().map(parse_alias).transpose()?,
+            },
         ),
-        AgentsCommand::Resume => lifecycle(root, json, serde_json::json!({"op": "resume"})),
+        AgentsCommand::Resume => lifecycle(root, json, AdminOp::Resume),
         AgentsCommand::Add {
             alias,
             provider,
@@ -149,71 +150,30 @@ fn list(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a lifecycle request: through the running daemon when there is one (it owns the root),
+/// Runs a lifecycle verb: through the running daemon when there is one (it owns the root),
 /// else here, holding the install-root lock so no daemon starts meanwhile (LIFE-1, LAYOUT-4).
-fn lifecycle(
-    root: &InstallRoot,
-    json: bool,
-    request: serde_json::Value,
-) -> anyhow::Result<ExitCode> {
-    let op = request["op"].as_str().unwrap_or_default().to_string();
+/// Either way the verb is the one typed [`AdminOp`] and its one executor runs it.
+fn lifecycle(root: &InstallRoot, json: bool, request: AdminOp) -> anyhow::Result<ExitCode> {
+    let op = request.name();
     let (ok, body) = match warren_runtime::probe(root)? {
         warren_runtime::DaemonStatus::Running { .. } => {
-            let (status, body) = warren_gateway::client::admin_call_json(
-                root,
-                "POST",
-                "/admin/agents/lifecycle",
-                Some(&request),
-            )?;
-            (status == 200, body)
-        }
-        warren_runtime::DaemonStatus::NotRunning => {
-            let _lock = warren_runtime::DaemonLock::acquire(root)?;
-            let store = ConfigStore::load(root.clone())?
-                .with_check(std::sync::Arc::new(warren_memory::BackendLock));
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()?;
-            let lc = warren_admin::lifecycle::Lifecycle::new(store);
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            // The aliases the user typed are parsed here, once; the lifecycle takes them typed.
-            let alias = || parse_alias(&s(&request["alias"]));
-            let result = runtime.block_on(async {
-                match op.as_str() {
-                    "rename" => match (alias(), parse_alias(&s(&request["to"]))) {
-                        (Ok(from), Ok(to)) => lc.rename(&from, &to).await.map(serde_json::to_value),
-                        (Err(e), _) | (_, Err(e)) => Err(e),
-                    },
-                    "delete" => match alias() {
-                        Ok(a) => lc.delete(&a).await.map(serde_json::to_value),
-                        Err(e) => Err(e),
-                    },
-                    "delete_plan" => match alias() {
-                        Ok(a) => lc.delete_plan(&a).await.map(serde_json::to_value),
-                        Err(e) => Err(e),
-                    },
-                    "restore" => match request["as"].as_str().map(parse_alias).transpose() {
-                        Ok(as_alias) => lc
-                            .restore(&s(&request["archive"]), as_alias.as_ref())
-                            .await
-                            .map(serde_json::to_value),
-                        Err(e) => Err(e),
-                    },
-                    _ => Ok(serde_json::to_value(lc.converge_pending().await)),
-                }
-            });
-            match result {
-                Ok(v) => (true, v?),
-                Err(e) => (
-                    false,
-                    serde_json::json!({
-                        "error": warren_gateway::lifecycle_api::status_and_code(&e).1,
-                        "message": e.to_string(),
-                    }),
-                ),
+            match DaemonControl::new(root).run(&request) {
+                Ok(body) => (true, body),
+                Err(DaemonControlError::Refused { body, .. }) => (false, body),
+                Err(e) => return Err(e.into()),
             }
         }
+        warren_runtime::DaemonStatus::NotRunning => match LocalControl::new(root).run(&request) {
+            Ok(body) => (true, body),
+            Err(LocalControlError::Lifecycle(e)) => (
+                false,
+                serde_json::json!({
+                    "error": warren_gateway::lifecycle_api::status_and_code(&e).1,
+                    "message": e.to_string(),
+                }),
+            ),
+            Err(e) => return Err(e.into()),
+        },
     };
     if !ok {
         let message = body["message"].as_str().unwrap_or("request failed");
@@ -225,7 +185,7 @@ fn lifecycle(
     if json {
         super::print_json(&body)?;
     } else {
-        print_human(&op, &body);
+        print_human(op, &body);
     }
     let converged = match &body {
         serde_json::Value::Array(reports) => reports.iter().all(|r| r["converged"] != false),
