@@ -27,9 +27,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
-use warren_daemon::{Generation, GenerationHook, RunningSubsystem, StartFuture};
+use warren_daemon::{Generation, GenerationHook, HookError, RunningSubsystem, StartFuture};
 use warren_runtime::AgentHost;
-use warren_security::control_socket::{ControlKey, Guard};
+use warren_security::control_socket::{ControlKey, ControlKeyError, Guard};
 use warren_store::acp::{AcpLive, AcpSessionStore};
 
 use crate::server::{Hosts, Server, serve};
@@ -46,7 +46,7 @@ pub fn socket_path(root: &InstallRoot) -> PathBuf {
 pub struct AcpHook {
     current: Mutex<Option<Arc<Mutex<Arc<AgentHost>>>>>,
     /// The socket's key, drawn once per daemon process and published at every generation.
-    key: OnceLock<Result<ControlKey, String>>,
+    key: OnceLock<Result<ControlKey, Arc<ControlKeyError>>>,
 }
 
 impl AcpHook {
@@ -54,10 +54,11 @@ impl AcpHook {
         Self::default()
     }
 
-    fn key(&self) -> Result<ControlKey, String> {
+    fn key(&self) -> Result<ControlKey, HookError> {
         self.key
-            .get_or_init(|| ControlKey::generate().map_err(|e| e.to_string()))
+            .get_or_init(|| ControlKey::generate().map_err(Arc::new))
             .clone()
+            .map_err(HookError::subsystem)
     }
 
     /// The shared "current host" cell, pointed at `host`.
@@ -99,24 +100,23 @@ async fn start(
     generation: &Generation,
     hosts: Arc<Mutex<Arc<AgentHost>>>,
     key: ControlKey,
-) -> Result<RunningSubsystem, String> {
+) -> Result<RunningSubsystem, HookError> {
     let path = socket_path(&generation.root);
     // The key goes first: a relay that finds the socket finds its key.
     let key_path = generation.root.daemon_socket_key();
-    key.publish(&key_path).map_err(|e| e.to_string())?;
+    key.publish(&key_path).map_err(HookError::subsystem)?;
     // A socket left by an earlier (crashed or reloaded) generation is ours to replace: the
     // daemon lock says no other daemon owns this root.
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+        Err(e) => return Err(HookError::io("remove", &path, e)),
     }
-    let listener =
-        UnixListener::bind(&path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    let listener = UnixListener::bind(&path).map_err(|e| HookError::io("bind", &path, e))?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
+        .map_err(|e| HookError::io("chmod", &path, e))?;
     let owner = std::fs::metadata(&path)
-        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+        .map_err(|e| HookError::io("stat", &path, e))?
         .uid();
     tracing::info!(socket = %path.display(), "ACP socket listening");
     let (stop, mut stopped) = oneshot::channel::<()>();

@@ -15,7 +15,7 @@ use warren_jobs::cron::Scheduler;
 use warren_jobs::sop::Engine;
 use warren_runtime::RunningSubsystem;
 
-use crate::{Generation, GenerationHook, StartFuture};
+use crate::{Generation, GenerationHook, HookError, StartFuture};
 
 /// The background jobs of one generation, once their hooks started them (weak: each holds the
 /// generation's host, and its subsystem owns it).
@@ -120,7 +120,7 @@ impl GenerationHook for Cron {
                 return Ok(done("cron"));
             }
             let scheduler = Scheduler::open(&generation.root, Arc::clone(&generation.host))
-                .map_err(|e| format!("cron scheduler not started: {e}"))?;
+                .map_err(HookError::Cron)?;
             if let Err(e) = scheduler.prepare().await {
                 tracing::error!("cron: {e}");
             }
@@ -140,7 +140,7 @@ impl GenerationHook for Sop {
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
         Box::pin(async move {
             let engine = Engine::open(&generation.root, Arc::clone(&generation.host))
-                .map_err(|e| format!("SOP engine not started: {e}"))?;
+                .map_err(HookError::Sop)?;
             generation.jobs.set_sop(&engine);
             let restored = engine.restore().await;
             if !restored.is_empty() {

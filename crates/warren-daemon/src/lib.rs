@@ -11,7 +11,10 @@
 //!
 //! The install-root lock itself is [`warren_runtime::lock`].
 
+mod errors;
 pub mod hooks;
+
+pub use errors::{HookError, ReloadError};
 
 use std::fs;
 use std::future::Future;
@@ -56,7 +59,7 @@ pub struct ReloadTrigger(Arc<ReloadShared>);
 #[derive(Debug, Default)]
 struct ReloadShared {
     notify: Notify,
-    waiters: std::sync::Mutex<Vec<oneshot::Sender<Result<u64, String>>>>,
+    waiters: std::sync::Mutex<Vec<oneshot::Sender<Result<u64, ReloadError>>>>,
     /// A daemon loop answers this trigger (false for a detached generation).
     attached: std::sync::atomic::AtomicBool,
     /// Why the last reload was refused (config.toml on disk does not validate); cleared by
@@ -73,15 +76,14 @@ impl ReloadTrigger {
     /// Asks for a reload and waits for its outcome: `Ok(generation)` once the new config is
     /// published (subsystems are rebuilt right after), or `Err(message)` when the config on
     /// disk is invalid and the running generation stays.
-    pub async fn request(&self) -> Result<u64, String> {
+    pub async fn request(&self) -> Result<u64, ReloadError> {
         let (tx, rx) = oneshot::channel();
         match self.0.waiters.lock() {
             Ok(mut w) => w.push(tx),
             Err(p) => p.into_inner().push(tx),
         }
         self.0.notify.notify_one();
-        rx.await
-            .unwrap_or_else(|_| Err("the daemon stopped before reloading".to_string()))
+        rx.await.unwrap_or(Err(ReloadError::Stopped))
     }
 
     /// Whether a daemon loop answers [`Self::request`] (not so for a detached generation).
@@ -98,8 +100,8 @@ impl ReloadTrigger {
         }
     }
 
-    fn answer(&self, outcome: &Result<u64, String>) {
-        let refused = outcome.as_ref().err().cloned();
+    fn answer(&self, outcome: &Result<u64, ReloadError>) {
+        let refused = outcome.as_ref().err().map(ToString::to_string);
         match self.0.refused.lock() {
             Ok(mut r) => *r = refused,
             Err(p) => *p.into_inner() = refused,
@@ -155,7 +157,7 @@ impl Generation {
 
 /// The future a [`GenerationHook`] returns.
 pub type StartFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<RunningSubsystem, String>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<RunningSubsystem, HookError>> + Send + 'a>>;
 
 /// The future [`GenerationHook::prepare`] returns.
 pub type PrepareFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
@@ -351,7 +353,7 @@ pub async fn run(
         };
         match exit {
             Exit::Reload => {
-                let outcome = store.reload().await.map_err(|e| e.to_string());
+                let outcome = store.reload().await.map_err(ReloadError::from);
                 match &outcome {
                     Ok(generation) => tracing::info!(generation, "config reloaded"),
                     Err(e) => tracing::error!(
@@ -455,15 +457,21 @@ mod tests {
         while trigger.0.waiters.lock().map(|w| w.len()).unwrap_or(0) < 2 {
             tokio::task::yield_now().await;
         }
-        trigger.answer(&Err("gateway.port: invalid".to_string()));
+        trigger.answer(&Err(ReloadError::from(ConfigError::Edit {
+            key: "gateway.port".to_string(),
+            message: "invalid".to_string(),
+        })));
+        let told =
+            |r: Result<Result<u64, ReloadError>, _>| r.ok().map(|r| r.map_err(|e| e.to_string()));
         assert_eq!(
-            first.await.ok(),
+            told(first.await),
             Some(Err("gateway.port: invalid".to_string()))
         );
         assert_eq!(
-            second.await.ok(),
+            told(second.await),
             Some(Err("gateway.port: invalid".to_string()))
         );
+        assert_eq!(trigger.refused().as_deref(), Some("gateway.port: invalid"));
     }
 
     #[tokio::test]

@@ -49,7 +49,11 @@ pub(crate) async fn reload_changed(state: &AppState, route: &str) -> Result<(), 
         )
     };
     match &state.0.reload {
-        Some(reload) if reload.is_attached() => reload.request().await.map(drop).map_err(refused),
+        Some(reload) if reload.is_attached() => reload
+            .request()
+            .await
+            .map(drop)
+            .map_err(|e| refused(e.to_string())),
         // No daemon loop (a detached generation): the store alone picks the file up.
         _ => state
             .store()

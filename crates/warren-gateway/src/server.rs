@@ -23,7 +23,7 @@ use warren_config::InstallRoot;
 use warren_config::Snapshot;
 use warren_config::atomic::{self, CrashPoints};
 use warren_daemon::PrepareFuture;
-use warren_daemon::{Generation, GenerationHook, StartFuture};
+use warren_daemon::{Generation, GenerationHook, HookError, StartFuture};
 use warren_runtime::RunningSubsystem;
 
 use crate::listener::{ConnLimits, Listening, Serving};
@@ -64,11 +64,11 @@ impl GatewayHook {
         Self::default()
     }
 
-    fn process(&self, root: &InstallRoot) -> Result<Arc<ProcessState>, String> {
+    fn process(&self, root: &InstallRoot) -> Result<Arc<ProcessState>, HookError> {
         if let Some(p) = self.process.get() {
             return Ok(Arc::clone(p));
         }
-        let created = Arc::new(ProcessState::new(root).map_err(|e| e.to_string())?);
+        let created = Arc::new(ProcessState::new(root).map_err(HookError::subsystem)?);
         Ok(Arc::clone(self.process.get_or_init(|| created)))
     }
 }
@@ -132,14 +132,21 @@ impl GatewayHook {
         Ok(listening)
     }
 
-    async fn start_generation(&self, generation: &Generation) -> Result<RunningSubsystem, String> {
+    async fn start_generation(
+        &self,
+        generation: &Generation,
+    ) -> Result<RunningSubsystem, HookError> {
         let snapshot = Arc::clone(&generation.snapshot);
         let (bind, port) = (snapshot.gateway.bind.clone(), snapshot.gateway.port);
         let limits = ConnLimits::of(&snapshot.gateway);
-        let listening = self
-            .listener(&bind, port, limits)
-            .await
-            .map_err(|e| format!("cannot listen on {bind}:{port} ([gateway] bind/port): {e}"))?;
+        let listening =
+            self.listener(&bind, port, limits)
+                .await
+                .map_err(|cause| HookError::Listen {
+                    addr: format!("{bind}:{port}"),
+                    setting: "[gateway] bind/port",
+                    cause,
+                })?;
         let addr = listening.addr;
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the gateway listens beyond loopback; every /api route still needs a paired token");
@@ -193,7 +200,7 @@ impl GatewayHook {
             agent_reports(&config, &root)
         })
         .await
-        .map_err(|e| e.to_string());
+        .map_err(HookError::subsystem);
         let finished = reports.and_then(|agents| {
             state.set_agents(agents);
             publish_endpoint(&generation.root, &endpoint)
@@ -212,11 +219,12 @@ impl GatewayHook {
     }
 }
 
-fn publish_endpoint(root: &InstallRoot, endpoint: &AdminEndpoint) -> Result<(), String> {
-    let bytes = serde_json::to_vec_pretty(endpoint).map_err(|e| e.to_string())?;
+fn publish_endpoint(root: &InstallRoot, endpoint: &AdminEndpoint) -> Result<(), HookError> {
+    let bytes = serde_json::to_vec_pretty(endpoint).map_err(HookError::subsystem)?;
+    // The write error names the file (`cannot save <path>: <step>: <cause>`).
     atomic::write_durable(&root.gateway_admin(), &bytes, 0o600, ADMIN_POINTS)
         .map(drop)
-        .map_err(|e| format!("cannot publish {}: {e}", root.gateway_admin().display()))
+        .map_err(HookError::subsystem)
 }
 
 /// Removes `data/gateway.json` if it is still ours.

@@ -13,7 +13,8 @@ use warren_core::AgentAlias;
 use warren_store::control_plane::ControlPlane;
 use warren_store::cron::{AgentCron, CronStore};
 
-use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove};
+use crate::lifecycle::store_error::{StoreCause, StoreError, scoped};
+use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove, from_json, json};
 
 /// The note a restored job carries until it is resumed.
 pub fn restore_note(original: &AgentAlias) -> String {
@@ -32,11 +33,11 @@ impl CronState {
     }
 
     /// The cron store (the running scheduler's inside a daemon); `None` when there is none.
-    fn existing(&self) -> Result<Option<Arc<CronStore>>, String> {
+    fn existing(&self) -> Result<Option<Arc<CronStore>>, StoreCause> {
         self.ctx.cron(false)
     }
 
-    fn plane(&self) -> Result<Option<Arc<ControlPlane>>, String> {
+    fn plane(&self) -> Result<Option<Arc<ControlPlane>>, StoreCause> {
         self.ctx.control_plane()
     }
 }
@@ -46,49 +47,54 @@ impl AgentStateStore for CronState {
         "cron"
     }
 
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        let Some(store) = self.existing()? else {
-            return Ok(0);
-        };
-        let export = store.export_agent(alias).map_err(|e| e.to_string())?;
-        Ok((export.jobs.len() + export.runs.len()) as u64)
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let Some(store) = self.existing()? else {
+                return Ok(0);
+            };
+            let export = store.export_agent(alias)?;
+            Ok((export.jobs.len() + export.runs.len()) as u64)
+        })
     }
 
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
-        let export = match self.existing()? {
-            Some(store) => store.export_agent(alias).map_err(|e| e.to_string())?,
-            None => AgentCron::default(),
-        };
-        let n = (export.jobs.len() + export.runs.len()) as u64;
-        Ok((n, serde_json::to_value(&export).map_err(|e| e.to_string())?))
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        scoped(self.name(), alias, || {
+            let export = match self.existing()? {
+                Some(store) => store.export_agent(alias)?,
+                None => AgentCron::default(),
+            };
+            let n = (export.jobs.len() + export.runs.len()) as u64;
+            Ok((n, json(&export)?))
+        })
     }
 
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        if let Some(plane) = self.plane()? {
-            plane.delete_agent(alias).map_err(|e| e.to_string())?;
-        }
-        match self.existing()? {
-            Some(store) => store
-                .delete_agent(alias)
-                .map(|n| n as u64)
-                .map_err(|e| e.to_string()),
-            None => Ok(0),
-        }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            if let Some(plane) = self.plane()? {
+                plane.delete_agent(alias)?;
+            }
+            Ok(match self.existing()? {
+                Some(store) => store.delete_agent(alias)? as u64,
+                None => 0,
+            })
+        })
     }
 
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        if let Some(plane) = self.plane()? {
-            plane
-                .rename_agent(from.as_str(), to.as_str())
-                .map_err(|e| e.to_string())?;
-        }
-        match self.existing()? {
-            Some(store) => store
-                .rename_agent(from, to)
-                .map(|n| n as u64)
-                .map_err(|e| e.to_string()),
-            None => Ok(0),
-        }
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        _: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), from, || {
+            if let Some(plane) = self.plane()? {
+                plane.rename_agent(from.as_str(), to.as_str())?;
+            }
+            Ok(match self.existing()? {
+                Some(store) => store.rename_agent(from, to)? as u64,
+                None => 0,
+            })
+        })
     }
 
     fn restore(
@@ -97,22 +103,18 @@ impl AgentStateStore for CronState {
         original: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, String> {
-        let archive: AgentCron =
-            serde_json::from_value(data).map_err(|e| format!("archive does not parse: {e}"))?;
-        if archive.jobs.is_empty() && archive.runs.is_empty() {
-            return Ok(0);
-        }
-        let store = self
-            .ctx
-            .cron(true)?
-            .ok_or_else(|| "the cron store was not opened".to_string())?;
-        let skipped = store
-            .import_agent(&archive, alias, &restore_note(original))
-            .map_err(|e| e.to_string())?;
-        for name in &skipped {
-            tracing::warn!(job = %name, "archived cron job not restored: a job of that name exists");
-        }
-        Ok((archive.jobs.len() - skipped.len() + archive.runs.len()) as u64)
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let archive: AgentCron = from_json(data)?;
+            if archive.jobs.is_empty() && archive.runs.is_empty() {
+                return Ok(0);
+            }
+            let store = self.ctx.cron(true)?.ok_or(StoreCause::CronNotOpened)?;
+            let skipped = store.import_agent(&archive, alias, &restore_note(original))?;
+            for name in &skipped {
+                tracing::warn!(job = %name, "archived cron job not restored: a job of that name exists");
+            }
+            Ok((archive.jobs.len() - skipped.len() + archive.runs.len()) as u64)
+        })
     }
 }

@@ -205,7 +205,7 @@ impl Lifecycle {
             .map(|s| {
                 let v = match s.count(a) {
                     Ok(n) => json!(n),
-                    Err(e) => json!({"error": e}),
+                    Err(e) => json!({"error": e.to_string()}),
                 };
                 (s.name().to_string(), v)
             })
@@ -335,16 +335,18 @@ impl Lifecycle {
                     .and_then(|v| v["count"].as_u64())
                     .unwrap_or(0)
             } else {
-                let exported = store.export(a).and_then(|(count, items)| {
-                    write_json(
+                let failed = match store.export(a) {
+                    Ok((count, items)) => match write_json(
                         &file,
                         &json!({"store": name, "alias": a, "count": count, "items": items}),
                         export_points(name),
-                    )
-                    .map(|()| count)
-                    .map_err(|e| e.to_string())
-                });
-                match exported {
+                    ) {
+                        Ok(()) => Ok(count),
+                        Err(e) => Err(format!("cannot write {}: {e}", file.display())),
+                    },
+                    Err(e) => Err(e.to_string()),
+                };
+                match failed {
                     Ok(count) => count,
                     Err(e) => {
                         report.fail(format!(

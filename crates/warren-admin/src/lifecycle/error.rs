@@ -64,6 +64,11 @@ pub enum LifecycleError {
         path: PathBuf,
         cause: Box<AtomicWriteError>,
     },
+    #[error("cannot clear the lifecycle journal {path}: {cause}")]
+    JournalClear {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
@@ -109,7 +114,10 @@ impl LifecycleError {
             | Self::ArchiveIncomplete { .. }
             | Self::CannotRedo(_) => ErrorKind::Refused,
             Self::Config(_) => ErrorKind::Config,
-            Self::Journal { .. } | Self::Io { .. } | Self::Worker(_) => ErrorKind::Io,
+            Self::Journal { .. }
+            | Self::JournalClear { .. }
+            | Self::Io { .. }
+            | Self::Worker(_) => ErrorKind::Io,
         }
     }
 }

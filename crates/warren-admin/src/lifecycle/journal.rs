@@ -423,8 +423,11 @@ impl Lifecycle {
             .unwrap_or_default()
     }
 
-    fn clear_journal(path: &Path) -> Result<(), String> {
-        fs::remove_file(path).map_err(|e| format!("cannot clear {}: {e}", path.display()))?;
+    fn clear_journal(path: &Path) -> Result<(), LifecycleError> {
+        fs::remove_file(path).map_err(|cause| LifecycleError::JournalClear {
+            path: path.to_path_buf(),
+            cause,
+        })?;
         if let Some(dir) = path.parent() {
             let _ = atomic::sync_dir(dir);
         }
@@ -479,7 +482,7 @@ impl Lifecycle {
                  be redone ({e}); nothing was changed and the journal record was dropped"
             ));
             if let Err(e) = Self::clear_journal(path) {
-                report.fail(e);
+                report.fail(e.to_string());
             }
             return report;
         }
@@ -490,7 +493,7 @@ impl Lifecycle {
         };
         if report.converged {
             if let Err(e) = Self::clear_journal(path) {
-                report.fail(e);
+                report.fail(e.to_string());
             }
         } else {
             report.warnings.push(format!(

@@ -32,6 +32,7 @@ pub mod refs;
 pub mod rename;
 pub mod restore;
 mod sop_state;
+pub mod store_error;
 pub mod stores;
 
 use std::collections::BTreeMap;

@@ -218,10 +218,15 @@ pub fn apply(
 
 /// How many live ACP references `alias` has (LIFE-4, hard): its active ACP sessions plus the
 /// `warren acp` servers serving it now. An error means "cannot tell" (callers fail closed).
-pub fn live_acp(ctx: &super::stores::StoreContext, alias: &AgentAlias) -> Result<u64, String> {
-    let sessions = ctx.with_acp(|store| store.list(Some(alias)).map_err(|e| e.to_string()))?;
-    let servers = AcpLive::servers(&ctx.root, alias).map_err(|e| e.to_string())?;
-    Ok((sessions.len() + servers.len()) as u64)
+pub fn live_acp(
+    ctx: &super::stores::StoreContext,
+    alias: &AgentAlias,
+) -> Result<u64, super::store_error::StoreError> {
+    super::store_error::scoped("acp", alias, || {
+        let sessions = ctx.with_acp(|store| store.list(Some(alias)))?;
+        let servers = AcpLive::servers(&ctx.root, alias)?;
+        Ok((sessions.len() + servers.len()) as u64)
+    })
 }
 
 /// SOP definitions naming `alias` (hard, outside config): each a refusal naming the SOP and

@@ -208,15 +208,20 @@ impl Lifecycle {
             let file = archive
                 .join("stores")
                 .join(format!("{}.json", store.name()));
-            let data = match fs::read(&file) {
-                Ok(b) => serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()),
+            let restored = match fs::read(&file) {
+                Ok(b) => match serde_json::from_slice::<Value>(&b) {
+                    Ok(v) => store
+                        .restore(a, original, v["items"].clone(), &ws)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("{}: {e}", file.display())),
+                },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     crash_point(&format!("lifecycle-after-{}", store.name()));
                     continue;
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(format!("{}: {e}", file.display())),
             };
-            match data.and_then(|v| store.restore(a, original, v["items"].clone(), &ws)) {
+            match restored {
                 Ok(n) => {
                     report.counts.insert(store.name().into(), n);
                 }

@@ -13,6 +13,7 @@ use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 use warren_store::sop::SopStore;
 
+use crate::lifecycle::store_error::{StoreCause, StoreError, scoped};
 use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove};
 use warren_store::sop_defs as defs;
 
@@ -39,7 +40,7 @@ impl SopState {
     }
 
     /// The run store (the running engine's inside a daemon); `None` when there is none.
-    fn existing(&self) -> Result<Option<Arc<SopStore>>, String> {
+    fn existing(&self) -> Result<Option<Arc<SopStore>>, StoreCause> {
         self.ctx.sop_runs()
     }
 }
@@ -49,44 +50,52 @@ impl AgentStateStore for SopState {
         "sop"
     }
 
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        match self.existing()? {
-            Some(store) => store
-                .export_agent(alias)
-                .map(|r| r.len() as u64)
-                .map_err(|e| e.to_string()),
-            None => Ok(0),
-        }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            Ok(match self.existing()? {
+                Some(store) => store.export_agent(alias)?.len() as u64,
+                None => 0,
+            })
+        })
     }
 
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
-        let runs = match self.existing()? {
-            Some(store) => store.export_agent(alias).map_err(|e| e.to_string())?,
-            None => Vec::new(),
-        };
-        Ok((runs.len() as u64, Value::Array(runs)))
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        scoped(self.name(), alias, || {
+            let runs = match self.existing()? {
+                Some(store) => store.export_agent(alias)?,
+                None => Vec::new(),
+            };
+            Ok((runs.len() as u64, Value::Array(runs)))
+        })
     }
 
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        match self.existing()? {
-            Some(store) => store
-                .delete_agent(alias)
-                .map(|n| n as u64)
-                .map_err(|e| e.to_string()),
-            None => Ok(0),
-        }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            Ok(match self.existing()? {
+                Some(store) => store.delete_agent(alias)? as u64,
+                None => 0,
+            })
+        })
     }
 
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        let files = defs::rename_agent(&self.ctx.root, from, to)?;
-        for name in &files {
-            tracing::info!(sop = %name, "SOP definition now names agent '{to}'");
-        }
-        let runs = match self.existing()? {
-            Some(store) => store.rename_agent(from, to).map_err(|e| e.to_string())?,
-            None => 0,
-        };
-        Ok((files.len() + runs) as u64)
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        _: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), from, || {
+            let files =
+                defs::rename_agent(&self.ctx.root, from, to).map_err(StoreCause::SopDefinitions)?;
+            for name in &files {
+                tracing::info!(sop = %name, "SOP definition now names agent '{to}'");
+            }
+            let runs = match self.existing()? {
+                Some(store) => store.rename_agent(from, to)?,
+                None => 0,
+            };
+            Ok((files.len() + runs) as u64)
+        })
     }
 
     fn restore(
@@ -95,7 +104,7 @@ impl AgentStateStore for SopState {
         original: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, StoreError> {
         if data.as_array().is_some_and(|a| !a.is_empty()) {
             tracing::info!(agent = %original, "SOP run history of the deleted agent stays in its archive (stores/sop.json)");
         }

@@ -15,12 +15,13 @@ use time::OffsetDateTime;
 use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, InstallRoot};
 use warren_core::{AgentAlias, Role, SessionKey};
-use warren_memory::{MemoryEntry, MemoryStore, MemoryStores, MemoryVersion};
-use warren_store::acp::{AcpExport, AcpSessionStore};
+use warren_memory::{MemoryEntry, MemoryError, MemoryStore, MemoryStores, MemoryVersion};
+use warren_store::acp::{AcpError, AcpExport, AcpSessionStore};
 use warren_store::control_plane::ControlPlane;
 use warren_store::cron::CronStore;
 use warren_store::sessions::{
-    ChatSessions, NewMessage, Page, SessionBackend, SessionInit, SessionState, open_chat_sessions,
+    ChatSessions, NewMessage, OpenError, Page, SessionBackend, SessionInit, SessionState,
+    open_chat_sessions,
 };
 use warren_store::sop::SopStore;
 
@@ -28,6 +29,9 @@ use warren_runtime::actions::ActionWindow;
 use warren_runtime::cost::{CostRecord, CostTracker, read_ledger};
 use warren_runtime::host::AgentHost;
 use warren_runtime::stores::Stores;
+
+use super::store_error::scoped;
+pub use super::store_error::{StoreCause, StoreError};
 
 /// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
 #[derive(Debug, Clone)]
@@ -52,14 +56,18 @@ pub trait AgentStateStore: Send + Sync {
     /// Stable name: the archive file is `stores/<name>.json`.
     fn name(&self) -> &'static str;
     /// How many records `alias` still owns here (residue).
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String>;
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError>;
     /// Every record of `alias`, as JSON, with the count.
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String>;
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError>;
     /// Deletes every record of `alias`; returns how many.
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String>;
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError>;
     /// Moves `from`'s records to `to`; returns how many.
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, ws: &WorkspaceMove)
-    -> Result<u64, String>;
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        ws: &WorkspaceMove,
+    ) -> Result<u64, StoreError>;
     /// Puts an export (made for `original`) back under `alias`; returns how many records.
     fn restore(
         &self,
@@ -67,7 +75,7 @@ pub trait AgentStateStore: Send + Sync {
         original: &AgentAlias,
         data: Value,
         ws: &WorkspaceMove,
-    ) -> Result<u64, String>;
+    ) -> Result<u64, StoreError>;
 }
 
 /// Where a lifecycle operation's stores come from (issue 14 §6): inside a running daemon, the
@@ -85,8 +93,8 @@ pub enum StoreSource {
 /// and ACP sessions).
 pub struct OwnStores {
     memory: MemoryStores,
-    chat: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
-    acp: OnceLock<Result<Arc<AcpSessionStore>, String>>,
+    chat: OnceLock<Result<ChatSessions, Arc<OpenError>>>,
+    acp: OnceLock<Result<Arc<AcpSessionStore>, Arc<AcpError>>>,
     stores: Arc<Stores>,
 }
 
@@ -123,39 +131,36 @@ impl StoreContext {
     }
 
     /// The durable chat-session backend.
-    pub fn chat(&self) -> Result<Arc<dyn SessionBackend>, String> {
-        let durable = |chat: &ChatSessions| {
-            if chat.is_durable() {
-                Ok(Arc::clone(chat.backend()))
-            } else {
-                Err("chat session persistence is off".to_string())
-            }
+    pub fn chat(&self) -> Result<Arc<dyn SessionBackend>, StoreCause> {
+        let durable = |chat: &ChatSessions| match chat {
+            ChatSessions::Durable(backend) => Ok(Arc::clone(backend)),
+            ChatSessions::Disabled { reason, .. } => Err(StoreCause::ChatNotDurable {
+                reason: reason.clone(),
+            }),
         };
         match &self.source {
             StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).chat {
                 Ok(chat) => durable(chat),
-                Err(e) => Err(format!("the daemon's chat sessions are unavailable: {e}")),
+                Err(e) => Err(StoreCause::DaemonChat(e.clone())),
             },
-            StoreSource::Own(own) => own
-                .chat
-                .get_or_init(|| {
-                    open_chat_sessions(&self.root, &self.config.channels)
-                        .map_err(|e| e.to_string())
-                        .and_then(|chat| durable(&chat))
-                })
-                .clone(),
+            StoreSource::Own(own) => match own.chat.get_or_init(|| {
+                open_chat_sessions(&self.root, &self.config.channels).map_err(Arc::new)
+            }) {
+                Ok(chat) => durable(chat),
+                Err(e) => Err(StoreCause::ChatOpen(Arc::clone(e))),
+            },
         }
     }
 
     /// Runs `f` on the ACP session store.
     pub fn with_acp<T>(
         &self,
-        f: impl FnOnce(&AcpSessionStore) -> Result<T, String>,
-    ) -> Result<T, String> {
+        f: impl FnOnce(&AcpSessionStore) -> Result<T, AcpError>,
+    ) -> Result<T, StoreCause> {
         match &self.source {
             StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).acp {
-                Some(store) => f(store),
-                None => Err("the daemon's ACP session store is not open".to_string()),
+                Some(store) => Ok(f(store)?),
+                None => Err(StoreCause::DaemonAcpClosed),
             },
             StoreSource::Own(own) => {
                 let store = own
@@ -163,10 +168,11 @@ impl StoreContext {
                     .get_or_init(|| {
                         AcpSessionStore::open(&self.root)
                             .map(Arc::new)
-                            .map_err(|e| e.to_string())
+                            .map_err(Arc::new)
                     })
-                    .clone()?;
-                f(&store)
+                    .clone()
+                    .map_err(StoreCause::AcpOpen)?;
+                Ok(f(&store)?)
             }
         }
     }
@@ -181,26 +187,24 @@ impl StoreContext {
     }
 
     /// The cron store. `None` when there is no store and `create` is false.
-    pub fn cron(&self, create: bool) -> Result<Option<Arc<CronStore>>, String> {
+    pub fn cron(&self, create: bool) -> Result<Option<Arc<CronStore>>, StoreCause> {
         let stores = self.stores();
-        if create {
-            stores.cron().map(Some).map_err(|e| e.to_string())
+        Ok(if create {
+            Some(stores.cron()?)
         } else {
-            stores.cron_existing().map_err(|e| e.to_string())
-        }
+            stores.cron_existing()?
+        })
     }
 
     /// The control plane; `None` when there is none yet.
-    pub fn control_plane(&self) -> Result<Option<Arc<ControlPlane>>, String> {
-        self.stores()
-            .control_plane_existing()
-            .map_err(|e| e.to_string())
+    pub fn control_plane(&self) -> Result<Option<Arc<ControlPlane>>, StoreCause> {
+        Ok(self.stores().control_plane_existing()?)
     }
 
     /// The SOP run store: the running engine's (durable or its in-memory fallback); `None`
     /// when there is none yet.
-    pub fn sop_runs(&self) -> Result<Option<Arc<SopStore>>, String> {
-        self.stores().sop_runs().map_err(|e| e.to_string())
+    pub fn sop_runs(&self) -> Result<Option<Arc<SopStore>>, StoreCause> {
+        Ok(self.stores().sop_runs()?)
     }
 
     /// The `max_actions_per_hour` window (inside a daemon the one its turns admit through).
@@ -227,19 +231,19 @@ pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
     ]
 }
 
-fn json<T: Serialize>(v: &T) -> Result<Value, String> {
-    serde_json::to_value(v).map_err(|e| e.to_string())
+pub(crate) fn json<T: Serialize>(v: &T) -> Result<Value, StoreCause> {
+    serde_json::to_value(v).map_err(StoreCause::Encode)
 }
 
-fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, String> {
-    serde_json::from_value(v).map_err(|e| format!("archive does not parse: {e}"))
+pub(crate) fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, StoreCause> {
+    serde_json::from_value(v).map_err(StoreCause::ArchiveParse)
 }
 
 // ---- memory (every backend) ------------------------------------------------------------------
 
 struct MemoryState {
     ctx: StoreContext,
-    store: OnceLock<Result<Arc<dyn MemoryStore>, String>>,
+    store: OnceLock<Result<Arc<dyn MemoryStore>, Arc<MemoryError>>>,
 }
 
 impl MemoryState {
@@ -250,7 +254,7 @@ impl MemoryState {
         }
     }
 
-    fn store(&self) -> Result<Arc<dyn MemoryStore>, String> {
+    fn store(&self) -> Result<Arc<dyn MemoryStore>, StoreCause> {
         self.store
             .get_or_init(|| {
                 self.ctx
@@ -260,16 +264,17 @@ impl MemoryState {
                             .memory()
                             .store(&self.ctx.config, self.ctx.memory_backend),
                     )
-                    .map_err(|e| e.to_string())
+                    .map_err(Arc::new)
             })
             .clone()
+            .map_err(StoreCause::MemoryOpen)
     }
 
     fn block<T>(
         &self,
-        f: impl std::future::Future<Output = Result<T, warren_memory::MemoryError>>,
-    ) -> Result<T, String> {
-        self.ctx.handle.block_on(f).map_err(|e| e.to_string())
+        f: impl std::future::Future<Output = Result<T, MemoryError>>,
+    ) -> Result<T, StoreCause> {
+        Ok(self.ctx.handle.block_on(f)?)
     }
 }
 
@@ -277,40 +282,53 @@ impl AgentStateStore for MemoryState {
     fn name(&self) -> &'static str {
         "memory"
     }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        let store = self.store()?;
-        match self.block(store.agent_id(alias, false))? {
-            Some(id) => self.block(store.count_for_agent(id)),
-            None => Ok(0),
-        }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let store = self.store()?;
+            match self.block(store.agent_id(alias, false))? {
+                Some(id) => self.block(store.count_for_agent(id)),
+                None => Ok(0),
+            }
+        })
     }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
-        let store = self.store()?;
-        let (rows, history) = match self.block(store.agent_id(alias, false))? {
-            Some(id) => (
-                self.block(store.export_agent(id.clone()))?,
-                // Earlier versions of each key travel with the rows (issue 20 §4).
-                self.block(store.export_history(id))?,
-            ),
-            None => (Vec::new(), Vec::new()),
-        };
-        Ok((
-            rows.len() as u64,
-            serde_json::json!({"backend": self.ctx.memory_backend, "rows": rows, "history": history}),
-        ))
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        scoped(self.name(), alias, || {
+            let store = self.store()?;
+            let (rows, history) = match self.block(store.agent_id(alias, false))? {
+                Some(id) => (
+                    self.block(store.export_agent(id.clone()))?,
+                    // Earlier versions of each key travel with the rows (issue 20 §4).
+                    self.block(store.export_history(id))?,
+                ),
+                None => (Vec::new(), Vec::new()),
+            };
+            Ok((
+                rows.len() as u64,
+                serde_json::json!({"backend": self.ctx.memory_backend, "rows": rows, "history": history}),
+            ))
+        })
     }
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        let store = self.store()?;
-        match self.block(store.agent_id(alias, false))? {
-            Some(id) => self.block(store.purge_agent(id)),
-            None => Ok(0),
-        }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let store = self.store()?;
+            match self.block(store.agent_id(alias, false))? {
+                Some(id) => self.block(store.purge_agent(id)),
+                None => Ok(0),
+            }
+        })
     }
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        let store = self.store()?;
-        Ok(u64::from(
-            self.block(store.rename_agent(from.clone(), to.clone()))?,
-        ))
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        _: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), from, || {
+            let store = self.store()?;
+            Ok(u64::from(
+                self.block(store.rename_agent(from.clone(), to.clone()))?,
+            ))
+        })
     }
     fn restore(
         &self,
@@ -318,7 +336,7 @@ impl AgentStateStore for MemoryState {
         _: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, StoreError> {
         #[derive(Deserialize)]
         struct Archived {
             rows: Vec<MemoryEntry>,
@@ -326,20 +344,23 @@ impl AgentStateStore for MemoryState {
             #[serde(default)]
             history: Vec<MemoryVersion>,
         }
-        let archived: Archived = from_json(data)?;
-        let store = self.store()?;
-        let n = self.block(store.import_agent(alias.clone(), archived.rows))?;
-        self.block(store.import_history(alias.clone(), archived.history))?;
-        Ok(n)
+        scoped(self.name(), alias, || {
+            let archived: Archived = from_json(data)?;
+            let store = self.store()?;
+            let n = self.block(store.import_agent(alias.clone(), archived.rows))?;
+            self.block(store.import_history(alias.clone(), archived.history))?;
+            Ok(n)
+        })
     }
 }
 
 // ---- chat sessions (with their messages) -----------------------------------------------------
 
+/// The chat sessions' share: the backend is [`StoreContext::chat`] (opened once per process,
+/// or the daemon generation's).
 #[allow(non_camel_case_types)]
 struct SessionState_ {
     ctx: StoreContext,
-    backend: OnceLock<Result<Arc<dyn SessionBackend>, String>>,
 }
 
 /// A chat session as archived: its row and every message.
@@ -366,25 +387,66 @@ struct ArchivedMessage {
 
 impl SessionState_ {
     fn new(ctx: StoreContext) -> Self {
-        Self {
-            ctx,
-            backend: OnceLock::new(),
-        }
+        Self { ctx }
     }
 
-    fn backend(&self) -> Result<Arc<dyn SessionBackend>, String> {
-        self.backend.get_or_init(|| self.ctx.chat()).clone()
+    fn backend(&self) -> Result<Arc<dyn SessionBackend>, StoreCause> {
+        self.ctx.chat()
     }
 
-    fn owned(&self, alias: &AgentAlias) -> Result<Vec<SessionKey>, String> {
+    fn owned(&self, alias: &AgentAlias) -> Result<Vec<SessionKey>, StoreCause> {
         Ok(self
             .backend()?
-            .list()
-            .map_err(|e| e.to_string())?
+            .list()?
             .into_iter()
             .filter(|m| m.agent.as_ref() == Some(alias))
             .map(|m| m.key)
             .collect())
+    }
+
+    fn restore_one(
+        backend: &dyn SessionBackend,
+        s: ArchivedSession,
+        alias: &AgentAlias,
+        original: &AgentAlias,
+    ) -> Result<(), StoreCause> {
+        let key = SessionKey::new(s.key.clone()).map_err(|cause| StoreCause::SessionKey {
+            key: s.key.clone(),
+            cause,
+        })?;
+        if let Some(existing) = backend.meta(&key)? {
+            if existing.agent.as_ref() != Some(alias) {
+                return Err(StoreCause::SessionTaken {
+                    key: s.key,
+                    owner: existing.agent,
+                });
+            }
+            // Left by an interrupted restore: import it again whole.
+            backend.delete(&key)?;
+        }
+        backend.ensure(
+            &key,
+            &SessionInit {
+                agent: Some(alias.clone()),
+                channel: s.channel.clone(),
+                name: s.name.clone(),
+            },
+        )?;
+        for m in &s.messages {
+            let agent = m
+                .agent
+                .as_ref()
+                .map(|a| if a == original { alias } else { a }.clone());
+            let mut msg = NewMessage::new(m.role, m.content.clone()).at(m.created_at);
+            msg.agent = agent;
+            backend.append(&key, &msg)?;
+        }
+        if let Some(state) = SessionState::parse(&s.state)
+            && state != SessionState::Idle
+        {
+            backend.set_state(&key, state)?;
+        }
+        Ok(())
     }
 }
 
@@ -392,56 +454,63 @@ impl AgentStateStore for SessionState_ {
     fn name(&self) -> &'static str {
         "sessions"
     }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        Ok(self.owned(alias)?.len() as u64)
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || Ok(self.owned(alias)?.len() as u64))
     }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
-        let backend = self.backend()?;
-        let mut out = Vec::new();
-        for meta in backend.list().map_err(|e| e.to_string())? {
-            if meta.agent.as_ref() != Some(alias) {
-                continue;
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        scoped(self.name(), alias, || {
+            let backend = self.backend()?;
+            let mut out = Vec::new();
+            for meta in backend.list()? {
+                if meta.agent.as_ref() != Some(alias) {
+                    continue;
+                }
+                let history = backend.load(&meta.key, Page::All)?;
+                out.push(ArchivedSession {
+                    key: meta.key.to_string(),
+                    name: meta.name,
+                    channel: meta.channel,
+                    state: meta.state.as_str().to_string(),
+                    created_at: meta.created_at,
+                    messages: history
+                        .messages
+                        .into_iter()
+                        .map(|m| ArchivedMessage {
+                            seq: m.seq,
+                            role: m.role,
+                            content: m.content,
+                            agent: m.agent,
+                            created_at: m.created_at,
+                        })
+                        .collect(),
+                });
             }
-            let history = backend
-                .load(&meta.key, Page::All)
-                .map_err(|e| e.to_string())?;
-            out.push(ArchivedSession {
-                key: meta.key.to_string(),
-                name: meta.name,
-                channel: meta.channel,
-                state: meta.state.as_str().to_string(),
-                created_at: meta.created_at,
-                messages: history
-                    .messages
-                    .into_iter()
-                    .map(|m| ArchivedMessage {
-                        seq: m.seq,
-                        role: m.role,
-                        content: m.content,
-                        agent: m.agent,
-                        created_at: m.created_at,
-                    })
-                    .collect(),
-            });
-        }
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok((out.len() as u64, json(&out)?))
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok((out.len() as u64, json(&out)?))
+        })
     }
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        let backend = self.backend()?;
-        let mut n = 0;
-        for key in self.owned(alias)? {
-            if backend.delete(&key).map_err(|e| e.to_string())? {
-                n += 1;
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let backend = self.backend()?;
+            let mut n = 0;
+            for key in self.owned(alias)? {
+                if backend.delete(&key)? {
+                    n += 1;
+                }
             }
-        }
-        Ok(n)
+            Ok(n)
+        })
     }
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        _: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
         // Session owners and per-message attribution together (LIFE-3).
-        self.backend()?
-            .rename_agent(from, to)
-            .map_err(|e| e.to_string())
+        scoped(self.name(), from, || {
+            Ok(self.backend()?.rename_agent(from, to)?)
+        })
     }
     fn restore(
         &self,
@@ -449,52 +518,17 @@ impl AgentStateStore for SessionState_ {
         original: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, String> {
-        let backend = self.backend()?;
-        let sessions: Vec<ArchivedSession> = from_json(data)?;
-        let mut n = 0;
-        for s in sessions {
-            let key = SessionKey::new(s.key.clone()).map_err(|e| e.to_string())?;
-            if let Some(existing) = backend.meta(&key).map_err(|e| e.to_string())? {
-                if existing.agent.as_ref() != Some(alias) {
-                    return Err(format!(
-                        "session '{}' exists and belongs to {}; not overwritten",
-                        s.key,
-                        existing
-                            .agent
-                            .map_or_else(|| "no agent".to_string(), |a| format!("'{a}'"))
-                    ));
-                }
-                // Left by an interrupted restore: import it again whole.
-                backend.delete(&key).map_err(|e| e.to_string())?;
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let backend = self.backend()?;
+            let sessions: Vec<ArchivedSession> = from_json(data)?;
+            let mut n = 0;
+            for s in sessions {
+                Self::restore_one(backend.as_ref(), s, alias, original)?;
+                n += 1;
             }
-            backend
-                .ensure(
-                    &key,
-                    &SessionInit {
-                        agent: Some(alias.clone()),
-                        channel: s.channel.clone(),
-                        name: s.name.clone(),
-                    },
-                )
-                .map_err(|e| e.to_string())?;
-            for m in &s.messages {
-                let agent = m
-                    .agent
-                    .as_ref()
-                    .map(|a| if a == original { alias } else { a }.clone());
-                let mut msg = NewMessage::new(m.role, m.content.clone()).at(m.created_at);
-                msg.agent = agent;
-                backend.append(&key, &msg).map_err(|e| e.to_string())?;
-            }
-            if let Some(state) = SessionState::parse(&s.state)
-                && state != SessionState::Idle
-            {
-                backend.set_state(&key, state).map_err(|e| e.to_string())?;
-            }
-            n += 1;
-        }
-        Ok(n)
+            Ok(n)
+        })
     }
 }
 
@@ -514,21 +548,21 @@ impl AgentStateStore for AcpState {
     fn name(&self) -> &'static str {
         "acp"
     }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        self.ctx
-            .with_acp(|s| s.count_agent(alias).map_err(|e| e.to_string()))
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            self.ctx.with_acp(|s| s.count_agent(alias))
+        })
     }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
-        let rows = self
-            .ctx
-            .with_acp(|s| s.export_agent(alias).map_err(|e| e.to_string()))?;
-        Ok((rows.len() as u64, json(&rows)?))
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        scoped(self.name(), alias, || {
+            let rows = self.ctx.with_acp(|s| s.export_agent(alias))?;
+            Ok((rows.len() as u64, json(&rows)?))
+        })
     }
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        self.ctx.with_acp(|s| {
-            s.delete_agent(alias)
-                .map(|n| n as u64)
-                .map_err(|e| e.to_string())
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            self.ctx
+                .with_acp(|s| s.delete_agent(alias).map(|n| n as u64))
         })
     }
     fn rename(
@@ -536,16 +570,17 @@ impl AgentStateStore for AcpState {
         from: &AgentAlias,
         to: &AgentAlias,
         ws: &WorkspaceMove,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, StoreError> {
         let rewrite = ws.rewrite();
-        self.ctx.with_acp(|s| {
-            s.rename_agent_with_cwd(
-                from,
-                to,
-                rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
-            )
-            .map(|n| n as u64)
-            .map_err(|e| e.to_string())
+        scoped(self.name(), from, || {
+            self.ctx.with_acp(|s| {
+                s.rename_agent_with_cwd(
+                    from,
+                    to,
+                    rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                )
+                .map(|n| n as u64)
+            })
         })
     }
     fn restore(
@@ -554,16 +589,17 @@ impl AgentStateStore for AcpState {
         _: &AgentAlias,
         data: Value,
         ws: &WorkspaceMove,
-    ) -> Result<u64, String> {
-        let rows: Vec<AcpExport> = from_json(data)?;
+    ) -> Result<u64, StoreError> {
         let rewrite = ws.rewrite();
-        self.ctx.with_acp(|s| {
-            s.import_agent(
-                alias,
-                &rows,
-                rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
-            )
-            .map_err(|e| e.to_string())
+        scoped(self.name(), alias, || {
+            let rows: Vec<AcpExport> = from_json(data)?;
+            self.ctx.with_acp(|s| {
+                s.import_agent(
+                    alias,
+                    &rows,
+                    rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                )
+            })
         })
     }
 }
@@ -590,18 +626,31 @@ impl AgentStateStore for ActionsState {
     fn name(&self) -> &'static str {
         "actions"
     }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
-        self.window.count(alias)
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            self.window.count(alias).map_err(StoreCause::Actions)
+        })
     }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
-        let rows = self.window.rows(alias)?;
-        Ok((rows.len() as u64, json(&rows)?))
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        scoped(self.name(), alias, || {
+            let rows = self.window.rows(alias).map_err(StoreCause::Actions)?;
+            Ok((rows.len() as u64, json(&rows)?))
+        })
     }
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, String> {
-        self.window.purge(alias)
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            self.window.purge(alias).map_err(StoreCause::Actions)
+        })
     }
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        self.window.rename(from, to)
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        _: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), from, || {
+            self.window.rename(from, to).map_err(StoreCause::Actions)
+        })
     }
     fn restore(
         &self,
@@ -609,9 +658,13 @@ impl AgentStateStore for ActionsState {
         _: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, String> {
-        let rows: Vec<i64> = from_json(data)?;
-        self.window.restore(alias, &rows)
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), alias, || {
+            let rows: Vec<i64> = from_json(data)?;
+            self.window
+                .restore(alias, &rows)
+                .map_err(StoreCause::Actions)
+        })
     }
 }
 
@@ -640,21 +693,25 @@ impl AgentStateStore for CostState {
     fn name(&self) -> &'static str {
         "costs"
     }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, String> {
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
         Ok(self.records(alias).len() as u64)
     }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), String> {
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
         let rows = self.records(alias);
-        Ok((rows.len() as u64, json(&rows)?))
+        scoped(self.name(), alias, || Ok((rows.len() as u64, json(&rows)?)))
     }
-    fn purge(&self, _: &AgentAlias) -> Result<u64, String> {
+    fn purge(&self, _: &AgentAlias) -> Result<u64, StoreError> {
         Ok(0) // history is kept (see the type's docs)
     }
-    fn rename(&self, from: &AgentAlias, to: &AgentAlias, _: &WorkspaceMove) -> Result<u64, String> {
-        self.ctx
-            .costs()
-            .rename_agent(from, to)
-            .map_err(|e| e.to_string())
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        _: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        scoped(self.name(), from, || {
+            Ok(self.ctx.costs().rename_agent(from, to)?)
+        })
     }
     fn restore(
         &self,
@@ -662,7 +719,7 @@ impl AgentStateStore for CostState {
         _: &AgentAlias,
         _: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, StoreError> {
         Ok(0) // delete kept the ledger lines
     }
 }
@@ -849,7 +906,7 @@ mod tests {
             let (s, e) = (Arc::clone(&scheduler), Arc::clone(&engine));
             tokio::task::spawn_blocking(move || {
                 let borrowed = |what: &str, same: bool| assert!(same, "{what} is not borrowed");
-                fn got<T>(r: Result<Option<Arc<T>>, String>) -> Arc<T> {
+                fn got<T>(r: Result<Option<Arc<T>>, StoreCause>) -> Arc<T> {
                     r.unwrap_or_else(|e| panic!("{e}"))
                         .unwrap_or_else(|| panic!("no store"))
                 }

@@ -313,9 +313,7 @@ fn set_enabled(
         .get(name)?
         .ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
     let next = if enabled {
-        schedule_of(&job)
-            .map_err(anyhow::Error::msg)?
-            .next_after(now_ms())
+        schedule_of(&job)?.next_after(now_ms())
     } else {
         None
     };

@@ -195,9 +195,25 @@ impl JobSpec {
     }
 }
 
+/// A stored job whose schedule does not parse (the cron database was written by hand or by
+/// another version): the job and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cron job '{job}': stored schedule '{spec}' does not parse: {message}")]
+pub struct ScheduleError {
+    pub job: String,
+    pub spec: String,
+    pub message: String,
+}
+
 /// The schedule of a stored job.
-pub fn schedule_of(job: &Job) -> Result<Schedule, String> {
-    Schedule::from_parts(&job.schedule_kind, &job.schedule, job.tz.as_deref())
+pub fn schedule_of(job: &Job) -> Result<Schedule, ScheduleError> {
+    Schedule::from_parts(&job.schedule_kind, &job.schedule, job.tz.as_deref()).map_err(|message| {
+        ScheduleError {
+            job: job.name.clone(),
+            spec: job.schedule.clone(),
+            message,
+        }
+    })
 }
 
 /// The declared jobs of `config` as stored jobs (config validation already checked them; a

@@ -32,7 +32,7 @@ use warren_store::cron::{CronError, CronStore, Job, Run, now_ms};
 
 use warren_runtime::{AgentHost, CancelToken, RunningSubsystem};
 
-pub use jobs::{JobSpec, SpecError, schedule_of};
+pub use jobs::{JobSpec, ScheduleError, SpecError, schedule_of};
 
 /// Crash point: a run is claimed and registered, its turn or command not yet started.
 pub const FAILPOINT_RUN_STARTED: &str = "cron-run-started";

@@ -264,7 +264,7 @@ impl Scheduler {
                     last_error = None;
                     break;
                 }
-                Ok(Err(e)) => last_error = Some(e),
+                Ok(Err(e)) => last_error = Some(e.to_string()),
                 Err(e) => last_error = Some(e.to_string()),
             }
         }
@@ -289,7 +289,19 @@ impl Scheduler {
     }
 }
 
-fn post_json(url: &str, body: &str) -> Result<(), String> {
+/// Why one webhook delivery attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum WebhookError {
+    #[error("POST {url}: {cause}")]
+    Send {
+        url: String,
+        cause: Box<ureq::Error>,
+    },
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+}
+
+fn post_json(url: &str, body: &str) -> Result<(), WebhookError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(10)))
@@ -299,12 +311,18 @@ fn post_json(url: &str, body: &str) -> Result<(), String> {
         .post(url)
         .header("Content-Type", "application/json")
         .send(body.as_bytes())
-        .map_err(|e| format!("POST {url}: {e}"))?;
+        .map_err(|e| WebhookError::Send {
+            url: url.to_string(),
+            cause: Box::new(e),
+        })?;
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         Ok(())
     } else {
-        Err(format!("{url} answered HTTP {status}"))
+        Err(WebhookError::Status {
+            url: url.to_string(),
+            status,
+        })
     }
 }
 
