@@ -12,7 +12,7 @@ use axum::response::Response;
 use sha2::{Digest, Sha256};
 use warren_core::{AgentAlias, Role, SessionKey};
 use warren_runtime::{CancelToken, Channel, TurnEvents, TurnRequest};
-use warren_store::sessions::Page;
+use warren_store::sessions::{Page, SessionHandle, SessionMeta};
 
 use super::history::{InMessage, Visible, check_history, conversation, repeated_reply};
 use super::retry::{self, Answer, Pending, Recent};
@@ -286,6 +286,34 @@ fn session_of(
     })
 }
 
+/// 503: the chat sessions cannot be read.
+fn unavailable(route: &str, e: impl std::fmt::Display) -> OpenAiError {
+    OpenAiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "sessions_unavailable",
+        format!("{route}: {e}"),
+    )
+}
+
+/// The chat sessions and the stored row of session `key` (`None` when there is none).
+async fn session_meta(
+    route: &str,
+    state: &AppState,
+    key: &SessionKey,
+) -> Result<(SessionHandle, Option<SessionMeta>), OpenAiError> {
+    let sessions = state
+        .host()
+        .chat_sessions()
+        .await
+        .map_err(|e| unavailable(route, e))?;
+    let k = key.clone();
+    let meta = sessions
+        .run(move |b| b.meta(&k))
+        .await
+        .map_err(|e| unavailable(route, e))?;
+    Ok((sessions, meta))
+}
+
 /// Whether session `key` exists and belongs to `alias`.
 async fn owned_by(
     route: &str,
@@ -293,19 +321,7 @@ async fn owned_by(
     key: &SessionKey,
     alias: &AgentAlias,
 ) -> Result<bool, OpenAiError> {
-    let unavailable = |e: String| {
-        OpenAiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "sessions_unavailable",
-            format!("{route}: {e}"),
-        )
-    };
-    let sessions = state.host().chat_sessions().await.map_err(unavailable)?;
-    let k = key.clone();
-    let meta = sessions
-        .run(move |b| b.meta(&k))
-        .await
-        .map_err(|e| unavailable(e.to_string()))?;
+    let (_, meta) = session_meta(route, state, key).await?;
     Ok(meta.is_some_and(|m| m.agent.as_ref() == Some(alias)))
 }
 
@@ -317,19 +333,7 @@ async fn stored_conversation(
     key: &SessionKey,
     alias: &AgentAlias,
 ) -> Result<Option<Vec<Visible>>, OpenAiError> {
-    let unavailable = |e: String| {
-        OpenAiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "sessions_unavailable",
-            format!("{route}: {e}"),
-        )
-    };
-    let sessions = state.host().chat_sessions().await.map_err(unavailable)?;
-    let k = key.clone();
-    let meta = sessions
-        .run(move |b| b.meta(&k))
-        .await
-        .map_err(|e| unavailable(e.to_string()))?;
+    let (sessions, meta) = session_meta(route, state, key).await?;
     match meta {
         None => return Ok(Some(Vec::new())),
         Some(m) if m.agent.as_ref().is_some_and(|a| a != alias) => return Ok(None),
@@ -338,7 +342,7 @@ async fn stored_conversation(
     let history = sessions
         .load(key.clone(), Page::All)
         .await
-        .map_err(|e| unavailable(e.to_string()))?;
+        .map_err(|e| unavailable(route, e))?;
     Ok(Some(
         history
             .messages
