@@ -13,7 +13,7 @@ use rustix::fs::AtFlags;
 use warren_config::InstallRoot;
 use warren_config::confined::ConfinedDir;
 
-use super::create::Planned;
+use warren_config::confined::FileKind;
 
 /// The cap `warren backup` applies unless told otherwise, in MB (10^6 bytes).
 pub const DEFAULT_MAX_AGENT_MB: u64 = 10_240;
@@ -36,6 +36,16 @@ fn workspace_owner<'p>(agents: &Path, rel: &'p Path) -> Option<&'p str> {
         return None;
     };
     (ws == "workspace").then(|| alias.to_str()).flatten()
+}
+
+/// One entry found by the plan.
+pub(super) struct Planned {
+    pub(super) rel: std::path::PathBuf,
+    pub(super) kind: FileKind,
+    pub(super) size: u64,
+    /// Bytes on disk (a sparse file's data, not its length), for this module.
+    pub(super) allocated: u64,
+    pub(super) mode: u32,
 }
 
 /// Leaves out of `plan` the contents of every workspace over `max_bytes`; one warning each.

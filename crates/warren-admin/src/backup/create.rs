@@ -22,6 +22,7 @@ use warren_config::InstallRoot;
 use warren_config::confined::{ConfinedDir, FileKind};
 use warren_config::sqlite;
 
+use super::cap::Planned;
 use super::crypt::Sealer;
 use super::manifest::{self, Class, Entry, EntryKind, Manifest, Sparse};
 use super::sparse::{self, ExtentReader};
@@ -45,16 +46,6 @@ pub struct Summary {
 /// Prefix of the private directory an encrypted backup stages database copies in (inside
 /// `data/`, the same trust domain as the databases; removed at the end).
 const STAGING_PREFIX: &str = ".backup-staging-";
-
-/// One entry found by the plan.
-pub(super) struct Planned {
-    pub(super) rel: PathBuf,
-    kind: FileKind,
-    size: u64,
-    /// Bytes on disk (a sparse file's data, not its length), for [`super::cap`].
-    pub(super) allocated: u64,
-    mode: u32,
-}
 
 /// Writes a backup of `root` to the new directory `dest`; with `passphrase`, every file is
 /// encrypted ([`super::crypt`]); an agent workspace over `max_agent_bytes` is left out with a

@@ -2,7 +2,7 @@
 //! reads each path of the install root. The backup walks the whole root, so a store added
 //! later is never forgotten; this table says which of its files must be read through SQLite or
 //! as a ledger, and a test ties it to the lifecycle registry
-//! ([`crate::lifecycle::stores::registered`]).
+//! ([`crate::lifecycle::registered`]).
 
 use std::path::{Path, PathBuf};
 
@@ -183,7 +183,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::lifecycle::stores::{OwnStores, StoreContext, StoreSource, registered};
+    use crate::lifecycle::registered;
+    use crate::lifecycle::stores::{OwnStores, StoreContext, StoreSource};
 
     /// Every store of the lifecycle registry has its file in the state map: a store added to
     /// the registry without a row here fails this test, so backup and doctor cannot forget it.

@@ -21,7 +21,8 @@ use super::journal::{
     MANIFEST_POINTS, Op, SCHEMA_VERSION, WorkspaceAction, export_points, temp_target, write_json,
 };
 use super::refs::{self, RefSite, Strength};
-use super::stores::{StoreContext, registered};
+use super::registered;
+use super::stores::StoreContext;
 use super::{Lifecycle, Report, now_text, stamp};
 
 pub(crate) const MANIFEST: &str = "manifest.json";

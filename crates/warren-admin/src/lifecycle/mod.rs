@@ -133,6 +133,20 @@ fn stamp() -> String {
     )
 }
 
+/// The registry: every per-agent store, in cascade order (here, above the stores module and the
+/// cron and SOP shares, so none of them names the others).
+pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn stores::AgentStateStore>> {
+    vec![
+        Box::new(stores::MemoryState::new(ctx.clone())),
+        Box::new(stores::SessionState_::new(ctx.clone())),
+        Box::new(stores::AcpState::new(ctx.clone())),
+        Box::new(stores::CostState::new(ctx.clone())),
+        Box::new(cron_state::CronState::new(ctx.clone())),
+        Box::new(sop_state::SopState::new(ctx.clone())),
+        Box::new(stores::ActionsState::new(ctx.clone())),
+    ]
+}
+
 /// The lifecycle of the agents of one install.
 #[derive(Clone)]
 pub struct Lifecycle {

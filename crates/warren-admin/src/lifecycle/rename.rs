@@ -10,7 +10,8 @@ use super::delete::workspace_action;
 use super::error::LifecycleError;
 use super::journal::{Op, WorkspaceAction};
 use super::refs::{self, RefSite};
-use super::stores::{WorkspaceMove, registered};
+use super::registered;
+use super::stores::WorkspaceMove;
 use super::{Lifecycle, Report, fsops};
 
 /// The config edit of a rename: move the entry, rewrite every reference, re-walk.

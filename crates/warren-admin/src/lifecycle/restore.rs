@@ -13,7 +13,8 @@ use warren_config::failpoint::crash_point;
 use super::delete::{MANIFEST, Manifest, RESTORED, archive_checksums, is_archive_temp};
 use super::error::LifecycleError;
 use super::journal::{Op, RESTORED_POINTS, SCHEMA_VERSION, write_json};
-use super::stores::{WorkspaceMove, registered};
+use super::registered;
+use super::stores::WorkspaceMove;
 use super::{Lifecycle, Report, fsops, now_text, refs};
 use warren_core::AgentAlias;
 

@@ -115,9 +115,8 @@ mod tests {
     use warren_core::AgentAlias;
 
     use super::{StoreCause, StoreError};
-    use crate::lifecycle::stores::{
-        OwnStores, StoreContext, StoreSource, WorkspaceMove, registered,
-    };
+    use crate::lifecycle::registered;
+    use crate::lifecycle::stores::{OwnStores, StoreContext, StoreSource, WorkspaceMove};
 
     /// Issue 34 §2/§5: a store's failure is a typed error naming the store, the alias and the
     /// cause (here: every store's share of a restore whose archive does not parse).

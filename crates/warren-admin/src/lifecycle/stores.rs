@@ -218,19 +218,6 @@ impl StoreContext {
     }
 }
 
-/// The registry: every per-agent store, in cascade order.
-pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn AgentStateStore>> {
-    vec![
-        Box::new(MemoryState::new(ctx.clone())),
-        Box::new(SessionState_::new(ctx.clone())),
-        Box::new(AcpState::new(ctx.clone())),
-        Box::new(CostState::new(ctx.clone())),
-        Box::new(crate::lifecycle::cron_state::CronState::new(ctx.clone())),
-        Box::new(crate::lifecycle::sop_state::SopState::new(ctx.clone())),
-        Box::new(ActionsState::new(ctx.clone())),
-    ]
-}
-
 pub(crate) fn json<T: Serialize>(v: &T) -> Result<Value, StoreCause> {
     serde_json::to_value(v).map_err(StoreCause::Encode)
 }
@@ -241,13 +228,13 @@ pub(crate) fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, Sto
 
 // ---- memory (every backend) ------------------------------------------------------------------
 
-struct MemoryState {
+pub(super) struct MemoryState {
     ctx: StoreContext,
     store: OnceLock<Result<Arc<dyn MemoryStore>, Arc<MemoryError>>>,
 }
 
 impl MemoryState {
-    fn new(ctx: StoreContext) -> Self {
+    pub(super) fn new(ctx: StoreContext) -> Self {
         Self {
             ctx,
             store: OnceLock::new(),
@@ -359,7 +346,7 @@ impl AgentStateStore for MemoryState {
 /// The chat sessions' share: the backend is [`StoreContext::chat`] (opened once per process,
 /// or the daemon generation's).
 #[allow(non_camel_case_types)]
-struct SessionState_ {
+pub(super) struct SessionState_ {
     ctx: StoreContext,
 }
 
@@ -386,7 +373,7 @@ struct ArchivedMessage {
 }
 
 impl SessionState_ {
-    fn new(ctx: StoreContext) -> Self {
+    pub(super) fn new(ctx: StoreContext) -> Self {
         Self { ctx }
     }
 
@@ -534,12 +521,12 @@ impl AgentStateStore for SessionState_ {
 
 // ---- ACP sessions (with transcripts) ---------------------------------------------------------
 
-struct AcpState {
+pub(super) struct AcpState {
     ctx: StoreContext,
 }
 
 impl AcpState {
-    fn new(ctx: StoreContext) -> Self {
+    pub(super) fn new(ctx: StoreContext) -> Self {
         Self { ctx }
     }
 }
@@ -610,12 +597,12 @@ impl AgentStateStore for AcpState {
 /// the new alias (it keeps its hour's count), delete archives and removes them, restore puts
 /// back those still inside the hour. The window is [`StoreContext::actions`]: inside a daemon
 /// the one its turns admit through; other processes share the file through SQLite's locks.
-struct ActionsState {
+pub(super) struct ActionsState {
     window: Arc<ActionWindow>,
 }
 
 impl ActionsState {
-    fn new(ctx: StoreContext) -> Self {
+    pub(super) fn new(ctx: StoreContext) -> Self {
         Self {
             window: Arc::clone(ctx.actions()),
         }
@@ -673,12 +660,12 @@ impl AgentStateStore for ActionsState {
 /// The cost ledger is billing history: delete archives the agent's records and keeps the ledger
 /// lines (spend limits keep counting them); rename rewrites the ledger so the new alias
 /// inherits today's and this month's spend.
-struct CostState {
+pub(super) struct CostState {
     ctx: StoreContext,
 }
 
 impl CostState {
-    fn new(ctx: StoreContext) -> Self {
+    pub(super) fn new(ctx: StoreContext) -> Self {
         Self { ctx }
     }
     fn records(&self, alias: &AgentAlias) -> Vec<CostRecord> {
@@ -807,7 +794,7 @@ mod tests {
             let ctx = in_daemon(&root, config, &host);
             let (b2, bee2) = (b.clone(), bee.clone());
             let during = tokio::task::spawn_blocking(move || {
-                let shares = registered(&ctx);
+                let shares = crate::lifecycle::registered(&ctx);
                 let ws = WorkspaceMove {
                     from: PathBuf::from("/b"),
                     to: PathBuf::from("/bee"),
@@ -921,7 +908,7 @@ mod tests {
                     to: PathBuf::from("/bee"),
                 };
                 let mut moved = std::collections::BTreeMap::new();
-                for share in registered(&ctx) {
+                for share in crate::lifecycle::registered(&ctx) {
                     if ["cron", "sop"].contains(&share.name()) {
                         let n = share
                             .rename(&alias("b"), &alias("bee"), &ws)
