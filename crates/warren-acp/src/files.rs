@@ -20,7 +20,7 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Client, Error, ErrorCode};
 use warren_config::schema::Autonomy;
-use warren_tools::{BoxFuture, FileTransport};
+use warren_tools::{BoxFuture, FileTransport, TransportError};
 
 /// The editor's file system, for one session's turn.
 pub struct ClientFiles {
@@ -53,7 +53,7 @@ impl FileTransport for ClientFiles {
         self.fs.write_text_file
     }
 
-    fn read_text<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, String>> {
+    fn read_text<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, TransportError>> {
         let sent = self
             .cx
             .send_request(ReadTextFileRequest::new(self.session.clone(), path));
@@ -61,7 +61,7 @@ impl FileTransport for ClientFiles {
             sent.block_task()
                 .await
                 .map(|r| r.content)
-                .map_err(|e| e.to_string())
+                .map_err(|e| TransportError(Box::new(e)))
         })
     }
 
@@ -69,7 +69,7 @@ impl FileTransport for ClientFiles {
         &'a self,
         path: &'a Path,
         content: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), TransportError>> {
         let sent = self.cx.send_request(WriteTextFileRequest::new(
             self.session.clone(),
             path,
@@ -79,7 +79,7 @@ impl FileTransport for ClientFiles {
             sent.block_task()
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| TransportError(Box::new(e)))
         })
     }
 }

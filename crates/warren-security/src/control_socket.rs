@@ -227,7 +227,7 @@ impl Guard {
             ))
         })?)
         .ok_or_else(|| unverified("the kernel shows no Seccomp_filters line".into()))?;
-        let filters = peer_filters(socket, pid).map_err(unverified)?;
+        let filters = peer_filters(socket, pid).map_err(|e| unverified(e.to_string()))?;
         if filters >= ours.saturating_add(crate::sandbox::seccomp::CHILD_FILTERS) {
             return Err(PeerRefused::Sandboxed { pid, filters, ours });
         }
@@ -255,19 +255,21 @@ fn seccomp_filters(status: &str) -> Option<u32> {
 /// The seccomp filter count of the socket's peer `pid`, read through a `/proc/<pid>` handle
 /// that is known to be the peer's: opened first, then the peer's pidfd (taken from the socket)
 /// must show the peer still alive, so the pid had not been recycled when it was opened.
-fn peer_filters(socket: BorrowedFd<'_>, pid: i32) -> Result<u32, String> {
+fn peer_filters(socket: BorrowedFd<'_>, pid: i32) -> Result<u32, PeerStatusError> {
     use rustix::fs::{Mode, OFlags};
     let dir = rustix::fs::open(
         format!("/proc/{pid}"),
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| format!("/proc/{pid}: {e}"))?;
+    .map_err(|errno| PeerStatusError::Open {
+        path: format!("/proc/{pid}"),
+        errno,
+    })?;
     // Before Linux 6.5 there is no SO_PEERPIDFD: the pid is taken as it is (the key still
     // holds alone).
     if let Some(pidfd) = peer_pidfd(socket) {
-        pidfd_alive(pidfd.as_fd())
-            .map_err(|e| format!("the peer exited before it could be checked ({e})"))?;
+        pidfd_alive(pidfd.as_fd()).map_err(PeerStatusError::Exited)?;
     }
     let status = rustix::fs::openat(
         &dir,
@@ -275,10 +277,29 @@ fn peer_filters(socket: BorrowedFd<'_>, pid: i32) -> Result<u32, String> {
         OFlags::RDONLY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    .map_err(|errno| PeerStatusError::Open {
+        path: format!("/proc/{pid}/status"),
+        errno,
+    })?;
     let text = std::io::read_to_string(std::fs::File::from(status))
-        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
-    seccomp_filters(&text).ok_or_else(|| format!("/proc/{pid}/status has no Seccomp_filters"))
+        .map_err(|source| PeerStatusError::Read { pid, source })?;
+    seccomp_filters(&text).ok_or(PeerStatusError::NoFilterLine { pid })
+}
+
+/// Why the peer's seccomp filter count could not be read.
+#[derive(Debug, thiserror::Error)]
+enum PeerStatusError {
+    #[error("{path}: {errno}")]
+    Open {
+        path: String,
+        errno: rustix::io::Errno,
+    },
+    #[error("the peer exited before it could be checked ({0})")]
+    Exited(std::io::Error),
+    #[error("/proc/{pid}/status: {source}")]
+    Read { pid: i32, source: std::io::Error },
+    #[error("/proc/{pid}/status has no Seccomp_filters")]
+    NoFilterLine { pid: i32 },
 }
 
 /// `SO_PEERCRED` of a connected Unix socket (read into `libc::ucred`, whose pid may be 0 for a

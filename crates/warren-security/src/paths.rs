@@ -96,6 +96,48 @@ pub struct Denied {
     pub reason: String,
 }
 
+/// Why no allowed root holds a path (the reason of a [`Denied`]).
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("{device} is readable only")]
+    DeviceReadOnly { device: &'static str },
+    #[error(
+        "agent '{agent}' has only a Write grant on '{sibling}'; reading it is not allowed \
+         (change it to [agents.{agent}.workspace.access] {sibling} = \"ReadWrite\")"
+    )]
+    WriteGrantOnly { agent: String, sibling: String },
+    #[error(
+        "agent '{agent}' has only a Read grant on '{sibling}'; writing is not allowed \
+         (change it to [agents.{agent}.workspace.access] {sibling} = \"ReadWrite\")"
+    )]
+    ReadGrantOnly { agent: String, sibling: String },
+    #[error(
+        "it is in agent '{sibling}''s workspace and agent '{agent}' has no {level} grant on '{sibling}' \
+         (add [agents.{agent}.workspace.access] {sibling} = \"{level}\")"
+    )]
+    NoGrant {
+        agent: String,
+        sibling: String,
+        level: &'static str,
+    },
+    #[error(
+        "it is part of the Warren install root {} (config, secrets, data); no tool may {verb} it",
+        install.display()
+    )]
+    InstallRoot {
+        install: PathBuf,
+        verb: &'static str,
+    },
+    #[error("{} is a forbidden path of agent '{agent}''s risk profile", path.display())]
+    Forbidden { path: PathBuf, agent: String },
+    #[error(
+        "it is outside agent '{agent}''s workspace {} and its grants \
+         (set [agents.{agent}.workspace] unrestricted_filesystem = true to allow it)",
+        workspace.display()
+    )]
+    OutsideWorkspace { agent: String, workspace: PathBuf },
+}
+
 impl Denied {
     fn new(raw: &Path, reason: impl fmt::Display) -> Self {
         let mut path = raw.to_string_lossy().into_owned();
@@ -300,12 +342,12 @@ impl SecurityPolicy {
     /// Which root and tier allow `path` for `access`, or why none does. Compares `path` with
     /// the roots (each in its canonical and its configured form) and never touches `path`, so a
     /// refusal says nothing about what is on the disk there.
-    fn classify(&self, path: &Path, access: Access) -> Result<(PathBuf, Tier), String> {
+    fn classify(&self, path: &Path, access: Access) -> Result<(PathBuf, Tier), Refusal> {
         if let Some(device) = READABLE_DEVICES.iter().find(|d| path == Path::new(d)) {
             if access == Access::Read || *device == "/dev/null" {
                 return Ok((PathBuf::from("/dev"), Tier::Device));
             }
-            return Err(format!("{device} is readable only"));
+            return Err(Refusal::DeviceReadOnly { device });
         }
         if let Some(root) = self.root_containing(self.workspace(), path) {
             return Ok((root, Tier::Workspace));
@@ -319,11 +361,10 @@ impl SecurityPolicy {
         match access {
             Access::Read => {
                 if let Some((g, _)) = under(self.write_only_roots()) {
-                    return Err(format!(
-                        "agent '{alias}' has only a Write grant on '{}'; reading it is not allowed \
-                         (change it to [agents.{alias}.workspace.access] {} = \"ReadWrite\")",
-                        g.alias, g.alias
-                    ));
+                    return Err(Refusal::WriteGrantOnly {
+                        agent: alias.to_string(),
+                        sibling: g.alias.to_string(),
+                    });
                 }
                 if let Some((_, r)) = under(self.read_write_roots()) {
                     return Ok((r, Tier::ReadWrite));
@@ -340,15 +381,13 @@ impl SecurityPolicy {
                     return Ok((r, Tier::WriteOnly));
                 }
                 if let Some((g, _)) = under(self.read_only_roots()) {
-                    return Err(format!(
-                        "agent '{alias}' has only a Read grant on '{}'; writing is not allowed \
-                         (change it to [agents.{alias}.workspace.access] {} = \"ReadWrite\")",
-                        g.alias, g.alias
-                    ));
+                    return Err(Refusal::ReadGrantOnly {
+                        agent: alias.to_string(),
+                        sibling: g.alias.to_string(),
+                    });
                 }
             }
         }
-        let verb = access.verb();
         // A sibling's workspace without a grant: name the grant that would allow it.
         if let Some(sibling) = self.sibling_owning(path) {
             let level = if access == Access::Read {
@@ -356,36 +395,36 @@ impl SecurityPolicy {
             } else {
                 "Write"
             };
-            return Err(format!(
-                "it is in agent '{sibling}''s workspace and agent '{alias}' has no {level} grant on '{sibling}' \
-                 (add [agents.{alias}.workspace.access] {sibling} = \"{level}\")"
-            ));
+            return Err(Refusal::NoGrant {
+                agent: alias.to_string(),
+                sibling: sibling.to_string(),
+                level,
+            });
         }
         // The install root holds config, secrets and every store: never reachable by tools.
         if let Some(install) = self.workspace().ancestors().nth(3)
             && let Some(install) = self.root_containing(install, path)
         {
-            return Err(format!(
-                "it is part of the Warren install root {} (config, secrets, data); no tool may {verb} it",
-                install.display()
-            ));
+            return Err(Refusal::InstallRoot {
+                install,
+                verb: access.verb(),
+            });
         }
         if let Some(f) = self
             .forbidden_paths()
             .iter()
             .find(|f| self.root_containing(f, path).is_some())
         {
-            return Err(format!(
-                "{} is a forbidden path of agent '{alias}''s risk profile",
-                f.display()
-            ));
+            return Err(Refusal::Forbidden {
+                path: f.clone(),
+                agent: alias.to_string(),
+            });
         }
         if self.workspace_only() {
-            return Err(format!(
-                "it is outside agent '{alias}''s workspace {} and its grants \
-                 (set [agents.{alias}.workspace] unrestricted_filesystem = true to allow it)",
-                self.workspace().display()
-            ));
+            return Err(Refusal::OutsideWorkspace {
+                agent: alias.to_string(),
+                workspace: self.workspace().to_path_buf(),
+            });
         }
         Ok((PathBuf::from("/"), Tier::Unrestricted))
     }

@@ -20,21 +20,26 @@ use warren_config::schema::Autonomy;
 
 use crate::tool::BoxFuture;
 
+/// Why a front end's transport did not read or write a file: its own error (shown to the
+/// model with the path).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct TransportError(pub Box<dyn std::error::Error + Send + Sync>);
+
 /// Reads and writes text files on the agent's behalf, after the policy allowed the call.
-/// Errors are the transport's own words (shown to the model with the path).
 pub trait FileTransport: Send + Sync {
     /// Whether [`FileTransport::read_text`] is offered.
     fn reads(&self) -> bool;
     /// Whether [`FileTransport::write_text`] is offered.
     fn writes(&self) -> bool;
     /// The whole text of the file at `path` (an absolute path the policy allowed).
-    fn read_text<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, String>>;
+    fn read_text<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<String, TransportError>>;
     /// Replaces (or creates) the file at `path` (an absolute path the policy allowed).
     fn write_text<'a>(
         &'a self,
         path: &'a Path,
         content: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), TransportError>>;
 }
 
 /// The context of one turn's tools; the default lends nothing.
@@ -65,7 +70,17 @@ tokio::task_local! {
 
 /// Work a tool leaves for when its call's receipt is signed (after it returned): gets the
 /// receipt; an error is logged by the runtime (the call's result stands).
-pub type ReceiptHook = Box<dyn FnOnce(String) -> BoxFuture<'static, Result<(), String>> + Send>;
+pub type ReceiptHook =
+    Box<dyn FnOnce(String) -> BoxFuture<'static, Result<(), ReceiptHookError>> + Send>;
+
+/// Why a [`ReceiptHook`] did not record the receipt: what it was for and the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} not recorded: {source}")]
+pub struct ReceiptHookError {
+    /// What the receipt was to be recorded with ("memory receipt").
+    pub what: &'static str,
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
 
 /// The call a tool is running for, set by the runtime around each execution: what records
 /// that keep provenance (memory writes, issue 20 §3) name as their origin.
@@ -117,7 +132,7 @@ impl CallOrigin {
 
     /// The runtime signed this call's `receipt`: runs the hooks tools left, in order; the
     /// errors of those that failed.
-    pub async fn receipt_signed(&self, receipt: &str) -> Vec<String> {
+    pub async fn receipt_signed(&self, receipt: &str) -> Vec<ReceiptHookError> {
         let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|p| p.into_inner()));
         let mut errors = Vec::new();
         for hook in hooks {

@@ -40,10 +40,17 @@ pub struct HttpReply {
     pub truncated: bool,
 }
 
+/// Why the egress made no call or got no answer: the egress's sentence for the model, naming
+/// the rule or host at fault. It is text because the egress scrubs every secret out of it
+/// before it leaves the daemon (a refused URL may carry a key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EgressRefused(pub String);
+
 /// The daemon side of `http_request`: the agent's allowlist, broker and trace.
 pub trait HttpEgress: Send + Sync {
-    /// Makes `call`; an error is a sentence for the model (scrubbed, naming the rule at fault).
-    fn send(&self, call: HttpCall) -> BoxFuture<'_, Result<HttpReply, String>>;
+    /// Makes `call`; an error is scrubbed and names the rule at fault.
+    fn send(&self, call: HttpCall) -> BoxFuture<'_, Result<HttpReply, EgressRefused>>;
 }
 
 /// `http_request`, bound to one agent's egress.
@@ -91,7 +98,11 @@ impl Tool for HttpRequest {
                     METHODS.join(", ")
                 )));
             }
-            let reply = self.egress.send(call).await.map_err(ToolError::Failed)?;
+            let reply = self
+                .egress
+                .send(call)
+                .await
+                .map_err(|e| ToolError::Failed(e.0))?;
             let headers: serde_json::Map<String, serde_json::Value> = reply
                 .headers
                 .into_iter()

@@ -14,10 +14,10 @@ mod shell;
 mod taint;
 mod tool;
 
-pub use context::{CallOrigin, FileTransport, ToolContext};
+pub use context::{CallOrigin, FileTransport, ReceiptHookError, ToolContext, TransportError};
 pub use files::{FileEdit, FileRead, FileWrite, MAX_READ_BYTES};
 pub use git::{GitOperations, NO_HOOKS, READ_CONFIG, refname};
-pub use http_request::{HttpCall, HttpEgress, HttpReply, HttpRequest};
+pub use http_request::{EgressRefused, HttpCall, HttpEgress, HttpReply, HttpRequest};
 pub use memory::{
     DEFAULT_RECALL_LIMIT, MemoryForgetTool, MemoryRecallTool, MemoryStoreTool, memory_tools,
 };

@@ -14,7 +14,7 @@ use time::format_description::well_known::Rfc3339;
 use warren_config::schema::MemoryBackendKind;
 use warren_memory::{MAX_LIMIT, Memory, MemoryError, NewEntry, Provenance, RecallQuery, Trust};
 
-use crate::context::{CallOrigin, ToolContext};
+use crate::context::{CallOrigin, ReceiptHookError, ToolContext};
 use crate::taint::Taint;
 use crate::tool::{BoxFuture, RiskClass, Tool, ToolError, ToolOutput};
 
@@ -190,7 +190,10 @@ impl Tool for MemoryStoreTool {
                             .attach_receipt(key, version, receipt)
                             .await
                             .map(|_| ())
-                            .map_err(|e| format!("memory receipt not recorded: {e}"))
+                            .map_err(|e| ReceiptHookError {
+                                what: "memory receipt",
+                                source: Box::new(e),
+                            })
                     })
                 }));
             }

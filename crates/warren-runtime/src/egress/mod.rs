@@ -26,7 +26,7 @@ use serde_json::json;
 use warren_config::Config;
 use warren_core::AgentAlias;
 use warren_security::SecurityPolicy;
-use warren_tools::{BoxFuture, HttpCall, HttpEgress, HttpReply};
+use warren_tools::{BoxFuture, EgressRefused, HttpCall, HttpEgress, HttpReply};
 
 pub use allow::{Allowlist, Refused};
 pub use broker::Broker;
@@ -144,7 +144,7 @@ impl AgentEgress {
 }
 
 impl HttpEgress for AgentEgress {
-    fn send(&self, call: HttpCall) -> BoxFuture<'_, Result<HttpReply, String>> {
+    fn send(&self, call: HttpCall) -> BoxFuture<'_, Result<HttpReply, EgressRefused>> {
         let me = self.clone();
         Box::pin(async move {
             let result = tokio::task::spawn_blocking(move || {
@@ -154,7 +154,7 @@ impl HttpEgress for AgentEgress {
             .await;
             let (me, result) = match result {
                 Ok(pair) => pair,
-                Err(e) => return Err(format!("the request stopped: {e}")),
+                Err(e) => return Err(EgressRefused(format!("the request stopped: {e}"))),
             };
             // Nothing leaves the daemon unscrubbed: the model, session, memory and trace see
             // only what passes here.
@@ -167,7 +167,7 @@ impl HttpEgress for AgentEgress {
                     }
                     Ok(reply)
                 }
-                Err(e) => Err(me.broker.scrub(&e)),
+                Err(e) => Err(EgressRefused(me.broker.scrub(&e))),
             }
         })
     }

@@ -21,6 +21,20 @@ use landlock::{
     PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, make_bitflags,
 };
 
+/// Why an agent's Landlock ruleset could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("the kernel has no Landlock support")]
+    Unsupported,
+    #[error("cannot build the Landlock ruleset: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("cannot grant {}: {source}", path.display())]
+    Rule {
+        path: std::path::PathBuf,
+        source: landlock::RulesetError,
+    },
+}
+
 /// The rules of one child.
 #[derive(Debug, Clone)]
 pub(crate) struct Rules {
@@ -117,10 +131,10 @@ pub(crate) fn read_access_bits() -> u64 {
 /// Builds the ruleset of `spec` in the daemon (paths are opened here, so the rules hold the
 /// host's inodes, which the binds preserve); the launcher enforces it in the child just before
 /// `exec` with `landlock_restrict_self`.
-pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, String> {
+pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, LandlockError> {
     let abi = abi();
     if abi == ABI::Unsupported {
-        return Err("the kernel has no Landlock support".into());
+        return Err(LandlockError::Unsupported);
     }
     let all = AccessFs::from_all(abi);
     let exec = BitFlags::from(AccessFs::Execute) & all;
@@ -141,25 +155,18 @@ pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, String
 
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)
-        .map_err(|e| e.to_string())?;
+        .handle_access(all)?;
     if !spec.network && !AccessNet::from_all(abi).is_empty() {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(|e| e.to_string())?;
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
     }
     if !Scope::from_all(abi).is_empty() {
-        ruleset = ruleset
-            .scope(Scope::from_all(abi))
-            .map_err(|e| e.to_string())?;
+        ruleset = ruleset.scope(Scope::from_all(abi))?;
     }
-    let mut created = ruleset.create().map_err(|e| e.to_string())?;
+    let mut created = ruleset.create()?;
     if let (false, Some(port)) = (spec.network, spec.proxy_port)
         && AccessNet::from_all(abi).contains(AccessNet::ConnectTcp)
     {
-        created = created
-            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
-            .map_err(|e| e.to_string())?;
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
     }
 
     let file_read = BitFlags::from(AccessFs::ReadFile) & all;
@@ -203,7 +210,10 @@ pub(crate) fn build(spec: &Rules) -> Result<Option<std::os::fd::OwnedFd>, String
         };
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|source| LandlockError::Rule {
+                path: path.to_path_buf(),
+                source,
+            })?;
     }
     Ok(created.into())
 }

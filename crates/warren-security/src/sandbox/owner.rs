@@ -2,7 +2,7 @@
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid, chownat, fstat, open, openat, statat};
 
@@ -13,10 +13,20 @@ const DIR: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
+/// Why a root could not be handed to the sandbox user.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot hand {} to the sandbox user: {errno}", root.display())]
+pub struct HandOverError {
+    pub root: PathBuf,
+    pub errno: rustix::io::Errno,
+}
+
 /// Changes `root` and every root-owned entry below it with one link to the sandbox user.
-pub(super) fn hand_over(root: &Path) -> Result<(), String> {
-    let err =
-        |e: rustix::io::Errno| format!("cannot hand {} to the sandbox user: {e}", root.display());
+pub(super) fn hand_over(root: &Path) -> Result<(), HandOverError> {
+    let err = |errno: rustix::io::Errno| HandOverError {
+        root: root.to_path_buf(),
+        errno,
+    };
     let fd = open(root, DIR, Mode::empty()).map_err(err)?;
     give(&fd, OsStr::new("."), true).map_err(err)?;
     walk(&fd, 0).map_err(err)

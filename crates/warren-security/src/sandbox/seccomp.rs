@@ -52,13 +52,28 @@ pub(crate) enum Watches {
     Denied,
 }
 
+/// Why the seccomp filters could not be compiled (cached per process: the cause is shared).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SeccompError {
+    #[error("cannot compile the seccomp filter: {0}")]
+    Compile(std::sync::Arc<seccompiler::BackendError>),
+    #[error("cannot compile the clone3 filter")]
+    Clone3,
+}
+
+impl From<seccompiler::BackendError> for SeccompError {
+    fn from(e: seccompiler::BackendError) -> Self {
+        Self::Compile(std::sync::Arc::new(e))
+    }
+}
+
 /// Compiles the filter for this host's architecture.
-pub(crate) fn program(network: bool, watches: Watches) -> Result<BpfProgram, String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+pub(crate) fn program(network: bool, watches: Watches) -> Result<BpfProgram, SeccompError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)?;
     let cond = |arg: u8, op: Op, value: u64| {
-        SeccompCondition::new(arg, Len::Dword, op, value).map_err(|e| e.to_string())
+        SeccompCondition::new(arg, Len::Dword, op, value).map_err(SeccompError::from)
     };
-    let rule = |conds: Vec<SeccompCondition>| SeccompRule::new(conds).map_err(|e| e.to_string());
+    let rule = |conds: Vec<SeccompCondition>| SeccompRule::new(conds).map_err(SeccompError::from);
 
     // Family rules: one rule per refused shape (rules of a syscall are OR-ed, conditions AND-ed).
     let mut family = vec![cond(0, Op::Ne, libc::AF_UNIX as u64)?];
@@ -79,7 +94,7 @@ pub(crate) fn program(network: bool, watches: Watches) -> Result<BpfProgram, Str
         .filter(|b| CLONE_NEW_FLAGS & b != 0)
         .map(|b| {
             SeccompCondition::new(0, Len::Qword, Op::MaskedEq(b), b)
-                .map_err(|e| e.to_string())
+                .map_err(SeccompError::from)
                 .and_then(|c| rule(vec![c]))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -142,15 +157,14 @@ fn compile(
     rules: BTreeMap<i64, Vec<SeccompRule>>,
     errno: i32,
     arch: TargetArch,
-) -> Result<BpfProgram, String> {
+) -> Result<BpfProgram, SeccompError> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(errno as u32),
         arch,
-    )
-    .map_err(|e| e.to_string())?;
-    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+    )?;
+    Ok(BpfProgram::try_from(filter)?)
 }
 
 /// x86_64: the first filter, written out by hand (8 instructions). `clone3` answers `ENOSYS`
@@ -187,8 +201,8 @@ fn prelude() -> Vec<u64> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn clone3_program() -> Result<BpfProgram, String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+fn clone3_program() -> Result<BpfProgram, SeccompError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     rules.insert(libc::SYS_clone3, Vec::new());
     compile(rules, libc::ENOSYS, arch)
@@ -205,13 +219,13 @@ fn pack(p: &BpfProgram) -> Vec<u64> {
 
 /// Both filters, compiled once per process, network and watch setting, packed one instruction
 /// per `u64` for the stage spec (the stage then only installs them: compiling costs ≈ 0.27 ms).
-pub(crate) fn packed(network: bool, watches: Watches) -> Result<Vec<Vec<u64>>, String> {
-    type Packed = Result<Vec<Vec<u64>>, String>;
+pub(crate) fn packed(network: bool, watches: Watches) -> Result<Vec<Vec<u64>>, SeccompError> {
+    type Packed = Result<Vec<Vec<u64>>, SeccompError>;
     static CACHE: std::sync::OnceLock<[Packed; 4]> = std::sync::OnceLock::new();
     let build = |i: usize| -> Packed {
         let prelude = prelude();
         if prelude.is_empty() {
-            return Err("cannot compile the clone3 filter".into());
+            return Err(SeccompError::Clone3);
         }
         let watches = if i & 2 == 0 {
             Watches::Allowed

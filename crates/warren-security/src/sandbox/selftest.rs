@@ -8,15 +8,14 @@
 //! each probe is live.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{ChildIo, Layer, Sandbox};
+use super::{ChildIo, Layer, Sandbox, SandboxError};
 use crate::confined_dir::ConfinedDir;
 
 /// One probe of the matrix.
@@ -184,6 +183,33 @@ fn stopped_by(probe: Probe) -> Vec<&'static str> {
     }
 }
 
+/// Why a probe could not be run: its row is skipped, with this as its detail.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unprobed {
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error("cannot {what}: {source}")]
+    Host {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{0} is missing")]
+    Missing(&'static str),
+    #[error(transparent)]
+    Dir(#[from] crate::confined_dir::DirError),
+    #[error(transparent)]
+    Workspace(#[from] crate::policy::PolicyError),
+    #[error(transparent)]
+    Key(#[from] crate::control_socket::ControlKeyError),
+    #[error("cannot encode the probe's aim: {0}")]
+    Aim(serde_json::Error),
+    #[error("{}: {source}", path.display())]
+    Path {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// What the stage does for a probe (sent in the stage spec).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ProbeSpec {
@@ -248,7 +274,7 @@ pub fn run_probe(sandbox: &Sandbox, probe: Probe, targets: &Targets) -> Row {
     };
     let (outcome, detail) = match judged {
         Ok(v) => v,
-        Err(e) => (Outcome::Skipped, e),
+        Err(e) => (Outcome::Skipped, e.to_string()),
     };
     Row {
         probe,
@@ -259,10 +285,12 @@ pub fn run_probe(sandbox: &Sandbox, probe: Probe, targets: &Targets) -> Row {
     }
 }
 
-pub(super) fn inside(sandbox: &Sandbox, probe: Probe, target: String) -> Result<String, String> {
-    let out = sandbox
-        .spawn_probe(&ProbeSpec { probe, target })
-        .map_err(|e| e.to_string())?;
+pub(super) fn inside(
+    sandbox: &Sandbox,
+    probe: Probe,
+    target: String,
+) -> Result<String, SandboxError> {
+    let out = sandbox.spawn_probe(&ProbeSpec { probe, target })?;
     Ok(String::from_utf8_lossy(&out).trim().to_string())
 }
 
@@ -279,10 +307,11 @@ pub fn control_socket_probe(
     targets: &Targets,
     guard: crate::control_socket::Guard,
 ) -> (Outcome, String) {
-    super::selftest_socket::judge(sandbox, targets, guard).unwrap_or_else(|e| (Outcome::Skipped, e))
+    super::selftest_socket::judge(sandbox, targets, guard)
+        .unwrap_or_else(|e| (Outcome::Skipped, e.to_string()))
 }
 
-fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, String), String> {
+fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, String), Unprobed> {
     let policy = sandbox.policy();
     let network_probe = matches!(
         probe,
@@ -303,29 +332,41 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
     };
     match probe {
         Probe::Udp => {
-            let sock = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            let aim = |source| Unprobed::Host {
+                what: "open a UDP socket on the host's loopback to aim at",
+                source,
+            };
+            let sock = UdpSocket::bind("127.0.0.1:0").map_err(aim)?;
             sock.set_read_timeout(Some(Duration::from_millis(300)))
-                .map_err(|e| e.to_string())?;
-            let addr = sock.local_addr().map_err(|e| e.to_string())?;
+                .map_err(aim)?;
+            let addr = sock.local_addr().map_err(aim)?;
             let line = inside(sandbox, probe, addr.to_string())?;
             let mut buf = [0u8; 64];
             let got = sock.recv(&mut buf).is_ok();
             verdict(got, line)
         }
         Probe::Tcp | Probe::Mptcp | Probe::TcpFastOpen => {
-            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let aim = |source| Unprobed::Host {
+                what: "open a TCP listener on the host's loopback to aim at",
+                source,
+            };
+            let listener = TcpListener::bind("127.0.0.1:0").map_err(aim)?;
+            listener.set_nonblocking(true).map_err(aim)?;
+            let addr = listener.local_addr().map_err(aim)?;
             let line = inside(sandbox, probe, addr.to_string())?;
             verdict(accepted(&listener), line)
         }
         Probe::HostUnixSocket => {
             let dir = std::env::temp_dir().join(format!("warren-selftest-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let aim = |source| Unprobed::Host {
+                what: "open a Unix socket in the host's temp dir to aim at",
+                source,
+            };
+            std::fs::create_dir_all(&dir).map_err(aim)?;
             let path = dir.join("s.sock");
             let _ = std::fs::remove_file(&path);
-            let listener = UnixListener::bind(&path).map_err(|e| e.to_string())?;
-            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let listener = UnixListener::bind(&path).map_err(aim)?;
+            listener.set_nonblocking(true).map_err(aim)?;
             let _ =
                 std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777));
             let _ = std::fs::set_permissions(
@@ -382,7 +423,10 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .spawn()
-                .map_err(|e| format!("cannot start a host process to aim at: {e}"))?;
+                .map_err(|source| Unprobed::Host {
+                    what: "start a host process to aim at",
+                    source,
+                })?;
             let line = inside(sandbox, probe, victim.id().to_string());
             std::thread::sleep(Duration::from_millis(50));
             let died = matches!(victim.try_wait(), Ok(Some(_)));
@@ -403,23 +447,32 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
         Probe::AbstractUnixSocket => {
             use std::os::linux::net::SocketAddrExt;
             let name = format!("warren-selftest-{}-{}", std::process::id(), nanos());
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-                .map_err(|e| e.to_string())?;
-            let listener = UnixListener::bind_addr(&addr).map_err(|e| e.to_string())?;
-            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let aim = |source| Unprobed::Host {
+                what: "open an abstract Unix socket on the host to aim at",
+                source,
+            };
+            let addr =
+                std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(aim)?;
+            let listener = UnixListener::bind_addr(&addr).map_err(aim)?;
+            listener.set_nonblocking(true).map_err(aim)?;
             let line = inside(sandbox, probe, name)?;
             verdict(listener.accept().is_ok() || succeeded(&line), line)
         }
         Probe::SysvIpc => {
             let key = (nanos() as i32 & 0x3fff_ffff) | 0x4000_0000;
-            let id = super::probe_sys::shm_create(key)
-                .map_err(|e| format!("cannot create a host segment to aim at: {e}"))?;
+            let id = super::probe_sys::shm_create(key).map_err(|source| Unprobed::Host {
+                what: "create a host segment to aim at",
+                source,
+            })?;
             let queue = mq_name(key);
             let made = super::probe_sys::mq_create(&queue);
             let line = inside(sandbox, probe, key.to_string());
             super::probe_sys::shm_remove(id);
             super::probe_sys::mq_remove(&queue);
-            made.map_err(|e| format!("cannot create a host message queue to aim at: {e}"))?;
+            made.map_err(|source| Unprobed::Host {
+                what: "create a host message queue to aim at",
+                source,
+            })?;
             let line = line?;
             verdict(succeeded(&line), line)
         }
@@ -456,10 +509,9 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
             Some(g) => {
                 // The daemon plants the file the probe aims at (a Read root is agent-writable
                 // for its owner): written and removed through a confined handle.
-                let dir = ConfinedDir::open_root(&g.root)
-                    .map_err(|e| e.to_string())?
-                    .ok_or("the Read grant is missing")?;
-                dir.write_atomic(PLANTED, b"x").map_err(|e| e.to_string())?;
+                let dir =
+                    ConfinedDir::open_root(&g.root)?.ok_or(Unprobed::Missing("the Read grant"))?;
+                dir.write_atomic(PLANTED, b"x")?;
                 let line = inside(sandbox, probe, g.root.join(PLANTED).display().to_string());
                 let _ = dir.remove(PLANTED);
                 let line = line?;
@@ -491,14 +543,14 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
 }
 
 /// What [`Probe::ProcessMemory`] tries to read out of the daemon.
-static MEMORY_MARK: [u8; 16] = *b"warren-vm-marker";
+pub(super) static MEMORY_MARK: [u8; 16] = *b"warren-vm-marker";
 /// The file [`Probe::HardlinkIntoWriteTier`] creates and links.
-const PLANTED: &str = ".warren-selftest-planted";
+pub(super) const PLANTED: &str = ".warren-selftest-planted";
 /// How many processes the fork probe starts at most (the landlock level as root has no limit).
-const FORK_CAP: usize = 2048;
+pub(super) const FORK_CAP: usize = 2048;
 
 /// The POSIX message queue name of the IPC probe.
-fn mq_name(key: i32) -> std::ffi::CString {
+pub(super) fn mq_name(key: i32) -> std::ffi::CString {
     std::ffi::CString::new(format!("/warren-selftest-{key}")).unwrap_or_default()
 }
 
@@ -510,14 +562,12 @@ pub(super) fn nanos() -> u32 {
 
 /// One call fills its process limit and stays; a second call of the same agent then tries to
 /// fork. Under the full level each call counts its own processes (its own user namespace).
-fn shared_process_limit(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
+fn shared_process_limit(sandbox: &Sandbox) -> Result<(Outcome, String), Unprobed> {
     let spec = ProbeSpec {
         probe: Probe::SharedProcessLimit,
         target: "fill".into(),
     };
-    let mut filler = sandbox
-        .spawn_probe_child(&spec)
-        .map_err(|e| e.to_string())?;
+    let mut filler = sandbox.spawn_probe_child(&spec)?;
     let mut first = String::new();
     if let Some(out) = filler.stdout.take() {
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut first);
@@ -556,28 +606,25 @@ fn accepted(listener: &TcpListener) -> bool {
     false
 }
 
-fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
+fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), Unprobed> {
     const MARK: &str = ".warren-selftest-survivor";
     const STOP: &str = ".warren-selftest-stop";
-    sandbox
-        .policy()
-        .ensure_workspace()
-        .map_err(|e| e.to_string())?;
+    sandbox.policy().ensure_workspace()?;
     // The workspace is agent-writable: the markers are read and removed through a handle.
-    let ws = ConfinedDir::open_root(sandbox.policy().workspace())
-        .map_err(|e| e.to_string())?
-        .ok_or("the workspace is missing")?;
+    let ws = ConfinedDir::open_root(sandbox.policy().workspace())?
+        .ok_or(Unprobed::Missing("the workspace"))?;
     let _ = ws.remove(MARK);
     let _ = ws.remove(STOP);
     let script = "set -m; ( while [ ! -e .warren-selftest-stop ]; do echo x >> .warren-selftest-survivor; done ) & exit 0";
-    let mut child = sandbox
-        .spawn(
-            "/bin/sh",
-            &[OsString::from("-c"), script.into()],
-            ChildIo::Null,
-        )
-        .map_err(|e| e.to_string())?;
-    child.wait().map_err(|e| e.to_string())?;
+    let mut child = sandbox.spawn(
+        "/bin/sh",
+        &[OsString::from("-c"), script.into()],
+        ChildIo::Null,
+    )?;
+    child.wait().map_err(|source| Unprobed::Host {
+        what: "wait for the call",
+        source,
+    })?;
     std::thread::sleep(Duration::from_millis(300));
     let size = || ws.stat(MARK).ok().flatten().map_or(0, |m| m.len);
     let before = size();
@@ -600,352 +647,4 @@ fn survivors(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
             "nothing ran after the call ended".into()
         },
     ))
-}
-
-/// Runs inside the stage after confinement: performs the probe and prints `ok: ...` or
-/// `refused: ...`.
-pub(crate) fn in_stage(spec: &ProbeSpec) -> String {
-    match attempt(spec) {
-        Ok(detail) => format!("ok: {detail}"),
-        Err(e) => format!("refused: {e}"),
-    }
-}
-
-fn attempt(spec: &ProbeSpec) -> Result<String, String> {
-    use rustix::net::{AddressFamily, Protocol, SendFlags, SocketType, ipproto, socket_with};
-    let e = |e: rustix::io::Errno| e.to_string();
-    let addr = || {
-        spec.target
-            .parse::<std::net::SocketAddr>()
-            .map_err(|e| e.to_string())
-    };
-    match spec.probe {
-        Probe::Udp => {
-            let fd =
-                rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, None).map_err(e)?;
-            rustix::net::sendto(&fd, b"warren-selftest", SendFlags::empty(), &addr()?)
-                .map_err(e)?;
-            Ok("datagram sent".into())
-        }
-        Probe::Tcp => {
-            std::net::TcpStream::connect_timeout(&addr()?, Duration::from_millis(200))
-                .map_err(|e| e.to_string())?;
-            Ok("connected".into())
-        }
-        Probe::Mptcp => {
-            let fd = socket_with(
-                AddressFamily::INET,
-                SocketType::STREAM,
-                rustix::net::SocketFlags::empty(),
-                Some(ipproto::MPTCP),
-            )
-            .map_err(e)?;
-            rustix::net::connect(&fd, &addr()?).map_err(e)?;
-            Ok("connected over MPTCP".into())
-        }
-        Probe::TcpFastOpen => {
-            let fd =
-                rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).map_err(e)?;
-            // MSG_FASTOPEN: connect and send in one call.
-            let flags = SendFlags::from_bits_retain(0x2000_0000);
-            rustix::net::sendto(&fd, b"warren-selftest", flags, &addr()?).map_err(e)?;
-            Ok("sent with TCP Fast Open".into())
-        }
-        Probe::KernelSockets => {
-            let tries = [
-                ("netlink", AddressFamily::NETLINK, SocketType::RAW, None),
-                ("packet", AddressFamily::PACKET, SocketType::RAW, None),
-                ("vsock", AddressFamily::VSOCK, SocketType::STREAM, None),
-                (
-                    "alg",
-                    AddressFamily::from_raw(libc::AF_ALG as u16),
-                    SocketType::SEQPACKET,
-                    None,
-                ),
-                ("bluetooth", AddressFamily::BLUETOOTH, SocketType::RAW, None),
-                ("xdp", AddressFamily::XDP, SocketType::RAW, None),
-                ("can", AddressFamily::CAN, SocketType::RAW, None),
-                ("tipc", AddressFamily::TIPC, SocketType::RDM, None),
-                ("key", AddressFamily::KEY, SocketType::RAW, None),
-                ("rds", AddressFamily::RDS, SocketType::SEQPACKET, None),
-                (
-                    "raw inet",
-                    AddressFamily::INET,
-                    SocketType::RAW,
-                    Some(Protocol::from_raw(
-                        std::num::NonZeroU32::new(1).unwrap_or(std::num::NonZeroU32::MIN),
-                    )),
-                ),
-            ];
-            let opened: Vec<&str> = tries
-                .into_iter()
-                .filter(|(_, fam, ty, proto)| rustix::net::socket(*fam, *ty, *proto).is_ok())
-                .map(|(name, ..)| name)
-                .collect();
-            if opened.is_empty() {
-                Err("no kernel socket could be opened".into())
-            } else {
-                Ok(format!("opened {}", opened.join(", ")))
-            }
-        }
-        Probe::HostUnixSocket => {
-            let mut found = Vec::new();
-            for p in [
-                spec.target.as_str(),
-                "/var/run/postgresql/.s.PGSQL.5432",
-                "/run/mysqld/mysqld.sock",
-                "/run/dbus/system_bus_socket",
-            ] {
-                if std::os::unix::net::UnixStream::connect(p).is_ok() {
-                    found.push(p.to_string());
-                }
-            }
-            if found.is_empty() {
-                Err("no host socket reachable".into())
-            } else {
-                Ok(format!("connected to {}", found.join(", ")))
-            }
-        }
-        Probe::ProcEnviron => {
-            let mut read = Vec::new();
-            for pid in [spec.target.as_str(), "1"] {
-                for file in ["environ", "cmdline"] {
-                    let mut text = String::new();
-                    if std::fs::File::open(format!("/proc/{pid}/{file}"))
-                        .and_then(|mut f| f.read_to_string(&mut text))
-                        .is_ok()
-                        && !text.is_empty()
-                        && (pid == spec.target || text.contains("warren"))
-                    {
-                        read.push(format!("/proc/{pid}/{file}"));
-                    }
-                }
-            }
-            // Only a process outside the sandbox counts: the daemon's pid by number.
-            let daemon = format!("/proc/{}/", spec.target);
-            let outside: Vec<String> = read
-                .into_iter()
-                .filter(|p| p.starts_with(&daemon))
-                .collect();
-            if outside.is_empty() {
-                Err("the daemon's /proc entries are not readable".into())
-            } else {
-                Ok(format!("read {}", outside.join(", ")))
-            }
-        }
-        Probe::OutsideRead => std::fs::read(&spec.target)
-            .map(|b| format!("read {} bytes", b.len()))
-            .map_err(|e| e.to_string()),
-        Probe::OutsideStat => std::fs::symlink_metadata(&spec.target)
-            .map(|m| format!("size {}", m.len()))
-            .map_err(|e| e.to_string()),
-        Probe::SymlinkOut => {
-            let link = Path::new(".warren-selftest-link");
-            let _ = std::fs::remove_file(link);
-            std::os::unix::fs::symlink(&spec.target, link).map_err(|e| e.to_string())?;
-            let r = std::fs::read(link);
-            let _ = std::fs::remove_file(link);
-            r.map(|b| format!("read {} bytes through the link", b.len()))
-                .map_err(|e| e.to_string())
-        }
-        Probe::HardlinkOut => {
-            let link = Path::new(".warren-selftest-hardlink");
-            let _ = std::fs::remove_file(link);
-            std::fs::hard_link(&spec.target, link).map_err(|e| e.to_string())?;
-            let r = std::fs::read(link);
-            let _ = std::fs::remove_file(link);
-            r.map(|b| format!("linked and read {} bytes", b.len()))
-                .map_err(|e| e.to_string())
-        }
-        Probe::ReadOnlyTierWrite => {
-            let path = Path::new(&spec.target).join(".warren-selftest");
-            std::fs::File::create(&path)
-                .and_then(|mut f| f.write_all(b"x"))
-                .map(|()| "wrote into the Read grant".into())
-                .map_err(|e| e.to_string())
-        }
-        Probe::WriteOnlyTierRead => std::fs::read_dir(&spec.target)
-            .map(|d| format!("listed {} entries", d.count()))
-            .map_err(|e| e.to_string()),
-        Probe::RootPrivileges => {
-            let uid = rustix::process::getuid();
-            let caps = rustix::thread::capabilities(None).map_err(e)?;
-            if uid.is_root() || !caps.effective.is_empty() || !caps.permitted.is_empty() {
-                Ok(format!(
-                    "uid {} with capabilities {:?}",
-                    uid.as_raw(),
-                    caps.effective
-                ))
-            } else {
-                Err(format!("uid {}, no capabilities", uid.as_raw()))
-            }
-        }
-        Probe::IoUring => super::probe_sys::io_uring_setup()
-            .map(|()| "created an io_uring".into())
-            .map_err(|e| e.to_string()),
-        Probe::NestedNamespace => {
-            let tries = [
-                ("unshare", super::probe_sys::unshare_user()),
-                ("clone", super::probe_sys::clone_new_user()),
-                ("clone3", super::probe_sys::clone3_new_user()),
-            ];
-            let (done, refused): (Vec<_>, Vec<_>) = tries.into_iter().partition(|(_, r)| r.is_ok());
-            if done.is_empty() {
-                Err(refused
-                    .iter()
-                    .map(|(n, r)| {
-                        format!(
-                            "{n}: {}",
-                            r.as_ref()
-                                .err()
-                                .map(ToString::to_string)
-                                .unwrap_or_default()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "))
-            } else {
-                Ok(format!(
-                    "new user namespace by {}",
-                    done.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                ))
-            }
-        }
-        Probe::KernelInterfaces => {
-            let opened = super::probe_sys::kernel_interfaces();
-            if opened.is_empty() {
-                Err("every call refused".into())
-            } else {
-                Ok(format!("used {}", opened.join(", ")))
-            }
-        }
-        Probe::SignalOutside => {
-            let pid: i32 = spec.target.parse().map_err(|_| "bad pid".to_string())?;
-            super::probe_sys::kill(pid, libc::SIGTERM)
-                .map(|()| format!("sent SIGTERM to {pid}"))
-                .map_err(|e| e.to_string())
-        }
-        Probe::ProcessMemory => {
-            let mut parts = spec.target.split(' ');
-            let pid: i32 = parts.next().and_then(|p| p.parse().ok()).ok_or("bad pid")?;
-            let addr: usize = parts
-                .next()
-                .and_then(|a| a.parse().ok())
-                .ok_or("bad address")?;
-            let vm = super::probe_sys::process_vm_read(pid, addr, MEMORY_MARK.len());
-            let mem = std::fs::File::open(format!("/proc/{pid}/mem")).and_then(|f| {
-                let mut buf = [0u8; 16];
-                std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, addr as u64).map(|()| buf)
-            });
-            let stolen = super::probe_sys::pidfd_getfd(pid);
-            match (vm, mem, stolen) {
-                (Ok(b), _, _) if b == MEMORY_MARK => {
-                    Ok("read the daemon's memory with process_vm_readv".into())
-                }
-                (_, Ok(b), _) if b == MEMORY_MARK => {
-                    Ok("read the daemon's memory through /proc/<pid>/mem".into())
-                }
-                (_, _, Ok(fd)) => Ok(format!(
-                    "took the daemon's descriptor {fd} with pidfd_getfd"
-                )),
-                (vm, mem, stolen) => Err(format!(
-                    "process_vm_readv: {}; /proc/{pid}/mem: {}; pidfd_getfd: {}",
-                    vm.err()
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "other bytes".into()),
-                    mem.err()
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "other bytes".into()),
-                    stolen.err().map(|e| e.to_string()).unwrap_or_default()
-                )),
-            }
-        }
-        Probe::AbstractUnixSocket => {
-            use std::os::linux::net::SocketAddrExt;
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(spec.target.as_bytes())
-                .map_err(|e| e.to_string())?;
-            std::os::unix::net::UnixStream::connect_addr(&addr)
-                .map(|_| format!("connected to @{}", spec.target))
-                .map_err(|e| e.to_string())
-        }
-        Probe::SysvIpc => {
-            let key: i32 = spec.target.parse().map_err(|_| "bad key".to_string())?;
-            let shm = super::probe_sys::shm_lookup(key);
-            let mq = super::probe_sys::mq_lookup(&mq_name(key));
-            match (shm, mq) {
-                (Err(a), Err(b)) => Err(format!("segment: {a}; queue: {b}")),
-                (shm, mq) => Ok(format!(
-                    "found the host's {}",
-                    [
-                        shm.is_ok().then_some("segment"),
-                        mq.is_ok().then_some("message queue")
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(" and ")
-                )),
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Probe::I386Abi => match super::probe_sys::i386_unshare_user() {
-            0 => Ok("unshared a user namespace through int 0x80".into()),
-            r => Err(format!("int 0x80 answered {r}")),
-        },
-        #[cfg(not(target_arch = "x86_64"))]
-        Probe::I386Abi => Err("x86_64 only".into()),
-        Probe::HardlinkIntoWriteTier => {
-            let own = Path::new(PLANTED);
-            let _ = std::fs::remove_file(own);
-            std::fs::write(own, b"x").map_err(|e| e.to_string())?;
-            let r = std::fs::hard_link(own, Path::new(&spec.target).join(PLANTED));
-            let _ = std::fs::remove_file(own);
-            r.map(|()| {
-                "linked an own file into the Write grant: what the sibling writes there is readable"
-                    .into()
-            })
-            .map_err(|e| e.to_string())
-        }
-        Probe::ReadOnlyTierMetadata => {
-            use std::os::unix::fs::PermissionsExt;
-            // Its own mode again: harmless, but only the owner on a writable mount may do it.
-            let mode = std::fs::metadata(&spec.target)
-                .map_err(|e| e.to_string())?
-                .permissions()
-                .mode();
-            std::fs::set_permissions(&spec.target, std::fs::Permissions::from_mode(mode))
-                .map(|()| {
-                    "changed the mode of a file in the Read grant (chmod 000 works the same)".into()
-                })
-                .map_err(|e| e.to_string())
-        }
-        Probe::SharedProcessLimit if spec.target == "fill" => {
-            let (n, e) = super::probe_sys::fork_until_refused(FORK_CAP);
-            let mut watches = Vec::new();
-            while watches.len() < FORK_CAP {
-                match rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC) {
-                    Ok(fd) => watches.push(fd),
-                    Err(_) => break,
-                }
-            }
-            println!(
-                "started {n} processes, then: {e}; held {} inotify instances",
-                watches.len()
-            );
-            let _ = std::io::Write::flush(&mut std::io::stdout());
-            std::thread::sleep(Duration::from_secs(60));
-            Ok(String::new())
-        }
-        Probe::SharedProcessLimit => super::probe_sys::fork_once()
-            .map(|()| "forked".into())
-            .map_err(|e| format!("cannot fork: {e}")),
-        Probe::ControlSocket => super::selftest_socket::attempt(&spec.target),
-        Probe::WriteOnlyTierWatch => super::selftest_watch::attempt(&spec.target),
-        Probe::Survivors => Err("runs as a shell command, not in the stage".into()),
-        Probe::ExecUnlisted => std::process::Command::new(&spec.target)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .map(|s| format!("{} ran ({s})", spec.target))
-            .map_err(|e| e.to_string()),
-    }
 }

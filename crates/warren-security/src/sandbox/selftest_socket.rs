@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::Sandbox;
-use super::selftest::{Outcome, Probe, ProbeSpec, Targets, nanos, succeeded};
+use super::selftest::{Outcome, Probe, ProbeSpec, Targets, Unprobed, nanos, succeeded};
+use super::selftest_stage::Refused;
 use crate::control_socket::{ControlKey, Guard};
 
 /// What the child aims at (the probe's target, as JSON).
@@ -52,22 +53,25 @@ pub(super) fn judge(
     sandbox: &Sandbox,
     t: &Targets,
     guard: Guard,
-) -> Result<(Outcome, String), String> {
+) -> Result<(Outcome, String), Unprobed> {
     let data = t
         .daemon_socket
         .parent()
-        .ok_or("the daemon socket has no directory")?;
+        .ok_or(Unprobed::Missing("the daemon socket's directory"))?;
     // `data/` as the daemon makes it (0700), for an install root no daemon ran on yet.
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
         .create(data)
-        .map_err(|e| format!("{}: {e}", data.display()))?;
+        .map_err(|source| Unprobed::Path {
+            path: data.to_path_buf(),
+            source,
+        })?;
     let stem = format!("selftest-{}-{}", std::process::id(), nanos());
     let (socket, key_file) = (
         data.join(format!("{stem}.sock")),
         data.join(format!("{stem}.key")),
     );
-    let key = ControlKey::generate().map_err(|e| e.to_string())?;
-    key.publish(&key_file).map_err(|e| e.to_string())?;
+    let key = ControlKey::generate()?;
+    key.publish(&key_file)?;
     let served = serve(sandbox, t, guard, &socket, &key_file, &key);
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(&key_file);
@@ -97,12 +101,15 @@ fn serve(
     socket: &Path,
     key_file: &Path,
     key: &ControlKey,
-) -> Result<(Vec<String>, String), String> {
-    let listener = UnixListener::bind(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| e.to_string())?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let owner = std::fs::metadata(socket).map_err(|e| e.to_string())?.uid();
+) -> Result<(Vec<String>, String), Unprobed> {
+    let at = |source| Unprobed::Path {
+        path: socket.to_path_buf(),
+        source,
+    };
+    let listener = UnixListener::bind(socket).map_err(at)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).map_err(at)?;
+    listener.set_nonblocking(true).map_err(at)?;
+    let owner = std::fs::metadata(socket).map_err(at)?.uid();
     let text = |p: &Path| p.display().to_string();
     let aim = Aim {
         socket: text(socket),
@@ -114,11 +121,9 @@ fn serve(
     };
     let spec = ProbeSpec {
         probe: Probe::ControlSocket,
-        target: serde_json::to_string(&aim).map_err(|e| e.to_string())?,
+        target: serde_json::to_string(&aim).map_err(Unprobed::Aim)?,
     };
-    let mut child = sandbox
-        .spawn_probe_child(&spec)
-        .map_err(|e| e.to_string())?;
+    let mut child = sandbox.spawn_probe_child(&spec)?;
     let mut admitted = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -134,7 +139,12 @@ fn serve(
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => return Err(format!("accept: {e}")),
+            Err(source) => {
+                return Err(Unprobed::Host {
+                    what: "accept on the judge's socket",
+                    source,
+                });
+            }
         }
     }
     Ok((admitted, finish(child)))
@@ -170,8 +180,8 @@ fn finish(child: Child) -> String {
 }
 
 /// Inside the sandbox: read every key, then handshake as another agent on both sockets.
-pub(super) fn attempt(target: &str) -> Result<String, String> {
-    let aim: Aim = serde_json::from_str(target).map_err(|e| e.to_string())?;
+pub(super) fn attempt(target: &str) -> Result<String, Refused> {
+    let aim: Aim = serde_json::from_str(target)?;
     let mut got = Vec::new();
     let mut refused = Vec::new();
     let mut read = |path: &str| match std::fs::read_to_string(path) {
@@ -204,18 +214,16 @@ pub(super) fn attempt(target: &str) -> Result<String, String> {
         try_socket(&aim.daemon_socket, daemon_key, false);
     }
     if got.is_empty() {
-        Err(refused.join("; "))
+        Err(Refused(refused.join("; ")))
     } else {
         Ok(got.join(", "))
     }
 }
 
 /// Connects to `path` and sends the relay's handshake; the daemon's one-line answer.
-fn handshake(path: &str, agent: &str, key: Option<&str>) -> Result<String, String> {
-    let stream = UnixStream::connect(path).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .map_err(|e| e.to_string())?;
+fn handshake(path: &str, agent: &str, key: Option<&str>) -> std::io::Result<String> {
+    let stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
     let hello = serde_json::json!({ "agent": agent, "key": key.unwrap_or_default() });
     // A daemon that refuses the peer answers before reading the handshake and closes: its
     // answer is still there to read after a failed write.
@@ -224,8 +232,11 @@ fn handshake(path: &str, agent: &str, key: Option<&str>) -> Result<String, Strin
     match BufReader::new(&stream).read_line(&mut reply) {
         Ok(n) if n > 0 => Ok(reply.trim().to_string()),
         read => Err(match (wrote, read) {
-            (Err(e), _) | (Ok(()), Err(e)) => e.to_string(),
-            (Ok(()), Ok(_)) => "closed without an answer".into(),
+            (Err(e), _) | (Ok(()), Err(e)) => e,
+            (Ok(()), Ok(_)) => std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed without an answer",
+            ),
         }),
     }
 }

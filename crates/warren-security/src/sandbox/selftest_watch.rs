@@ -8,28 +8,26 @@ use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use super::Sandbox;
-use super::selftest::{Outcome, Probe, ProbeSpec, succeeded};
+use super::selftest::{Outcome, Probe, ProbeSpec, Unprobed, succeeded};
+use super::selftest_stage::Refused;
 use crate::confined_dir::ConfinedDir;
 
 /// The file the judge creates in the `Write` grant once the child watches.
 const WATCHED: &str = ".warren-selftest-watched";
 
-pub(super) fn judge(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
+pub(super) fn judge(sandbox: &Sandbox) -> Result<(Outcome, String), Unprobed> {
     let Some(grant) = sandbox.policy().write_only_roots().first() else {
         return Ok((Outcome::Skipped, "the agent has no Write grant".into()));
     };
-    let dir = ConfinedDir::open_root(&grant.root)
-        .map_err(|e| e.to_string())?
-        .ok_or("the Write grant is missing")?;
+    let dir = ConfinedDir::open_root(&grant.root)?.ok_or(Unprobed::Missing("the Write grant"))?;
     let _ = dir.remove(WATCHED);
     let spec = ProbeSpec {
         probe: Probe::WriteOnlyTierWatch,
         target: grant.root.display().to_string(),
     };
-    let mut child = sandbox
-        .spawn_probe_child(&spec)
-        .map_err(|e| e.to_string())?;
-    let mut out = BufReader::new(child.stdout.take().ok_or("the probe has no stdout")?);
+    let mut child = sandbox.spawn_probe_child(&spec)?;
+    let stdout = child.stdout.take();
+    let mut out = BufReader::new(stdout.ok_or(Unprobed::Missing("the probe's stdout"))?);
     let mut first = String::new();
     let _ = out.read_line(&mut first);
     if first.trim() == "watching" {
@@ -57,7 +55,7 @@ pub(super) fn judge(sandbox: &Sandbox) -> Result<(Outcome, String), String> {
 }
 
 /// Inside the sandbox: fanotify, then an inotify watch on the grant, reporting the names it sees.
-pub(super) fn attempt(target: &str) -> Result<String, String> {
+pub(super) fn attempt(target: &str) -> Result<String, Refused> {
     use rustix::fs::inotify;
     let fanotify = super::probe_sys::fanotify_init();
     let fd = match inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK) {
@@ -67,12 +65,12 @@ pub(super) fn attempt(target: &str) -> Result<String, String> {
                 Ok(()) => Ok(format!(
                     "created a fanotify group (its marks report a directory's activity); inotify_init1: {e}"
                 )),
-                Err(f) => Err(format!("inotify_init1: {e}; fanotify_init: {f}")),
+                Err(f) => Err(Refused(format!("inotify_init1: {e}; fanotify_init: {f}"))),
             };
         }
     };
     inotify::add_watch(&fd, target, inotify::WatchFlags::ALL_EVENTS)
-        .map_err(|e| format!("inotify_add_watch {target}: {e}"))?;
+        .map_err(|e| Refused(format!("inotify_add_watch {target}: {e}")))?;
     println!("watching");
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];

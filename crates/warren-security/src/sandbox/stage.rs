@@ -16,7 +16,7 @@ fn maybe_run() {
         return;
     };
     let line = match serde_json::from_str::<super::selftest::ProbeSpec>(&spec.to_string_lossy()) {
-        Ok(probe) => super::selftest::in_stage(&probe),
+        Ok(probe) => super::selftest_stage::in_stage(&probe),
         Err(e) => format!("refused: bad probe: {e}"),
     };
     println!("{line}");

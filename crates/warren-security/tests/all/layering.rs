@@ -7,6 +7,8 @@
 //! 3. the process-wide store handles (control plane, cron, SOP runs, the action window, the
 //!    cost ledger) are opened only by their owner, `warren_runtime::stores::Stores`, and by the
 //!    store crate itself ([`STORE_OPENERS_ALLOWED`]).
+//! 4. errors are typed: no `Result<_, String>` in the shipped code of any crate but `warren-cli`
+//!    (issue 34 §5), except the files still in [`STRING_ERRORS_ALLOWED`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -106,6 +108,41 @@ const STORE_OPENERS_ALLOWED: &[(&str, &str)] = &[
          other borrowers",
     ),
 ];
+
+/// Files outside `warren-cli` that still return `Result<_, String>` where this rule was added
+/// (issue 34 §5 removes them in parallel branches; the list is emptied as they merge). A listed
+/// file may hold any number; every other file none.
+const STRING_ERRORS_ALLOWED: &[&str] = &[
+    "crates/warren-config/src/schema/cron.rs",
+    "crates/warren-config/src/schema/network.rs",
+    "crates/warren-config/src/schema/sop.rs",
+    "crates/warren-config/src/sqlite.rs",
+    "crates/warren-gateway/src/state.rs",
+    "crates/warren-memory/src/lucid.rs",
+    "crates/warren-memory/src/qdrant/mod.rs",
+    "crates/warren-providers/src/anthropic.rs",
+    "crates/warren-providers/src/http.rs",
+    "crates/warren-providers/src/openai.rs",
+    "crates/warren-runtime/src/actions.rs",
+    "crates/warren-runtime/src/egress/allow.rs",
+    "crates/warren-runtime/src/egress/broker.rs",
+    "crates/warren-runtime/src/egress/http.rs",
+    "crates/warren-runtime/src/egress/mod.rs",
+    "crates/warren-runtime/src/egress/proxy.rs",
+    "crates/warren-runtime/src/egress/proxy/sni.rs",
+    "crates/warren-runtime/src/host.rs",
+    "crates/warren-runtime/src/sessions.rs",
+    "crates/warren-runtime/src/telemetry/mod.rs",
+    "crates/warren-runtime/src/turn/subagent.rs",
+    "crates/warren-store/src/control_plane.rs",
+    "crates/warren-store/src/sessions/jsonl_format.rs",
+    "crates/warren-store/src/sop_defs.rs",
+    "crates/warren-testkit/src/browser.rs",
+    "crates/warren-testkit/src/lib.rs",
+];
+
+/// The crate whose errors may be plain text: the binary prints them and exits.
+const STRING_ERRORS_CRATE: &str = "crates/warren-cli/";
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -486,6 +523,132 @@ fn store_handles_are_opened_only_by_their_owner_issue34() {
     assert!(
         bad.is_empty(),
         "stores opened outside their owner:\n{}",
+        bad.join("\n")
+    );
+}
+
+// ---- 4. typed errors --------------------------------------------------------------------------
+
+/// The lines of `code` that name a `Result` whose error type is `String` (`Result<T, String>`,
+/// nested generics, tuples and closures' `->` inside `T` included).
+fn string_error_lines(code: &str) -> Vec<usize> {
+    let mut lines = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("Result<") {
+        let start = from + at;
+        from = start + "Result<".len();
+        // `io::Result<T>` is another alias; `MyResult<` is another type.
+        if code[..start]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let mut depth = 1i32;
+        let mut args = vec![String::new()];
+        let mut prev = ' ';
+        for c in code[from..].chars() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                ')' | ']' => depth -= 1,
+                '>' if prev != '-' => depth -= 1,
+                _ => {}
+            }
+            if depth <= 0 {
+                break;
+            }
+            match (depth, c) {
+                (1, ',') => args.push(String::new()),
+                _ => args.last_mut().into_iter().for_each(|a| a.push(c)),
+            }
+            prev = c;
+        }
+        // A trailing comma leaves an empty last argument.
+        if args.len() > 1 && args.last().is_some_and(|a| a.trim().is_empty()) {
+            args.pop();
+        }
+        if args.len() == 2
+            && matches!(
+                args.last().map(|a| a.trim()),
+                Some("String" | "std::string::String")
+            )
+        {
+            lines.push(code[..start].matches('\n').count() + 1);
+        }
+    }
+    lines
+}
+
+fn typed_error_violations(file: &str, source: &str) -> Vec<String> {
+    if file.starts_with(STRING_ERRORS_CRATE) || STRING_ERRORS_ALLOWED.contains(&file) {
+        return Vec::new();
+    }
+    string_error_lines(&shipped(source))
+        .into_iter()
+        .map(|line| {
+            format!(
+                "{file}:{line}: `Result<_, String>`: name the path, key or alias at fault in a \
+                 thiserror enum (issue 34 §5)"
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_typed_error_rule_fires_on_a_planted_string_error_issue34() {
+    let planted = "\
+//! Planted.
+fn load(p: &Path) -> Result<Config, String> {
+    todo!()
+}
+fn pair() -> Result<(Vec<u8>, BTreeMap<String, u32>), String> { todo!() }
+fn typed() -> Result<String, LoadError> { todo!() }
+fn io() -> std::io::Result<String> { todo!() }
+// fn old() -> Result<(), String>
+type Hook = Box<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send>;
+fn long() -> Result<
+    Vec<u8>,
+    String,
+> { todo!() }
+#[cfg(test)]
+mod tests { fn t() -> Result<(), String> { Ok(()) } }
+";
+    let bad = |line: usize| {
+        format!(
+            "crates/warren-runtime/src/planted.rs:{line}: `Result<_, String>`: name the path, key \
+             or alias at fault in a thiserror enum (issue 34 §5)"
+        )
+    };
+    assert_eq!(
+        typed_error_violations("crates/warren-runtime/src/planted.rs", planted),
+        vec![bad(2), bad(5), bad(9), bad(10)]
+    );
+    assert!(
+        typed_error_violations("crates/warren-cli/src/commands/agents.rs", planted).is_empty(),
+        "the CLI prints its errors and exits"
+    );
+}
+
+#[test]
+fn typed_errors_outside_cli() {
+    let root = workspace_root();
+    let mut bad = Vec::new();
+    for name in manifests(&root).keys() {
+        let mut files = Vec::new();
+        rust_files(&root.join("crates").join(name).join("src"), &mut files);
+        for file in files {
+            let rel = file
+                .strip_prefix(&root)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let source = std::fs::read_to_string(&file).unwrap_or_default();
+            bad.extend(typed_error_violations(&rel, &source));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "`Result<_, String>` outside warren-cli:\n{}",
         bad.join("\n")
     );
 }

@@ -192,7 +192,7 @@ pub fn log_limit(limit: Option<u32>) -> Result<u32, ToolError> {
 /// A required branch name, validated (GIT-10).
 pub fn branch(value: Option<&str>, op: Op) -> Result<String, ToolError> {
     let name = value.ok_or_else(|| invalid(format!("{} needs 'branch'", op.name())))?;
-    check_branch_name(name).map_err(invalid)?;
+    check_branch_name(name).map_err(|e| invalid(e.to_string()))?;
     Ok(name.to_string())
 }
 

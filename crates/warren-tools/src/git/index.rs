@@ -27,9 +27,24 @@ pub struct Gitlinks {
     pub shared: Vec<String>,
 }
 
+/// Why an index file could not be decoded (with either object id size).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    #[error("not a git index (no DIRC signature)")]
+    NoSignature,
+    #[error("unsupported index version {0}")]
+    Version(u32),
+    #[error("malformed name field in the index")]
+    MalformedName,
+    #[error("truncated index (decoded with {hash}-byte object ids)")]
+    Truncated { hash: usize },
+    #[error("unreadable index")]
+    Unreadable,
+}
+
 /// Decodes `bytes` (a whole index file). Errors when no decoding succeeds: git would refuse
 /// such an index too, and an index that cannot be read cannot be checked.
-pub fn gitlinks(bytes: &[u8]) -> Result<Gitlinks, String> {
+pub fn gitlinks(bytes: &[u8]) -> Result<Gitlinks, IndexError> {
     let mut out = Gitlinks::default();
     let mut first_error = None;
     let mut decoded = false;
@@ -56,7 +71,7 @@ pub fn gitlinks(bytes: &[u8]) -> Result<Gitlinks, String> {
     if decoded {
         Ok(out)
     } else {
-        Err(first_error.unwrap_or_else(|| "unreadable index".into()))
+        Err(first_error.unwrap_or(IndexError::Unreadable))
     }
 }
 
@@ -90,14 +105,14 @@ fn nul_terminated(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|b| *b == 0)
 }
 
-fn decode(bytes: &[u8], hash: usize) -> Result<Gitlinks, String> {
-    let truncated = || format!("truncated index (decoded with {hash}-byte object ids)");
+fn decode(bytes: &[u8], hash: usize) -> Result<Gitlinks, IndexError> {
+    let truncated = || IndexError::Truncated { hash };
     if bytes.len() < 12 + hash || &bytes[..4] != b"DIRC" {
-        return Err("not a git index (no DIRC signature)".into());
+        return Err(IndexError::NoSignature);
     }
     let version = be32(bytes, 4).ok_or_else(truncated)?;
     if !(2..=4).contains(&version) {
-        return Err(format!("unsupported index version {version}"));
+        return Err(IndexError::Version(version));
     }
     let count = be32(bytes, 8).ok_or_else(truncated)?;
     let mut out = Gitlinks::default();
@@ -117,7 +132,7 @@ fn decode(bytes: &[u8], hash: usize) -> Result<Gitlinks, String> {
                 varint(bytes.get(name_at..).ok_or_else(truncated)?).ok_or_else(truncated)?;
             let copy = match &previous {
                 Some(prev) if prev.len() < strip => {
-                    return Err("malformed name field in the index".into());
+                    return Err(IndexError::MalformedName);
                 }
                 Some(prev) => prev.len() - strip,
                 None => 0,

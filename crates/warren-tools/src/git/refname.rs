@@ -9,9 +9,46 @@
 /// Longest branch name or revision accepted.
 pub const MAX_REF_BYTES: usize = 255;
 
+/// What a refused value was given as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefKind {
+    Branch,
+    Revision,
+}
+
+impl std::fmt::Display for RefKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Branch => "branch name",
+            Self::Revision => "revision",
+        })
+    }
+}
+
+/// A branch name or revision that git must not be given, and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} '{value}' is invalid: {rule}")]
+pub struct InvalidRef {
+    pub kind: RefKind,
+    /// The value as given (escaped, at most 80 characters).
+    pub value: String,
+    /// The rule it breaks ("it starts with '-' ...").
+    pub rule: String,
+}
+
+impl InvalidRef {
+    fn new(kind: RefKind, value: &str, rule: &str) -> Self {
+        Self {
+            kind,
+            value: shown(value),
+            rule: rule.to_string(),
+        }
+    }
+}
+
 /// Why `name` is not a valid branch name, or `Ok`.
-pub fn check_branch_name(name: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("branch name '{}' is invalid: {why}", shown(name)));
+pub fn check_branch_name(name: &str) -> Result<(), InvalidRef> {
+    let bad = |why: &str| Err(InvalidRef::new(RefKind::Branch, name, why));
     if name.is_empty() {
         return bad("it is empty");
     }
@@ -53,8 +90,8 @@ pub fn check_branch_name(name: &str) -> Result<(), String> {
 }
 
 /// Why `rev` is not an acceptable revision or range, or `Ok`.
-pub fn check_revision(rev: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("revision '{}' is invalid: {why}", shown(rev)));
+pub fn check_revision(rev: &str) -> Result<(), InvalidRef> {
+    let bad = |why: &str| Err(InvalidRef::new(RefKind::Revision, rev, why));
     if rev.is_empty() {
         return bad("it is empty");
     }

@@ -21,6 +21,31 @@ use rmcp::model::{
 
 use crate::{HttpCall, HttpEgress};
 
+/// Why one POST to a `url` server got no JSON-RPC messages (answered to the caller as a
+/// JSON-RPC error naming the cause).
+#[derive(Debug, thiserror::Error)]
+enum ExchangeError {
+    #[error("cannot encode the message: {0}")]
+    Encode(serde_json::Error),
+    #[error(transparent)]
+    Egress(#[from] crate::EgressRefused),
+    #[error("{url} answered HTTP {status}: {text}")]
+    Status {
+        url: String,
+        status: u16,
+        text: String,
+    },
+    #[error(
+        "{url} answered more than the agent's response cap ([agents.<alias>.network] max_response_bytes)"
+    )]
+    TooLarge { url: String },
+    #[error("{url} sent a message that is not JSON-RPC: {source}")]
+    NotJsonRpc {
+        url: String,
+        source: serde_json::Error,
+    },
+}
+
 /// One server endpoint and its session.
 pub(crate) struct Endpoint {
     url: String,
@@ -114,7 +139,7 @@ impl Endpoint {
             Ok(messages) => messages,
             Err(e) => match id {
                 Some(id) => vec![ServerJsonRpcMessage::error(
-                    ErrorData::internal_error(e, None),
+                    ErrorData::internal_error(e.to_string(), None),
                     Some(id),
                 )],
                 None => Vec::new(),
@@ -136,8 +161,8 @@ impl Endpoint {
     async fn exchange(
         &self,
         message: &ClientJsonRpcMessage,
-    ) -> Result<Vec<ServerJsonRpcMessage>, String> {
-        let body = serde_json::to_string(message).map_err(|e| e.to_string())?;
+    ) -> Result<Vec<ServerJsonRpcMessage>, ExchangeError> {
+        let body = serde_json::to_string(message).map_err(ExchangeError::Encode)?;
         let mut headers = self.headers();
         headers.insert("content-type".into(), "application/json".into());
         let reply = self
@@ -161,19 +186,19 @@ impl Endpoint {
         }
         if reply.status >= 400 {
             let text: String = reply.body.chars().take(300).collect();
-            return Err(format!(
-                "{} answered HTTP {}: {text}",
-                self.url, reply.status
-            ));
+            return Err(ExchangeError::Status {
+                url: self.url.clone(),
+                status: reply.status,
+                text,
+            });
         }
         if reply.status == 202 || reply.body.trim().is_empty() {
             return Ok(Vec::new());
         }
         if reply.truncated {
-            return Err(format!(
-                "{} answered more than the agent's response cap ([agents.<alias>.network] max_response_bytes)",
-                self.url
-            ));
+            return Err(ExchangeError::TooLarge {
+                url: self.url.clone(),
+            });
         }
         let sse = header("content-type").is_some_and(|t| t.starts_with("text/event-stream"));
         let payloads = if sse {
@@ -185,8 +210,12 @@ impl Endpoint {
             .iter()
             .filter(|p| !p.trim().is_empty())
             .map(|p| {
-                serde_json::from_str::<ServerJsonRpcMessage>(p)
-                    .map_err(|e| format!("{} sent a message that is not JSON-RPC: {e}", self.url))
+                serde_json::from_str::<ServerJsonRpcMessage>(p).map_err(|source| {
+                    ExchangeError::NotJsonRpc {
+                        url: self.url.clone(),
+                        source,
+                    }
+                })
             })
             .collect()
     }

@@ -62,6 +62,58 @@ pub struct ServerStatus {
     pub retry_in_secs: Option<f64>,
 }
 
+/// Why an MCP server has no session to call (shown to the model by its tools).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum NoSession {
+    #[error("MCP server '{server}' has not started")]
+    NotStarted { server: String },
+    #[error("MCP server '{server}' is starting; try again shortly")]
+    Starting { server: String },
+    #[error("MCP server '{server}' is restarting after it failed ({error}); try again shortly")]
+    Restarting { server: String, error: String },
+    #[error("MCP server '{server}' is down ({error}); it is restarted in {retry_in_secs:.1}s")]
+    Down {
+        server: String,
+        error: String,
+        retry_in_secs: f64,
+    },
+    #[error("MCP server '{server}' was stopped")]
+    Stopped { server: String },
+}
+
+/// Why one start of an MCP server failed (its text becomes the server's `last_error`).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("MCP server '{server}' has no command")]
+    NoCommand { server: String },
+    #[error("cannot start MCP server '{server}': {source}")]
+    Sandbox {
+        server: String,
+        source: warren_security::sandbox::SandboxError,
+    },
+    #[error("cannot start MCP server '{server}': {source}")]
+    Join {
+        server: String,
+        source: tokio::task::JoinError,
+    },
+    #[error("MCP server '{server}': its stdio is unavailable")]
+    NoStdio { server: String },
+    #[error("MCP server '{server}': {source}")]
+    Pipe {
+        server: String,
+        source: std::io::Error,
+    },
+    /// `reason`: the server's words, redacted.
+    #[error("MCP server '{server}' failed to initialize: {reason}")]
+    Initialize { server: String, reason: String },
+    #[error("MCP server '{server}' did not answer initialize within {secs}s")]
+    InitializeTimeout { server: String, secs: u64 },
+    #[error("MCP server '{server}': tools/list failed: {reason}")]
+    ListTools { server: String, reason: String },
+    #[error("MCP server '{server}' did not list its tools within {secs}s")]
+    ListToolsTimeout { server: String, secs: u64 },
+}
+
 enum State {
     Idle,
     /// `after`: why the previous start ended, when this is a restart.
@@ -195,26 +247,24 @@ impl Server {
     }
 
     /// The session of the running server, or why there is none.
-    pub(crate) fn peer(&self) -> Result<Peer<RoleClient>, String> {
+    pub(crate) fn peer(&self) -> Result<Peer<RoleClient>, NoSession> {
+        let server = self.spec.name.clone();
         match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
             State::Running { peer, .. } => Ok(peer.clone()),
-            State::Idle => Err(format!("MCP server '{}' has not started", self.spec.name)),
-            State::Starting { after: None } => Err(format!(
-                "MCP server '{}' is starting; try again shortly",
-                self.spec.name
-            )),
-            State::Starting { after: Some(error) } => Err(format!(
-                "MCP server '{}' is restarting after it failed ({error}); try again shortly",
-                self.spec.name
-            )),
-            State::Down { error, retry_at } => Err(format!(
-                "MCP server '{}' is down ({error}); it is restarted in {:.1}s",
-                self.spec.name,
-                retry_at
+            State::Idle => Err(NoSession::NotStarted { server }),
+            State::Starting { after: None } => Err(NoSession::Starting { server }),
+            State::Starting { after: Some(error) } => Err(NoSession::Restarting {
+                server,
+                error: error.clone(),
+            }),
+            State::Down { error, retry_at } => Err(NoSession::Down {
+                server,
+                error: error.clone(),
+                retry_in_secs: retry_at
                     .saturating_duration_since(Instant::now())
-                    .as_secs_f64()
-            )),
-            State::Stopped => Err(format!("MCP server '{}' was stopped", self.spec.name)),
+                    .as_secs_f64(),
+            }),
+            State::Stopped => Err(NoSession::Stopped { server }),
         }
     }
 
@@ -360,7 +410,7 @@ impl Server {
                         }
                     }
                 }
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             if self.stopped() {
                 break;
@@ -390,13 +440,14 @@ impl Server {
 
     /// One start: the process through the agent's sandbox, then `initialize` and `tools/list`
     /// within the startup timeout. On failure the process is killed and reaped.
-    async fn start_once(&self) -> Result<Run, String> {
+    async fn start_once(&self) -> Result<Run, StartError> {
         let name = &self.spec.name;
+        let server = || name.clone();
         if let (Some(url), Some(http)) = (&self.spec.url, &self.http) {
             return self.start_http(url.clone(), Arc::clone(http)).await;
         }
         let Some(command) = self.spec.command.clone() else {
-            return Err(format!("MCP server '{name}' has no command"));
+            return Err(StartError::NoCommand { server: server() });
         };
         let began = Instant::now();
         let args: Vec<OsString> = self.spec.args.iter().map(OsString::from).collect();
@@ -411,8 +462,14 @@ impl Server {
             sandbox.spawn_with_env(&command, &args, ChildIo::Duplex, &env)
         })
         .await
-        .map_err(|e| format!("cannot start MCP server '{name}': {e}"))?
-        .map_err(|e| format!("cannot start MCP server '{name}': {e}"))?;
+        .map_err(|source| StartError::Join {
+            server: server(),
+            source,
+        })?
+        .map_err(|source| StartError::Sandbox {
+            server: server(),
+            source,
+        })?;
         let pid = child.id();
         match self.connect(&mut child).await {
             Ok(service) => {
@@ -427,15 +484,18 @@ impl Server {
                         kill_and_reap(child, pid).await;
                         // The server's error text may echo its environment (a key it was
                         // started with): redacted as every other server text is.
-                        let e = self.redactor.redact(&e.to_string()).into_owned();
-                        return Err(format!("MCP server '{name}': tools/list failed: {e}"));
+                        let reason = self.redactor.redact(&e.to_string()).into_owned();
+                        return Err(StartError::ListTools {
+                            server: server(),
+                            reason,
+                        });
                     }
                     Err(_) => {
                         kill_and_reap(child, pid).await;
-                        return Err(format!(
-                            "MCP server '{name}' did not list its tools within {}s",
-                            self.spec.startup_timeout.as_secs()
-                        ));
+                        return Err(StartError::ListToolsTimeout {
+                            server: server(),
+                            secs: self.spec.startup_timeout.as_secs(),
+                        });
                     }
                 };
                 self.install_tools(list);
@@ -459,8 +519,8 @@ impl Server {
 
     /// One start of a `url` server: `initialize` and `tools/list` over streamable HTTP within
     /// the startup timeout.
-    async fn start_http(&self, url: String, http: Arc<dyn HttpEgress>) -> Result<Run, String> {
-        let name = &self.spec.name;
+    async fn start_http(&self, url: String, http: Arc<dyn HttpEgress>) -> Result<Run, StartError> {
+        let server = || self.spec.name.clone();
         let began = Instant::now();
         let transport = super::http::transport(url, self.spec.headers.clone(), http);
         let service =
@@ -469,16 +529,16 @@ impl Server {
             {
                 Ok(Ok(service)) => service,
                 Ok(Err(e)) => {
-                    return Err(format!(
-                        "MCP server '{name}' failed to initialize: {}",
-                        self.redactor.redact(&e.to_string())
-                    ));
+                    return Err(StartError::Initialize {
+                        server: server(),
+                        reason: self.redactor.redact(&e.to_string()).into_owned(),
+                    });
                 }
                 Err(_) => {
-                    return Err(format!(
-                        "MCP server '{name}' did not answer initialize within {}s",
-                        self.spec.startup_timeout.as_secs()
-                    ));
+                    return Err(StartError::InitializeTimeout {
+                        server: server(),
+                        secs: self.spec.startup_timeout.as_secs(),
+                    });
                 }
             };
         let list =
@@ -487,16 +547,16 @@ impl Server {
             {
                 Ok(Ok(list)) => list,
                 Ok(Err(e)) => {
-                    return Err(format!(
-                        "MCP server '{name}': tools/list failed: {}",
-                        self.redactor.redact(&e.to_string())
-                    ));
+                    return Err(StartError::ListTools {
+                        server: server(),
+                        reason: self.redactor.redact(&e.to_string()).into_owned(),
+                    });
                 }
                 Err(_) => {
-                    return Err(format!(
-                        "MCP server '{name}' did not list its tools within {}s",
-                        self.spec.startup_timeout.as_secs()
-                    ));
+                    return Err(StartError::ListToolsTimeout {
+                        server: server(),
+                        secs: self.spec.startup_timeout.as_secs(),
+                    });
                 }
             };
         self.install_tools(list);
@@ -523,14 +583,17 @@ impl Server {
     async fn connect(
         &self,
         child: &mut std::process::Child,
-    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, String> {
-        let name = &self.spec.name;
+    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, StartError> {
+        let server = || self.spec.name.clone();
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err(format!("MCP server '{name}': its stdio is unavailable"));
+            return Err(StartError::NoStdio { server: server() });
         };
-        let pipe_err = |e: std::io::Error| format!("MCP server '{name}': {e}");
+        let pipe_err = |source: std::io::Error| StartError::Pipe {
+            server: server(),
+            source,
+        };
         let writer = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(stdin))
             .map_err(pipe_err)?;
         let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(stdout))
@@ -554,14 +617,14 @@ impl Server {
         .await
         {
             Ok(Ok(service)) => Ok(service),
-            Ok(Err(e)) => Err(format!(
-                "MCP server '{name}' failed to initialize: {}",
-                self.redactor.redact(&e.to_string())
-            )),
-            Err(_) => Err(format!(
-                "MCP server '{name}' did not answer initialize within {}s",
-                self.spec.startup_timeout.as_secs()
-            )),
+            Ok(Err(e)) => Err(StartError::Initialize {
+                server: server(),
+                reason: self.redactor.redact(&e.to_string()).into_owned(),
+            }),
+            Err(_) => Err(StartError::InitializeTimeout {
+                server: server(),
+                secs: self.spec.startup_timeout.as_secs(),
+            }),
         }
     }
 }

@@ -62,7 +62,9 @@ impl McpTool {
         let server: Arc<Server> = self.server.upgrade().ok_or_else(|| {
             ToolError::Failed(format!("MCP server '{}' was stopped", self.server_name))
         })?;
-        let peer = server.peer().map_err(ToolError::Failed)?;
+        let peer = server
+            .peer()
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
         let params = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
         let result = tokio::time::timeout(self.call_timeout, peer.call_tool(params))
             .await
