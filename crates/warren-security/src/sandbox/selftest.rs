@@ -358,15 +358,15 @@ fn judge(sandbox: &Sandbox, probe: Probe, t: &Targets) -> Result<(Outcome, Strin
         }
         Probe::HostUnixSocket => {
             let dir = std::env::temp_dir().join(format!("warren-selftest-{}", std::process::id()));
-            let aim = |source| Unprobed::Host {
-                what: "open a Unix socket in the host's temp dir to aim at",
-                source,
+            let at = |path: &std::path::Path| {
+                let path = path.to_path_buf();
+                move |source| Unprobed::Path { path, source }
             };
-            std::fs::create_dir_all(&dir).map_err(aim)?;
+            std::fs::create_dir_all(&dir).map_err(at(&dir))?;
             let path = dir.join("s.sock");
             let _ = std::fs::remove_file(&path);
-            let listener = UnixListener::bind(&path).map_err(aim)?;
-            listener.set_nonblocking(true).map_err(aim)?;
+            let listener = UnixListener::bind(&path).map_err(at(&path))?;
+            listener.set_nonblocking(true).map_err(at(&path))?;
             let _ =
                 std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777));
             let _ = std::fs::set_permissions(
