@@ -29,7 +29,10 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Completions { shell } = cli.command {
         let mut cmd = Cli::command();
-        clap_complete::generate(shell, &mut cmd, "warren", &mut std::io::stdout());
+        // Generated whole, then written: clap_complete panics on a closed pipe.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut cmd, "warren", &mut script);
+        crate::output::write_bytes(&script);
         return Ok(ExitCode::SUCCESS);
     }
     let root = InstallRoot::from_env(cli.config_dir.as_deref())?;
