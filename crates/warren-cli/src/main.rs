@@ -20,6 +20,7 @@ macro_rules! print {
 
 mod cli;
 mod commands;
+mod completion;
 mod logging;
 mod output;
 mod resident;
@@ -40,6 +41,8 @@ fn main() -> ExitCode {
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), LINE.as_bytes());
         return ExitCode::SUCCESS;
     }
+    // A Tab in a shell that sourced `warren completions SHELL` (answers and exits).
+    completion::complete_if_asked();
     let _failpoints = warren_config::failpoint::init_from_env();
     let cli = cli::Cli::parse();
     logging::init(&cli);

@@ -85,6 +85,10 @@ impl Table {
         self.rows.push(cells);
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
     /// The table as lines (header first), without trailing spaces.
     pub fn lines(&self) -> Vec<String> {
         let header: Vec<String> = self.header.iter().map(|h| (*h).to_string()).collect();

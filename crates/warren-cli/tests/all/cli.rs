@@ -405,3 +405,61 @@ fn a_reader_that_stops_early_ends_the_listing_quietly() -> R {
     }
     Ok(())
 }
+
+/// What a Tab offers after `words` (the last word is the one being completed), as the script of
+/// `warren completions bash` asks the binary for it.
+fn tab(root: &TempRoot, words: &[&str]) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let root_dir = root.path().to_string_lossy().into_owned();
+    let mut line = vec!["warren", "--config-dir", root_dir.as_str()];
+    line.extend_from_slice(words);
+    let out = std::process::Command::new(bin())
+        .arg("--")
+        .args(&line)
+        .env("COMPLETE", "bash")
+        .env("_CLAP_COMPLETE_INDEX", (line.len() - 1).to_string())
+        .env("_CLAP_IFS", "\n")
+        .env_remove("WARREN_HOME")
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Issue 37 §5: completion knows the install — agent aliases, session keys and config keys —
+/// not only flags; and `warren completions bash` prints a script that asks the binary.
+#[test]
+fn tab_completes_agent_aliases_session_keys_and_config_keys() -> R {
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    ok(&root, &["agents", "add", "research"])?;
+    ok(
+        &root,
+        &[
+            "sessions", "append", "notes-1", "--role", "user", "--agent", "main", "hello",
+        ],
+    )?;
+    let offered = tab(&root, &["security", "posture", ""])?;
+    assert_eq!(offered[..2], ["main", "research"], "{offered:?}");
+    assert_eq!(tab(&root, &["security", "posture", "re"])?, ["research"]);
+    assert_eq!(tab(&root, &["sessions", "show", "no"])?, ["notes-1"]);
+    let keys = tab(&root, &["config", "get", "gateway.p"])?;
+    assert!(keys.iter().any(|k| k == "gateway.port"), "{keys:?}");
+    // Flags still complete.
+    assert!(
+        tab(&root, &["agents", "delete", "--"])?
+            .iter()
+            .any(|f| f.starts_with("--"))
+    );
+    let script = ok(&root, &["completions", "bash"])?;
+    assert!(
+        script.contains("COMPLETE=\"bash\"") && script.contains("complete -o nospace"),
+        "{script}"
+    );
+    Ok(())
+}
