@@ -1,9 +1,28 @@
 //! `warren`: parse arguments, call a library, print. Errors are one clear line per problem on
 //! stderr and a non-zero exit code; no backtraces.
 
+/// `println!` for every module below: a closed pipe ends the process quietly (see [`output`]).
+macro_rules! println {
+    () => {
+        $crate::output::write_out(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!($($arg)*), true)
+    };
+}
+
+/// `print!` for every module below: a closed pipe ends the process quietly (see [`output`]).
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!($($arg)*), false)
+    };
+}
+
 mod cli;
 mod commands;
+mod completion;
 mod logging;
+mod output;
 mod resident;
 
 use std::process::ExitCode;
@@ -22,11 +41,15 @@ fn main() -> ExitCode {
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), LINE.as_bytes());
         return ExitCode::SUCCESS;
     }
+    // A Tab in a shell that sourced `warren completions SHELL` (answers and exits).
+    completion::complete_if_asked();
     let _failpoints = warren_config::failpoint::init_from_env();
     let cli = cli::Cli::parse();
     logging::init(&cli);
     match commands::run(cli) {
         Ok(code) => code,
+        // A reader that went away (`warren sessions list --json | head -1`) is not an error.
+        Err(err) if output::is_closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             for line in chain_text(&err).lines() {
                 eprintln!("error: {line}");

@@ -194,21 +194,19 @@ fn list(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         println!("no cron jobs (add one with `warren cron add`)");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<20} {:<12} {:<30} {:<28} {:<9} STATE",
-        "NAME", "AGENT", "SCHEDULE", "NEXT", "SOURCE"
-    );
+    let mut table =
+        crate::output::Table::new(&["NAME", "AGENT", "SCHEDULE", "NEXT", "SOURCE", "STATE"]);
     for j in &jobs {
-        println!(
-            "{:<20} {:<12} {:<30} {:<28} {:<9} {}",
-            j.name,
-            j.agent,
+        table.row(vec![
+            j.name.to_string(),
+            j.agent.to_string(),
             schedule_text(j),
             j.next_fire().unwrap_or_else(|| "-".into()),
-            j.source,
-            state_of(j)
-        );
+            j.source.to_string(),
+            state_of(j).to_string(),
+        ]);
     }
+    table.print();
     if daemon_pid(root).is_none() {
         println!("(no daemon is running: nothing fires until `warren daemon` runs)");
     }
@@ -262,21 +260,34 @@ fn print_runs(runs: &[Run]) {
         println!("no runs yet");
         return;
     }
-    println!(
-        "{:<28} {:<9} {:<10} {:<28} {:>8} {:>8} {:>10}  ERROR",
-        "RUN", "TRIGGER", "STATUS", "STARTED", "IN", "OUT", "COST USD"
-    );
+    let mut table = crate::output::Table::new(&[
+        "RUN",
+        "TRIGGER",
+        "STATUS",
+        "STARTED",
+        ">IN",
+        ">OUT",
+        ">COST USD",
+        "ERROR",
+    ]);
     for r in runs {
         let error = r
             .error
             .clone()
             .or_else(|| r.delivery_error.clone())
             .unwrap_or_default();
-        println!(
-            "{:<28} {:<9} {:<10} {:<28} {:>8} {:>8} {:>10.6}  {error}",
-            r.id, r.trigger, r.status, r.started_at, r.tokens_in, r.tokens_out, r.cost_usd
-        );
+        table.row(vec![
+            r.id.to_string(),
+            r.trigger.to_string(),
+            r.status.to_string(),
+            r.started_at.to_string(),
+            r.tokens_in.to_string(),
+            r.tokens_out.to_string(),
+            format!("{:.6}", r.cost_usd),
+            error,
+        ]);
     }
+    table.print();
 }
 
 fn runs(root: &InstallRoot, name: &str, limit: u32, json: bool) -> anyhow::Result<ExitCode> {

@@ -95,17 +95,17 @@ pub fn tokens(root: &InstallRoot, cmd: TokensCommand, json: bool) -> anyhow::Res
             } else if listed.is_empty() {
                 println!("no paired devices (pair one with `warren pair`)");
             } else {
-                println!("{:<14} {:<24} {:<12} last seen", "id", "name", "created");
+                let mut table = crate::output::Table::new(&["ID", "NAME", "CREATED", "LAST SEEN"]);
                 for d in listed {
-                    println!(
-                        "{:<14} {:<24} {:<12} {}",
+                    table.row(vec![
                         d.id,
                         d.name,
-                        d.created_unix,
+                        crate::output::unix_time(d.created_unix),
                         d.last_seen_unix
-                            .map_or_else(|| "never".to_string(), |t| t.to_string())
-                    );
+                            .map_or_else(|| "never".to_string(), crate::output::unix_time),
+                    ]);
                 }
+                table.print();
             }
         }
         TokensCommand::Revoke { id } => {

@@ -235,23 +235,23 @@ fn print_entries(
         return Ok(ExitCode::SUCCESS);
     }
     // The version and trust level (issue 20 §3): who wrote a row decides how far to believe it.
-    println!(
-        "{:<12} {:<24} {:<12} {:<4} {:<10} {:<20} CONTENT",
-        "AGENT", "KEY", "CATEGORY", "VER", "TRUST", "UPDATED"
-    );
+    let mut table = crate::output::Table::new(&[
+        "AGENT", "KEY", "CATEGORY", "VER", "TRUST", "UPDATED", "CONTENT",
+    ]);
     for e in rows {
         let content: String = e.content.replace('\n', " ").chars().take(60).collect();
         let updated = e.updated_at.format(&Rfc3339).unwrap_or_default();
-        println!(
-            "{:<12} {:<24} {:<12} {:<4} {:<10} {:<20} {content}",
-            e.agent,
-            e.key,
-            e.category,
-            e.version,
-            e.provenance.trust.as_str(),
-            updated.get(..19).unwrap_or(&updated)
-        );
+        table.row(vec![
+            e.agent.to_string(),
+            e.key.to_string(),
+            e.category.to_string(),
+            e.version.to_string(),
+            e.provenance.trust.as_str().to_string(),
+            updated.get(..19).unwrap_or(&updated).to_string(),
+            content,
+        ]);
     }
+    table.print();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -21,15 +21,13 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::CommandFactory;
 use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot, StarterProvider};
 
 use crate::cli::{Cli, Command};
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Completions { shell } = cli.command {
-        let mut cmd = Cli::command();
-        clap_complete::generate(shell, &mut cmd, "warren", &mut std::io::stdout());
+        crate::output::write_bytes(&crate::completion::registration(shell)?);
         return Ok(ExitCode::SUCCESS);
     }
     let root = InstallRoot::from_env(cli.config_dir.as_deref())?;

@@ -26,23 +26,22 @@ pub fn run(root: &InstallRoot, cmd: RunsCommand, json: bool) -> anyhow::Result<E
                 println!("no background runs");
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
-                "{:<28} {:<6} {:<12} {:<24} {:<10} {:<8} {:<28} ERROR",
-                "ID", "KIND", "AGENT", "LABEL", "STATE", "PID", "STARTED"
-            );
+            let mut table = crate::output::Table::new(&[
+                "ID", "KIND", "AGENT", "LABEL", "STATE", "PID", "STARTED", "ERROR",
+            ]);
             for r in &runs {
-                println!(
-                    "{:<28} {:<6} {:<12} {:<24} {:<10} {:<8} {:<28} {}",
-                    r.id,
-                    r.kind,
-                    r.agent,
-                    r.label,
-                    r.state,
-                    r.owner.pid,
-                    r.started_at,
-                    r.error.as_deref().unwrap_or("")
-                );
+                table.row(vec![
+                    r.id.to_string(),
+                    r.kind.to_string(),
+                    r.agent.to_string(),
+                    r.label.to_string(),
+                    r.state.to_string(),
+                    r.owner.pid.to_string(),
+                    r.started_at.to_string(),
+                    r.error.clone().unwrap_or_default(),
+                ]);
             }
+            table.print();
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Cancel { id } => {

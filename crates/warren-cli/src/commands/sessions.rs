@@ -30,15 +30,19 @@ pub fn run(root: &InstallRoot, cmd: SessionsCommand, json: bool) -> anyhow::Resu
             if sessions.is_empty() {
                 println!("no sessions");
             }
+            let mut table =
+                crate::output::Table::new(&["KEY", "AGENT", ">MESSAGES", "UPDATED", "NAME"]);
             for s in sessions {
-                println!(
-                    "{:<32} {:<12} {:>6} msgs  {}  {}",
-                    s.key,
-                    s.agent.as_ref().map_or("-", |a| a.as_str()),
-                    s.message_count,
+                table.row(vec![
+                    s.key.to_string(),
+                    s.agent.as_ref().map_or("-", |a| a.as_str()).to_string(),
+                    s.message_count.to_string(),
                     timefmt::format(s.updated_at),
-                    s.name.as_deref().unwrap_or("")
-                );
+                    s.name.unwrap_or_default(),
+                ]);
+            }
+            if !table.is_empty() {
+                table.print();
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -366,3 +366,100 @@ fn warren_home_moves_the_root_and_the_flag_wins() -> R {
     assert_eq!(text(&out).0.trim(), b.config_path().display().to_string());
     Ok(())
 }
+
+/// Issue 37 §5: `warren logs | head -1` (and every other listing piped into a reader that stops
+/// early) exits 0 without a panic. Before, std's `println!` panicked on the closed pipe
+/// ("failed printing to stdout: Broken pipe") and the process aborted with status 134.
+#[test]
+fn a_reader_that_stops_early_ends_the_listing_quietly() -> R {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    // 20,000 trace events: far more than a pipe buffer (64 KiB) holds.
+    let state = root.path().join("data/state");
+    fs::create_dir_all(&state)?;
+    let line = r#"{"time":"2026-12-02T00:00:00.000000Z","kind":"notice","agent":"main","data":{"n":"a line of the trace that is long enough"}}"#;
+    fs::write(
+        state.join("runtime-trace.jsonl"),
+        format!("{line}\n").repeat(20_000),
+    )?;
+    for args in [&["logs"][..], &["logs", "--json"], &["completions", "bash"]] {
+        let mut child = root
+            .warren(bin(), args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
+        // The reader is dropped here: the pipe is closed after one line, like `head -1`.
+        let out = child.wait_with_output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!first.is_empty(), "warren {args:?} printed nothing");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "warren {args:?}: {stderr}"
+        );
+        assert_eq!(out.status.code(), Some(0), "warren {args:?}: {stderr}");
+    }
+    Ok(())
+}
+
+/// What a Tab offers after `words` (the last word is the one being completed), as the script of
+/// `warren completions bash` asks the binary for it.
+fn tab(root: &TempRoot, words: &[&str]) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let root_dir = root.path().to_string_lossy().into_owned();
+    let mut line = vec!["warren", "--config-dir", root_dir.as_str()];
+    line.extend_from_slice(words);
+    let out = std::process::Command::new(bin())
+        .arg("--")
+        .args(&line)
+        .env("COMPLETE", "bash")
+        .env("_CLAP_COMPLETE_INDEX", (line.len() - 1).to_string())
+        .env("_CLAP_IFS", "\n")
+        .env_remove("WARREN_HOME")
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Issue 37 §5: completion knows the install — agent aliases, session keys and config keys —
+/// not only flags; and `warren completions bash` prints a script that asks the binary.
+#[test]
+fn tab_completes_agent_aliases_session_keys_and_config_keys() -> R {
+    let root = TempRoot::new()?;
+    ok(&root, &["init"])?;
+    ok(&root, &["agents", "add", "research"])?;
+    ok(
+        &root,
+        &[
+            "sessions", "append", "notes-1", "--role", "user", "--agent", "main", "hello",
+        ],
+    )?;
+    let offered = tab(&root, &["security", "posture", ""])?;
+    assert_eq!(offered[..2], ["main", "research"], "{offered:?}");
+    assert_eq!(tab(&root, &["security", "posture", "re"])?, ["research"]);
+    assert_eq!(tab(&root, &["sessions", "show", "no"])?, ["notes-1"]);
+    let keys = tab(&root, &["config", "get", "gateway.p"])?;
+    assert!(keys.iter().any(|k| k == "gateway.port"), "{keys:?}");
+    // Flags still complete.
+    assert!(
+        tab(&root, &["agents", "delete", "--"])?
+            .iter()
+            .any(|f| f.starts_with("--"))
+    );
+    let script = ok(&root, &["completions", "bash"])?;
+    assert!(
+        script.contains("COMPLETE=\"bash\"") && script.contains("complete -o nospace"),
+        "{script}"
+    );
+    Ok(())
+}
