@@ -5,7 +5,7 @@
 //! (plan first, typed confirmation), and every page renders with no console error at desktop
 //! and phone width. Screenshots of each page land in `target/dashboard-screenshots/`.
 //!
-//! Fails (never skips) without chromium and chromium-driver: `.ci/run` installs them.
+//! Fails (never skips) without chromium and chromium-driver: `.ci/prepare` installs them.
 
 use crate::common::{bin, wait_until};
 use std::io::{Read, Write};

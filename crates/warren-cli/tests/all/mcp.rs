@@ -1,6 +1,6 @@
 //! Per-agent MCP servers (issue 23) end to end: the real `warren` binary, the fake OpenAI
 //! server driving the tool calls, and a stdio MCP server written on the official `mcp` package
-//! from PyPI (`mcp_server/server.py`, run by Debian's /usr/bin/python3; `.ci/run` installs the
+//! from PyPI (`mcp_server/server.py`, run by Debian's /usr/bin/python3; `.ci/prepare` installs the
 //! package — without it every test here fails, none skips).
 //!
 //! What is shown: agent A calls its server's tool after the operator approved it on the

@@ -6,7 +6,7 @@
 //! no message text unless `capture_content = true` (and never a configured secret); the memory
 //! self-watch warns once past its ceiling.
 //!
-//! The `prometheus` binary is required: CI installs it (`.ci/run`); a missing one fails.
+//! The `prometheus` binary is required: `.ci/prepare` installs it; a missing one fails.
 
 use crate::common::{self, bin, push_note_turn, span_attr, wait_until};
 use std::path::Path;
@@ -63,7 +63,7 @@ impl Prometheus {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| {
-                format!("the `prometheus` server could not be started ({e}); install Debian's `prometheus` package (.ci/run does)")
+                format!("the `prometheus` server could not be started ({e}); install Debian's `prometheus` package (.ci/prepare does)")
             })?;
         let p = Self { child, port };
         wait_until("prometheus ready", WAIT, || {

@@ -5,7 +5,7 @@
 //! duplicated), a diverging history (409), another agent's session (409), client tools (400), an
 //! unknown model (404), a revoked token (401), and a request the SDK retries after its timeout
 //! while the first attempt's turn runs (run once, stored once).
-//! The Python client is required: CI installs it (`.ci/run`); a missing one fails the test.
+//! The Python client is required: `.ci/prepare` installs it; a missing one fails the test.
 
 use crate::common::bin;
 use std::path::Path;
@@ -123,12 +123,12 @@ fn the_openai_python_client_talks_to_agents_through_the_gateway_issue27() -> R {
         .args([base.as_str(), token.as_str(), revoked.as_str()])
         .output()
         .map_err(|e| {
-            format!("python3 could not be started ({e}); install python3 and `python3 -m pip install openai` (.ci/run does)")
+            format!("python3 could not be started ({e}); install python3 and `python3 -m pip install openai` (.ci/prepare does)")
         })?;
     let (stdout, stderr) = text(&run);
     assert!(
         run.status.success(),
-        "the openai client script failed (needs `python3 -m pip install openai`; .ci/run installs it):\n{stderr}\ndaemon:\n{}",
+        "the openai client script failed (needs `python3 -m pip install openai`; .ci/prepare installs it):\n{stderr}\ndaemon:\n{}",
         daemon.stderr_seen().join("\n")
     );
     let report: Value = serde_json::from_str(stdout.trim())?;
