@@ -89,7 +89,7 @@ pub(crate) fn policy_with(
 
 pub(crate) fn sandbox(kind: SandboxKind, allowed: &[&str]) -> (Fixture, Sandbox) {
     let (f, p) = policy(kind, allowed);
-    let s = Sandbox::for_policy(&p).expect("the full sandbox is available (bwrap from .ci/run)");
+    let s = Sandbox::for_policy(&p).expect("the full sandbox (namespaces, Landlock, seccomp) is available");
     (f, s)
 }
 

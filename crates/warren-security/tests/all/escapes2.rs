@@ -161,7 +161,7 @@ fn the_exec_allowlist_does_not_stop_an_exec_capable_command_running_a_memfd_issu
     // The README's "does not stop" cell: an allowed interpreter writes a binary into a memfd
     // and executes it; Landlock's EXECUTE right does not cover memfds. This is why exec-capable
     // commands need approval under `supervised`.
-    // .ci/run installs Debian's python3 (the MCP and client tests need it too): no skip.
+    // .ci/prepare installs Debian's python3 (the MCP and client tests need it too): no skip.
     let (_f, s) = sandbox(SandboxKind::Auto, &["python3"]);
     let script = "import os\n\
         fd = os.memfd_create('x', 0)\n\
