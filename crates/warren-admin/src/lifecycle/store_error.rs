@@ -68,7 +68,7 @@ pub enum StoreCause {
     Sop(#[from] SopStoreError),
     /// Rewriting the SOP definition files that name the agent failed (the cause names the file).
     #[error("SOP definitions: {0}")]
-    SopDefinitions(String),
+    SopDefinitions(warren_store::sop_defs::SopDefError),
     /// The `max_actions_per_hour` window (`data/state/actions.db`) failed.
     #[error("action window: {0}")]
     Actions(String),
