@@ -22,7 +22,7 @@ use crate::pairing::device_id;
 /// lost).
 pub const UNNAMED: &str = "(unnamed)";
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("device registry {path}: {message}")]
 pub struct DeviceError {
     pub path: PathBuf,
@@ -69,12 +69,13 @@ impl Devices {
              );";
         // The stores' one open routine: a failed migration leaves the registry read-only at its
         // old schema (issue 22 §4).
-        let conn = sqlite::SharedConn::open_store(path, sqlite::Sync::Normal, schema).map_err(
-            |message| DeviceError {
-                path: path.to_path_buf(),
-                message,
-            },
-        )?;
+        let conn =
+            sqlite::SharedConn::open_store(path, sqlite::Sync::Normal, schema).map_err(|e| {
+                DeviceError {
+                    path: path.to_path_buf(),
+                    message: e.cause(),
+                }
+            })?;
         Ok(Self {
             path: path.to_path_buf(),
             conn,

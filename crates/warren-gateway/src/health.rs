@@ -41,7 +41,7 @@ pub(crate) async fn report(state: &AppState) -> Value {
     let inner = &state.0;
     let devices = match &inner.process.devices {
         Ok(_) => json!({"status": "ok"}),
-        Err(e) => json!({"status": "error", "error": e}),
+        Err(e) => json!({"status": "error", "error": e.to_string()}),
     };
     let reports = state.agents();
     let agents: serde_json::Map<String, Value> = match reports {

@@ -53,6 +53,7 @@ fn sop_error(route: &str, e: SopError) -> ApiError {
         ),
         SopError::Store(e) => store_error(route, e),
         SopError::Task(m) => ApiError::internal(route, m),
+        e @ SopError::Encode { .. } => ApiError::internal(route, e),
     }
 }
 

@@ -12,14 +12,14 @@ use warren_config::{Config, ConfigStore, InstallRoot};
 use warren_daemon::{Generation, ReloadTrigger};
 use warren_runtime::{AgentHost, AgentKit, CancelToken};
 
-use crate::devices::Devices;
+use crate::devices::{DeviceError, Devices};
 use crate::pairing::{self, Pairing, RandomError};
 
 /// State that survives reloads (STATE-20: rotated only by a process restart).
 pub struct ProcessState {
     pub pairing: Pairing,
     /// `None` with the reason when `data/devices.db` cannot be opened (reported in health).
-    pub devices: Result<Devices, String>,
+    pub devices: Result<Devices, DeviceError>,
     /// Authenticates `warren pair` / `warren tokens` on loopback admin routes; published in
     /// `data/gateway.json` (0600).
     pub admin_key: String,
@@ -42,7 +42,7 @@ impl ProcessState {
     pub fn new(root: &InstallRoot) -> Result<Self, RandomError> {
         Ok(Self {
             pairing: Pairing::default(),
-            devices: Devices::open(&root.devices_db()).map_err(|e| e.to_string()),
+            devices: Devices::open(&root.devices_db()),
             admin_key: pairing::new_key()?,
             turns: crate::turns::Turns::default(),
             last_touch: Mutex::new(HashMap::new()),

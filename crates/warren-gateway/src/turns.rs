@@ -300,7 +300,9 @@ fn queue_error(route: &str, e: &QueueError) -> ApiError {
 }
 
 /// 503 when the generation's session store is not (yet, or no longer) open.
-pub(crate) fn sessions_unavailable(route: &'static str) -> impl Fn(String) -> ApiError {
+pub(crate) fn sessions_unavailable(
+    route: &'static str,
+) -> impl Fn(warren_runtime::sessions::ChatUnavailable) -> ApiError {
     move |e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

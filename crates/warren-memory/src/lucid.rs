@@ -114,11 +114,11 @@ impl LucidStore {
         v
     }
 
-    async fn lucid(&self, args: Vec<String>, timeout_ms: u64) -> Result<String, String> {
+    async fn lucid(&self, args: Vec<String>, timeout_ms: u64) -> Result<String, LucidError> {
         let command = self.config.command.clone();
         tokio::task::spawn_blocking(move || run(&command, &args, Duration::from_millis(timeout_ms)))
             .await
-            .map_err(|e| format!("lucid worker failed: {e}"))?
+            .map_err(LucidError::Worker)?
     }
 
     async fn store_in_lucid(&self, entry: &MemoryEntry) {
@@ -138,7 +138,7 @@ impl LucidStore {
         ];
         match self.lucid(args, self.config.store_timeout_ms).await {
             Ok(_) => self.succeeded(),
-            Err(e) => self.failed(e),
+            Err(e) => self.failed(e.to_string()),
         }
     }
 
@@ -160,7 +160,7 @@ impl LucidStore {
                 Some(parse_context(&out))
             }
             Err(e) => {
-                self.failed(e);
+                self.failed(e.to_string());
                 None
             }
         }
@@ -185,15 +185,50 @@ fn resolve(command: &str) -> Option<PathBuf> {
     })
 }
 
+/// Why a `lucid` run failed: the command (and its subcommand) and the cause. Shown in the
+/// backend's health and logged; recall falls back to SQLite.
+#[derive(Debug, thiserror::Error)]
+enum LucidError {
+    #[error("cannot run '{command}': {cause}")]
+    Spawn {
+        command: String,
+        cause: std::io::Error,
+    },
+    #[error("'{command} {sub}' took longer than {ms} ms and was killed")]
+    Timeout {
+        command: String,
+        sub: String,
+        ms: u128,
+    },
+    #[error("waiting for '{command}': {cause}")]
+    Wait {
+        command: String,
+        cause: std::io::Error,
+    },
+    #[error("'{command} {sub}' failed ({status}): {detail}")]
+    Failed {
+        command: String,
+        sub: String,
+        status: std::process::ExitStatus,
+        detail: String,
+    },
+    #[error("lucid worker failed: {0}")]
+    Worker(tokio::task::JoinError),
+}
+
 /// Runs `command args`, killing it after `timeout`; its stdout on exit 0, else the error.
-fn run(command: &str, args: &[String], timeout: Duration) -> Result<String, String> {
+fn run(command: &str, args: &[String], timeout: Duration) -> Result<String, LucidError> {
+    let sub = || args.first().cloned().unwrap_or_default();
     let mut child = Command::new(command)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run '{command}': {e}"))?;
+        .map_err(|cause| LucidError::Spawn {
+            command: command.into(),
+            cause,
+        })?;
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
     let reader = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -216,14 +251,19 @@ fn run(command: &str, args: &[String], timeout: Duration) -> Result<String, Stri
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "'{command} {}' took longer than {} ms and was killed",
-                    args.first().map_or("", String::as_str),
-                    timeout.as_millis()
-                ));
+                return Err(LucidError::Timeout {
+                    command: command.into(),
+                    sub: sub(),
+                    ms: timeout.as_millis(),
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(format!("waiting for '{command}': {e}")),
+            Err(cause) => {
+                return Err(LucidError::Wait {
+                    command: command.into(),
+                    cause,
+                });
+            }
         }
     };
     let stdout = reader.join().unwrap_or_default();
@@ -234,10 +274,12 @@ fn run(command: &str, args: &[String], timeout: Duration) -> Result<String, Stri
             .chars()
             .take(300)
             .collect();
-        return Err(format!(
-            "'{command} {}' failed ({status}): {detail}",
-            args.first().map_or("", String::as_str)
-        ));
+        return Err(LucidError::Failed {
+            command: command.into(),
+            sub: sub(),
+            status,
+            detail,
+        });
     }
     Ok(String::from_utf8_lossy(&stdout).into_owned())
 }

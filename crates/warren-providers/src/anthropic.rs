@@ -254,11 +254,11 @@ impl Accumulator {
         }
     }
 
-    fn finish(self) -> Result<ChatResponse, String> {
+    fn finish(self) -> Result<ChatResponse, crate::error::ToolCallError> {
         let mut tool_calls = Vec::with_capacity(self.tools.len());
         for (index, id, name, json) in self.tools {
             if name.is_empty() {
-                return Err(format!("tool_use block {index} has no name"));
+                return Err(crate::error::ToolCallError::UnnamedBlock { index });
             }
             tool_calls.push(ToolCall {
                 id: if id.is_empty() {

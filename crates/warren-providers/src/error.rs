@@ -54,6 +54,21 @@ pub enum ProviderError {
     AllFailed { attempts: Vec<ProviderError> },
 }
 
+/// A model's tool call that does not decode (the provider turns it into
+/// [`ProviderError::Protocol`], naming itself).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ToolCallError {
+    #[error("tool_use block {index} has no name")]
+    UnnamedBlock { index: u64 },
+    #[error("tool call #{index} has no function name")]
+    UnnamedCall { index: u64 },
+    #[error("tool call arguments are not JSON ({cause}): {text}")]
+    Arguments {
+        text: String,
+        cause: serde_json::Error,
+    },
+}
+
 fn join(errors: &[ProviderError]) -> String {
     errors
         .iter()

@@ -193,10 +193,12 @@ pub(crate) fn error_message(body: &str) -> String {
 }
 
 /// Decodes a JSON-string arguments field; empty = `{}`.
-pub(crate) fn parse_arguments(text: &str) -> Result<Value, String> {
+pub(crate) fn parse_arguments(text: &str) -> Result<Value, crate::error::ToolCallError> {
     if text.trim().is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_str(text)
-        .map_err(|e| format!("tool call arguments are not JSON ({e}): {text}"))
+    serde_json::from_str(text).map_err(|cause| crate::error::ToolCallError::Arguments {
+        text: text.to_string(),
+        cause,
+    })
 }

@@ -369,11 +369,11 @@ impl StreamAccumulator {
         }
     }
 
-    fn finish(self) -> Result<ChatResponse, String> {
+    fn finish(self) -> Result<ChatResponse, crate::error::ToolCallError> {
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (index, id, name, args) in self.calls {
             if name.is_empty() {
-                return Err(format!("tool call #{index} has no function name"));
+                return Err(crate::error::ToolCallError::UnnamedCall { index });
             }
             let id = if id.is_empty() {
                 format!("call_{index}")

@@ -72,7 +72,16 @@ pub struct ActionLimited {
     /// Until the oldest action in the window leaves it (zero when `unavailable`).
     pub resets_in: Duration,
     /// The window's file and why it could not be used, when that is the reason.
-    pub unavailable: Option<String>,
+    pub unavailable: Option<ActionWindowError>,
+}
+
+/// The window's file (`data/state/actions.db`) could not be opened, read or written: the file
+/// and the cause (a full disk is named as one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {cause}", path.display())]
+pub struct ActionWindowError {
+    pub path: PathBuf,
+    pub cause: String,
 }
 
 impl std::fmt::Display for ActionLimited {
@@ -162,7 +171,7 @@ impl ActionWindow {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn conn(&self) -> Result<SharedConn, String> {
+    fn conn(&self) -> Result<SharedConn, ActionWindowError> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(conn) = slot.as_ref() {
             return Ok(conn.clone());
@@ -170,8 +179,12 @@ impl ActionWindow {
         // WAL with synchronous = NORMAL: no fsync per admission. A commit survives a process
         // crash; a power loss may lose the last second of the window, which for a rate limit
         // only lets those few actions count again.
-        let conn = SharedConn::open_store(&self.path, Sync::Normal, SCHEMA)
-            .map_err(|cause| format!("{}: {cause}", self.path.display()))?;
+        let conn = SharedConn::open_store(&self.path, Sync::Normal, SCHEMA).map_err(|e| {
+            ActionWindowError {
+                path: self.path.clone(),
+                cause: e.cause(),
+            }
+        })?;
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -235,12 +248,12 @@ impl ActionWindow {
     }
 
     /// Actions of `agent` in the window now; `Ok(0)` when there is no file yet.
-    pub fn count(&self, agent: &AgentAlias) -> Result<u64, String> {
+    pub fn count(&self, agent: &AgentAlias) -> Result<u64, ActionWindowError> {
         self.rows(agent).map(|r| r.len() as u64)
     }
 
     /// The times (unix ms) of `agent`'s actions in the window now, oldest first.
-    pub fn rows(&self, agent: &AgentAlias) -> Result<Vec<i64>, String> {
+    pub fn rows(&self, agent: &AgentAlias) -> Result<Vec<i64>, ActionWindowError> {
         self.with_existing(|c| {
             let mut st = c.prepare(
                 "SELECT at_ms FROM actions WHERE agent = ?1 AND at_ms > ?2 ORDER BY at_ms",
@@ -252,7 +265,7 @@ impl ActionWindow {
     }
 
     /// Deletes every action of `agent` (agent delete); returns how many.
-    pub fn purge(&self, agent: &AgentAlias) -> Result<u64, String> {
+    pub fn purge(&self, agent: &AgentAlias) -> Result<u64, ActionWindowError> {
         self.leases().remove(agent);
         self.with_existing(|c| {
             let tx = c.unchecked_transaction()?;
@@ -268,7 +281,7 @@ impl ActionWindow {
     }
 
     /// Moves `from`'s actions to `to` (agent rename): the new alias keeps the hour's count.
-    pub fn rename(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, String> {
+    pub fn rename(&self, from: &AgentAlias, to: &AgentAlias) -> Result<u64, ActionWindowError> {
         self.give_back(from);
         self.with_existing(|c| {
             let tx = c.unchecked_transaction()?;
@@ -289,7 +302,7 @@ impl ActionWindow {
 
     /// Puts actions of `agent` (unix ms) back, those still in the window (agent restore);
     /// returns how many.
-    pub fn restore(&self, agent: &AgentAlias, at_ms: &[i64]) -> Result<u64, String> {
+    pub fn restore(&self, agent: &AgentAlias, at_ms: &[i64]) -> Result<u64, ActionWindowError> {
         let since = now_ms() - WINDOW_MS;
         let keep: Vec<i64> = at_ms.iter().copied().filter(|t| *t > since).collect();
         if keep.is_empty() {
@@ -339,7 +352,7 @@ impl ActionWindow {
     fn with_existing<T>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, ActionWindowError> {
         if !self.path.exists() {
             return Ok(None);
         }
@@ -349,8 +362,11 @@ impl ActionWindow {
     }
 
     /// A database error of the window's file, naming it.
-    fn db_error(&self, e: &rusqlite::Error) -> String {
-        format!("{}: {}", self.path.display(), cause_text(e, &self.path))
+    fn db_error(&self, e: &rusqlite::Error) -> ActionWindowError {
+        ActionWindowError {
+            path: self.path.clone(),
+            cause: cause_text(e, &self.path),
+        }
     }
 }
 
@@ -453,7 +469,7 @@ fn give_back_tx(
 }
 
 /// A call refused because the window's file could not be used.
-fn unavailable(agent: &AgentAlias, limit: u32, cause: String) -> ActionLimited {
+fn unavailable(agent: &AgentAlias, limit: u32, cause: ActionWindowError) -> ActionLimited {
     ActionLimited {
         agent: agent.clone(),
         limit,

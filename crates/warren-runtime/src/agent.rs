@@ -34,8 +34,8 @@ pub enum AgentError {
     #[error(transparent)]
     Mcp(#[from] warren_tools::mcp::McpConfigError),
     /// A bad `[agents.<alias>.network] allow` or `[secrets.<name>] hosts` entry (issue 24).
-    #[error("{0}")]
-    Egress(String),
+    #[error(transparent)]
+    Egress(crate::egress::EgressConfigError),
 }
 
 /// An agent's policy, sandbox and tools, built together from config.

@@ -127,6 +127,16 @@ pub enum DelegateError {
     Dir(#[from] DirError),
     #[error("delegate result {path}: {cause}")]
     Record { path: PathBuf, cause: String },
+    #[error(
+        "background delegation needs the install's control plane (this runner was assembled without one)"
+    )]
+    NoControlPlane,
+    #[error("{}: cannot be created", path.display())]
+    NotCreated { path: PathBuf },
+    #[error(transparent)]
+    ControlPlane(#[from] warren_store::control_plane::ControlPlaneError),
+    #[error("the delegate could not start: {0}")]
+    Start(tokio::task::JoinError),
 }
 
 /// Checks a task id the model passed: only ids this tool makes, so no path can be formed.

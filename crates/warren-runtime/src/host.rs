@@ -293,10 +293,10 @@ impl AgentHost {
     }
 
     /// The chat sessions, or why they are unavailable this generation.
-    pub async fn chat_sessions(&self) -> Result<SessionHandle, String> {
+    pub async fn chat_sessions(&self) -> Result<SessionHandle, crate::sessions::ChatUnavailable> {
         match &self.open_sessions().await.chat {
             Ok(chat) => Ok(SessionHandle::new(Arc::clone(chat.backend()))),
-            Err(e) => Err(format!("chat sessions could not be opened: {e}")),
+            Err(e) => Err(e.clone()),
         }
     }
 
@@ -312,9 +312,7 @@ impl AgentHost {
                 durable: c.is_durable(),
                 skipped: skipped.clone(),
             },
-            Some(SessionStores { chat: Err(e), .. }) => {
-                SessionsHealth::Error(format!("chat sessions could not be opened: {e}"))
-            }
+            Some(SessionStores { chat: Err(e), .. }) => SessionsHealth::Error(e.to_string()),
         }
     }
 

@@ -288,10 +288,20 @@ impl SessionBackend for TurnStore {
     }
 }
 
+/// Why the chat sessions are unavailable this generation (logged once when the stores were
+/// opened; every later caller gets this).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ChatUnavailable {
+    #[error("chat sessions could not be opened: {0}")]
+    Open(Arc<warren_store::sessions::OpenError>),
+    #[error("chat sessions could not be opened: opening the session stores failed: {0}")]
+    Task(Arc<tokio::task::JoinError>),
+}
+
 /// Chat and ACP session stores; where construction failed, why (already logged).
 #[derive(Debug)]
 pub struct SessionStores {
-    pub chat: Result<ChatSessions, String>,
+    pub chat: Result<ChatSessions, ChatUnavailable>,
     /// `None` when not opened (a CLI process needs no ACP store) or when it failed.
     pub acp: Option<AcpSessionStore>,
     /// Legacy JSONL files the import left in place on their own account (no valid message, a
@@ -320,7 +330,7 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
             }
             Err(e) => {
                 tracing::error!("chat sessions stopped for this generation: {e}");
-                Err(e.to_string())
+                Err(ChatUnavailable::Open(Arc::new(e)))
             }
         };
         let acp = if with_acp {
@@ -340,7 +350,7 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
     opened.unwrap_or_else(|e| {
         tracing::error!("session stores could not be opened: {e}");
         SessionStores {
-            chat: Err(format!("opening the session stores failed: {e}")),
+            chat: Err(ChatUnavailable::Task(Arc::new(e))),
             acp: None,
             skipped: Vec::new(),
         }

@@ -27,6 +27,8 @@ use warren_store::sessions::migrate;
 use warren_store::sessions::{NewMessage, Page, SessionBackend, SessionHandle, SqliteBackend};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// The result of a writer thread (its error crosses the thread boundary).
+type SendRes<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const TEXT: &str =
     "The quick brown fox jumps over the lazy dog while the agent thinks about tools.";
@@ -71,19 +73,20 @@ fn concurrent_appends(backend: &SqliteBackend, writers: usize, per_writer: usize
     std::thread::scope(|s| -> Res<()> {
         let handles: Vec<_> = (0..writers)
             .map(|w| {
-                s.spawn(move || -> Result<(), String> {
-                    let key = SessionKey::new(format!("writer-{w}")).map_err(|e| e.to_string())?;
+                s.spawn(move || -> SendRes<()> {
+                    let key = SessionKey::new(format!("writer-{w}"))?;
                     for i in 0..per_writer {
                         backend
-                            .append(&key, &NewMessage::new(Role::User, format!("{i} {TEXT}")))
-                            .map_err(|e| e.to_string())?;
+                            .append(&key, &NewMessage::new(Role::User, format!("{i} {TEXT}")))?;
                     }
                     Ok(())
                 })
             })
             .collect();
         for h in handles {
-            h.join().map_err(|_| "writer panicked")??;
+            h.join()
+                .map_err(|_| "writer panicked")?
+                .map_err(|e| -> Box<dyn std::error::Error> { e })?;
         }
         Ok(())
     })?;

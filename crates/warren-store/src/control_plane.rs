@@ -17,7 +17,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use serde::{Deserialize, Serialize};
 
-use crate::sqlite_util::{SharedConn, Sync, alias_column};
+use crate::sqlite_util::{OpenError, SharedConn, Sync, alias_column};
 use crate::timefmt;
 
 /// Schema version of `control_plane.db` (`PRAGMA user_version`): 1 without the owner's start
@@ -92,7 +92,7 @@ pub(crate) fn open_with_owner_start(
     version: i64,
     schema: &str,
     start_columns: &[(&str, &str, &str)],
-) -> Result<SharedConn, String> {
+) -> Result<SharedConn, OpenError> {
     open_owner_store(path, Sync::Normal, version, schema, start_columns)
 }
 
@@ -104,17 +104,20 @@ pub(crate) fn open_with_owner_start(
 /// keep everything and get no start time nor namespace (NULL: their owners are judged by PID
 /// and boot only, as when they were written). A failed migration leaves the file read-only at
 /// its old schema, where reads still answer ([`owner_columns`]) and writes say why
-/// ([`SharedConn::read_only`]). The error is the cause only; callers name the file.
+/// ([`SharedConn::read_only`]). The error names the file (or its directory); a caller whose
+/// error names it too takes [`OpenError::cause`].
 pub(crate) fn open_owner_store(
     path: &Path,
     sync: Sync,
     version: i64,
     schema: &str,
     start_columns: &[(&str, &str, &str)],
-) -> Result<SharedConn, String> {
+) -> Result<SharedConn, OpenError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|cause| OpenError::Dir {
+            dir: dir.to_path_buf(),
+            cause,
+        })?;
     }
     let migrate = |conn: &mut Connection| {
         let tx = conn.transaction()?;
@@ -129,8 +132,12 @@ pub(crate) fn open_owner_store(
         }
         tx.commit()
     };
-    warren_config::sqlite::open_migrated(path, sync, version, migrate)
-        .map_err(|e| warren_config::sqlite::cause_text(&e, path))
+    warren_config::sqlite::open_migrated(path, sync, version, migrate).map_err(|e| {
+        OpenError::Sqlite {
+            path: path.to_path_buf(),
+            cause: warren_config::sqlite::cause_text(&e, path),
+        }
+    })
 }
 
 /// `owner_start, owner_ns` of `table` for a SELECT list, with `NULL` for either column a file
@@ -622,18 +629,18 @@ impl ControlPlane {
                 ("runs", "beat_ms", "INTEGER"),
             ],
         )
-        .map_err(|cause| ControlPlaneError::Db {
+        .map_err(|e| ControlPlaneError::Db {
             path: path.to_path_buf(),
-            cause,
+            cause: e.cause(),
         })?;
         Ok(Self { conn })
     }
 
     /// Opens an existing control plane read-only; `None` when there is none yet.
     pub fn open_existing(path: &Path) -> Result<Option<Self>, ControlPlaneError> {
-        let conn = SharedConn::open_existing(path).map_err(|cause| ControlPlaneError::Db {
+        let conn = SharedConn::open_existing(path).map_err(|e| ControlPlaneError::Db {
             path: path.to_path_buf(),
-            cause,
+            cause: e.cause(),
         })?;
         Ok(conn.map(|conn| Self { conn }))
     }

@@ -251,18 +251,18 @@ impl CronStore {
                 ("runs", "owner_ns", "TEXT"),
             ],
         )
-        .map_err(|cause| CronError::Db {
+        .map_err(|e| CronError::Db {
             path: path.to_path_buf(),
-            cause,
+            cause: e.cause(),
         })?;
         Ok(Self { conn })
     }
 
     /// Opens an existing store read-only; `None` when there is none (= no jobs).
     pub fn open_existing(path: &Path) -> Result<Option<Self>, CronError> {
-        let conn = SharedConn::open_existing(path).map_err(|cause| CronError::Db {
+        let conn = SharedConn::open_existing(path).map_err(|e| CronError::Db {
             path: path.to_path_buf(),
-            cause,
+            cause: e.cause(),
         })?;
         Ok(conn.map(|conn| Self { conn }))
     }

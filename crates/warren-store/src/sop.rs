@@ -230,9 +230,9 @@ impl SopStore {
                 ("runs", "owner_ns", "TEXT"),
             ],
         )
-        .map_err(|cause| SopStoreError::Db {
+        .map_err(|e| SopStoreError::Db {
             path: path.to_path_buf(),
-            cause,
+            cause: e.cause(),
         })?;
         Ok(Self {
             conn,
@@ -242,9 +242,9 @@ impl SopStore {
 
     /// An existing store read-only; `None` when there is none yet.
     pub fn open_existing(path: &Path) -> Result<Option<Self>, SopStoreError> {
-        let conn = SharedConn::open_existing(path).map_err(|cause| SopStoreError::Db {
+        let conn = SharedConn::open_existing(path).map_err(|e| SopStoreError::Db {
             path: path.to_path_buf(),
-            cause,
+            cause: e.cause(),
         })?;
         Ok(conn.map(|conn| Self {
             conn,

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use warren_config::InstallRoot;
-use warren_config::atomic::{self, CrashPoints};
-use warren_config::schema::sop::{self, DefProblem, SopDef};
+use warren_config::atomic::{self, AtomicWriteError, CrashPoints};
+use warren_config::schema::sop::{self, DefProblem, SopDef, SopNameError};
 use warren_core::AgentAlias;
 
 /// Crash points of a definition file's atomic rewrite (an agent rename).
@@ -18,6 +18,34 @@ const SAVE_POINTS: CrashPoints = CrashPoints {
     after_dir_sync: "sop-def-save-after-dir-sync",
     dir_sync_error: "sop-def-save-dir-sync-error",
 };
+
+/// Why a definition cannot be found, or the files naming an agent cannot be rewritten; each
+/// names the SOP or the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SopDefError {
+    #[error(transparent)]
+    Name(#[from] SopNameError),
+    #[error("no SOP '{name}' ({} does not exist; see `warren sop list`)", path.display())]
+    Missing { name: String, path: PathBuf },
+    /// The file's problems (each names the file and the key), joined by `; `.
+    #[error("{}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid { problems: Vec<DefProblem> },
+    #[error("{}: cannot read: {cause}", path.display())]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("{}: {cause}", path.display())]
+    Parse {
+        path: PathBuf,
+        cause: toml_edit::TomlError,
+    },
+    #[error("{}: {cause}", path.display())]
+    Write {
+        path: PathBuf,
+        cause: AtomicWriteError,
+    },
+}
 
 /// `<install>/shared/sops`.
 pub fn dir(root: &InstallRoot) -> PathBuf {
@@ -104,22 +132,16 @@ pub fn find(
     root: &InstallRoot,
     config: &warren_config::Config,
     name: &str,
-) -> Result<Definition, String> {
+) -> Result<Definition, SopDefError> {
     sop::validate_name(name)?;
     let path = dir(root).join(format!("{name}.toml"));
     if !path.exists() {
-        return Err(format!(
-            "no SOP '{name}' ({} does not exist; see `warren sop list`)",
-            path.display()
-        ));
+        return Err(SopDefError::Missing {
+            name: name.into(),
+            path,
+        });
     }
-    load_file(&path, config).map_err(|problems| {
-        problems
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
+    load_file(&path, config).map_err(|problems| SopDefError::Invalid { problems })
 }
 
 /// The SOPs whose definition names `agent` (file names; a file that does not parse is read for
@@ -158,17 +180,23 @@ pub fn rename_agent(
     root: &InstallRoot,
     from: &AgentAlias,
     to: &AgentAlias,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, SopDefError> {
     let mut done = Vec::new();
     for (name, path) in naming_agent(root, from) {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        let mut doc = text
-            .parse::<toml_edit::DocumentMut>()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(cause) => return Err(SopDefError::Read { path, cause }),
+        };
+        let mut doc = match text.parse::<toml_edit::DocumentMut>() {
+            Ok(d) => d,
+            Err(cause) => return Err(SopDefError::Parse { path, cause }),
+        };
         doc["agent"] = toml_edit::value(to.as_str());
-        atomic::write_durable_no_backup(&path, doc.to_string().as_bytes(), 0o600, SAVE_POINTS)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Err(cause) =
+            atomic::write_durable_no_backup(&path, doc.to_string().as_bytes(), 0o600, SAVE_POINTS)
+        {
+            return Err(SopDefError::Write { path, cause });
+        }
         done.push(name);
     }
     Ok(done)

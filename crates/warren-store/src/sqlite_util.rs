@@ -2,7 +2,7 @@
 //! store uses, [`warren_config::sqlite`] (mode 0600, verified WAL, busy timeout, `synchronous`
 //! by durability), kept at this path for the stores written against it.
 
-pub use warren_config::sqlite::{SharedConn, Sync, migrate, open_read_only, open_wal};
+pub use warren_config::sqlite::{OpenError, SharedConn, Sync, migrate, open_read_only, open_wal};
 
 /// The agent alias in column `i` of a row: a row naming no valid alias does not decode (a
 /// hand-edited store is an error naming its file, never an alias carried on as a string).

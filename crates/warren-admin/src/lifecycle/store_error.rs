@@ -33,8 +33,8 @@ pub enum StoreCause {
     #[error("chat session persistence is off ({reason})")]
     ChatNotDurable { reason: String },
     /// The daemon's generation could not open its chat sessions.
-    #[error("the daemon's chat sessions are unavailable: {0}")]
-    DaemonChat(String),
+    #[error("in the daemon: {0}")]
+    DaemonChat(warren_runtime::sessions::ChatUnavailable),
     /// The daemon's generation holds no ACP session store.
     #[error("the daemon's ACP session store is not open")]
     DaemonAcpClosed,
@@ -68,10 +68,10 @@ pub enum StoreCause {
     Sop(#[from] SopStoreError),
     /// Rewriting the SOP definition files that name the agent failed (the cause names the file).
     #[error("SOP definitions: {0}")]
-    SopDefinitions(String),
+    SopDefinitions(warren_store::sop_defs::SopDefError),
     /// The `max_actions_per_hour` window (`data/state/actions.db`) failed.
     #[error("action window: {0}")]
-    Actions(String),
+    Actions(warren_runtime::actions::ActionWindowError),
     #[error(transparent)]
     Cost(#[from] CostError),
     #[error("cannot encode the export: {0}")]

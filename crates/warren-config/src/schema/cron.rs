@@ -50,6 +50,52 @@ pub struct DeliveryDecl {
     pub webhook: Option<String>,
 }
 
+/// Why a schedule (`cron` + `tz`, `every`, `at`) or an interval does not parse. The message
+/// names the text at fault; the config key is added by the caller ([`validate`] names
+/// `cron.jobs.<name>.cron` / `.tz` / `.every` / `.at`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleSpecError {
+    #[error("bad cron expression '{expr}': {cause}")]
+    Expression { expr: String, cause: String },
+    #[error("unknown time zone '{tz}' (use an IANA name such as Europe/Berlin or UTC)")]
+    TimeZone { tz: String },
+    #[error("bad duration '{text}': use a number with s, m, h or d (e.g. 30s, 1h30m)")]
+    Duration { text: String },
+    #[error("interval '{text}' is shorter than 1s")]
+    TooShort { text: String },
+    #[error("'{text}' is not an RFC 3339 time (e.g. 2026-12-24T18:00:00+01:00)")]
+    At { text: String },
+    #[error("unknown schedule kind '{kind}'")]
+    Kind { kind: String },
+    #[error("set exactly one of cron, every, at")]
+    NotExactlyOne,
+}
+
+/// A cron job name that is not 1–64 of `[A-Za-z0-9_-]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("job name '{name}' must be 1 to 64 letters, digits, '-' or '_'")]
+pub struct JobNameError {
+    pub name: String,
+}
+
+/// Why a `delivery.webhook` URL is refused; each names the URL (except the credentials case,
+/// which must not repeat them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookUrlError {
+    #[error("webhook '{url}' is not a URL (https://host/path)")]
+    NotUrl { url: String },
+    #[error("webhook '{url}' has no host")]
+    NoHost { url: String },
+    #[error("a webhook URL must not carry credentials (user@host)")]
+    Credentials,
+    #[error("webhook '{url}' contains whitespace")]
+    Whitespace { url: String },
+    #[error("webhook '{url}' must use https (plain http only to localhost)")]
+    PlainHttp { url: String },
+    #[error("webhook '{url}' must be an https URL")]
+    Scheme { url: String },
+}
+
 /// When a job fires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
@@ -64,40 +110,40 @@ pub enum Schedule {
 
 impl Schedule {
     /// A cron expression (5 or 6 fields) in `tz` (default UTC).
-    pub fn cron(expr: &str, tz: Option<&str>) -> Result<Self, String> {
+    pub fn cron(expr: &str, tz: Option<&str>) -> Result<Self, ScheduleSpecError> {
         let tz = tz.unwrap_or("UTC").to_string();
         parse_cron(expr)?;
-        jiff::tz::TimeZone::get(&tz).map_err(|_| {
-            format!("unknown time zone '{tz}' (use an IANA name such as Europe/Berlin or UTC)")
-        })?;
+        if jiff::tz::TimeZone::get(&tz).is_err() {
+            return Err(ScheduleSpecError::TimeZone { tz });
+        }
         Ok(Schedule::Cron {
             expr: expr.to_string(),
             tz,
         })
     }
 
-    pub fn every(text: &str) -> Result<Self, String> {
+    pub fn every(text: &str) -> Result<Self, ScheduleSpecError> {
         let d = parse_duration(text)?;
         if d < Duration::from_secs(1) {
-            return Err(format!("interval '{text}' is shorter than 1s"));
+            return Err(ScheduleSpecError::TooShort { text: text.into() });
         }
         Ok(Schedule::Every(d))
     }
 
-    pub fn at(text: &str) -> Result<Self, String> {
-        let ts: jiff::Timestamp = text.parse().map_err(|_| {
-            format!("'{text}' is not an RFC 3339 time (e.g. 2026-12-24T18:00:00+01:00)")
-        })?;
+    pub fn at(text: &str) -> Result<Self, ScheduleSpecError> {
+        let ts: jiff::Timestamp = text
+            .parse()
+            .map_err(|_| ScheduleSpecError::At { text: text.into() })?;
         Ok(Schedule::At(ts.as_millisecond()))
     }
 
     /// From the stored `(kind, spec, tz)` triple of [`Schedule::parts`].
-    pub fn from_parts(kind: &str, spec: &str, tz: Option<&str>) -> Result<Self, String> {
+    pub fn from_parts(kind: &str, spec: &str, tz: Option<&str>) -> Result<Self, ScheduleSpecError> {
         match kind {
             "cron" => Self::cron(spec, tz),
             "every" => Self::every(spec),
             "at" => Self::at(spec),
-            other => Err(format!("unknown schedule kind '{other}'")),
+            other => Err(ScheduleSpecError::Kind { kind: other.into() }),
         }
     }
 
@@ -135,17 +181,20 @@ impl Schedule {
     }
 }
 
-fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
+fn parse_cron(expr: &str) -> Result<croner::Cron, ScheduleSpecError> {
     croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Optional)
         .build()
         .parse(expr)
-        .map_err(|e| format!("bad cron expression '{expr}': {e}"))
+        .map_err(|e| ScheduleSpecError::Expression {
+            expr: expr.into(),
+            cause: e.to_string(),
+        })
 }
 
 /// `30s`, `15m`, `2h`, `1d`, `1h30m`, `500ms`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration '{text}': use a number with s, m, h or d (e.g. 30s, 1h30m)");
+pub fn parse_duration(text: &str) -> Result<Duration, ScheduleSpecError> {
+    let bad = || ScheduleSpecError::Duration { text: text.into() };
     let mut total = Duration::ZERO;
     let mut rest = text.trim();
     if rest.is_empty() {
@@ -190,12 +239,12 @@ pub fn format_duration(d: Duration) -> String {
 
 impl CronJobDecl {
     /// The job's schedule, or why it has none (the message names no key; see [`validate`]).
-    pub fn schedule(&self) -> Result<Schedule, String> {
+    pub fn schedule(&self) -> Result<Schedule, ScheduleSpecError> {
         match (&self.cron, &self.every, &self.at) {
             (Some(expr), None, None) => Schedule::cron(expr, self.tz.as_deref()),
             (None, Some(every), None) => Schedule::every(every),
             (None, None, Some(at)) => Schedule::at(at),
-            _ => Err("set exactly one of cron, every, at".to_string()),
+            _ => Err(ScheduleSpecError::NotExactlyOne),
         }
     }
 }
@@ -210,7 +259,7 @@ pub(crate) fn validate(
     for (name, job) in jobs {
         let at = |rest: &str| format!("cron.jobs.{}{rest}", quote(name));
         if let Err(e) = validate_name(name) {
-            out.push(Problem::at(at(""), e));
+            out.push(Problem::at(at(""), e.to_string()));
         }
         if !agents.contains(&job.agent.as_str()) {
             out.push(
@@ -232,8 +281,12 @@ pub(crate) fn validate(
             ));
         }
         if let Err(e) = job.schedule() {
-            let key = if e.contains("time zone") { ".tz" } else { key };
-            out.push(Problem::at(at(key), e));
+            let key = if matches!(e, ScheduleSpecError::TimeZone { .. }) {
+                ".tz"
+            } else {
+                key
+            };
+            out.push(Problem::at(at(key), e.to_string()));
         }
         match (&job.message, &job.command) {
             (Some(_), None) | (None, Some(_)) => {}
@@ -264,42 +317,41 @@ pub(crate) fn validate(
         if let Some(url) = job.delivery.as_ref().and_then(|d| d.webhook.as_deref())
             && let Err(e) = validate_webhook(url)
         {
-            out.push(Problem::at(at(".delivery.webhook"), e));
+            out.push(Problem::at(at(".delivery.webhook"), e.to_string()));
         }
     }
     out
 }
 
 /// Job names: 1–64 of `[A-Za-z0-9_-]` (they appear in session keys and URLs).
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), JobNameError> {
     if name.is_empty()
         || name.len() > 64
         || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(format!(
-            "job name '{name}' must be 1 to 64 letters, digits, '-' or '_'"
-        ));
+        return Err(JobNameError { name: name.into() });
     }
     Ok(())
 }
 
 /// A webhook target: `https://host[...]`, or `http://` to a loopback host (local receivers
 /// and tests); no credentials in the URL.
-pub fn validate_webhook(url: &str) -> Result<(), String> {
+pub fn validate_webhook(url: &str) -> Result<(), WebhookUrlError> {
+    let owned = || url.to_string();
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| format!("webhook '{url}' is not a URL (https://host/path)"))?;
+        .ok_or_else(|| WebhookUrlError::NotUrl { url: owned() })?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.is_empty() {
-        return Err(format!("webhook '{url}' has no host"));
+        return Err(WebhookUrlError::NoHost { url: owned() });
     }
     if authority.contains('@') {
-        return Err("a webhook URL must not carry credentials (user@host)".to_string());
+        return Err(WebhookUrlError::Credentials);
     }
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("webhook '{url}' contains whitespace"));
+        return Err(WebhookUrlError::Whitespace { url: owned() });
     }
     let host = authority
         .rsplit_once(':')
@@ -309,10 +361,8 @@ pub fn validate_webhook(url: &str) -> Result<(), String> {
     match scheme {
         "https" => Ok(()),
         "http" if loopback => Ok(()),
-        "http" => Err(format!(
-            "webhook '{url}' must use https (plain http only to localhost)"
-        )),
-        _ => Err(format!("webhook '{url}' must be an https URL")),
+        "http" => Err(WebhookUrlError::PlainHttp { url: owned() }),
+        _ => Err(WebhookUrlError::Scheme { url: owned() }),
     }
 }
 
@@ -396,7 +446,7 @@ pub(crate) fn validate_heartbeats(config: &super::Config) -> Vec<Problem> {
         let Some(hb) = &agent.heartbeat else { continue };
         let at = |rest: &str| format!("agents.{}.heartbeat{rest}", quote(name));
         if let Err(e) = Schedule::every(&hb.every) {
-            out.push(Problem::at(at(".every"), e));
+            out.push(Problem::at(at(".every"), e.to_string()));
         }
         if !hb.files_changed && hb.command.is_none() && hb.session.is_none() {
             out.push(Problem::at(

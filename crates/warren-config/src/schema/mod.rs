@@ -28,8 +28,8 @@ pub use agents::{
 };
 pub use mcp::{AgentMcpConfig, McpEnvValue, McpRisk, McpServerConfig};
 pub use network::{
-    AgentNetworkConfig, HOST_ENTRY_FORMS, HostEntry, HostPattern, NamedSecret, TaintMode,
-    normalize_host, parse_host_entry, secret_host_scheme,
+    AgentNetworkConfig, HOST_ENTRY_FORMS, HostEntry, HostEntryError, HostPattern, NamedSecret,
+    TaintMode, normalize_host, parse_host_entry, secret_host_scheme,
 };
 pub use sections::{
     ChannelsConfig, CostConfig, CronConfig, DEFAULT_DISK_RESERVE_MB, EmbedderConfig, EmbedderKind,

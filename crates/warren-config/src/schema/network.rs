@@ -92,27 +92,57 @@ pub fn secret_host_scheme(raw: &str) -> (&str, bool) {
     }
 }
 
+/// Why an allowlist / `hosts` entry is not a host pattern (the caller names the key and the
+/// entry; see `validate::host_entry_problem`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostEntryError {
+    #[error("the entry is empty")]
+    Empty,
+    #[error(
+        "it has a scheme or a path; write the host only (\"api.github.com\", not \"https://api.github.com/\")"
+    )]
+    SchemeOrPath,
+    #[error("'*' alone would allow every host; list the hosts (a wildcard is \"*.example.org\")")]
+    Everything,
+    #[error("'*.' needs a domain after it (\"*.example.org\")")]
+    BareWildcard,
+    #[error("it has a user part ('@'); write the host only")]
+    UserPart,
+    #[error("the port '{port}' is not a number from 1 to 65535")]
+    Port { port: String },
+    #[error("'[' opens an IPv6 address that no ']' closes")]
+    UnclosedBracket,
+    #[error("'[{text}]' is not an IPv6 address")]
+    NotIpv6 { text: String },
+    #[error("'{after}' after ']' is not ':port'")]
+    AfterBracket { after: String },
+    #[error("it is not an IPv6 address; write one with a port as \"[2001:db8::1]:443\"")]
+    Ipv6WithPort,
+    #[error("the host is empty")]
+    EmptyHost,
+    #[error("'{host}' has an empty label (a leading dot or two dots in a row)")]
+    EmptyLabel { host: String },
+    #[error("'*' may only be the whole first label (\"*.example.org\")")]
+    InnerWildcard,
+    #[error(
+        "'{host}' has the character {character:?}; a host name has letters, digits, '-' and '_' between dots"
+    )]
+    Character { host: String, character: char },
+}
+
 /// Parses one `[agents.<alias>.network] allow` / `[secrets.<name>] hosts` entry; the error says
 /// why it is not one (`config validate` and the daemon's egress share this parser).
-pub fn parse_host_entry(raw: &str) -> Result<HostEntry, String> {
+pub fn parse_host_entry(raw: &str) -> Result<HostEntry, HostEntryError> {
     use std::net::IpAddr;
     let raw = raw.trim();
     if raw.is_empty() {
-        return Err("the entry is empty".into());
+        return Err(HostEntryError::Empty);
     }
     if raw.contains("://") || raw.contains('/') {
-        return Err(
-            "it has a scheme or a path; write the host only (\"api.github.com\", \
-                    not \"https://api.github.com/\")"
-                .into(),
-        );
+        return Err(HostEntryError::SchemeOrPath);
     }
     if raw == "*" {
-        return Err(
-            "'*' alone would allow every host; list the hosts (a wildcard is \
-                    \"*.example.org\")"
-                .into(),
-        );
+        return Err(HostEntryError::Everything);
     }
     if raw.starts_with("*.")
         && raw
@@ -120,27 +150,31 @@ pub fn parse_host_entry(raw: &str) -> Result<HostEntry, String> {
             .trim_start_matches('.')
             .is_empty()
     {
-        return Err("'*.' needs a domain after it (\"*.example.org\")".into());
+        return Err(HostEntryError::BareWildcard);
     }
     if raw.contains('@') {
-        return Err("it has a user part ('@'); write the host only".into());
+        return Err(HostEntryError::UserPart);
     }
     let port_of = |p: &str| match p.parse::<u16>() {
         Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(format!("the port '{p}' is not a number from 1 to 65535")),
+        _ => Err(HostEntryError::Port { port: p.into() }),
     };
     // `[v6]:port`, `[v6]`, bare v6, `host:port`, `host`.
     let (host, port) = if let Some(rest) = raw.strip_prefix('[') {
         let (h, after) = rest
             .split_once(']')
-            .ok_or("'[' opens an IPv6 address that no ']' closes")?;
+            .ok_or(HostEntryError::UnclosedBracket)?;
         if h.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!("'[{h}]' is not an IPv6 address"));
+            return Err(HostEntryError::NotIpv6 { text: h.into() });
         }
         let port = match after.strip_prefix(':') {
             Some(p) => port_of(p)?,
             None if after.is_empty() => None,
-            None => return Err(format!("'{after}' after ']' is not ':port'")),
+            None => {
+                return Err(HostEntryError::AfterBracket {
+                    after: after.into(),
+                });
+            }
         };
         (h.to_string(), port)
     } else if raw.parse::<IpAddr>().is_ok() {
@@ -148,9 +182,7 @@ pub fn parse_host_entry(raw: &str) -> Result<HostEntry, String> {
     } else {
         match raw.rsplit_once(':') {
             Some((h, _)) if h.contains(':') => {
-                return Err("it is not an IPv6 address; write one with a port as \
-                            \"[2001:db8::1]:443\""
-                    .into());
+                return Err(HostEntryError::Ipv6WithPort);
             }
             Some((h, p)) => (h.to_string(), port_of(p)?),
             None => (raw.to_string(), None),
@@ -163,33 +195,31 @@ pub fn parse_host_entry(raw: &str) -> Result<HostEntry, String> {
             port,
         });
     }
-    let check = |name: &str| -> Result<(), String> {
+    let check = |name: &str| -> Result<(), HostEntryError> {
         if name.is_empty() {
-            return Err("the host is empty".into());
+            return Err(HostEntryError::EmptyHost);
         }
         for label in name.split('.') {
             if label.is_empty() {
-                return Err(format!(
-                    "'{name}' has an empty label (a leading dot or two dots in a row)"
-                ));
+                return Err(HostEntryError::EmptyLabel { host: name.into() });
             }
             if label.contains('*') {
-                return Err("'*' may only be the whole first label (\"*.example.org\")".into());
+                return Err(HostEntryError::InnerWildcard);
             }
             if let Some(c) = label
                 .chars()
                 .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
             {
-                return Err(format!(
-                    "'{name}' has the character {c:?}; a host name has letters, digits, '-' \
-                     and '_' between dots"
-                ));
+                return Err(HostEntryError::Character {
+                    host: name.into(),
+                    character: c,
+                });
             }
         }
         Ok(())
     };
     let host = match host.strip_prefix("*.") {
-        Some("") => return Err("'*.' needs a domain after it (\"*.example.org\")".into()),
+        Some("") => return Err(HostEntryError::BareWildcard),
         Some(suffix) => {
             check(suffix)?;
             HostPattern::Below(format!(".{suffix}"))
@@ -261,7 +291,10 @@ mod tests {
             ("[x]:1", "not an IPv6 address"),
             ("fe80::1::2:80", "IPv6"),
         ] {
-            let e = parse_host_entry(bad).err().unwrap_or_default();
+            let e = parse_host_entry(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
     }

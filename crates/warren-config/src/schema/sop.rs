@@ -276,18 +276,56 @@ pub enum Branch {
 }
 
 impl Branch {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BranchError> {
         match text {
             "continue" => Ok(Branch::Continue),
             "stop" => Ok(Branch::Stop),
             other => match other.strip_prefix("goto:") {
                 Some(id) if !id.is_empty() => Ok(Branch::Goto(id.to_string())),
-                _ => Err(format!(
-                    "'{other}' is not a branch (use \"continue\", \"stop\" or \"goto:<step id>\")"
-                )),
+                _ => Err(BranchError { text: other.into() }),
             },
         }
     }
+}
+
+/// A condition's `on_match` / `on_miss` that is not a branch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{text}' is not a branch (use \"continue\", \"stop\" or \"goto:<step id>\")")]
+pub struct BranchError {
+    pub text: String,
+}
+
+/// An SOP name or step id that is not 1–64 of `[A-Za-z0-9_-]`; `what` is `SOP name` or
+/// `step id`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} '{name}' must be 1 to 64 letters, digits, '-' or '_'")]
+pub struct SopNameError {
+    pub what: &'static str,
+    pub name: String,
+}
+
+/// A `{{...}}` template of a step that names nothing a run has at that step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateRefError {
+    #[error("{{{{{reference}}}}} names no earlier step '{id}' (outputs only flow forward)")]
+    NoEarlierStep { reference: String, id: String },
+    #[error(
+        "{{{{{reference}}}}} is not a known template (use {{{{input.<field>}}}} or {{{{steps.<id>.output}}}})"
+    )]
+    Unknown { reference: String },
+}
+
+/// Why an MQTT trigger's `url` is not `mqtt://host[:port]` (credentials are never repeated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MqttUrlError {
+    #[error("'{url}' is not an mqtt:// URL (e.g. mqtt://127.0.0.1:1883)")]
+    Scheme { url: String },
+    #[error("credentials in the broker URL are not accepted")]
+    Credentials,
+    #[error("'{port}' in '{url}' is not a port")]
+    Port { port: String, url: String },
+    #[error("'{url}' names no host")]
+    NoHost { url: String },
 }
 
 /// A problem of a definition file: the file, the key and what is wrong.
@@ -309,16 +347,21 @@ impl std::fmt::Display for DefProblem {
 }
 
 /// SOP names: 1–64 of `[A-Za-z0-9_-]` (file names, URLs, session keys).
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), SopNameError> {
+    validate_word("SOP name", name)
+}
+
+fn validate_word(what: &'static str, name: &str) -> Result<(), SopNameError> {
     if name.is_empty()
         || name.len() > 64
         || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(format!(
-            "SOP name '{name}' must be 1 to 64 letters, digits, '-' or '_'"
-        ));
+        return Err(SopNameError {
+            what,
+            name: name.into(),
+        });
     }
     Ok(())
 }
@@ -338,7 +381,7 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
         .unwrap_or_default();
     let mut out = Vec::new();
     if let Err(e) = validate_name(name) {
-        out.push(problem(String::new(), e));
+        out.push(problem(String::new(), e.to_string()));
     }
     let def: SopDef = match toml::from_str(text) {
         Ok(d) => d,
@@ -399,7 +442,7 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
             if t.cron.is_some()
                 && let Err(e) = crate::schema::cron::Schedule::cron(&cron, tz.as_deref())
             {
-                out.push(problem("trigger.cron".into(), e));
+                out.push(problem("trigger.cron".into(), e.to_string()));
             }
         }
         Trigger::Mqtt { url, topic } => {
@@ -408,7 +451,7 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
             if t.url.is_some()
                 && let Err(e) = mqtt_broker(&url)
             {
-                out.push(problem("trigger.url".into(), e));
+                out.push(problem("trigger.url".into(), e.to_string()));
             }
             if t.topic.is_some() && topic.is_empty() {
                 out.push(problem("trigger.topic".into(), "must not be empty".into()));
@@ -425,8 +468,8 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
                 format!("steps[{i}].{k}")
             }
         };
-        if let Err(e) = validate_name(&step.id) {
-            out.push(problem(at("id"), e.replace("SOP name", "step id")));
+        if let Err(e) = validate_word("step id", &step.id) {
+            out.push(problem(at("id"), e.to_string()));
         }
         if ids[..i].contains(&step.id.as_str()) {
             out.push(problem(
@@ -509,7 +552,7 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
                             }
                         }
                         Ok(_) => {}
-                        Err(e) => out.push(problem(at(key), e)),
+                        Err(e) => out.push(problem(at(key), e.to_string())),
                     }
                 }
             }
@@ -528,7 +571,7 @@ pub fn parse_definition(file: &Path, text: &str) -> Result<SopDef, Vec<DefProble
         for (key, text) in templates {
             for reference in references(&text) {
                 if let Err(e) = check_reference(&reference, earlier) {
-                    out.push(problem(key.clone(), e));
+                    out.push(problem(key.clone(), e.to_string()));
                 }
             }
         }
@@ -582,7 +625,7 @@ pub fn references(text: &str) -> Vec<String> {
     out
 }
 
-fn check_reference(reference: &str, earlier: &[&str]) -> Result<(), String> {
+fn check_reference(reference: &str, earlier: &[&str]) -> Result<(), TemplateRefError> {
     if reference == "input" || reference.starts_with("input.") {
         return Ok(());
     }
@@ -592,34 +635,37 @@ fn check_reference(reference: &str, earlier: &[&str]) -> Result<(), String> {
         if earlier.contains(&id) {
             return Ok(());
         }
-        return Err(format!(
-            "{{{{{reference}}}}} names no earlier step '{id}' (outputs only flow forward)"
-        ));
+        return Err(TemplateRefError::NoEarlierStep {
+            reference: reference.into(),
+            id: id.into(),
+        });
     }
-    Err(format!(
-        "{{{{{reference}}}}} is not a known template (use {{{{input.<field>}}}} or {{{{steps.<id>.output}}}})"
-    ))
+    Err(TemplateRefError::Unknown {
+        reference: reference.into(),
+    })
 }
 
 /// `mqtt://host[:port]` → (host, port).
-pub fn mqtt_broker(url: &str) -> Result<(String, u16), String> {
+pub fn mqtt_broker(url: &str) -> Result<(String, u16), MqttUrlError> {
     let rest = url
         .strip_prefix("mqtt://")
-        .ok_or_else(|| format!("'{url}' is not an mqtt:// URL (e.g. mqtt://127.0.0.1:1883)"))?;
+        .ok_or_else(|| MqttUrlError::Scheme { url: url.into() })?;
     let rest = rest.trim_end_matches('/');
     if rest.contains('@') {
-        return Err("credentials in the broker URL are not accepted".into());
+        return Err(MqttUrlError::Credentials);
     }
     let (host, port) = match rest.rsplit_once(':') {
         Some((h, p)) => (
             h.to_string(),
-            p.parse::<u16>()
-                .map_err(|_| format!("'{p}' in '{url}' is not a port"))?,
+            p.parse::<u16>().map_err(|_| MqttUrlError::Port {
+                port: p.into(),
+                url: url.into(),
+            })?,
         ),
         None => (rest.to_string(), 1883),
     };
     if host.is_empty() {
-        return Err(format!("'{url}' names no host"));
+        return Err(MqttUrlError::NoHost { url: url.into() });
     }
     Ok((host, port))
 }
@@ -639,9 +685,9 @@ mod tests {
     fn a_broker_url_with_credentials_is_refused_and_without_them_parses() {
         let refused = mqtt_broker("mqtt://user:secret@127.0.0.1:1883");
         assert!(
-            refused
-                .as_ref()
-                .is_err_and(|e| e.contains("credentials") && !e.contains("secret")),
+            refused.as_ref().is_err_and(
+                |e| e.to_string().contains("credentials") && !e.to_string().contains("secret")
+            ),
             "{refused:?}"
         );
         assert_eq!(

@@ -105,17 +105,19 @@ impl JobSpec {
     pub fn schedule(&self) -> Result<Schedule, SpecError> {
         match (&self.cron, &self.every, &self.at) {
             (Some(expr), None, None) => {
-                Schedule::cron(expr, self.tz.as_deref()).map_err(|e| bad("cron", e))
+                Schedule::cron(expr, self.tz.as_deref()).map_err(|e| bad("cron", e.to_string()))
             }
-            (None, Some(every), None) => Schedule::every(every).map_err(|e| bad("every", e)),
-            (None, None, Some(at)) => Schedule::at(at).map_err(|e| bad("at", e)),
+            (None, Some(every), None) => {
+                Schedule::every(every).map_err(|e| bad("every", e.to_string()))
+            }
+            (None, None, Some(at)) => Schedule::at(at).map_err(|e| bad("at", e.to_string())),
             _ => Err(bad("schedule", "set exactly one of cron, every, at")),
         }
     }
 
     /// The stored job (`source` = `declared` or `runtime`), checked against `config`.
     pub fn into_job(self, config: &Config, source: &str) -> Result<Job, SpecError> {
-        validate_name(&self.name).map_err(|e| bad("name", e))?;
+        validate_name(&self.name).map_err(|e| bad("name", e.to_string()))?;
         if !config.agents.contains_key(&self.agent) {
             return Err(bad(
                 "agent",
@@ -155,7 +157,7 @@ impl JobSpec {
             return Err(bad("catch_up", "use skip or once"));
         }
         if let Some(url) = &self.webhook {
-            validate_webhook(url).map_err(|e| bad("webhook", e))?;
+            validate_webhook(url).map_err(|e| bad("webhook", e.to_string()))?;
         }
         let (kind, spec, tz) = schedule.parts();
         let enabled = self.enabled.unwrap_or(true);
@@ -211,7 +213,7 @@ pub fn schedule_of(job: &Job) -> Result<Schedule, ScheduleError> {
         ScheduleError {
             job: job.name.clone(),
             spec: job.schedule.clone(),
-            message,
+            message: message.to_string(),
         }
     })
 }

@@ -45,8 +45,13 @@ pub const FAILPOINT_STEP_RECORDED: &str = "sop-step-recorded";
 /// Why a run could not start (or an operator action failed).
 #[derive(Debug, thiserror::Error)]
 pub enum SopError {
-    #[error("{0}")]
-    Definition(String),
+    #[error(transparent)]
+    Definition(#[from] warren_store::sop_defs::SopDefError),
+    #[error("SOP '{name}': the definition does not encode as JSON: {cause}")]
+    Encode {
+        name: String,
+        cause: serde_json::Error,
+    },
     #[error(transparent)]
     Store(#[from] SopStoreError),
     #[error("the SOP store task failed: {0}")]
@@ -176,8 +181,10 @@ impl Engine {
     ) -> Result<(SopRun, tokio::task::JoinHandle<Option<SopRun>>), SopError> {
         let definition = defs::find(&self.root, self.host.snapshot().config(), name)
             .map_err(SopError::Definition)?;
-        let def_json = serde_json::to_value(&definition.def)
-            .map_err(|e| SopError::Definition(format!("{name}: {e}")))?;
+        let def_json = serde_json::to_value(&definition.def).map_err(|cause| SopError::Encode {
+            name: name.into(),
+            cause,
+        })?;
         let id = warren_runtime::new_run_id("sop-");
         let store = Arc::clone(&self.store);
         let (i, n, a, t, o) = (

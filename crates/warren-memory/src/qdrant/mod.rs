@@ -215,7 +215,7 @@ impl Http {
     fn row(&self, point: &Value) -> Result<Row, MemoryError> {
         row_of(point).map_err(|m| MemoryError::Corrupt {
             location: format!("{} (collection {})", self.base, self.collection),
-            message: m,
+            message: m.to_string(),
         })
     }
 }
@@ -255,22 +255,43 @@ fn micros(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
 
-fn instant(us: i64) -> Result<OffsetDateTime, String> {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1000).map_err(|e| e.to_string())
+/// Why a point does not decode into a memory row (the store adds its URL and collection).
+#[derive(Debug, thiserror::Error)]
+enum PointError {
+    #[error("point {point} has no text field {field:?}")]
+    NoText { point: Value, field: String },
+    #[error("point {point} has no integer field {field:?}")]
+    NoInteger { point: Value, field: String },
+    #[error("point {point} has an unknown state {state}")]
+    State { point: String, state: Value },
+    #[error("{0}")]
+    Time(#[from] time::error::ComponentRange),
+    #[error("{0}")]
+    Agent(#[from] warren_core::AliasError),
 }
 
-fn row_of(point: &Value) -> Result<Row, String> {
+fn instant(us: i64) -> Result<OffsetDateTime, PointError> {
+    Ok(OffsetDateTime::from_unix_timestamp_nanos(
+        i128::from(us) * 1000,
+    )?)
+}
+
+fn row_of(point: &Value) -> Result<Row, PointError> {
     let p = &point["payload"];
     let text = |field: &str| {
         p[field]
             .as_str()
             .map(String::from)
-            .ok_or_else(|| format!("point {} has no text field {field:?}", point["id"]))
+            .ok_or_else(|| PointError::NoText {
+                point: point["id"].clone(),
+                field: field.into(),
+            })
     };
     let int = |field: &str| {
-        p[field]
-            .as_i64()
-            .ok_or_else(|| format!("point {} has no integer field {field:?}", point["id"]))
+        p[field].as_i64().ok_or_else(|| PointError::NoInteger {
+            point: point["id"].clone(),
+            field: field.into(),
+        })
     };
     let point_id = match &point["id"] {
         Value::String(s) => s.clone(),
@@ -282,12 +303,15 @@ fn row_of(point: &Value) -> Result<Row, String> {
     let state = p["state"]
         .as_str()
         .map_or(Some(VersionState::Current), VersionState::parse)
-        .ok_or_else(|| format!("point {point_id} has an unknown state {}", p["state"]))?;
+        .ok_or_else(|| PointError::State {
+            point: point_id.clone(),
+            state: p["state"].clone(),
+        })?;
     let archived_at = match p["archived_at"].as_i64() {
         Some(us) => Some(instant(us)?),
         None => None,
     };
-    let agent = AgentAlias::new(text("agent_id")?).map_err(|e| e.to_string())?;
+    let agent = AgentAlias::new(text("agent_id")?)?;
     let provenance: Provenance =
         serde_json::from_value(p["provenance"].clone()).unwrap_or_default();
     Ok(Row {

@@ -15,6 +15,8 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 pub use warren_config::schema::normalize_host;
 use warren_config::schema::{HostEntry as Entry, HostPattern as Host, parse_host_entry};
 
+use super::error::BadHostEntry;
+
 /// A parsed allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allowlist {
@@ -49,13 +51,13 @@ pub enum Refused {
 
 impl Allowlist {
     /// Parses `patterns`; a bad entry is an error naming it.
-    pub fn parse(patterns: &[String]) -> Result<Self, String> {
+    pub fn parse(patterns: &[String]) -> Result<Self, BadHostEntry> {
         let mut entries = Vec::with_capacity(patterns.len());
         for raw in patterns {
-            entries.push(
-                parse_host_entry(raw)
-                    .map_err(|why| format!("'{raw}' is not a host pattern: {why}"))?,
-            );
+            entries.push(parse_host_entry(raw).map_err(|cause| BadHostEntry {
+                raw: raw.clone(),
+                cause,
+            })?);
         }
         Ok(Self {
             entries,
@@ -227,7 +229,7 @@ mod tests {
     #[test]
     fn bad_entries_are_named() {
         let e = Allowlist::parse(&["http://x.org/".to_string()]).err();
-        assert!(e.is_some_and(|e| e.contains("http://x.org/")));
+        assert!(e.is_some_and(|e| e.to_string().contains("http://x.org/")));
         assert!(Allowlist::parse(&["x.org:99999".to_string()]).is_err());
         assert!(Allowlist::parse(&["*.".to_string()]).is_err());
     }

@@ -12,6 +12,7 @@ use warren_config::Config;
 use warren_config::schema::secret_host_scheme;
 
 use super::allow::Allowlist;
+use super::error::{EgressConfigError, SecretRefused};
 use super::scrub::Scrubber;
 
 /// One `[secrets.<name>]` the broker may substitute.
@@ -68,7 +69,7 @@ const CLOSE: &str = "}}";
 impl Broker {
     /// The broker of `config`'s `[secrets.*]` (values decrypted when the config was loaded).
     /// A secret whose `hosts` entry does not parse is an error naming it.
-    pub fn from_config(config: &Config) -> Result<Self, String> {
+    pub fn from_config(config: &Config) -> Result<Self, EgressConfigError> {
         let mut secrets = Vec::new();
         for (name, s) in &config.secrets {
             let split: Vec<(&str, bool)> = s.hosts.iter().map(|h| secret_host_scheme(h)).collect();
@@ -79,7 +80,10 @@ impl Broker {
                 .map(|(h, _)| h.to_string())
                 .collect();
             let parse = |list: &[String]| {
-                Allowlist::parse(list).map_err(|e| format!("[secrets.{name}] hosts: {e}"))
+                Allowlist::parse(list).map_err(|cause| EgressConfigError::SecretHosts {
+                    name: name.clone(),
+                    cause,
+                })
             };
             secrets.push(Brokered {
                 name: name.clone(),
@@ -105,7 +109,7 @@ impl Broker {
         host: &str,
         port: u16,
         https: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, SecretRefused> {
         if !text.contains(OPEN) {
             return Ok(text.to_string());
         }
@@ -115,26 +119,28 @@ impl Broker {
             out.push_str(&rest[..at]);
             let after = &rest[at + OPEN.len()..];
             let Some(end) = after.find(CLOSE) else {
-                return Err("an unterminated {{secret:...}} placeholder".into());
+                return Err(SecretRefused::Unterminated);
             };
             let name = after[..end].trim();
             let secret = self
                 .secrets
                 .iter()
                 .find(|s| s.name == name)
-                .ok_or_else(|| {
-                    format!("no secret named '{name}' (set [secrets.{name}] value and hosts in config.toml)")
-                })?;
+                .ok_or_else(|| SecretRefused::Unknown { name: name.into() })?;
             if !secret.hosts.allows(host, port) {
-                return Err(format!(
-                    "secret '{name}' may be sent only to [{}] ([secrets.{name}] hosts), not to {host}:{port}",
-                    secret.describe()
-                ));
+                return Err(SecretRefused::NotForHost {
+                    name: name.into(),
+                    hosts: secret.describe(),
+                    host: host.into(),
+                    port,
+                });
             }
             if !secret.allows(host, port, https) {
-                return Err(format!(
-                    "secret '{name}' goes over https only: write the URL as https://, or list the host as \"http://{host}:{port}\" in [secrets.{name}] hosts to allow plain http"
-                ));
+                return Err(SecretRefused::HttpsOnly {
+                    name: name.into(),
+                    host: host.into(),
+                    port,
+                });
             }
             out.push_str(secret.value.expose());
             rest = &after[end + CLOSE.len()..];
@@ -170,17 +176,19 @@ impl Broker {
         host: &str,
         port: u16,
         https: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SecretRefused> {
         for name in names {
             let Some(secret) = self.secrets.iter().find(|s| s.name == *name) else {
                 continue; // an unknown name was refused when it was substituted
             };
             if !secret.allows(host, port, https) {
-                return Err(format!(
-                    "the request carried secret '{name}', which may go only to [{}] ([secrets.{name}] hosts, https unless an entry names http://), not to {}://{host}:{port}",
-                    secret.describe(),
-                    if https { "https" } else { "http" }
-                ));
+                return Err(SecretRefused::Carried {
+                    name: name.clone(),
+                    hosts: secret.describe(),
+                    scheme: if https { "https" } else { "http" },
+                    host: host.into(),
+                    port,
+                });
             }
         }
         Ok(())
@@ -244,6 +252,7 @@ mod tests {
         assert!(
             refused
                 .as_ref()
+                .map_err(ToString::to_string)
                 .is_err_and(|e| e.contains("api.github.com") && !e.contains("s3cr3t")),
             "{refused:?}"
         );
@@ -256,6 +265,7 @@ mod tests {
         let http = b.substitute("{{secret:gh}}", "api.github.com", 80, false);
         assert!(
             http.as_ref()
+                .map_err(ToString::to_string)
                 .is_err_and(|e| e.contains("https only") && !e.contains("s3cr3t")),
             "{http:?}"
         );
@@ -274,6 +284,7 @@ mod tests {
         let off = b.may_carry(&carried, "evil.example", 443, true);
         assert!(
             off.as_ref()
+                .map_err(ToString::to_string)
                 .is_err_and(|e| e.contains("carried secret 'gh'")),
             "{off:?}"
         );

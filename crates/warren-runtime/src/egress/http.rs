@@ -19,6 +19,7 @@ use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use warren_tools::{HttpCall, HttpReply};
 
 use super::AgentEgress;
+use super::error::{BadUrl, RequestError, SendFailure};
 
 /// Requests per call, the first included (so at most 4 redirects).
 pub const MAX_HOPS: usize = 5;
@@ -74,31 +75,33 @@ fn is_https(uri: &Uri) -> bool {
 }
 
 /// Scheme, host and port of `url` (http or https only; placeholders allowed outside the host).
-pub(super) fn target(url: &str) -> Result<(Uri, String, u16), String> {
+pub(super) fn target(url: &str) -> Result<(Uri, String, u16), BadUrl> {
+    let owned = || url.to_string();
     if url.split("://").nth(1).is_some_and(|r| {
         r.split(['/', '?', '#'])
             .next()
             .is_some_and(|authority| authority.contains('{'))
     }) {
-        return Err(format!("'{url}': the host may not hold a placeholder"));
+        return Err(BadUrl::PlaceholderHost { url: owned() });
     }
     let parsed = masked(url);
     let uri: Uri = parsed
         .parse()
-        .map_err(|e| format!("'{url}' is not a valid URL: {e}"))?;
+        .map_err(|e: http::uri::InvalidUri| BadUrl::Invalid {
+            url: owned(),
+            cause: e.to_string(),
+        })?;
     let https = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
-        _ => return Err(format!("'{url}' is not an http:// or https:// URL")),
+        _ => return Err(BadUrl::Scheme { url: owned() }),
     };
     let host = uri
         .host()
-        .ok_or_else(|| format!("'{url}' has no host"))?
+        .ok_or_else(|| BadUrl::NoHost { url: owned() })?
         .to_string();
     if host.contains('{') || uri.authority().is_some_and(|a| a.as_str().contains('@')) {
-        return Err(format!(
-            "'{url}': the host may not hold a placeholder or credentials"
-        ));
+        return Err(BadUrl::HostCredentials { url: owned() });
     }
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     Ok((uri, host, port))
@@ -123,7 +126,7 @@ fn join(base: &Uri, location: &str) -> String {
 }
 
 /// Makes `call` for `egress`'s agent. Errors are unscrubbed (the caller scrubs).
-pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, String> {
+pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, RequestError> {
     let cap = egress.max_response_bytes;
     let mut url = call.url.clone();
     let mut method = call.method.clone();
@@ -147,17 +150,20 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         if hop > 0
             && let Err(why) = egress.broker.may_carry(&carried, &host, port, https)
         {
-            egress.log(&host, port, &method, None, Some(&why));
-            return Err(format!("a redirect to {url} was not followed: {why}"));
+            egress.log(&host, port, &method, None, Some(&why.to_string()));
+            return Err(RequestError::RedirectSecret { url, cause: why });
         }
         let addrs = match egress.resolve(&host, port) {
             Ok(a) => a,
             Err(refused) => {
                 egress.log(&host, port, &method, None, Some(&refused.to_string()));
                 return Err(if hop == 0 {
-                    refused.to_string()
+                    RequestError::Refused(refused)
                 } else {
-                    format!("a redirect to {url} was not followed: {refused}")
+                    RequestError::RedirectRefused {
+                        url,
+                        cause: refused,
+                    }
                 });
             }
         };
@@ -178,7 +184,7 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         let real_url = egress.broker.substitute(&url, &host, port, https)?;
         match target(&real_url) {
             Ok((_, h, p)) if h == host && p == port => {}
-            _ => return Err(format!("'{url}': a placeholder may not change the host")),
+            _ => return Err(BadUrl::PlaceholderChangedHost { url }.into()),
         }
         let mut request = http::Request::builder()
             .method(method.as_str())
@@ -197,18 +203,18 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
         let sent = match &body {
             Some(b) => request
                 .body(b.clone())
-                .map_err(|e| e.to_string())
-                .and_then(|r| agent.run(r).map_err(|e| e.to_string())),
+                .map_err(SendFailure::Build)
+                .and_then(|r| agent.run(r).map_err(SendFailure::Run)),
             None => request
                 .body(())
-                .map_err(|e| e.to_string())
-                .and_then(|r| agent.run(r).map_err(|e| e.to_string())),
+                .map_err(SendFailure::Build)
+                .and_then(|r| agent.run(r).map_err(SendFailure::Run)),
         };
         let response = match sent {
             Ok(r) => r,
-            Err(e) => {
-                egress.log(&host, port, &method, None, Some(&e));
-                return Err(format!("{method} {url} failed: {e}"));
+            Err(cause) => {
+                egress.log(&host, port, &method, None, Some(&cause.to_string()));
+                return Err(RequestError::Send { method, url, cause });
             }
         };
         let status = response.status().as_u16();
@@ -220,11 +226,10 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             .map(str::to_string);
         if let (true, Some(location)) = (response.status().is_redirection(), location) {
             if hop + 1 == MAX_HOPS {
-                return Err(format!(
-                    "more than {} redirects from {}",
-                    MAX_HOPS - 1,
-                    call.url
-                ));
+                return Err(RequestError::TooManyRedirects {
+                    max: MAX_HOPS - 1,
+                    url: call.url.clone(),
+                });
             }
             url = join(&uri, &location);
             if status != 307 && status != 308 {
@@ -248,9 +253,9 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             .into_body()
             .into_reader()
             .take(cap.saturating_add(1));
-        reader
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("reading the response of {url} failed: {e}"))?;
+        if let Err(cause) = reader.read_to_end(&mut bytes) {
+            return Err(RequestError::Read { url, cause });
+        }
         let truncated = bytes.len() as u64 > cap;
         bytes.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
         return Ok(HttpReply {
@@ -261,11 +266,10 @@ pub(super) fn send(egress: &AgentEgress, call: &HttpCall) -> Result<HttpReply, S
             truncated,
         });
     }
-    Err(format!(
-        "more than {} redirects from {}",
-        MAX_HOPS - 1,
-        call.url
-    ))
+    Err(RequestError::TooManyRedirects {
+        max: MAX_HOPS - 1,
+        url: call.url.clone(),
+    })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 
 pub mod allow;
 pub mod broker;
+pub mod error;
 mod http;
 pub mod proxy;
 pub mod scrub;
@@ -30,6 +31,9 @@ use warren_tools::{BoxFuture, EgressRefused, HttpCall, HttpEgress, HttpReply};
 
 pub use allow::{Allowlist, Refused};
 pub use broker::Broker;
+pub use error::{
+    BadHostEntry, BadUrl, EgressConfigError, ProxyRefusal, RequestError, SecretRefused,
+};
 
 use crate::trace::Trace;
 
@@ -62,10 +66,13 @@ impl AgentEgress {
         config: &Config,
         policy: &SecurityPolicy,
         trace: Arc<Trace>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EgressConfigError> {
         let alias = policy.alias().clone();
-        let allow = Allowlist::parse(&policy.egress().allow)
-            .map_err(|e| format!("[agents.{alias}.network] allow: {e}"))?;
+        let allow =
+            Allowlist::parse(&policy.egress().allow).map_err(|cause| EgressConfigError::Allow {
+                alias: alias.clone(),
+                cause,
+            })?;
         Ok(Self {
             alias,
             allow: Arc::new(allow),
@@ -84,7 +91,7 @@ impl AgentEgress {
         config: &Config,
         policy: &SecurityPolicy,
         trace: Arc<Trace>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EgressConfigError> {
         let mut egress = Self::new(config, policy, trace)?;
         egress.via = "mcp";
         egress.open = policy.allow_network();
@@ -143,6 +150,7 @@ impl AgentEgress {
     }
 }
 
+/// The trait's error carries text (`warren_tools::EgressRefused`): a [`RequestError`], scrubbed.
 impl HttpEgress for AgentEgress {
     fn send(&self, call: HttpCall) -> BoxFuture<'_, Result<HttpReply, EgressRefused>> {
         let me = self.clone();
@@ -154,7 +162,7 @@ impl HttpEgress for AgentEgress {
             .await;
             let (me, result) = match result {
                 Ok(pair) => pair,
-                Err(e) => return Err(EgressRefused(format!("the request stopped: {e}"))),
+                Err(e) => return Err(EgressRefused(RequestError::Stopped(e).to_string())),
             };
             // Nothing leaves the daemon unscrubbed: the model, session, memory and trace see
             // only what passes here.
@@ -167,7 +175,7 @@ impl HttpEgress for AgentEgress {
                     }
                     Ok(reply)
                 }
-                Err(e) => Err(EgressRefused(me.broker.scrub(&e))),
+                Err(e) => Err(EgressRefused(me.broker.scrub(&e.to_string()))),
             }
         })
     }
@@ -195,10 +203,13 @@ pub fn audit(
     root: &warren_config::InstallRoot,
     alias: &AgentAlias,
     recent: usize,
-) -> Result<serde_json::Value, String> {
-    let policy = SecurityPolicy::for_agent(config, root, alias).map_err(|e| e.to_string())?;
-    let allow = Allowlist::parse(&policy.egress().allow)
-        .map_err(|e| format!("[agents.{alias}.network] allow: {e}"))?;
+) -> Result<serde_json::Value, EgressConfigError> {
+    let policy = SecurityPolicy::for_agent(config, root, alias)?;
+    let allow =
+        Allowlist::parse(&policy.egress().allow).map_err(|cause| EgressConfigError::Allow {
+            alias: alias.clone(),
+            cause,
+        })?;
     let broker = Broker::from_config(config)?;
     let mut per_host: Vec<serde_json::Value> = Vec::new();
     for (name, hosts) in broker.hosts() {

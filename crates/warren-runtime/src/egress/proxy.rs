@@ -20,6 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use warren_security::sandbox::ExitWatch;
 
 use super::AgentEgress;
+use super::error::ProxyRefusal;
 
 mod sni;
 
@@ -117,20 +118,22 @@ const DROPPED: [&str; 4] = [
 ];
 
 /// The destination of a request head and what to forward.
-fn parse_head(head: &[u8]) -> Result<Head, String> {
-    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
+fn parse_head(head: &[u8]) -> Result<Head, ProxyRefusal> {
+    let text = std::str::from_utf8(head).map_err(|_| ProxyRefusal::HeadNotUtf8)?;
     let mut lines = text.split("\r\n");
     let line = lines.next().unwrap_or_default();
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
     else {
-        return Err(format!("not an HTTP request line: '{line}'"));
+        return Err(ProxyRefusal::RequestLine { line: line.into() });
     };
     if method.eq_ignore_ascii_case("CONNECT") {
         let (host, port) = target
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-            .ok_or_else(|| format!("CONNECT needs host:port, not '{target}'"))?;
+            .ok_or_else(|| ProxyRefusal::ConnectTarget {
+                target: target.into(),
+            })?;
         return Ok(Head {
             method: "CONNECT".into(),
             host: host.to_string(),
@@ -153,23 +156,23 @@ fn parse_head(head: &[u8]) -> Result<Head, String> {
         let value = header.get(name.len() + 1..).unwrap_or_default().trim();
         if name.eq_ignore_ascii_case("host") {
             if host_header.is_some() {
-                return Err("the request has more than one Host header".into());
+                return Err(ProxyRefusal::TwoHosts);
             }
             host_header = Some(value.to_string());
         } else if name.eq_ignore_ascii_case("content-length") {
             let len = value
                 .parse::<u64>()
-                .map_err(|_| format!("Content-Length '{value}' is not a number"))?;
+                .map_err(|_| ProxyRefusal::ContentLength {
+                    value: value.into(),
+                })?;
             if body_len.is_some_and(|l| l != len) {
-                return Err("the request has conflicting Content-Length headers".into());
+                return Err(ProxyRefusal::ConflictingLengths);
             }
             body_len = Some(len);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             // The proxy relays exactly one request per connection, so it must know where the
             // body ends.
-            return Err(
-                "the egress proxy relays plain-HTTP request bodies with a Content-Length only (not Transfer-Encoding); HTTPS is tunnelled as is".into(),
-            );
+            return Err(ProxyRefusal::TransferEncoding);
         }
         if !DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
             forwarded.push_str(header);
@@ -220,7 +223,7 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
     } = match parse_head(&buf[..end]) {
         Ok(parsed) => parsed,
         Err(e) => {
-            refuse(&mut client, "400 Bad Request", &e).await;
+            refuse(&mut client, "400 Bad Request", &e.to_string()).await;
             return;
         }
     };
@@ -235,6 +238,7 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
             _ => (named.as_str(), default_port),
         };
         if let Err(e) = host_header_allowed(&egress, &host, port, named, named_host, named_port) {
+            let e = e.to_string();
             egress.log(&host, port, &method, None, Some(&e));
             refuse(&mut client, "403 Forbidden", &e).await;
             return;
@@ -242,13 +246,14 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
     }
     let check = {
         let (egress, host) = (egress.clone(), host.clone());
-        tokio::task::spawn_blocking(move || egress.checked(&host, port).map_err(|e| e.to_string()))
+        tokio::task::spawn_blocking(move || egress.checked(&host, port).map_err(ProxyRefusal::from))
             .await
-            .unwrap_or_else(|e| Err(e.to_string()))
+            .unwrap_or_else(|e| Err(ProxyRefusal::Stopped(e)))
     };
     let addrs: Vec<SocketAddr> = match check {
         Ok(a) => a,
         Err(e) => {
+            let e = e.to_string();
             egress.log(&host, port, &method, None, Some(&e));
             refuse(&mut client, "403 Forbidden", &e).await;
             return;
@@ -283,7 +288,7 @@ async fn handle(mut client: TcpStream, egress: AgentEgress, used: Arc<AtomicBool
         if let Err(e) =
             names.and_then(|names| names_allowed(&egress, "TLS server name", &host, port, &names))
         {
-            egress.log(&host, port, &method, None, Some(&e));
+            egress.log(&host, port, &method, None, Some(&e.to_string()));
             let _ = client.write_all(&sni::UNRECOGNIZED_NAME_ALERT).await;
             let _ = client.shutdown().await;
             return;
@@ -346,20 +351,23 @@ async fn relay_one_request(
 /// the name and the allowlist.
 fn names_allowed(
     egress: &AgentEgress,
-    what: &str,
+    what: &'static str,
     host: &str,
     port: u16,
     names: &[impl AsRef<str>],
-) -> Result<(), String> {
+) -> Result<(), ProxyRefusal> {
     let host = super::allow::normalize_host(host);
     for name in names {
         let name = super::allow::normalize_host(name.as_ref());
         if name != host && !egress.allow.allows(&name, port) {
-            return Err(format!(
-                "the {what} '{name}' of the request to {host}:{port} is neither that host nor on the network allowlist of agent '{alias}' ([agents.{alias}.network] allow = [{list}])",
-                alias = egress.alias,
-                list = egress.allow.describe()
-            ));
+            return Err(ProxyRefusal::NameNotAllowed {
+                what,
+                name,
+                host,
+                port,
+                alias: egress.alias.clone(),
+                list: egress.allow.describe(),
+            });
         }
     }
     Ok(())
@@ -374,17 +382,21 @@ fn host_header_allowed(
     named: &str,
     named_host: &str,
     named_port: u16,
-) -> Result<(), String> {
+) -> Result<(), ProxyRefusal> {
     let host = super::allow::normalize_host(host);
     let name = super::allow::normalize_host(named_host);
     if (name == host && named_port == port) || egress.allow.allows(&name, named_port) {
         return Ok(());
     }
-    Err(format!(
-        "the Host header '{named}' of the request to {host}:{port} names {name}:{named_port}, which is neither that host and port nor on the network allowlist of agent '{alias}' ([agents.{alias}.network] allow = [{list}])",
-        alias = egress.alias,
-        list = egress.allow.describe()
-    ))
+    Err(ProxyRefusal::HostHeader {
+        named: named.into(),
+        host,
+        port,
+        name,
+        named_port,
+        alias: egress.alias.clone(),
+        list: egress.allow.describe(),
+    })
 }
 
 async fn refuse(client: &mut TcpStream, status: &str, why: &str) {
@@ -405,8 +417,9 @@ mod tests {
     fn connect_and_absolute_heads_name_their_destination() {
         let c = parse_head(b"CONNECT api.github.com:443 HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(
-            c.map(|h| (h.method, h.host, h.port, h.forwarded.is_empty())),
-            Ok(("CONNECT".into(), "api.github.com".into(), 443, true))
+            c.ok()
+                .map(|h| (h.method, h.host, h.port, h.forwarded.is_empty())),
+            Some(("CONNECT".into(), "api.github.com".into(), 443, true))
         );
         let g = parse_head(
             b"GET http://127.0.0.1:8080/a?b HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: Keep-Alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",

@@ -542,9 +542,18 @@ fn watch_once(ceiling: Option<u64>) {
     }
 }
 
+/// An OTLP export that failed: the collector (its URL masked) and why.
+#[derive(Debug, thiserror::Error)]
+enum ExportError {
+    #[error("OTLP export to {url}: {cause}")]
+    Send { url: String, cause: ureq::Error },
+    #[error("OTLP export to {url}: HTTP {status}")]
+    Status { url: String, status: u16 },
+}
+
 /// Sends the waiting spans (blocking: run off the async workers). Errors are returned with the
 /// URL masked.
-fn flush(settings: &Settings) -> Result<usize, String> {
+fn flush(settings: &Settings) -> Result<usize, ExportError> {
     let spans = std::mem::take(&mut *QUEUE.lock().unwrap_or_else(|p| p.into_inner()));
     if spans.is_empty() {
         return Ok(0);
@@ -560,12 +569,15 @@ fn flush(settings: &Settings) -> Result<usize, String> {
         .post(&settings.url)
         .header("Content-Type", "application/x-protobuf")
         .send(&body[..])
-        .map_err(|e| format!("OTLP export to {shown}: {e}"))?;
+        .map_err(|cause| ExportError::Send {
+            url: shown.clone(),
+            cause,
+        })?;
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         Ok(spans.len())
     } else {
-        Err(format!("OTLP export to {shown}: HTTP {status}"))
+        Err(ExportError::Status { url: shown, status })
     }
 }
 

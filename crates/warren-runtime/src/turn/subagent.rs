@@ -15,7 +15,9 @@ use warren_tools::ToolOutput;
 use super::calls::CallResult;
 use super::{AgentRunner, TurnError, TurnIo, TurnOutcome};
 use crate::cancel::CancelToken;
-use crate::delegate::{self, DelegateArgs, RESULT_TOOL, RUN_KIND, ResultRecord, TaskArgs};
+use crate::delegate::{
+    self, DelegateArgs, DelegateError, RESULT_TOOL, RUN_KIND, ResultRecord, TaskArgs,
+};
 
 /// How often a background delegate looks for a cancel request on its control-plane row.
 const CANCEL_POLL: Duration = Duration::from_millis(500);
@@ -40,7 +42,7 @@ impl AgentRunner {
     ) -> Result<(DelegateArgs, AgentRunner), CallResult> {
         let args: DelegateArgs = serde_json::from_value(call.arguments.clone())
             .map_err(|e| fail(format!("invalid arguments: {e}")))?;
-        let child = self.child(&args).map_err(fail)?;
+        let child = self.child(&args).map_err(|e| fail(e.to_string()))?;
         Ok((args, child))
     }
 
@@ -57,7 +59,7 @@ impl AgentRunner {
             if args.background {
                 return Some(match self.start_background(child, args, io).await {
                     Ok(started) => self.finish_call(call, Ok(ToolOutput::json(started))),
-                    Err(e) => fail(e),
+                    Err(e) => fail(e.to_string()),
                 });
             }
             // The child asks the same operator and stops with the parent; its events stay quiet.
@@ -89,7 +91,7 @@ impl AgentRunner {
     /// The child runner: this agent's kit narrowed by the call's request (refused naming the
     /// first axis that would widen it). Every limit of the child is its narrowed policy's;
     /// only the delegation depth (not a policy axis) is counted down here.
-    fn child(&self, args: &DelegateArgs) -> Result<AgentRunner, String> {
+    fn child(&self, args: &DelegateArgs) -> Result<AgentRunner, crate::agent::AgentError> {
         let max = args
             .max_iterations
             .unwrap_or((self.max_iterations() / 2).max(1));
@@ -103,7 +105,7 @@ impl AgentRunner {
             read_only: args.read_only.clone(),
             ..NarrowRequest::default()
         };
-        let kit = self.kit.narrowed(request).map_err(|e| e.to_string())?;
+        let kit = self.kit.narrowed(request)?;
         let mut behaviour = self.behaviour.clone();
         behaviour.delegation_depth = behaviour.delegation_depth.saturating_sub(1);
         let mut child = AgentRunner::assemble(
@@ -126,12 +128,9 @@ impl AgentRunner {
         child: AgentRunner,
         args: DelegateArgs,
         io: &TurnIo,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, DelegateError> {
         let Some(plane_path) = self.control_plane.clone() else {
-            return Err(
-                "background delegation needs the install's control plane (this runner was assembled without one)"
-                    .into(),
-            );
+            return Err(DelegateError::NoControlPlane);
         };
         let id = crate::new_run_id("dlg-");
         let owner = Owner::current();
@@ -150,35 +149,28 @@ impl AgentRunner {
             owner.clone(),
         );
         let (dir, plane) = tokio::task::spawn_blocking(move || {
-            let dir = delegate::results_dir(&ws, true)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| {
-                    format!(
-                        "{}: cannot be created",
-                        ws.join(delegate::RESULTS_DIR).display()
-                    )
+            let dir =
+                delegate::results_dir(&ws, true)?.ok_or_else(|| DelegateError::NotCreated {
+                    path: ws.join(delegate::RESULTS_DIR),
                 })?;
-            delegate::write_record(&dir, &r).map_err(|e| e.to_string())?;
-            let plane = stores.control_plane().map_err(|e| e.to_string());
-            let registered = plane.and_then(|p| {
-                p.register(&r.task_id, RUN_KIND, &a, &label, &o)
-                    .map(|()| p)
-                    .map_err(|e| e.to_string())
-            });
+            delegate::write_record(&dir, &r)?;
+            let registered = stores
+                .control_plane()
+                .and_then(|p| p.register(&r.task_id, RUN_KIND, &a, &label, &o).map(|()| p));
             match registered {
                 Ok(p) => Ok((dir, p)),
                 Err(e) => {
                     let failed = ResultRecord {
-                        error: Some(e.clone()),
+                        error: Some(e.to_string()),
                         ..r.finished("failed")
                     };
                     let _ = delegate::write_record(&dir, &failed);
-                    Err(e)
+                    Err(DelegateError::from(e))
                 }
             }
         })
         .await
-        .map_err(|e| format!("the delegate could not start: {e}"))??;
+        .map_err(DelegateError::Start)??;
         // Its row's heartbeat, in a `warren agent` process too (the daemon's task already
         // runs in the daemon).
         crate::heartbeat::keep_beating(

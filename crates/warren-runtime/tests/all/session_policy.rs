@@ -21,7 +21,10 @@ async fn the_daemon_stops_chat_sessions_under_stop_and_runs_them_in_memory_under
     let why = stop
         .chat
         .expect_err("stop: the chat-session subsystem is off");
-    assert!(!why.is_empty(), "the cause is kept for the health report");
+    assert!(
+        matches!(&why, warren_runtime::sessions::ChatUnavailable::Open(cause) if !cause.to_string().is_empty()),
+        "the cause is kept for the health report: {why}"
+    );
     let ephemeral = ChannelsConfig {
         session_store_on_error: SessionStoreOnError::Ephemeral,
         ..ChannelsConfig::default()

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
-use warren_core::{AgentAlias, Role};
+use warren_core::{AgentAlias, Role, RoleError};
 
 use super::NewMessage;
 use crate::timefmt;
@@ -29,6 +29,18 @@ pub enum LineIssueKind {
     Invalid(String),
     /// The message was kept but this field was dropped (bad `agent` or `created_at`).
     FieldDropped(String),
+}
+
+/// Why a line is not a message (the detail of [`LineIssueKind::Invalid`]; the issue carries the
+/// line number).
+#[derive(Debug, thiserror::Error)]
+enum LineError {
+    #[error("not UTF-8: {0}")]
+    Utf8(#[from] std::str::Utf8Error),
+    #[error("not a message: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Role(#[from] RoleError),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,7 +93,7 @@ pub fn parse(bytes: &[u8]) -> Parsed {
                 kind: if last {
                     LineIssueKind::TornTail
                 } else {
-                    LineIssueKind::Invalid(detail)
+                    LineIssueKind::Invalid(detail.to_string())
                 },
             }),
         }
@@ -93,10 +105,10 @@ fn parse_line(
     raw: &[u8],
     number: usize,
     issues: &mut Vec<LineIssue>,
-) -> Result<NewMessage, String> {
-    let text = std::str::from_utf8(raw).map_err(|e| format!("not UTF-8: {e}"))?;
-    let line: Line<'_> = serde_json::from_str(text).map_err(|e| format!("not a message: {e}"))?;
-    let role: Role = line.role.parse().map_err(|e| format!("{e}"))?;
+) -> Result<NewMessage, LineError> {
+    let text = std::str::from_utf8(raw)?;
+    let line: Line<'_> = serde_json::from_str(text)?;
+    let role: Role = line.role.parse()?;
     let mut drop_field = |detail: String| {
         issues.push(LineIssue {
             line: number,

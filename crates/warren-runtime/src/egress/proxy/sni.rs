@@ -17,6 +17,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+use super::super::error::ProxyRefusal;
+
 /// The longest ClientHello read (a real one is well under 2 KiB; with post-quantum key shares
 /// under 4 KiB).
 const MAX_HELLO: usize = 64 * 1024;
@@ -151,15 +153,15 @@ pub(super) async fn first_names(
     client: &mut TcpStream,
     upstream: &TcpStream,
     first: &mut Vec<u8>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ProxyRefusal> {
     let mut chunk = [0u8; 4096];
     loop {
         match client_hello(first) {
             Hello::NotTls => return Ok(Vec::new()),
             Hello::Complete(names) => return Ok(names),
-            Hello::Malformed(why) => return Err(format!("TLS in the tunnel: {why}")),
+            Hello::Malformed(why) => return Err(ProxyRefusal::Tls(why)),
             Hello::Partial if first.len() > MAX_HELLO => {
-                return Err("TLS in the tunnel: the ClientHello is longer than 64 KiB".into());
+                return Err(ProxyRefusal::Tls("the ClientHello is longer than 64 KiB"));
             }
             Hello::Partial => {}
         }
@@ -173,14 +175,14 @@ pub(super) async fn first_names(
         } else {
             match tokio::time::timeout(HELLO_TIMEOUT, client.read(&mut chunk)).await {
                 Ok(r) => r,
-                Err(_) => return Err("TLS in the tunnel: the ClientHello did not arrive".into()),
+                Err(_) => return Err(ProxyRefusal::Tls("the ClientHello did not arrive")),
             }
         };
         match read {
             Ok(0) if first.is_empty() => return Ok(Vec::new()),
-            Ok(0) => return Err("TLS in the tunnel: the client closed mid-ClientHello".into()),
+            Ok(0) => return Err(ProxyRefusal::Tls("the client closed mid-ClientHello")),
             Ok(n) => first.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(format!("the client's connection failed: {e}")),
+            Err(e) => return Err(ProxyRefusal::Client(e)),
         }
     }
 }
