@@ -5,7 +5,7 @@
 //! the typed control seam of the lifecycle verbs ([`control`]).
 //!
 //! The shares of the stores in `warren-store` (chat and ACP sessions, cron with the control
-//! plane, SOP runs) live beside those stores (`warren_store::<store>::agent_state`); this crate
+//! plane, SOP runs) live in that crate, beside the stores (`warren_store::agent_state`); this crate
 //! lends them their handles ([`lifecycle::stores::StoreContext`]) and keeps the shares of the
 //! stores `warren-store` cannot depend on (memory, the cost ledger, the action window). Store
 //! handles are borrowed from the running generation's host or from this process's

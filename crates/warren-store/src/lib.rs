@@ -7,8 +7,8 @@
 //! - [`cron`]: cron jobs, their locks and run history (STATE-9).
 //! - [`control_plane`]: every background run with its owner (STATE-11).
 //! - [`sop`]: SOP runs, their steps and events; [`sop_defs`]: the SOP definition files.
-//! - [`agent_state`]: one store's share of an agent rename/delete/restore; each store's
-//!   adapter lives beside it (`<store>::agent_state`), on handles its caller lends.
+//! - [`agent_state`]: each store's share of an agent rename/delete/restore
+//!   (`agent_state::{sessions, acp, cron, sop}`), on handles its caller lends.
 //!
 //! Live RPC/TUI sessions (STATE-8, SESS-4) are process-local and persist only through these.
 //!

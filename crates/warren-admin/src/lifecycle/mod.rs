@@ -56,10 +56,10 @@ pub use self::restore::{ArchiveListing, list_archives};
 use self::stores::{InStore, OwnStores, StoreContext, StoreSource};
 use warren_runtime::host::AgentHost;
 use warren_runtime::stores::Stores;
-use warren_store::acp::agent_state::AcpShare;
-use warren_store::cron::agent_state::CronShare;
-use warren_store::sessions::agent_state::SessionsShare;
-use warren_store::sop::agent_state::SopShare;
+use warren_store::agent_state::acp::AcpShare;
+use warren_store::agent_state::cron::CronShare;
+use warren_store::agent_state::sessions::SessionsShare;
+use warren_store::agent_state::sop::SopShare;
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -137,7 +137,7 @@ fn stamp() -> String {
 }
 
 /// The registry: every per-agent store, in cascade order. The shares of the stores in
-/// `warren-store` live beside those stores (`warren_store::<store>::agent_state`) and work on
+/// `warren-store` live in that crate (`warren_store::agent_state::<store>`) and work on
 /// the handles `ctx` lends them; memory, costs and the action window are shares of this crate
 /// ([`stores`]).
 pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn stores::AgentStateStore>> {

@@ -10,7 +10,7 @@
 //! | `agents.<alias>.heartbeat` (its own)         | soft     | removed with it | moves with it |
 //!
 //! A removed job's rows and runs are archived by the cron store's share of the cascade
-//! (`warren_store::cron::agent_state`) and come back disabled on restore.
+//! (`warren_store::agent_state::cron`) and come back disabled on restore.
 //!
 //! After a mutation the walk runs again on the edited (not yet saved) config; any remaining
 //! reference aborts before anything is persisted.
@@ -231,9 +231,9 @@ pub fn live_acp(
 }
 
 /// SOP definitions naming `alias` (hard, outside config): each a refusal naming the SOP and
-/// its file (`warren_store::sop::agent_state`).
+/// its file (`warren_store::agent_state::sop`).
 pub fn sop_refusals(root: &warren_config::InstallRoot, alias: &AgentAlias) -> Vec<String> {
-    warren_store::sop::agent_state::refusals(root, alias)
+    warren_store::agent_state::sop::refusals(root, alias)
 }
 
 /// The key path of `[agents.<alias>]`.

@@ -2,7 +2,7 @@
 //! `warren-store` (issue 34 §2). Every store that owns per-agent state is an [`AgentStateStore`]
 //! listed in [`super::registered`]: count residue, export, purge, rename and restore for one
 //! alias. The stores of `warren-store` (chat and ACP sessions, cron with the control plane, SOP
-//! runs) keep their adapters beside them (`warren_store::<store>::agent_state`), working on the
+//! runs) keep their adapters in that crate (`warren_store::agent_state::<store>`), working on the
 //! handles a [`StoreContext`] lends them ([`StoreHandles`]), and join through [`InStore`]; the
 //! memory store (`warren-memory`), the action window and the cost ledger (`warren-runtime`)
 //! live in crates `warren-store` cannot depend on, so their shares stay here.

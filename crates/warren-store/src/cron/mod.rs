@@ -13,13 +13,13 @@
 //! (`jobs.lock_beat_ms`, renewed by [`CronStore::heartbeat`]) is fresh. [`CronStore::finish`]
 //! stores the result and the status in one transaction, so `ok` is never recorded for a result
 //! that was not stored. The row codecs are [`rows`]; one agent's jobs and runs (rename, delete,
-//! restore) are [`agent_state`].
+//! restore) are in `agent.rs`.
 
-pub mod agent_state;
+mod agent;
 mod rows;
 mod runs;
 
-pub use agent_state::AgentCron;
+pub use agent::AgentCron;
 use rows::{JOB_COLUMNS, get_job, insert_job, job_row, list_jobs};
 
 use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 //! (MIG-1..7), the per-session turn queue (SESS-2) and the one factory every entry point uses
 //! to open a backend, with one process-level policy for construction errors (MIG-7).
 
-pub mod agent_state;
 mod error;
 mod factory;
 mod group;

@@ -16,7 +16,7 @@
 //! Starting a run checks the per-SOP and the global concurrency caps in the insert's
 //! transaction.
 
-pub mod agent_state;
+mod agent;
 mod journal;
 
 pub use journal::StepOutcome;

@@ -9,10 +9,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use warren_core::AgentAlias;
 
-use super::AcpExport;
-use crate::agent_state::{
-    AgentState, AgentStateError, StoreHandles, WorkspaceMove, from_json, json, scoped,
-};
+use super::{AgentState, AgentStateError, StoreHandles, WorkspaceMove, from_json, json, scoped};
+use crate::acp::AcpExport;
 
 /// The ACP sessions' share, over the handles of `H`.
 pub struct AcpShare<H> {

@@ -12,8 +12,6 @@
 //! messages in order), so agent deletion can archive ACP sessions WITH their transcripts and
 //! restore them (LIFE-4, BEYOND-1).
 
-pub mod agent_state;
-
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::MutexGuard;

@@ -1,12 +1,11 @@
-//! One agent's runs in the SOP store ([`SopStore::rename_agent`], `export_agent`,
-//! `delete_agent`), and the SOP share of an agent rename/delete/restore (LIFE-3, LIFE-4; issue
-//! 34 §2): an SOP definition naming the agent is a hard reference ([`refusals`]: delete
-//! refused, naming the SOP and its file); rename rewrites those definition files (each replaced
-//! atomically) and repoints the runs; delete archives the agent's run history (runs, steps,
-//! events) into the archive's `stores/sop.json`, then removes it. Restore leaves the history in
-//! the archive (a run is not resumed under another agent). A store that does not exist yet
-//! holds nothing; the store is lent by the caller ([`StoreHandles::sop_runs`]: inside a daemon
-//! the running engine's).
+//! The SOP share of an agent rename/delete/restore (LIFE-3, LIFE-4; issue 34 §2): an SOP
+//! definition naming the agent is a hard reference ([`refusals`]: delete refused, naming the SOP
+//! and its file); rename rewrites those definition files (each replaced atomically) and
+//! repoints the runs; delete archives the agent's run history (runs, steps, events) into the
+//! archive's `stores/sop.json`, then removes it. Restore leaves the history in the archive (a
+//! run is not resumed under another agent). A store that does not exist yet holds nothing; the
+//! store is lent by the caller ([`StoreHandles::sop_runs`]: inside a daemon the running
+//! engine's).
 
 use std::sync::Arc;
 
@@ -14,56 +13,9 @@ use serde_json::Value;
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
 
-use rusqlite::params;
-
-use super::{SopRun, SopStore, SopStoreError};
-use crate::agent_state::{
-    AgentState, AgentStateError, StateCause, StoreHandles, WorkspaceMove, scoped,
-};
+use super::{AgentState, AgentStateError, StateCause, StoreHandles, WorkspaceMove, scoped};
+use crate::sop::SopStore;
 use crate::sop_defs as defs;
-
-/// One agent's runs in the store (LIFE-3, LIFE-4).
-impl SopStore {
-    /// Repoints the runs of agent `from` to `to` (an agent rename).
-    pub fn rename_agent(
-        &self,
-        from: &warren_core::AgentAlias,
-        to: &warren_core::AgentAlias,
-    ) -> Result<usize, SopStoreError> {
-        self.conn()
-            .execute(
-                "UPDATE runs SET agent = ?2 WHERE agent = ?1",
-                params![from.as_str(), to.as_str()],
-            )
-            .map_err(|e| self.err(e))
-    }
-
-    /// Every run of `agent` with its steps and events (an agent delete archives them).
-    pub fn export_agent(
-        &self,
-        agent: &warren_core::AgentAlias,
-    ) -> Result<Vec<serde_json::Value>, SopStoreError> {
-        let runs: Vec<SopRun> = self
-            .list(None, u32::MAX)?
-            .into_iter()
-            .filter(|r| &r.agent == agent)
-            .collect();
-        let mut out = Vec::new();
-        for run in runs {
-            let steps = self.steps(&run.id)?;
-            let events = self.events(&run.id)?;
-            out.push(serde_json::json!({"run": run, "steps": steps, "events": events}));
-        }
-        Ok(out)
-    }
-
-    /// Deletes every run of `agent` (with its steps, events and approvals).
-    pub fn delete_agent(&self, agent: &warren_core::AgentAlias) -> Result<usize, SopStoreError> {
-        self.conn()
-            .execute("DELETE FROM runs WHERE agent = ?1", params![agent.as_str()])
-            .map_err(|e| self.err(e))
-    }
-}
 
 /// Why a delete of `alias` is refused: each SOP definition that names it.
 pub fn refusals(root: &InstallRoot, alias: &AgentAlias) -> Vec<String> {

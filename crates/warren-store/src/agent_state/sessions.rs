@@ -12,10 +12,10 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use warren_core::{AgentAlias, Role, SessionKey};
 
-use super::{NewMessage, Page, SessionBackend, SessionInit, SessionState};
-use crate::agent_state::{
+use super::{
     AgentState, AgentStateError, StateCause, StoreHandles, WorkspaceMove, from_json, json, scoped,
 };
+use crate::sessions::{NewMessage, Page, SessionBackend, SessionInit, SessionState};
 
 /// The chat sessions' share, over the handles of `H`.
 pub struct SessionsShare<H> {

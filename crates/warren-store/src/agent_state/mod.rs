@@ -1,7 +1,9 @@
 //! One store's share of an agent rename/delete/restore (LIFE-3, LIFE-4, BEYOND-1; issue 34 §2):
-//! the common ground of the per-agent state adapters that live beside their stores
-//! ([`crate::sessions::agent_state`], [`crate::acp::agent_state`], [`crate::cron::agent_state`],
-//! [`crate::sop::agent_state`]).
+//! the per-agent state adapters of the stores of this crate: [`sessions`], [`acp`], [`cron`]
+//! (with the control plane) and [`sop`] (runs and definition files). Each works on its store's
+//! own per-agent methods (`rename_agent`, `export_agent`, `delete_agent`, `import_agent`); the
+//! stores do not know their adapters, so this module sits above them (no import circle between
+//! the crate's top-level modules, `crates/warren-security/tests/all/layering.rs`).
 //!
 //! - [`AgentState`]: count residue, export, purge, rename and restore the rows of one alias;
 //!   every method idempotent (rename/purge of an alias with nothing left is a no-op, restore
@@ -26,6 +28,11 @@ use crate::control_plane::{ControlPlane, ControlPlaneError};
 use crate::cron::{CronError, CronStore};
 use crate::sessions::{OpenError, SessionBackend, SessionError};
 use crate::sop::{SopStore, SopStoreError};
+
+pub mod acp;
+pub mod cron;
+pub mod sessions;
+pub mod sop;
 
 /// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
 #[derive(Debug, Clone)]
@@ -183,3 +190,6 @@ pub fn json<T: Serialize>(v: &T) -> Result<Value, StateCause> {
 pub fn from_json<T: DeserializeOwned>(v: Value) -> Result<T, StateCause> {
     serde_json::from_value(v).map_err(StateCause::ArchiveParse)
 }
+
+#[cfg(test)]
+mod tests;
