@@ -6,10 +6,18 @@
 //! - [`acp`]: ACP protocol sessions (STATE-7; SESS-3).
 //! - [`cron`]: cron jobs, their locks and run history (STATE-9).
 //! - [`control_plane`]: every background run with its owner (STATE-11).
+//! - [`sop`]: SOP runs, their steps and events; [`sop_defs`]: the SOP definition files.
+//! - [`agent_state`]: each store's share of an agent rename/delete/restore
+//!   (`agent_state::{sessions, acp, cron, sop}`), on handles its caller lends.
 //!
 //! Live RPC/TUI sessions (STATE-8, SESS-4) are process-local and persist only through these.
+//!
+//! Layer 2: depends on `warren-core` and `warren-config` only. The process-wide handles
+//! (control plane, cron, SOP runs) are opened by their owner, `warren_runtime::stores::Stores`,
+//! through the constructors here; the chat and ACP session stores per generation.
 
 pub mod acp;
+pub mod agent_state;
 pub mod control_plane;
 pub mod cron;
 pub mod failpoints;

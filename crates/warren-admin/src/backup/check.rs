@@ -15,7 +15,7 @@ use warren_config::sqlite;
 
 use super::BackupError;
 use super::beneath::Beneath;
-use super::create::{HashWriter, copy_big, create_file};
+use super::bytes::{HashWriter, copy_big, create_file};
 use super::crypt::Sealer;
 use super::manifest::{self, Class, EntryKind, Manifest};
 

@@ -27,6 +27,7 @@
 //! file's path).
 
 pub mod beneath;
+mod bytes;
 pub mod cap;
 pub mod check;
 pub mod create;

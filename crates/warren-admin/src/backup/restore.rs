@@ -20,8 +20,8 @@ use sha2::{Digest, Sha256};
 use warren_config::InstallRoot;
 
 use super::beneath::{Beneath, set_file_mode};
+use super::bytes::copy_big;
 use super::check::{private_dir, verify_keeping};
-use super::create::copy_big;
 use super::crypt::Sealer;
 use super::manifest::{self, EntryKind, Manifest};
 use super::sparse::ExtentWriter;

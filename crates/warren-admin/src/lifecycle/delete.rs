@@ -22,6 +22,7 @@ use super::journal::{
 };
 use super::refs::{self, RefSite, Strength};
 use super::registered;
+use super::store_error::ShareError;
 use super::stores::StoreContext;
 use super::{Lifecycle, Report, now_text, stamp};
 
@@ -336,17 +337,22 @@ impl Lifecycle {
                     .and_then(|v| v["count"].as_u64())
                     .unwrap_or(0)
             } else {
-                let failed = match store.export(a) {
-                    Ok((count, items)) => match write_json(
-                        &file,
-                        &json!({"store": name, "alias": a, "count": count, "items": items}),
-                        export_points(name),
-                    ) {
-                        Ok(()) => Ok(count),
-                        Err(e) => Err(format!("cannot write {}: {e}", file.display())),
-                    },
-                    Err(e) => Err(e.to_string()),
-                };
+                let failed =
+                    store
+                        .export(a)
+                        .map_err(ShareError::from)
+                        .and_then(|(count, items)| {
+                            write_json(
+                                &file,
+                                &json!({"store": name, "alias": a, "count": count, "items": items}),
+                                export_points(name),
+                            )
+                            .map(|()| count)
+                            .map_err(|cause| ShareError::Write {
+                                path: file.clone(),
+                                cause,
+                            })
+                        });
                 match failed {
                     Ok(count) => count,
                     Err(e) => {

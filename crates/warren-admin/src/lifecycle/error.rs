@@ -37,7 +37,7 @@ pub enum LifecycleError {
     #[error("{archive} was already restored")]
     AlreadyRestored { archive: PathBuf },
     #[error("{path}: manifest unreadable ({reason}); the archive cannot be verified")]
-    ManifestUnreadable { path: PathBuf, reason: String },
+    ManifestUnreadable { path: PathBuf, reason: Unreadable },
     #[error("{path}: schema_version {found} is not {expected}")]
     SchemaVersion {
         path: PathBuf,
@@ -120,6 +120,23 @@ impl LifecycleError {
             | Self::Worker(_) => ErrorKind::Io,
         }
     }
+}
+
+/// Why a JSON file of the lifecycle (a journal record, an archive's manifest) could not be
+/// read; the path is named by the error that carries it.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("{0}")]
+    Parse(#[from] serde_json::Error),
+}
+
+/// Reads and parses the JSON file at `path`.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+) -> Result<T, Unreadable> {
+    Ok(serde_json::from_slice(&std::fs::read(path)?)?)
 }
 
 /// Parses an alias the user typed, at the edge (CLI command, gateway body): the lifecycle

@@ -20,7 +20,7 @@ use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, InstallRoot, WriteTxn};
 use warren_core::AgentAlias;
 
-use super::error::LifecycleError;
+use super::error::{LifecycleError, Unreadable, read_json};
 use super::{Lifecycle, Report, fsops, micros, now_text, refs, stamp};
 
 /// Schema version of journal records and archive manifests.
@@ -324,7 +324,7 @@ pub struct Journal {
 #[error("{path}: {reason}")]
 pub struct UnreadableRecord {
     pub path: PathBuf,
-    pub reason: String,
+    pub reason: Unreadable,
 }
 
 impl Lifecycle {
@@ -350,13 +350,10 @@ impl Lifecycle {
             .collect();
         paths.sort();
         for p in paths {
-            let parsed = fs::read(&p)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<Journal>(&b).map_err(|e| e.to_string()))
-                .map_err(|reason| UnreadableRecord {
-                    path: p.clone(),
-                    reason,
-                });
+            let parsed = read_json::<Journal>(&p).map_err(|reason| UnreadableRecord {
+                path: p.clone(),
+                reason,
+            });
             out.push((p, parsed));
         }
         out

@@ -10,7 +10,8 @@
 //!    aborts before anything is persisted;
 //! 4. write a durable journal record (`data/state/lifecycle/<id>.json`, [`journal`]);
 //! 5. persist config, release the lock;
-//! 6. run the side effects (workspace move, every [`stores::AgentStateStore`]) — each one
+//! 6. run the side effects (workspace move, every [`stores::AgentStateStore`] of
+//!    [`registered`]; the shares of `warren-store`'s stores live beside them) — each one
 //!    idempotent — and clear the journal only when every follower converged.
 //!
 //! The stores are the running generation's, borrowed from its `AgentHost` when a daemon runs
@@ -23,7 +24,6 @@
 //! into the runtime trace. Concepts: [`journal`] (records, durable files, crash points,
 //! convergence), [`rename`], [`delete`], [`restore`]; errors in [`error`].
 
-mod cron_state;
 pub mod delete;
 pub mod error;
 pub mod fsops;
@@ -31,7 +31,6 @@ pub mod journal;
 pub mod refs;
 pub mod rename;
 pub mod restore;
-mod sop_state;
 pub mod store_error;
 pub mod stores;
 
@@ -47,16 +46,20 @@ use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
 
 pub use self::delete::{DeletePlan, Manifest};
-pub use self::error::{ErrorKind, LifecycleError, parse_alias};
+pub use self::error::{ErrorKind, LifecycleError, Unreadable, parse_alias};
 pub use self::fsops::WORKSPACE_COPY_CRASH_POINTS;
 pub use self::journal::{
     DELETE_CRASH_POINTS, Journal, Op, RENAME_CRASH_POINTS, RESTORE_CRASH_POINTS, SCHEMA_VERSION,
     UnreadableRecord, WorkspaceAction,
 };
 pub use self::restore::{ArchiveListing, list_archives};
-use self::stores::{OwnStores, StoreContext, StoreSource};
+use self::stores::{InStore, OwnStores, StoreContext, StoreSource};
 use warren_runtime::host::AgentHost;
 use warren_runtime::stores::Stores;
+use warren_store::agent_state::acp::AcpShare;
+use warren_store::agent_state::cron::CronShare;
+use warren_store::agent_state::sessions::SessionsShare;
+use warren_store::agent_state::sop::SopShare;
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -133,16 +136,19 @@ fn stamp() -> String {
     )
 }
 
-/// The registry: every per-agent store, in cascade order (here, above the stores module and the
-/// cron and SOP shares, so none of them names the others).
+/// The registry: every per-agent store, in cascade order. The shares of the stores in
+/// `warren-store` live in that crate (`warren_store::agent_state::<store>`) and work on
+/// the handles `ctx` lends them; memory, costs and the action window are shares of this crate
+/// ([`stores`]).
 pub fn registered(ctx: &StoreContext) -> Vec<Box<dyn stores::AgentStateStore>> {
+    let handles = Arc::new(ctx.clone());
     vec![
         Box::new(stores::MemoryState::new(ctx.clone())),
-        Box::new(stores::SessionState_::new(ctx.clone())),
-        Box::new(stores::AcpState::new(ctx.clone())),
+        Box::new(InStore(SessionsShare::new(Arc::clone(&handles)))),
+        Box::new(InStore(AcpShare::new(Arc::clone(&handles)))),
         Box::new(stores::CostState::new(ctx.clone())),
-        Box::new(cron_state::CronState::new(ctx.clone())),
-        Box::new(sop_state::SopState::new(ctx.clone())),
+        Box::new(InStore(CronShare::new(Arc::clone(&handles)))),
+        Box::new(InStore(SopShare::new(Arc::clone(&handles)))),
         Box::new(stores::ActionsState::new(ctx.clone())),
     ]
 }

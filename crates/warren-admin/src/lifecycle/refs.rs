@@ -10,7 +10,7 @@
 //! | `agents.<alias>.heartbeat` (its own)         | soft     | removed with it | moves with it |
 //!
 //! A removed job's rows and runs are archived by the cron store's share of the cascade
-//! (`crate::lifecycle::cron_state`) and come back disabled on restore.
+//! (`warren_store::agent_state::cron`) and come back disabled on restore.
 //!
 //! After a mutation the walk runs again on the edited (not yet saved) config; any remaining
 //! reference aborts before anything is persisted.
@@ -25,6 +25,7 @@ use warren_config::schema::MemoryGrant;
 use warren_config::{Config, ConfigError, KeyPath, WriteTxn};
 use warren_core::AgentAlias;
 use warren_store::acp::AcpLive;
+use warren_store::agent_state::{StateCause, StoreHandles};
 
 /// Hard references block a delete; soft ones are scrubbed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -224,15 +225,15 @@ pub fn live_acp(
 ) -> Result<u64, super::store_error::StoreError> {
     super::store_error::scoped("acp", alias, || {
         let sessions = ctx.with_acp(|store| store.list(Some(alias)))?;
-        let servers = AcpLive::servers(&ctx.root, alias)?;
+        let servers = AcpLive::servers(&ctx.root, alias).map_err(StateCause::from)?;
         Ok((sessions.len() + servers.len()) as u64)
     })
 }
 
 /// SOP definitions naming `alias` (hard, outside config): each a refusal naming the SOP and
-/// its file (`crate::lifecycle::sop_state`).
+/// its file (`warren_store::agent_state::sop`).
 pub fn sop_refusals(root: &warren_config::InstallRoot, alias: &AgentAlias) -> Vec<String> {
-    crate::lifecycle::sop_state::refusals(root, alias)
+    warren_store::agent_state::sop::refusals(root, alias)
 }
 
 /// The key path of `[agents.<alias>]`.

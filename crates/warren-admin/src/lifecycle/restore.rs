@@ -11,9 +11,10 @@ use warren_config::InstallRoot;
 use warren_config::failpoint::crash_point;
 
 use super::delete::{MANIFEST, Manifest, RESTORED, archive_checksums, is_archive_temp};
-use super::error::LifecycleError;
+use super::error::{LifecycleError, read_json};
 use super::journal::{Op, RESTORED_POINTS, SCHEMA_VERSION, write_json};
 use super::registered;
+use super::store_error::ShareError;
 use super::stores::WorkspaceMove;
 use super::{Lifecycle, Report, fsops, now_text, refs};
 use warren_core::AgentAlias;
@@ -21,10 +22,7 @@ use warren_core::AgentAlias;
 /// Reads and parses an archive's manifest.
 pub(crate) fn read_manifest(archive: &Path) -> Result<Manifest, LifecycleError> {
     let path = archive.join(MANIFEST);
-    fs::read(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        .map_err(|reason| LifecycleError::ManifestUnreadable { path, reason })
+    read_json(&path).map_err(|reason| LifecycleError::ManifestUnreadable { path, reason })
 }
 
 /// One delete archive, as a restore list shows it.
@@ -213,14 +211,20 @@ impl Lifecycle {
                 Ok(b) => match serde_json::from_slice::<Value>(&b) {
                     Ok(v) => store
                         .restore(a, original, v["items"].clone(), &ws)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(format!("{}: {e}", file.display())),
+                        .map_err(ShareError::from),
+                    Err(cause) => Err(ShareError::Parse {
+                        path: file.clone(),
+                        cause,
+                    }),
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     crash_point(&format!("lifecycle-after-{}", store.name()));
                     continue;
                 }
-                Err(e) => Err(format!("{}: {e}", file.display())),
+                Err(cause) => Err(ShareError::Read {
+                    path: file.clone(),
+                    cause,
+                }),
             };
             match restored {
                 Ok(n) => {

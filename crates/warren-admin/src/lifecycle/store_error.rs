@@ -1,19 +1,19 @@
 //! Why one store's share of an agent rename/delete/restore failed (issue 34 §2, §5): a
 //! [`StoreError`] names the store (`memory`, `sessions`, `acp`, `costs`, `cron`, `sop`,
-//! `actions`: the archive's `stores/<name>.json`), the agent alias and the cause; the cause is a
-//! [`StoreCause`] carrying the store's own typed error. Lifecycle reports print the whole chain
-//! (`memory: export failed (memory store of agent 'c': ...)`).
+//! `actions`: the archive's `stores/<name>.json`), the agent alias and the cause. The shares of
+//! the stores in `warren-store` fail with its [`AgentStateError`] (their cause a
+//! [`StateCause`]), carried whole ([`StoreCause::Store`]); the memory, cost and action-window
+//! shares (stores outside `warren-store`) add their own causes here. Lifecycle reports print
+//! the whole chain (`memory: export failed (memory store of agent 'c': ...)`).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use warren_core::{AgentAlias, SessionKeyError};
+use warren_config::atomic::AtomicWriteError;
+use warren_core::AgentAlias;
 use warren_memory::MemoryError;
 use warren_runtime::cost::CostError;
-use warren_store::acp::AcpError;
-use warren_store::control_plane::ControlPlaneError;
-use warren_store::cron::CronError;
-use warren_store::sessions::{OpenError, SessionError};
-use warren_store::sop::SopStoreError;
+use warren_store::agent_state::{AgentStateError, StateCause};
 
 /// A failed share of a lifecycle operation: which store, for which agent, and why.
 #[derive(Debug, thiserror::Error)]
@@ -29,61 +29,28 @@ pub struct StoreError {
 /// What went wrong inside one store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreCause {
-    /// Chat sessions run without persistence this generation (nothing durable to move).
-    #[error("chat session persistence is off ({reason})")]
-    ChatNotDurable { reason: String },
-    /// The daemon's generation could not open its chat sessions.
-    #[error("in the daemon: {0}")]
-    DaemonChat(warren_runtime::sessions::ChatUnavailable),
-    /// The daemon's generation holds no ACP session store.
-    #[error("the daemon's ACP session store is not open")]
-    DaemonAcpClosed,
-    #[error("chat sessions cannot be opened: {0}")]
-    ChatOpen(Arc<OpenError>),
+    /// A store of `warren-store` (sessions, ACP, cron and control plane, SOP runs).
     #[error(transparent)]
-    Chat(#[from] SessionError),
-    #[error("archived session key '{key}' is invalid: {cause}")]
-    SessionKey { key: String, cause: SessionKeyError },
-    /// A restore met a session of the same key owned by someone else.
-    #[error("session '{key}' exists and belongs to {}; not overwritten", owner_text(.owner))]
-    SessionTaken {
-        key: String,
-        owner: Option<AgentAlias>,
-    },
-    #[error("the ACP session store cannot be opened: {0}")]
-    AcpOpen(Arc<AcpError>),
-    #[error(transparent)]
-    Acp(#[from] AcpError),
+    Store(#[from] StateCause),
     #[error("the memory store cannot be opened: {0}")]
     MemoryOpen(Arc<MemoryError>),
     #[error(transparent)]
     Memory(#[from] MemoryError),
-    #[error(transparent)]
-    Cron(#[from] CronError),
-    #[error("the cron store was not opened")]
-    CronNotOpened,
-    #[error(transparent)]
-    ControlPlane(#[from] ControlPlaneError),
-    #[error(transparent)]
-    Sop(#[from] SopStoreError),
-    /// Rewriting the SOP definition files that name the agent failed (the cause names the file).
-    #[error("SOP definitions: {0}")]
-    SopDefinitions(warren_store::sop_defs::SopDefError),
     /// The `max_actions_per_hour` window (`data/state/actions.db`) failed.
     #[error("action window: {0}")]
     Actions(warren_runtime::actions::ActionWindowError),
     #[error(transparent)]
     Cost(#[from] CostError),
-    #[error("cannot encode the export: {0}")]
-    Encode(serde_json::Error),
-    #[error("archive does not parse: {0}")]
-    ArchiveParse(serde_json::Error),
 }
 
-fn owner_text(owner: &Option<AgentAlias>) -> String {
-    owner
-        .as_ref()
-        .map_or_else(|| "no agent".to_string(), |a| format!("'{a}'"))
+impl From<AgentStateError> for StoreError {
+    fn from(e: AgentStateError) -> Self {
+        Self {
+            store: e.store,
+            alias: e.alias,
+            cause: Box::new(StoreCause::Store(*e.cause)),
+        }
+    }
 }
 
 impl StoreCause {
@@ -95,6 +62,42 @@ impl StoreCause {
             cause: Box::new(self),
         }
     }
+
+    /// The cause of an export that cannot be encoded.
+    pub(crate) fn encode(e: serde_json::Error) -> Self {
+        Self::Store(StateCause::Encode(e))
+    }
+
+    /// The cause of an archive that does not parse.
+    pub(crate) fn archive_parse(e: serde_json::Error) -> Self {
+        Self::Store(StateCause::ArchiveParse(e))
+    }
+}
+
+/// Why one store's share of a delete (its export written into the archive) or of a restore
+/// (its archive file read back) did not complete; the report's warning prints it.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The export could not be written durably into the archive.
+    #[error("cannot write {}: {cause}", path.display())]
+    Write {
+        path: PathBuf,
+        cause: AtomicWriteError,
+    },
+    /// The archive's `stores/<name>.json` could not be read.
+    #[error("{}: {cause}", path.display())]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    /// The archive's `stores/<name>.json` is not JSON.
+    #[error("{}: {cause}", path.display())]
+    Parse {
+        path: PathBuf,
+        cause: serde_json::Error,
+    },
 }
 
 /// Runs one store method's body and names the store and alias on its failure.
@@ -117,6 +120,7 @@ mod tests {
     use super::{StoreCause, StoreError};
     use crate::lifecycle::registered;
     use crate::lifecycle::stores::{OwnStores, StoreContext, StoreSource, WorkspaceMove};
+    use warren_store::agent_state::StateCause;
 
     /// Issue 34 §2/§5: a store's failure is a typed error naming the store, the alias and the
     /// cause (here: every store's share of a restore whose archive does not parse).
@@ -157,7 +161,10 @@ mod tests {
                     alias,
                     cause,
                 } = e;
-                assert!(matches!(*cause, StoreCause::ArchiveParse(_)), "{text}");
+                assert!(
+                    matches!(*cause, StoreCause::Store(StateCause::ArchiveParse(_))),
+                    "{text}"
+                );
                 assert_eq!((name, &alias), (store.name(), &bee));
                 assert!(
                     text.starts_with(&format!(

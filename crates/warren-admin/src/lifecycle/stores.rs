@@ -1,28 +1,29 @@
-//! Every store that owns per-agent state implements [`AgentStateStore`] and is listed in
-//! [`registered`]: count residue, export, purge, rename and restore for one alias. A store added
-//! later (cron, control plane) joins the rename/delete/restore cascade by implementing the trait
-//! and adding one line to [`registered`].
+//! Where a lifecycle operation's stores come from, and the shares of the stores outside
+//! `warren-store` (issue 34 §2). Every store that owns per-agent state is an [`AgentStateStore`]
+//! listed in [`super::registered`]: count residue, export, purge, rename and restore for one
+//! alias. The stores of `warren-store` (chat and ACP sessions, cron with the control plane, SOP
+//! runs) keep their adapters in that crate (`warren_store::agent_state::<store>`), working on the
+//! handles a [`StoreContext`] lends them ([`StoreHandles`]), and join through [`InStore`]; the
+//! memory store (`warren-memory`), the action window and the cost ledger (`warren-runtime`)
+//! live in crates `warren-store` cannot depend on, so their shares stay here.
 //!
 //! Every method is idempotent: rename/purge of an alias with nothing left is a no-op, restore
 //! skips what is already there.
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use time::OffsetDateTime;
 use warren_config::schema::MemoryBackendKind;
 use warren_config::{Config, InstallRoot};
-use warren_core::{AgentAlias, Role, SessionKey};
+use warren_core::AgentAlias;
 use warren_memory::{MemoryEntry, MemoryError, MemoryStore, MemoryStores, MemoryVersion};
-use warren_store::acp::{AcpError, AcpExport, AcpSessionStore};
+use warren_store::acp::{AcpError, AcpSessionStore};
+pub use warren_store::agent_state::WorkspaceMove;
+use warren_store::agent_state::{AgentState, StateCause, StoreHandles};
 use warren_store::control_plane::ControlPlane;
 use warren_store::cron::CronStore;
-use warren_store::sessions::{
-    ChatSessions, NewMessage, OpenError, Page, SessionBackend, SessionInit, SessionState,
-    open_chat_sessions,
-};
+use warren_store::sessions::{ChatSessions, OpenError, SessionBackend, open_chat_sessions};
 use warren_store::sop::SopStore;
 
 use warren_runtime::actions::ActionWindow;
@@ -32,24 +33,6 @@ use warren_runtime::stores::Stores;
 
 use super::store_error::scoped;
 pub use super::store_error::{StoreCause, StoreError};
-
-/// Where the workspace of the agent was and is (ACP `cwd` rewrites follow it).
-#[derive(Debug, Clone)]
-pub struct WorkspaceMove {
-    pub from: PathBuf,
-    pub to: PathBuf,
-}
-
-impl WorkspaceMove {
-    fn rewrite(&self) -> Option<(String, String)> {
-        (self.from != self.to).then(|| {
-            (
-                self.from.display().to_string(),
-                self.to.display().to_string(),
-            )
-        })
-    }
-}
 
 /// One store's share of an agent's state.
 pub trait AgentStateStore: Send + Sync {
@@ -130,53 +113,6 @@ impl StoreContext {
         }
     }
 
-    /// The durable chat-session backend.
-    pub fn chat(&self) -> Result<Arc<dyn SessionBackend>, StoreCause> {
-        let durable = |chat: &ChatSessions| match chat {
-            ChatSessions::Durable(backend) => Ok(Arc::clone(backend)),
-            ChatSessions::Disabled { reason, .. } => Err(StoreCause::ChatNotDurable {
-                reason: reason.clone(),
-            }),
-        };
-        match &self.source {
-            StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).chat {
-                Ok(chat) => durable(chat),
-                Err(e) => Err(StoreCause::DaemonChat(e.clone())),
-            },
-            StoreSource::Own(own) => match own.chat.get_or_init(|| {
-                open_chat_sessions(&self.root, &self.config.channels).map_err(Arc::new)
-            }) {
-                Ok(chat) => durable(chat),
-                Err(e) => Err(StoreCause::ChatOpen(Arc::clone(e))),
-            },
-        }
-    }
-
-    /// Runs `f` on the ACP session store.
-    pub fn with_acp<T>(
-        &self,
-        f: impl FnOnce(&AcpSessionStore) -> Result<T, AcpError>,
-    ) -> Result<T, StoreCause> {
-        match &self.source {
-            StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).acp {
-                Some(store) => Ok(f(store)?),
-                None => Err(StoreCause::DaemonAcpClosed),
-            },
-            StoreSource::Own(own) => {
-                let store = own
-                    .acp
-                    .get_or_init(|| {
-                        AcpSessionStore::open(&self.root)
-                            .map(Arc::new)
-                            .map_err(Arc::new)
-                    })
-                    .clone()
-                    .map_err(StoreCause::AcpOpen)?;
-                Ok(f(&store)?)
-            }
-        }
-    }
-
     /// The process's store handles: the daemon's (the ones its scheduler, SOP engine and turns
     /// use: never a second connection inside the daemon), else this process's.
     pub fn stores(&self) -> &Stores {
@@ -184,27 +120,6 @@ impl StoreContext {
             StoreSource::Host(host) => host.stores(),
             StoreSource::Own(own) => &own.stores,
         }
-    }
-
-    /// The cron store. `None` when there is no store and `create` is false.
-    pub fn cron(&self, create: bool) -> Result<Option<Arc<CronStore>>, StoreCause> {
-        let stores = self.stores();
-        Ok(if create {
-            Some(stores.cron()?)
-        } else {
-            stores.cron_existing()?
-        })
-    }
-
-    /// The control plane; `None` when there is none yet.
-    pub fn control_plane(&self) -> Result<Option<Arc<ControlPlane>>, StoreCause> {
-        Ok(self.stores().control_plane_existing()?)
-    }
-
-    /// The SOP run store: the running engine's (durable or its in-memory fallback); `None`
-    /// when there is none yet.
-    pub fn sop_runs(&self) -> Result<Option<Arc<SopStore>>, StoreCause> {
-        Ok(self.stores().sop_runs()?)
     }
 
     /// The `max_actions_per_hour` window (inside a daemon the one its turns admit through).
@@ -218,12 +133,124 @@ impl StoreContext {
     }
 }
 
-pub(crate) fn json<T: Serialize>(v: &T) -> Result<Value, StoreCause> {
-    serde_json::to_value(v).map_err(StoreCause::Encode)
+/// The handles the adapters of `warren-store` work on: the generation's inside a daemon, this
+/// process's otherwise (never opened by an adapter).
+impl StoreHandles for StoreContext {
+    fn root(&self) -> &InstallRoot {
+        &self.root
+    }
+
+    /// The durable chat-session backend.
+    fn chat(&self) -> Result<Arc<dyn SessionBackend>, StateCause> {
+        let durable = |chat: &ChatSessions| match chat {
+            ChatSessions::Durable(backend) => Ok(Arc::clone(backend)),
+            ChatSessions::Disabled { reason, .. } => Err(StateCause::ChatNotDurable {
+                reason: reason.clone(),
+            }),
+        };
+        match &self.source {
+            StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).chat {
+                Ok(chat) => durable(chat),
+                Err(e) => Err(StateCause::DaemonChat(e.to_string())),
+            },
+            StoreSource::Own(own) => match own.chat.get_or_init(|| {
+                open_chat_sessions(&self.root, &self.config.channels).map_err(Arc::new)
+            }) {
+                Ok(chat) => durable(chat),
+                Err(e) => Err(StateCause::ChatOpen(Arc::clone(e))),
+            },
+        }
+    }
+
+    /// Runs `f` on the ACP session store.
+    fn with_acp<T>(
+        &self,
+        f: impl FnOnce(&AcpSessionStore) -> Result<T, AcpError>,
+    ) -> Result<T, StateCause> {
+        match &self.source {
+            StoreSource::Host(host) => match &self.handle.block_on(host.open_sessions()).acp {
+                Some(store) => Ok(f(store)?),
+                None => Err(StateCause::DaemonAcpClosed),
+            },
+            StoreSource::Own(own) => {
+                let store = own
+                    .acp
+                    .get_or_init(|| {
+                        AcpSessionStore::open(&self.root)
+                            .map(Arc::new)
+                            .map_err(Arc::new)
+                    })
+                    .clone()
+                    .map_err(StateCause::AcpOpen)?;
+                Ok(f(&store)?)
+            }
+        }
+    }
+
+    /// The cron store. `None` when there is no store and `create` is false.
+    fn cron(&self, create: bool) -> Result<Option<Arc<CronStore>>, StateCause> {
+        let stores = self.stores();
+        Ok(if create {
+            Some(stores.cron()?)
+        } else {
+            stores.cron_existing()?
+        })
+    }
+
+    /// The control plane; `None` when there is none yet.
+    fn control_plane(&self) -> Result<Option<Arc<ControlPlane>>, StateCause> {
+        Ok(self.stores().control_plane_existing()?)
+    }
+
+    /// The SOP run store: the running engine's (durable or its in-memory fallback); `None`
+    /// when there is none yet.
+    fn sop_runs(&self) -> Result<Option<Arc<SopStore>>, StateCause> {
+        Ok(self.stores().sop_runs()?)
+    }
 }
 
-pub(crate) fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, StoreCause> {
-    serde_json::from_value(v).map_err(StoreCause::ArchiveParse)
+/// A share of a `warren-store` store ([`AgentState`]) in the cascade: its typed error, carried
+/// whole.
+pub(super) struct InStore<A>(pub(super) A);
+
+impl<A: AgentState> AgentStateStore for InStore<A> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        Ok(self.0.count(alias)?)
+    }
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+        Ok(self.0.export(alias)?)
+    }
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+        Ok(self.0.purge(alias)?)
+    }
+    fn rename(
+        &self,
+        from: &AgentAlias,
+        to: &AgentAlias,
+        ws: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        Ok(self.0.rename(from, to, ws)?)
+    }
+    fn restore(
+        &self,
+        alias: &AgentAlias,
+        original: &AgentAlias,
+        data: Value,
+        ws: &WorkspaceMove,
+    ) -> Result<u64, StoreError> {
+        Ok(self.0.restore(alias, original, data, ws)?)
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Value, StoreCause> {
+    serde_json::to_value(v).map_err(StoreCause::encode)
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, StoreCause> {
+    serde_json::from_value(v).map_err(StoreCause::archive_parse)
 }
 
 // ---- memory (every backend) ------------------------------------------------------------------
@@ -337,256 +364,6 @@ impl AgentStateStore for MemoryState {
             let n = self.block(store.import_agent(alias.clone(), archived.rows))?;
             self.block(store.import_history(alias.clone(), archived.history))?;
             Ok(n)
-        })
-    }
-}
-
-// ---- chat sessions (with their messages) -----------------------------------------------------
-
-/// The chat sessions' share: the backend is [`StoreContext::chat`] (opened once per process,
-/// or the daemon generation's).
-#[allow(non_camel_case_types)]
-pub(super) struct SessionState_ {
-    ctx: StoreContext,
-}
-
-/// A chat session as archived: its row and every message.
-#[derive(Debug, Serialize, Deserialize)]
-struct ArchivedSession {
-    key: String,
-    name: Option<String>,
-    channel: Option<String>,
-    state: String,
-    #[serde(with = "time::serde::rfc3339")]
-    created_at: OffsetDateTime,
-    messages: Vec<ArchivedMessage>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct ArchivedMessage {
-    seq: u64,
-    role: Role,
-    content: String,
-    agent: Option<AgentAlias>,
-    #[serde(with = "time::serde::rfc3339")]
-    created_at: OffsetDateTime,
-}
-
-impl SessionState_ {
-    pub(super) fn new(ctx: StoreContext) -> Self {
-        Self { ctx }
-    }
-
-    fn backend(&self) -> Result<Arc<dyn SessionBackend>, StoreCause> {
-        self.ctx.chat()
-    }
-
-    fn owned(&self, alias: &AgentAlias) -> Result<Vec<SessionKey>, StoreCause> {
-        Ok(self
-            .backend()?
-            .list()?
-            .into_iter()
-            .filter(|m| m.agent.as_ref() == Some(alias))
-            .map(|m| m.key)
-            .collect())
-    }
-
-    fn restore_one(
-        backend: &dyn SessionBackend,
-        s: ArchivedSession,
-        alias: &AgentAlias,
-        original: &AgentAlias,
-    ) -> Result<(), StoreCause> {
-        let key = SessionKey::new(s.key.clone()).map_err(|cause| StoreCause::SessionKey {
-            key: s.key.clone(),
-            cause,
-        })?;
-        if let Some(existing) = backend.meta(&key)? {
-            if existing.agent.as_ref() != Some(alias) {
-                return Err(StoreCause::SessionTaken {
-                    key: s.key,
-                    owner: existing.agent,
-                });
-            }
-            // Left by an interrupted restore: import it again whole.
-            backend.delete(&key)?;
-        }
-        backend.ensure(
-            &key,
-            &SessionInit {
-                agent: Some(alias.clone()),
-                channel: s.channel.clone(),
-                name: s.name.clone(),
-            },
-        )?;
-        for m in &s.messages {
-            let agent = m
-                .agent
-                .as_ref()
-                .map(|a| if a == original { alias } else { a }.clone());
-            let mut msg = NewMessage::new(m.role, m.content.clone()).at(m.created_at);
-            msg.agent = agent;
-            backend.append(&key, &msg)?;
-        }
-        if let Some(state) = SessionState::parse(&s.state)
-            && state != SessionState::Idle
-        {
-            backend.set_state(&key, state)?;
-        }
-        Ok(())
-    }
-}
-
-impl AgentStateStore for SessionState_ {
-    fn name(&self) -> &'static str {
-        "sessions"
-    }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
-        scoped(self.name(), alias, || Ok(self.owned(alias)?.len() as u64))
-    }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
-        scoped(self.name(), alias, || {
-            let backend = self.backend()?;
-            let mut out = Vec::new();
-            for meta in backend.list()? {
-                if meta.agent.as_ref() != Some(alias) {
-                    continue;
-                }
-                let history = backend.load(&meta.key, Page::All)?;
-                out.push(ArchivedSession {
-                    key: meta.key.to_string(),
-                    name: meta.name,
-                    channel: meta.channel,
-                    state: meta.state.as_str().to_string(),
-                    created_at: meta.created_at,
-                    messages: history
-                        .messages
-                        .into_iter()
-                        .map(|m| ArchivedMessage {
-                            seq: m.seq,
-                            role: m.role,
-                            content: m.content,
-                            agent: m.agent,
-                            created_at: m.created_at,
-                        })
-                        .collect(),
-                });
-            }
-            out.sort_by(|a, b| a.key.cmp(&b.key));
-            Ok((out.len() as u64, json(&out)?))
-        })
-    }
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
-        scoped(self.name(), alias, || {
-            let backend = self.backend()?;
-            let mut n = 0;
-            for key in self.owned(alias)? {
-                if backend.delete(&key)? {
-                    n += 1;
-                }
-            }
-            Ok(n)
-        })
-    }
-    fn rename(
-        &self,
-        from: &AgentAlias,
-        to: &AgentAlias,
-        _: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
-        // Session owners and per-message attribution together (LIFE-3).
-        scoped(self.name(), from, || {
-            Ok(self.backend()?.rename_agent(from, to)?)
-        })
-    }
-    fn restore(
-        &self,
-        alias: &AgentAlias,
-        original: &AgentAlias,
-        data: Value,
-        _: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
-        scoped(self.name(), alias, || {
-            let backend = self.backend()?;
-            let sessions: Vec<ArchivedSession> = from_json(data)?;
-            let mut n = 0;
-            for s in sessions {
-                Self::restore_one(backend.as_ref(), s, alias, original)?;
-                n += 1;
-            }
-            Ok(n)
-        })
-    }
-}
-
-// ---- ACP sessions (with transcripts) ---------------------------------------------------------
-
-pub(super) struct AcpState {
-    ctx: StoreContext,
-}
-
-impl AcpState {
-    pub(super) fn new(ctx: StoreContext) -> Self {
-        Self { ctx }
-    }
-}
-
-impl AgentStateStore for AcpState {
-    fn name(&self) -> &'static str {
-        "acp"
-    }
-    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
-        scoped(self.name(), alias, || {
-            self.ctx.with_acp(|s| s.count_agent(alias))
-        })
-    }
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
-        scoped(self.name(), alias, || {
-            let rows = self.ctx.with_acp(|s| s.export_agent(alias))?;
-            Ok((rows.len() as u64, json(&rows)?))
-        })
-    }
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
-        scoped(self.name(), alias, || {
-            self.ctx
-                .with_acp(|s| s.delete_agent(alias).map(|n| n as u64))
-        })
-    }
-    fn rename(
-        &self,
-        from: &AgentAlias,
-        to: &AgentAlias,
-        ws: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
-        let rewrite = ws.rewrite();
-        scoped(self.name(), from, || {
-            self.ctx.with_acp(|s| {
-                s.rename_agent_with_cwd(
-                    from,
-                    to,
-                    rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
-                )
-                .map(|n| n as u64)
-            })
-        })
-    }
-    fn restore(
-        &self,
-        alias: &AgentAlias,
-        _: &AgentAlias,
-        data: Value,
-        ws: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
-        let rewrite = ws.rewrite();
-        scoped(self.name(), alias, || {
-            let rows: Vec<AcpExport> = from_json(data)?;
-            self.ctx.with_acp(|s| {
-                s.import_agent(
-                    alias,
-                    &rows,
-                    rewrite.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
-                )
-            })
         })
     }
 }
@@ -714,6 +491,7 @@ impl AgentStateStore for CostState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
     use warren_config::ConfigStore;
     use warren_store::control_plane::Owner;
     use warren_store::sop::NewRun;
@@ -893,7 +671,7 @@ mod tests {
             let (s, e) = (Arc::clone(&scheduler), Arc::clone(&engine));
             tokio::task::spawn_blocking(move || {
                 let borrowed = |what: &str, same: bool| assert!(same, "{what} is not borrowed");
-                fn got<T>(r: Result<Option<Arc<T>>, StoreCause>) -> Arc<T> {
+                fn got<T>(r: Result<Option<Arc<T>>, StateCause>) -> Arc<T> {
                     r.unwrap_or_else(|e| panic!("{e}"))
                         .unwrap_or_else(|| panic!("no store"))
                 }

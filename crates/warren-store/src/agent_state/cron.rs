@@ -1,20 +1,21 @@
 //! The cron store's and the control plane's share of an agent rename/delete/restore (LIFE-3,
-//! LIFE-4, BEYOND-1): rename repoints the agent's jobs and runs (and its control-plane rows);
-//! delete exports jobs with their run history into the archive, then removes them; restore puts
-//! them back under the (possibly new) alias, every job disabled with a note until the operator
-//! resumes it. A store that does not exist yet holds nothing (never created by a count). Inside
-//! a daemon the stores are the running scheduler's (through [`StoreContext`]), never a second
-//! connection of the same process.
+//! LIFE-4, BEYOND-1; issue 34 §2): rename repoints the agent's jobs and runs (and its
+//! control-plane rows); delete exports jobs with their run history into the archive, then
+//! removes them; restore puts them back under the (possibly new) alias, every job disabled with
+//! a note until the operator resumes it. A store that does not exist yet holds nothing (never
+//! created by a count). The stores are lent by the caller ([`StoreHandles::cron`],
+//! [`StoreHandles::control_plane`]: inside a daemon the running scheduler's).
 
 use std::sync::Arc;
 
 use serde_json::Value;
 use warren_core::AgentAlias;
-use warren_store::control_plane::ControlPlane;
-use warren_store::cron::{AgentCron, CronStore};
 
-use crate::lifecycle::store_error::{StoreCause, StoreError, scoped};
-use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove, from_json, json};
+use super::{
+    AgentState, AgentStateError, StateCause, StoreHandles, WorkspaceMove, from_json, json, scoped,
+};
+use crate::control_plane::ControlPlane;
+use crate::cron::{AgentCron, CronStore};
 
 /// The note a restored job carries until it is resumed.
 pub fn restore_note(original: &AgentAlias) -> String {
@@ -23,31 +24,34 @@ pub fn restore_note(original: &AgentAlias) -> String {
     )
 }
 
-pub struct CronState {
-    ctx: StoreContext,
+/// The cron share (jobs, their runs, the agent's control-plane rows), over the handles of `H`.
+pub struct CronShare<H> {
+    handles: Arc<H>,
 }
 
-impl CronState {
-    pub fn new(ctx: StoreContext) -> Self {
-        Self { ctx }
-    }
-
-    /// The cron store (the running scheduler's inside a daemon); `None` when there is none.
-    fn existing(&self) -> Result<Option<Arc<CronStore>>, StoreCause> {
-        self.ctx.cron(false)
-    }
-
-    fn plane(&self) -> Result<Option<Arc<ControlPlane>>, StoreCause> {
-        self.ctx.control_plane()
+impl<H> CronShare<H> {
+    pub fn new(handles: Arc<H>) -> Self {
+        Self { handles }
     }
 }
 
-impl AgentStateStore for CronState {
+impl<H: StoreHandles> CronShare<H> {
+    /// The cron store; `None` when there is none.
+    fn existing(&self) -> Result<Option<Arc<CronStore>>, StateCause> {
+        self.handles.cron(false)
+    }
+
+    fn plane(&self) -> Result<Option<Arc<ControlPlane>>, StateCause> {
+        self.handles.control_plane()
+    }
+}
+
+impl<H: StoreHandles> AgentState for CronShare<H> {
     fn name(&self) -> &'static str {
         "cron"
     }
 
-    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+    fn count(&self, alias: &AgentAlias) -> Result<u64, AgentStateError> {
         scoped(self.name(), alias, || {
             let Some(store) = self.existing()? else {
                 return Ok(0);
@@ -57,7 +61,7 @@ impl AgentStateStore for CronState {
         })
     }
 
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), AgentStateError> {
         scoped(self.name(), alias, || {
             let export = match self.existing()? {
                 Some(store) => store.export_agent(alias)?,
@@ -68,7 +72,7 @@ impl AgentStateStore for CronState {
         })
     }
 
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, AgentStateError> {
         scoped(self.name(), alias, || {
             if let Some(plane) = self.plane()? {
                 plane.delete_agent(alias)?;
@@ -85,7 +89,7 @@ impl AgentStateStore for CronState {
         from: &AgentAlias,
         to: &AgentAlias,
         _: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, AgentStateError> {
         scoped(self.name(), from, || {
             if let Some(plane) = self.plane()? {
                 plane.rename_agent(from.as_str(), to.as_str())?;
@@ -103,13 +107,13 @@ impl AgentStateStore for CronState {
         original: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, AgentStateError> {
         scoped(self.name(), alias, || {
             let archive: AgentCron = from_json(data)?;
             if archive.jobs.is_empty() && archive.runs.is_empty() {
                 return Ok(0);
             }
-            let store = self.ctx.cron(true)?.ok_or(StoreCause::CronNotOpened)?;
+            let store = self.handles.cron(true)?.ok_or(StateCause::CronNotOpened)?;
             let skipped = store.import_agent(&archive, alias, &restore_note(original))?;
             for name in &skipped {
                 tracing::warn!(job = %name, "archived cron job not restored: a job of that name exists");

@@ -1,21 +1,21 @@
-//! The SOP share of an agent rename/delete/restore (LIFE-3, LIFE-4): an SOP definition naming
-//! the agent is a hard reference ([`refusals`]: delete refused, naming the SOP and its file);
-//! rename rewrites those definition files (each replaced atomically) and repoints the runs;
-//! delete archives the agent's run history (runs, steps, events) into the archive's
-//! `stores/sop.json`, then removes it. Restore leaves the history in the archive (a run is not
-//! resumed under another agent). A store that does not exist yet holds nothing; inside a daemon
-//! the store is the running engine's (through [`StoreContext`]).
+//! The SOP share of an agent rename/delete/restore (LIFE-3, LIFE-4; issue 34 §2): an SOP
+//! definition naming the agent is a hard reference ([`refusals`]: delete refused, naming the SOP
+//! and its file); rename rewrites those definition files (each replaced atomically) and
+//! repoints the runs; delete archives the agent's run history (runs, steps, events) into the
+//! archive's `stores/sop.json`, then removes it. Restore leaves the history in the archive (a
+//! run is not resumed under another agent). A store that does not exist yet holds nothing; the
+//! store is lent by the caller ([`StoreHandles::sop_runs`]: inside a daemon the running
+//! engine's).
 
 use std::sync::Arc;
 
 use serde_json::Value;
 use warren_config::InstallRoot;
 use warren_core::AgentAlias;
-use warren_store::sop::SopStore;
 
-use crate::lifecycle::store_error::{StoreCause, StoreError, scoped};
-use crate::lifecycle::stores::{AgentStateStore, StoreContext, WorkspaceMove};
-use warren_store::sop_defs as defs;
+use super::{AgentState, AgentStateError, StateCause, StoreHandles, WorkspaceMove, scoped};
+use crate::sop::SopStore;
+use crate::sop_defs as defs;
 
 /// Why a delete of `alias` is refused: each SOP definition that names it.
 pub fn refusals(root: &InstallRoot, alias: &AgentAlias) -> Vec<String> {
@@ -30,27 +30,30 @@ pub fn refusals(root: &InstallRoot, alias: &AgentAlias) -> Vec<String> {
         .collect()
 }
 
-pub struct SopState {
-    ctx: StoreContext,
+/// The SOP share (definition files and run history), over the handles of `H`.
+pub struct SopShare<H> {
+    handles: Arc<H>,
 }
 
-impl SopState {
-    pub fn new(ctx: StoreContext) -> Self {
-        Self { ctx }
-    }
-
-    /// The run store (the running engine's inside a daemon); `None` when there is none.
-    fn existing(&self) -> Result<Option<Arc<SopStore>>, StoreCause> {
-        self.ctx.sop_runs()
+impl<H> SopShare<H> {
+    pub fn new(handles: Arc<H>) -> Self {
+        Self { handles }
     }
 }
 
-impl AgentStateStore for SopState {
+impl<H: StoreHandles> SopShare<H> {
+    /// The run store; `None` when there is none.
+    fn existing(&self) -> Result<Option<Arc<SopStore>>, StateCause> {
+        self.handles.sop_runs()
+    }
+}
+
+impl<H: StoreHandles> AgentState for SopShare<H> {
     fn name(&self) -> &'static str {
         "sop"
     }
 
-    fn count(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+    fn count(&self, alias: &AgentAlias) -> Result<u64, AgentStateError> {
         scoped(self.name(), alias, || {
             Ok(match self.existing()? {
                 Some(store) => store.export_agent(alias)?.len() as u64,
@@ -59,7 +62,7 @@ impl AgentStateStore for SopState {
         })
     }
 
-    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), StoreError> {
+    fn export(&self, alias: &AgentAlias) -> Result<(u64, Value), AgentStateError> {
         scoped(self.name(), alias, || {
             let runs = match self.existing()? {
                 Some(store) => store.export_agent(alias)?,
@@ -69,7 +72,7 @@ impl AgentStateStore for SopState {
         })
     }
 
-    fn purge(&self, alias: &AgentAlias) -> Result<u64, StoreError> {
+    fn purge(&self, alias: &AgentAlias) -> Result<u64, AgentStateError> {
         scoped(self.name(), alias, || {
             Ok(match self.existing()? {
                 Some(store) => store.delete_agent(alias)? as u64,
@@ -83,10 +86,11 @@ impl AgentStateStore for SopState {
         from: &AgentAlias,
         to: &AgentAlias,
         _: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, AgentStateError> {
         scoped(self.name(), from, || {
-            let files =
-                defs::rename_agent(&self.ctx.root, from, to).map_err(StoreCause::SopDefinitions)?;
+            let files = defs::rename_agent(self.handles.root(), from, to)
+                // The text of the definitions' error (it names the file).
+                .map_err(StateCause::SopDefinitions)?;
             for name in &files {
                 tracing::info!(sop = %name, "SOP definition now names agent '{to}'");
             }
@@ -104,7 +108,7 @@ impl AgentStateStore for SopState {
         original: &AgentAlias,
         data: Value,
         _: &WorkspaceMove,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, AgentStateError> {
         if data.as_array().is_some_and(|a| !a.is_empty()) {
             tracing::info!(agent = %original, "SOP run history of the deleted agent stays in its archive (stores/sop.json)");
         }
