@@ -40,7 +40,7 @@ pub enum LifecycleOp {
         #[serde(default, rename = "as", skip_serializing_if = "Option::is_none")]
         as_alias: Option<AgentAlias>,
     },
-    Resume,
+    Resume {},
 }
 
 /// The wire names of the lifecycle verbs.
@@ -62,13 +62,16 @@ impl LifecycleOp {
             LifecycleOp::Delete { .. } => "delete",
             LifecycleOp::DeletePlan { .. } => "delete_plan",
             LifecycleOp::Restore { .. } => "restore",
-            LifecycleOp::Resume => "resume",
+            LifecycleOp::Resume {} => "resume",
         }
     }
 
     /// Whether the verb changes the config (the daemon reloads after it).
     pub fn mutates(&self) -> bool {
-        !matches!(self, LifecycleOp::DeletePlan { .. } | LifecycleOp::Resume)
+        !matches!(
+            self,
+            LifecycleOp::DeletePlan { .. } | LifecycleOp::Resume {}
+        )
     }
 }
 
@@ -116,7 +119,7 @@ impl Lifecycle {
             LifecycleOp::Restore { archive, as_alias } => json(serde_json::to_value(
                 self.restore(archive, as_alias.as_ref()).await?,
             )),
-            LifecycleOp::Resume => json(serde_json::to_value(self.converge_pending().await)),
+            LifecycleOp::Resume {} => json(serde_json::to_value(self.converge_pending().await)),
         }
     }
 
@@ -207,7 +210,7 @@ mod tests {
                 },
                 r#"{"op":"restore","archive":"a-20261201"}"#,
             ),
-            (LifecycleOp::Resume, r#"{"op":"resume"}"#),
+            (LifecycleOp::Resume {}, r#"{"op":"resume"}"#),
         ];
         for (op, wire) in ops {
             assert_eq!(serde_json::to_string(&op).unwrap_or_default(), wire);
@@ -221,6 +224,10 @@ mod tests {
             serde_json::from_str::<LifecycleOp>(r#"{"op":"delete","alias":"a","extra":1}"#)
                 .is_err(),
             "unknown fields are refused"
+        );
+        assert!(
+            serde_json::from_str::<LifecycleOp>(r#"{"op":"resume","alias":"a"}"#).is_err(),
+            "a verb without fields refuses fields too"
         );
     }
 }

@@ -41,9 +41,9 @@ use crate::pairing::device_id;
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SystemOp {
     /// Re-read config.toml and rebuild every subsystem (SIGHUP).
-    Reload,
+    Reload {},
     /// A one-time pairing code (`warren pair`).
-    PairCode,
+    PairCode {},
     /// Pair the operator's device without a code (`warren pair --device NAME`): only with the
     /// local admin key itself, never a bearer token (issue 35 §9).
     Pair { device: String },
@@ -57,8 +57,8 @@ pub const SYSTEM_OPS: &[&str] = &["reload", "pair_code", "pair", "token_revoke"]
 impl SystemOp {
     pub fn name(&self) -> &'static str {
         match self {
-            SystemOp::Reload => "reload",
-            SystemOp::PairCode => "pair_code",
+            SystemOp::Reload {} => "reload",
+            SystemOp::PairCode {} => "pair_code",
             SystemOp::Pair { .. } => "pair",
             SystemOp::TokenRevoke { .. } => "token_revoke",
         }

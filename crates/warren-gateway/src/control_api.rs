@@ -38,10 +38,10 @@ async fn serve(state: &AppState, op: AdminOp, admin_key: bool) -> Result<Respons
             .await?
             .into_response()),
         AdminOp::Sop(op) => crate::sop_api::serve(state, ROUTE, &op).await,
-        AdminOp::System(SystemOp::Reload) => {
+        AdminOp::System(SystemOp::Reload {}) => {
             Ok(Json(crate::system_api::reload(state, ROUTE).await?).into_response())
         }
-        AdminOp::System(SystemOp::PairCode) => {
+        AdminOp::System(SystemOp::PairCode {}) => {
             Ok(crate::pair_api::paircode(state, ROUTE)?.into_response())
         }
         AdminOp::System(SystemOp::Pair { device }) => Ok(crate::pair_api::operator_pair(

@@ -44,7 +44,7 @@ pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result
                 as_alias: as_alias.as_deref().map(parse_alias).transpose()?,
             },
         ),
-        AgentsCommand::Resume => lifecycle(root, json, LifecycleOp::Resume),
+        AgentsCommand::Resume => lifecycle(root, json, LifecycleOp::Resume {}),
         // A running daemon adds it through its config owner and serves it at once (issue 15 §3).
         AgentsCommand::Add {
             alias,

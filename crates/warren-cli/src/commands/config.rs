@@ -195,7 +195,7 @@ pub(super) fn reload_running_daemon(root: &InstallRoot) -> Option<String> {
         return None;
     }
     Some(
-        match DaemonControl::new(root).run(&AdminOp::System(SystemOp::Reload)) {
+        match DaemonControl::new(root).run(&AdminOp::System(SystemOp::Reload {})) {
             Ok(body) => format!(
                 "the running daemon reloaded (generation {})",
                 body["generation"]

@@ -28,7 +28,7 @@ fn pairing(root: &InstallRoot, op: SystemOp, what: &str) -> anyhow::Result<serde
 
 /// Asks the running daemon for a code and prints it here (the only place it is ever shown).
 pub fn pair(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
-    let body = pairing(root, SystemOp::PairCode, "issue a pairing code")?;
+    let body = pairing(root, SystemOp::PairCode {}, "issue a pairing code")?;
     let code = body["code"].as_str().context("the gateway sent no code")?;
     let secs = body["expires_in_secs"].as_u64().unwrap_or(0);
     let addr = warren_gateway::read_endpoint(root).map(|e| e.addr.to_string());
