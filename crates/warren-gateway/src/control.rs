@@ -221,6 +221,7 @@ impl LocalControl {
             config: snapshot.config(),
             scheduler,
             state: SchedulerState::NoDaemon,
+            run_host: None,
         };
         Ok(encode(control.execute(op).await?))
     }

@@ -204,6 +204,15 @@ pub(crate) async fn remove(
 /// A cron verb on this daemon's generation: the one executor ([`CronControl::execute`]) on
 /// the process's stores, this generation's config and its scheduler (woken by a change).
 async fn execute(state: &AppState, route: &str, op: &CronOp) -> Result<CronReply, ApiError> {
+    execute_with(state, route, op, None).await
+}
+
+async fn execute_with(
+    state: &AppState,
+    route: &str,
+    op: &CronOp,
+    run_host: Option<Arc<warren_runtime::AgentHost>>,
+) -> Result<CronReply, ApiError> {
     let snapshot = state.host().snapshot();
     let scheduler = scheduler(state);
     let control = CronControl {
@@ -214,6 +223,7 @@ async fn execute(state: &AppState, route: &str, op: &CronOp) -> Result<CronReply
             None => SchedulerState::Off,
         },
         scheduler,
+        run_host,
     };
     control
         .execute(op)
@@ -222,13 +232,14 @@ async fn execute(state: &AppState, route: &str, op: &CronOp) -> Result<CronReply
 }
 
 /// The cron verbs of the control seam (`POST /admin/control`): the store's job and run as
-/// they are, and whether this daemon's scheduler fires them.
+/// they are, and whether this daemon's scheduler fires them. The operator's `warren cron run`
+/// runs the job even with the scheduler off (`/api/cron/{name}/run` refuses it then, 409).
 pub(crate) async fn serve(
     state: &AppState,
     route: &str,
     op: &CronOp,
 ) -> Result<Json<Value>, ApiError> {
-    let reply = execute(state, route, op).await?;
+    let reply = execute_with(state, route, op, Some(Arc::clone(state.host()))).await?;
     serde_json::to_value(reply)
         .map(Json)
         .map_err(|e| ApiError::internal(route, e))

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use warren_config::Config;
+use warren_runtime::AgentHost;
 use warren_runtime::stores::Stores;
 use warren_store::cron::{CronError, Job, Run, now_ms};
 
@@ -110,6 +111,9 @@ pub struct CronControl<'a> {
     pub scheduler: Option<Arc<Scheduler>>,
     /// What to report about the scheduler (`Running` is only true with `scheduler` set).
     pub state: SchedulerState,
+    /// With no `scheduler`, a manual run opens a one-off scheduler on this host (`warren cron
+    /// run` runs the job daemon or not, `[cron] enabled = false` included); `None`: refused.
+    pub run_host: Option<Arc<AgentHost>>,
 }
 
 impl CronControl<'_> {
@@ -165,10 +169,11 @@ impl CronControl<'_> {
             CronOp::CronRun { name } => {
                 let probe = name.clone();
                 blocking(move || existing(&stores, &probe)).await??;
-                let scheduler = self
-                    .scheduler
-                    .as_ref()
-                    .ok_or(CronControlError::SchedulerOff)?;
+                let scheduler = match (&self.scheduler, &self.run_host) {
+                    (Some(s), _) => Arc::clone(s),
+                    (None, Some(host)) => Scheduler::open(self.stores.root(), Arc::clone(host))?,
+                    (None, None) => return Err(CronControlError::SchedulerOff),
+                };
                 let run = scheduler.run_now(name).await?;
                 return Ok(reply(None, None, Some(run)));
             }
