@@ -158,6 +158,10 @@ pub enum LocalControlError {
     Revoke(#[from] crate::tokens::RevokeError),
     #[error(transparent)]
     Devices(#[from] crate::devices::DeviceError),
+    #[error(transparent)]
+    SopStore(#[from] warren_store::sop::SopStoreError),
+    #[error("no SOP run '{run}' (no run was ever stored)")]
+    NoSopRun { run: String },
     /// `reload` and pairing act on a running daemon.
     #[error("`{op}` needs a running daemon; start `warren daemon` first")]
     NeedsDaemon { op: &'static str },
@@ -227,6 +231,12 @@ impl LocalControl {
     }
 
     async fn sop(&self, op: &SopOp) -> Result<Value, LocalControlError> {
+        // A decision or cancel on a run that was never stored creates no store.
+        if let SopOp::SopDecide { run, .. } | SopOp::SopCancel { run, .. } = op
+            && self.stores.sop_runs()?.is_none()
+        {
+            return Err(LocalControlError::NoSopRun { run: run.clone() });
+        }
         let config = ConfigStore::load(self.root.clone())?;
         let engine = Engine::open(&self.root, self.host(&config)?)?;
         if let Some(w) = engine
