@@ -1,5 +1,7 @@
 //! A minimal blocking HTTP/1.1 client for the CLI's admin calls to the running daemon over
-//! loopback (`warren pair`, `warren tokens revoke` asking for a reload). No TLS, no redirects.
+//! loopback: every admin verb through [`DaemonControl`] (the daemon side of the control seam,
+//! `crate::control`), and `POST /admin/cron/wake` after `warren runs cancel`. No TLS, no
+//! redirects.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -118,7 +120,8 @@ fn dechunk(mut body: &str) -> Option<String> {
 }
 
 /// Admin verbs run by the daemon owning the root: the typed verb goes as its JSON form to
-/// `POST /admin/agents/lifecycle`, whose handler deserializes the same enum (issue 34 §3).
+/// `POST /admin/control`, whose handler deserializes the same enum (issue 34 §3), with the
+/// local admin key of `data/gateway.json`.
 #[derive(Debug, Clone)]
 pub struct DaemonControl {
     root: InstallRoot,
@@ -146,21 +149,13 @@ impl DaemonControl {
     }
 }
 
-impl warren_admin::control::Control for DaemonControl {
+impl crate::control::Control for DaemonControl {
     type Error = DaemonControlError;
 
-    fn run(
-        &self,
-        op: &warren_admin::control::AdminOp,
-    ) -> Result<serde_json::Value, DaemonControlError> {
+    fn run(&self, op: &crate::control::AdminOp) -> Result<serde_json::Value, DaemonControlError> {
         let request = serde_json::to_value(op).map_err(DaemonControlError::Encode)?;
-        let (status, body) = admin_call_json(
-            &self.root,
-            "POST",
-            "/admin/agents/lifecycle",
-            Some(&request),
-        )?;
-        if status == 200 {
+        let (status, body) = admin_call_json(&self.root, "POST", "/admin/control", Some(&request))?;
+        if (200..300).contains(&status) {
             Ok(body)
         } else {
             Err(DaemonControlError::Refused { status, body })

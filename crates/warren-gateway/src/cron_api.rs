@@ -3,9 +3,11 @@
 //! `GET /api/cron/{name}/runs`, `GET /api/runs`, `POST /api/runs/{id}/cancel`, and
 //! `POST /admin/cron/wake` (the CLI wrote the store; the scheduler re-reads it).
 //!
-//! The handlers use the same store routines and job checks as the CLI
-//! ([`warren_jobs::cron::JobSpec`]); a manual run goes through the generation's scheduler,
-//! which claims the same lock row as scheduled runs (409 `run_in_progress` names the holder).
+//! The changes (add, remove, pause, resume, run) go through the one executor of the cron verbs,
+//! [`CronControl::execute`], which the CLI's `warren cron` runs too (through
+//! `POST /admin/control` while a daemon runs, [`serve`]); a manual run goes through the
+//! generation's scheduler, which claims the same lock row as scheduled runs (409
+//! `run_in_progress` names the holder).
 //! Reads never create `data/cron/jobs.db` or `data/control_plane.db`.
 
 use crate::error::blocking;
@@ -17,9 +19,12 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use warren_jobs::cron::{CronRunError, JobSpec, Scheduler, schedule_of};
+use warren_jobs::cron::control::{
+    CronControl, CronControlError, CronOp, CronReply, SchedulerState,
+};
+use warren_jobs::cron::{CronRunError, JobSpec, Scheduler};
 use warren_store::control_plane::ControlPlaneError;
-use warren_store::cron::{CronError, Job, now_ms};
+use warren_store::cron::{CronError, Job};
 
 use crate::error::ApiError;
 use crate::json::parse as parse_json;
@@ -136,28 +141,22 @@ pub(crate) async fn create(
 ) -> Result<Response, ApiError> {
     const ROUTE: &str = "POST /api/cron";
     let spec: JobSpec = parse_json(ROUTE, &body)?;
-    let job = spec
-        .into_job(state.host().snapshot().config(), "runtime")
-        .map_err(|e| ApiError::bad_field(ROUTE, e.field, e.message))?;
-    let stores = Arc::clone(state.stores());
-    let stored = job.clone();
-    blocking(ROUTE, move || {
-        stores
-            .cron()
-            .and_then(|s| s.insert(&stored))
-            .map_err(|e| cron_error(ROUTE, e))
-    })
+    let reply = execute(
+        &state,
+        ROUTE,
+        &CronOp::CronAdd {
+            job: Box::new(spec),
+        },
+    )
     .await?;
-    let status = match scheduler(&state) {
-        Some(s) => {
-            s.wake();
-            "scheduled"
-        }
-        None => "stored; the scheduler is off ([cron] enabled = false)",
+    let status = match reply.scheduler {
+        SchedulerState::Running => "scheduled",
+        _ => "stored; the scheduler is off ([cron] enabled = false)",
     };
+    let job = reply.job.as_ref().map(job_json).unwrap_or(Value::Null);
     Ok((
         StatusCode::CREATED,
-        Json(json!({"job": job_json(&job), "status": status})),
+        Json(json!({"job": job, "status": status})),
     )
         .into_response())
 }
@@ -166,104 +165,100 @@ pub(crate) async fn run(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    const ROUTE: &str = "POST /api/cron/{name}/run";
-    let stores = Arc::clone(state.stores());
-    let job = name.clone();
-    blocking(ROUTE, move || {
-        stores
-            .cron_existing()
-            .map_err(|e| cron_error(ROUTE, e))?
-            .and_then(|s| s.get(&job).transpose())
-            .transpose()
-            .map_err(|e| cron_error(ROUTE, e))?
-            .ok_or_else(|| cron_error(ROUTE, CronError::NotFound(job.clone())))
-    })
+    let reply = execute(
+        &state,
+        "POST /api/cron/{name}/run",
+        &CronOp::CronRun { name },
+    )
     .await?;
-    let scheduler = scheduler(&state).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::CONFLICT,
-            "scheduler_off",
-            format!("{ROUTE}: the cron scheduler is not running ([cron] enabled = false)"),
-        )
-    })?;
-    let run = scheduler
-        .run_now(&name)
-        .await
-        .map_err(|e| run_error(ROUTE, e))?;
-    Ok(Json(json!({"run": run})))
-}
-
-async fn set_enabled(
-    state: &AppState,
-    route: &'static str,
-    name: String,
-    enabled: bool,
-) -> Result<Json<Value>, ApiError> {
-    let stores = Arc::clone(state.stores());
-    let job = blocking(route, move || {
-        let store = stores
-            .cron_existing()
-            .map_err(|e| cron_error(route, e))?
-            .ok_or_else(|| cron_error(route, CronError::NotFound(name.clone())))?;
-        drop(store);
-        let store = stores.cron().map_err(|e| cron_error(route, e))?;
-        let job = store
-            .get(&name)
-            .map_err(|e| cron_error(route, e))?
-            .ok_or_else(|| cron_error(route, CronError::NotFound(name.clone())))?;
-        let next = if enabled {
-            schedule_of(&job).ok().and_then(|s| s.next_after(now_ms()))
-        } else {
-            None
-        };
-        let reason = (!enabled).then_some("paused by the operator");
-        store
-            .set_enabled(&name, enabled, reason, next)
-            .map_err(|e| cron_error(route, e))
-    })
-    .await?;
-    if let Some(s) = scheduler(state) {
-        s.wake();
-    }
-    Ok(Json(json!({"job": job_json(&job)})))
+    Ok(Json(json!({"run": reply.run})))
 }
 
 pub(crate) async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    set_enabled(&state, "POST /api/cron/{name}/pause", name, false).await
+    let op = CronOp::CronPause { name };
+    let reply = execute(&state, "POST /api/cron/{name}/pause", &op).await?;
+    Ok(Json(json!({"job": reply.job.as_ref().map(job_json)})))
 }
 
 pub(crate) async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    set_enabled(&state, "POST /api/cron/{name}/resume", name, true).await
+    let op = CronOp::CronResume { name };
+    let reply = execute(&state, "POST /api/cron/{name}/resume", &op).await?;
+    Ok(Json(json!({"job": reply.job.as_ref().map(job_json)})))
 }
 
 pub(crate) async fn remove(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    const ROUTE: &str = "DELETE /api/cron/{name}";
-    let stores = Arc::clone(state.stores());
-    let removed = name.clone();
-    blocking(ROUTE, move || {
-        stores
-            .cron_existing()
-            .map_err(|e| cron_error(ROUTE, e))?
-            .ok_or_else(|| cron_error(ROUTE, CronError::NotFound(removed.clone())))?;
-        stores
-            .cron()
-            .and_then(|s| s.remove(&removed))
-            .map_err(|e| cron_error(ROUTE, e))
-    })
-    .await?;
-    if let Some(s) = scheduler(&state) {
-        s.wake();
+    let op = CronOp::CronRemove { name };
+    let reply = execute(&state, "DELETE /api/cron/{name}", &op).await?;
+    Ok(Json(json!({"removed": reply.removed})))
+}
+
+/// A cron verb on this daemon's generation: the one executor ([`CronControl::execute`]) on
+/// the process's stores, this generation's config and its scheduler (woken by a change).
+async fn execute(state: &AppState, route: &str, op: &CronOp) -> Result<CronReply, ApiError> {
+    execute_with(state, route, op, None).await
+}
+
+async fn execute_with(
+    state: &AppState,
+    route: &str,
+    op: &CronOp,
+    run_host: Option<Arc<warren_runtime::AgentHost>>,
+) -> Result<CronReply, ApiError> {
+    let snapshot = state.host().snapshot();
+    let scheduler = scheduler(state);
+    let control = CronControl {
+        stores: state.stores(),
+        config: snapshot.config(),
+        state: match scheduler {
+            Some(_) => SchedulerState::Running,
+            None => SchedulerState::Off,
+        },
+        scheduler,
+        run_host,
+    };
+    control
+        .execute(op)
+        .await
+        .map_err(|e| control_error(route, e))
+}
+
+/// The cron verbs of the control seam (`POST /admin/control`): the store's job and run as
+/// they are, and whether this daemon's scheduler fires them. The operator's `warren cron run`
+/// runs the job even with the scheduler off (`/api/cron/{name}/run` refuses it then, 409).
+pub(crate) async fn serve(
+    state: &AppState,
+    route: &str,
+    op: &CronOp,
+) -> Result<Json<Value>, ApiError> {
+    let reply = execute_with(state, route, op, Some(Arc::clone(state.host()))).await?;
+    serde_json::to_value(reply)
+        .map(Json)
+        .map_err(|e| ApiError::internal(route, e))
+}
+
+fn control_error(route: &str, e: CronControlError) -> ApiError {
+    match e {
+        CronControlError::Store(e) => cron_error(route, e),
+        CronControlError::Run(e) => run_error(route, e),
+        CronControlError::Spec { spec, .. } => ApiError::bad_field(route, spec.field, spec.message),
+        CronControlError::SchedulerOff => ApiError::new(
+            StatusCode::CONFLICT,
+            "scheduler_off",
+            format!("{route}: the cron scheduler is not running ([cron] enabled = false)"),
+        ),
+        other @ (CronControlError::Schedule(_) | CronControlError::Task(_)) => {
+            ApiError::internal(route, other)
+        }
     }
-    Ok(Json(json!({"removed": name})))
 }
 
 pub(crate) async fn job_runs(

@@ -12,6 +12,8 @@ pub mod auth;
 pub mod client;
 mod config_api;
 mod config_write;
+pub mod control;
+mod control_api;
 mod cron_api;
 pub mod dashboard;
 pub mod devices;

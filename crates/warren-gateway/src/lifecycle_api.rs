@@ -13,7 +13,7 @@ use serde_json::Value;
 use warren_admin::lifecycle::{ErrorKind, Lifecycle, LifecycleError, parse_alias};
 use warren_config::ConfigError;
 
-use warren_admin::control::AdminOp;
+use warren_admin::control::LifecycleOp;
 
 use crate::error::ApiError;
 use crate::json::StrictJson;
@@ -79,7 +79,7 @@ fn to_json(route: &str, v: &impl serde::Serialize) -> Result<Json<Value>, ApiErr
 /// After a mutation the running daemon reloads, so its agents, sessions and memory follow the
 /// new config at once (the old alias stops serving, the new one serves). A failed reload is a
 /// warning in the body: the operation itself is done and persisted.
-async fn reloaded(
+pub(crate) async fn reloaded(
     state: &AppState,
     route: &str,
     v: &impl serde::Serialize,
@@ -163,19 +163,27 @@ pub(crate) async fn restore(
     reloaded(&state, ROUTE, &report).await
 }
 
-/// The CLI's request when a daemon runs: the one typed admin verb
-/// ([`warren_admin::control::AdminOp`]), executed by the one executor
-/// ([`Lifecycle::execute`]) on this daemon's config owner and running generation.
+/// The lifecycle verbs of the control seam (`POST /admin/control`, and
+/// `POST /admin/agents/lifecycle`, which takes only these): the typed verb
+/// ([`LifecycleOp`]), executed by the one executor ([`Lifecycle::execute`]) on this daemon's
+/// config owner and running generation; a verb that changed the config reloads the daemon.
 pub(crate) async fn admin(
     State(state): State<AppState>,
-    StrictJson(op): StrictJson<AdminOp>,
+    StrictJson(op): StrictJson<LifecycleOp>,
 ) -> Result<Json<Value>, ApiError> {
-    const ROUTE: &str = "POST /admin/agents/lifecycle";
-    let lc = lifecycle(&state);
+    serve(&state, "POST /admin/agents/lifecycle", &op).await
+}
+
+pub(crate) async fn serve(
+    state: &AppState,
+    route: &str,
+    op: &LifecycleOp,
+) -> Result<Json<Value>, ApiError> {
+    let lc = lifecycle(state);
     if op.mutates() {
-        let report = fresh(&state, ROUTE, || lc.execute(&op)).await?;
-        reloaded(&state, ROUTE, &report).await
+        let report = fresh(state, route, || lc.execute(op)).await?;
+        reloaded(state, route, &report).await
     } else {
-        Ok(Json(lc.execute(&op).await.map_err(|e| map_err(ROUTE, e))?))
+        Ok(Json(lc.execute(op).await.map_err(|e| map_err(route, e))?))
     }
 }

@@ -141,6 +141,12 @@ fn body_schema(method: &str, path: &str) -> Value {
             &[],
             json!({"to": {"type": "integer", "minimum": 0, "description": "the version to restore; absent = the one before the current"}}),
         ),
+        ("POST", "/admin/control") => json!({
+            "type": "object",
+            "required": ["op"],
+            "properties": {"op": {"type": "string", "enum": crate::control::op_names()}},
+            "description": "one admin verb tagged by `op`; its other fields are the verb's",
+        }),
         ("PATCH", "/api/config") => json!({
             "type": "object",
             "minProperties": 1,

@@ -97,21 +97,42 @@ pub(crate) async fn admin_pair(
     StrictJson(request): StrictJson<OperatorPairRequest>,
 ) -> Result<Json<Value>, ApiError> {
     const ROUTE: &str = "POST /admin/pair";
-    let key_ok = headers
+    operator_pair(
+        &state,
+        ROUTE,
+        &request.device,
+        has_admin_key(&state, &headers),
+    )
+    .await
+}
+
+/// Whether the request presents the local admin key itself (not a bearer token).
+pub(crate) fn has_admin_key(state: &AppState, headers: &HeaderMap) -> bool {
+    headers
         .get(ADMIN_KEY_HEADER)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|key| pairing::ct_eq(key, &state.process().admin_key));
-    if !key_ok {
+        .is_some_and(|key| pairing::ct_eq(key, &state.process().admin_key))
+}
+
+/// Pairs the operator's `device` for a caller that presented the local admin key (`admin_key`):
+/// the one executor of `POST /admin/pair` and the control seam's `pair`.
+pub(crate) async fn operator_pair(
+    state: &AppState,
+    route: &'static str,
+    device: &str,
+    admin_key: bool,
+) -> Result<Json<Value>, ApiError> {
+    if !admin_key {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "admin_key_required",
             format!(
-                "{ROUTE}: needs the local admin key of data/gateway.json (run `warren pair --device NAME` as the operator); a bearer token does not pair devices here"
+                "{route}: needs the local admin key of data/gateway.json (run `warren pair --device NAME` as the operator); a bearer token does not pair devices here"
             ),
         ));
     }
-    let device = device_name(ROUTE, &request.device)?;
-    issue_token(&state, ROUTE, device).await
+    let device = device_name(route, device)?;
+    issue_token(state, route, device).await
 }
 
 /// The body of `POST /pair`.
@@ -161,11 +182,17 @@ pub(crate) async fn pair(
 }
 
 pub(crate) async fn admin_paircode(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    paircode(&state, "POST /admin/paircode")
+}
+
+/// A one-time pairing code: the one executor of `POST /admin/paircode` and the control seam's
+/// `pair_code`.
+pub(crate) fn paircode(state: &AppState, route: &str) -> Result<Json<Value>, ApiError> {
     let (code, ttl) = state
         .process()
         .pairing
         .issue_code()
-        .map_err(|e| ApiError::internal("POST /admin/paircode", e))?;
+        .map_err(|e| ApiError::internal(route, e))?;
     // Shown to the caller only: never logged (STATE-21).
     Ok(Json(
         json!({"code": code, "expires_in_secs": ttl.as_secs()}),

@@ -136,9 +136,17 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "POST",
+        path: "/admin/control",
+        access: Access::Admin,
+        summary: "The CLI's admin verbs while a daemon runs: one typed verb tagged by `op` (agents add/rename/delete/delete_plan/restore/resume; cron_add/remove/pause/resume/run; sop_run/decide/cancel; reload, pair_code, pair (local admin key only), token_revoke)",
+        request: Some(r#"{"op": "cron_pause", "name": "nightly"}"#),
+        handler: || post(crate::control_api::admin),
+    },
+    Route {
+        method: "POST",
         path: "/admin/agents/lifecycle",
         access: Access::Admin,
-        summary: "The CLI's agent rename/delete/restore while a daemon runs",
+        summary: "An agent lifecycle verb (add/rename/delete/delete_plan/restore/resume), as on POST /admin/control",
         request: Some(r#"{"op": "rename", "alias": "old", "to": "new"}"#),
         handler: || post(crate::lifecycle_api::admin),
     },

@@ -1,8 +1,9 @@
 //! SOPs over HTTP (STATE-10): `GET /api/sops`, `GET /api/sops/{name}`,
 //! `POST /api/sops/{name}/run`, `POST /api/sops/{name}/webhook` (the webhook trigger),
 //! `GET /api/sops/{name}/runs`, `GET /api/sops/runs/{id}`,
-//! `POST /api/sops/runs/{id}/approve|deny|cancel`, and `POST /admin/sops/{name}/run` (the
-//! CLI's `warren sop run` while a daemon runs).
+//! `POST /api/sops/runs/{id}/approve|deny|cancel`, and the SOP verbs of the control seam
+//! ([`serve`]: `POST /admin/control`, and the older `POST /admin/sops/{name}/run` and
+//! `POST /admin/sops/runs/{id}/action`).
 //!
 //! Runs start through the generation's engine ([`warren_jobs::sop::Engine::start_run`]), the
 //! one start path of every trigger. Reads never create `data/sop/runs.db`.
@@ -17,6 +18,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use warren_config::schema::sop::TriggerKind;
+use warren_jobs::sop::control::{Await, SopOp};
 use warren_jobs::sop::{Engine, SopError, defs};
 use warren_store::sop::{SopStore, SopStoreError};
 
@@ -203,7 +205,32 @@ pub(crate) async fn admin_run(
     const ROUTE: &str = "POST /admin/sops/{name}/run";
     let body = body_object(ROUTE, &body)?;
     let input = body.get("input").cloned().unwrap_or_else(|| json!({}));
-    start(&state, ROUTE, &name, "manual", input).await
+    serve(&state, ROUTE, &SopOp::SopRun { name, input }).await
+}
+
+/// The SOP verbs of the control seam (`POST /admin/control` and the older `/admin/sops/...`
+/// routes): executed by the one executor ([`Engine::run_op`]) on this daemon's engine, which
+/// owns a started run (202; the answer does not wait for it).
+pub(crate) async fn serve(
+    state: &AppState,
+    route: &'static str,
+    op: &SopOp,
+) -> Result<Response, ApiError> {
+    if let SopOp::SopRun { input, .. } = op
+        && !input.is_object()
+    {
+        return Err(ApiError::bad_field(route, "input", "must be a JSON object"));
+    }
+    let engine = engine(state, route)?;
+    let body = engine
+        .run_op(op, Await::Detach)
+        .await
+        .map_err(|e| sop_error(route, e))?;
+    let status = match op {
+        SopOp::SopRun { .. } => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    };
+    Ok((status, Json(body)).into_response())
 }
 
 /// The webhook trigger: only an SOP whose trigger is `webhook` starts this way; the JSON body
@@ -308,35 +335,30 @@ pub(crate) async fn admin_action(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     const ROUTE: &str = "POST /admin/sops/runs/{id}/action";
     let a: AdminAction = crate::json::parse(ROUTE, &body)?;
-    let engine = engine(&state, ROUTE)?;
-    match (a.step, a.approved) {
-        (Some(step), Some(approved)) => {
-            engine
-                .decide(&id, &step, approved, &a.who, a.reason)
-                .await
-                .map_err(|e| sop_error(ROUTE, e))?;
-            Ok(Json(json!({"run": id, "step": step,
-                           "decision": if approved { "approved" } else { "denied" }})))
+    let op = match (a.step, a.approved) {
+        (Some(step), Some(approved)) => SopOp::SopDecide {
+            run: id,
+            step,
+            approved,
+            reason: a.reason,
+            who: a.who,
+        },
+        (None, None) => SopOp::SopCancel {
+            run: id,
+            who: a.who,
+        },
+        _ => {
+            return Err(ApiError::bad_field(
+                ROUTE,
+                "approved",
+                "a decision names both step and approved; a cancel names neither",
+            ));
         }
-        (None, None) => {
-            let run = engine
-                .cancel(&id, &a.who)
-                .await
-                .map_err(|e| sop_error(ROUTE, e))?;
-            Ok(Json(
-                json!({"run": run.id, "sop": run.sop, "owner_pid": run.owner_pid,
-                           "cancel_requested": true}),
-            ))
-        }
-        _ => Err(ApiError::bad_field(
-            ROUTE,
-            "approved",
-            "a decision names both step and approved; a cancel names neither",
-        )),
-    }
+    };
+    serve(&state, ROUTE, &op).await
 }
 
 /// Request bodies in the OpenAPI document.

@@ -71,52 +71,65 @@ pub(crate) async fn device_delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    const ROUTE: &str = "DELETE /api/devices/{id}";
+    revoke(&state, "DELETE /api/devices/{id}", id)
+        .await
+        .map(Json)
+}
+
+/// Revokes the device whose id starts with `id` (persisted before the answer): the one
+/// executor of `DELETE /api/devices/{id}` and the control seam's `token_revoke`.
+pub(crate) async fn revoke(state: &AppState, route: &str, id: String) -> Result<Value, ApiError> {
     let store = state.store().clone();
     let devices = state.process().devices.clone().ok();
     let revoked =
         tokio::task::spawn_blocking(move || tokens::revoke_blocking(&store, devices.as_ref(), &id))
             .await
-            .map_err(|e| ApiError::internal(ROUTE, e))?;
+            .map_err(|e| ApiError::internal(route, e))?;
     match revoked {
         Ok(hash) => {
             tracing::info!(device = device_id(&hash), "device revoked");
-            Ok(Json(json!({"revoked": device_id(&hash)})))
+            Ok(json!({"revoked": device_id(&hash)}))
         }
-        Err(tokens::RevokeError::Config(e)) => Err(ApiError::from_config(ROUTE, &e)),
+        Err(tokens::RevokeError::Config(e)) => Err(ApiError::from_config(route, &e)),
         Err(e @ tokens::RevokeError::NotFound(_)) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            format!("{ROUTE}: {e}"),
+            format!("{route}: {e}"),
         )),
         Err(e @ tokens::RevokeError::Ambiguous(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "ambiguous_id",
-            format!("{ROUTE}: {e}"),
+            format!("{route}: {e}"),
         )),
         Err(e @ tokens::RevokeError::TooShort(_)) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "id_too_short",
-            format!("{ROUTE}: {e}"),
+            format!("{route}: {e}"),
         )),
     }
 }
 
 pub(crate) async fn admin_reload(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    reload(&state, "POST /admin/reload").await.map(Json)
+}
+
+/// Re-reads config.toml and rebuilds every subsystem: the one executor of `POST /admin/reload`
+/// and the control seam's `reload`.
+pub(crate) async fn reload(state: &AppState, route: &str) -> Result<Value, ApiError> {
     let Some(reload) = &state.0.reload else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_daemon",
-            "POST /admin/reload: this gateway runs without a daemon loop",
+            format!("{route}: this gateway runs without a daemon loop"),
         ));
     };
     match reload.request().await {
-        Ok(generation) => Ok(Json(json!({"reloaded": true, "generation": generation}))),
+        Ok(generation) => Ok(json!({"reloaded": true, "generation": generation})),
         Err(message) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_config",
             format!(
-                "POST /admin/reload: {message}; the running generation {} keeps serving",
+                "{route}: {message}; the running generation {} keeps serving",
                 state.0.generation
             ),
         )),

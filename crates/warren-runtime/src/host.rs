@@ -56,6 +56,16 @@ impl ProcessServices {
             stores: Arc::new(Stores::new(root, config)),
         })
     }
+
+    /// A fresh receipt key and no pending approvals, on the process's `stores` (a CLI process
+    /// opens its stores once and hands them to every run it starts).
+    pub fn with_stores(stores: Arc<Stores>) -> Result<Self, getrandom::Error> {
+        Ok(Self {
+            approvals: Arc::new(PendingApprovals::new()),
+            receipts: Arc::new(ReceiptKey::generate()?),
+            stores,
+        })
+    }
 }
 
 /// The door builds each generation's [`Services`] from the process's.
@@ -208,6 +218,17 @@ impl AgentHost {
         snapshot: Arc<Snapshot>,
     ) -> Result<Self, getrandom::Error> {
         let process = Arc::new(ProcessServices::new(root, snapshot.config())?);
+        Ok(Self::build(root, snapshot, process, false))
+    }
+
+    /// [`Self::for_process`] on the process's one `stores` (`warren cron run`, `warren sop
+    /// run` without a daemon): no second handle on the control plane, cron or SOP stores.
+    pub fn for_process_with(
+        root: &InstallRoot,
+        snapshot: Arc<Snapshot>,
+        stores: Arc<Stores>,
+    ) -> Result<Self, getrandom::Error> {
+        let process = Arc::new(ProcessServices::with_stores(stores)?);
         Ok(Self::build(root, snapshot, process, false))
     }
 

@@ -190,9 +190,14 @@ impl Lifecycle {
         self.store.root()
     }
 
+    /// The config owner the verbs write through.
+    pub(crate) fn config(&self) -> &ConfigStore {
+        &self.store
+    }
+
     /// Runs a blocking lifecycle step off the async workers, after sweeping the temp files
     /// killed runs left.
-    async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Lifecycle, tokio::runtime::Handle) -> T + Send + 'static,
     ) -> Result<T, LifecycleError> {

@@ -69,8 +69,12 @@ pub fn run(root: &InstallRoot, args: AgentArgs, json: bool) -> anyhow::Result<Ex
     let export = runtime.block_on(async { warren_runtime::telemetry::start_for_process(config) });
     let agent = runtime.block_on(async {
         let host = Arc::new(
-            AgentHost::for_process(root, Arc::clone(&snapshot))
-                .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
+            AgentHost::for_process_with(
+                root,
+                Arc::clone(&snapshot),
+                Arc::clone(super::stores(root)),
+            )
+            .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
         );
         // The agent and the sessions are made ready before the first turn, so a broken agent
         // or session store fails the command at once (the REPL does not start).

@@ -3,11 +3,10 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
-use warren_admin::control::{AdminOp, Control, LocalControl, LocalControlError};
 use warren_admin::lifecycle::parse_alias;
 use warren_config::{ConfigStore, InstallRoot};
 use warren_core::AgentAlias;
-use warren_gateway::client::{DaemonControl, DaemonControlError};
+use warren_gateway::control::{AdminOp, LifecycleOp};
 
 use crate::cli::AgentsCommand;
 
@@ -17,7 +16,7 @@ pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result
         AgentsCommand::Rename { old, new } => lifecycle(
             root,
             json,
-            AdminOp::Rename {
+            LifecycleOp::Rename {
                 alias: parse_alias(&old)?,
                 to: parse_alias(&new)?,
             },
@@ -29,63 +28,39 @@ pub fn run(root: &InstallRoot, cmd: AgentsCommand, json: bool) -> anyhow::Result
         } => {
             let typed = parse_alias(&alias)?;
             if dry_run || !yes {
-                let code = lifecycle(root, json, AdminOp::DeletePlan { alias: typed })?;
+                let code = lifecycle(root, json, LifecycleOp::DeletePlan { alias: typed })?;
                 if !dry_run && !json {
                     println!("No changes made. Re-run with --yes to delete '{alias}'.");
                 }
                 return Ok(code);
             }
-            lifecycle(root, json, AdminOp::Delete { alias: typed })
+            lifecycle(root, json, LifecycleOp::Delete { alias: typed })
         }
         AgentsCommand::Restore { archive, as_alias } => lifecycle(
             root,
             json,
-            AdminOp::Restore {
+            LifecycleOp::Restore {
                 archive,
                 as_alias: as_alias.as_deref().map(parse_alias).transpose()?,
             },
         ),
-        AgentsCommand::Resume => lifecycle(root, json, AdminOp::Resume),
+        AgentsCommand::Resume => lifecycle(root, json, LifecycleOp::Resume {}),
+        // A running daemon adds it through its config owner and serves it at once (issue 15 §3).
         AgentsCommand::Add {
             alias,
             provider,
             model,
             risk_profile,
-        } => {
-            let alias = AgentAlias::new(alias)?;
-            let store = ConfigStore::load(root.clone())?;
-            let mut fields = Vec::new();
-            for (key, value) in [
-                ("provider", &provider),
-                ("model", &model),
-                ("risk_profile", &risk_profile),
-            ] {
-                if let Some(v) = value {
-                    fields.push((key, v.as_str()));
-                }
-            }
-            let mut txn = store.write_blocking()?;
-            txn.add_agent(&alias, &fields)?;
-            let outcome = txn.commit()?;
-            for warning in &outcome.warnings {
-                eprintln!("warning: {warning}");
-            }
-            // A running daemon serves the new agent at once (issue 15 §3).
-            if let Some(note) = super::config::reload_running_daemon(root) {
-                eprintln!("{note}");
-            }
-            if json {
-                super::print_json(&serde_json::json!({
-                    "alias": alias, "workspace": root.agent_workspace(&alias), "config_generation": outcome.generation,
-                }))?;
-            } else {
-                println!(
-                    "added agent '{alias}' (workspace {} is created when it first starts)",
-                    root.agent_workspace(&alias).display()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => lifecycle(
+            root,
+            json,
+            LifecycleOp::Add {
+                alias: AgentAlias::new(alias)?,
+                provider,
+                model,
+                risk_profile,
+            },
+        ),
     }
 }
 
@@ -150,30 +125,16 @@ fn list(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a lifecycle verb: through the running daemon when there is one (it owns the root),
-/// else here, holding the install-root lock so no daemon starts meanwhile (LIFE-1, LAYOUT-4).
-/// Either way the verb is the one typed [`AdminOp`] and its one executor runs it.
-fn lifecycle(root: &InstallRoot, json: bool, request: AdminOp) -> anyhow::Result<ExitCode> {
+/// Runs a lifecycle verb through the control seam: the running daemon when there is one (it
+/// owns the root), else here, holding the install-root lock so no daemon starts meanwhile
+/// (LIFE-1, LAYOUT-4). Either way the verb is the one typed [`LifecycleOp`] and its one
+/// executor runs it.
+fn lifecycle(root: &InstallRoot, json: bool, request: LifecycleOp) -> anyhow::Result<ExitCode> {
     let op = request.name();
-    let (ok, body) = match warren_runtime::probe(root)? {
-        warren_runtime::DaemonStatus::Running { .. } => {
-            match DaemonControl::new(root).run(&request) {
-                Ok(body) => (true, body),
-                Err(DaemonControlError::Refused { body, .. }) => (false, body),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        warren_runtime::DaemonStatus::NotRunning => match LocalControl::new(root).run(&request) {
-            Ok(body) => (true, body),
-            Err(LocalControlError::Lifecycle(e)) => (
-                false,
-                serde_json::json!({
-                    "error": warren_gateway::lifecycle_api::status_and_code(&e).1,
-                    "message": e.to_string(),
-                }),
-            ),
-            Err(e) => return Err(e.into()),
-        },
+    let answer = super::control(root, &AdminOp::Lifecycle(request))?;
+    let (ok, body) = match answer.body {
+        Ok(body) => (true, body),
+        Err(body) => (false, body),
     };
     if !ok {
         let message = body["message"].as_str().unwrap_or("request failed");
@@ -186,6 +147,11 @@ fn lifecycle(root: &InstallRoot, json: bool, request: AdminOp) -> anyhow::Result
         super::print_json(&body)?;
     } else {
         print_human(op, &body);
+    }
+    if op == "add"
+        && let Some(generation) = body["reloaded_generation"].as_u64()
+    {
+        eprintln!("the running daemon reloaded (generation {generation})");
     }
     let converged = match &body {
         serde_json::Value::Array(reports) => reports.iter().all(|r| r["converged"] != false),
@@ -244,6 +210,11 @@ fn print_human(op: &str, body: &serde_json::Value) {
                 counts.join(" · ")
             ),
             "delete" => println!("{}", delete_line(r, &counts)),
+            "add" => println!(
+                "added agent '{}' (workspace {} is created when it first starts)",
+                s(&r["alias"]),
+                s(&r["workspace"])
+            ),
             other => println!(
                 "{other} of agent '{}': {}",
                 s(&r["alias"]),

@@ -182,10 +182,12 @@ fn set(
     Ok(ExitCode::SUCCESS)
 }
 
-/// A daemon running on `root` loads the file just written at once (issue 15 §3): asked over
-/// its admin route, it reloads (and rebuilds its subsystems) in place. What happened, for
-/// stderr; `None` when no daemon runs.
+/// A daemon running on `root` loads the file just written at once (issue 15 §3): asked
+/// through the control seam (`reload`), it reloads (and rebuilds its subsystems) in place.
+/// What happened, for stderr; `None` when no daemon runs.
 pub(super) fn reload_running_daemon(root: &InstallRoot) -> Option<String> {
+    use warren_gateway::client::{DaemonControl, DaemonControlError};
+    use warren_gateway::control::{AdminOp, Control, SystemOp};
     if !matches!(
         warren_runtime::probe(root),
         Ok(warren_runtime::DaemonStatus::Running { .. })
@@ -193,12 +195,12 @@ pub(super) fn reload_running_daemon(root: &InstallRoot) -> Option<String> {
         return None;
     }
     Some(
-        match warren_gateway::client::admin_call(root, "POST", "/admin/reload") {
-            Ok((200, body)) => format!(
+        match DaemonControl::new(root).run(&AdminOp::System(SystemOp::Reload {})) {
+            Ok(body) => format!(
                 "the running daemon reloaded (generation {})",
                 body["generation"]
             ),
-            Ok((_, body)) => format!(
+            Err(DaemonControlError::Refused { body, .. }) => format!(
                 "the running daemon did not reload: {}",
                 body["message"].as_str().unwrap_or("no reason given")
             ),

@@ -1,22 +1,24 @@
 //! `warren cron add|list|show|run|pause|resume|remove|runs` (STATE-9).
 //!
-//! The CLI writes `data/cron/jobs.db` itself (the same store routines the daemon uses) and then
-//! nudges a running daemon (`POST /admin/cron/wake`) so its scheduler re-reads the store; with
-//! no daemon running, adding or resuming a job says so ("stored; it runs when `warren daemon`
-//! is running") — never "scheduled". `warren cron run NAME` runs the job in this process under
-//! the same lock row as scheduled runs (a run already holding it refuses, naming it). Read
-//! commands never create the store.
+//! The changes (add, remove, pause, resume, run) are verbs of the control seam
+//! ([`super::control`]): a running daemon executes them on its scheduler, which re-reads the
+//! store at once; with no daemon this process executes them on its own stores, and adding or
+//! resuming a job says so ("stored; it runs when `warren daemon` is running") — never
+//! "scheduled". `warren cron run NAME` runs the job under the same lock row as scheduled runs
+//! (a run already holding it refuses, naming it), in the daemon or, with none, in this process.
+//! Read commands never create the store.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use serde_json::json;
-use warren_config::{ConfigStore, InstallRoot};
-use warren_jobs::cron::{JobSpec, Scheduler, schedule_of};
-use warren_runtime::{AgentHost, DaemonStatus};
-use warren_store::cron::{CronStore, Job, Run, now_ms};
+use warren_config::InstallRoot;
+use warren_gateway::control::{AdminOp, CronOp, CronReply, SchedulerState};
+use warren_jobs::cron::JobSpec;
+use warren_runtime::DaemonStatus;
+use warren_store::cron::{CronStore, Job, Run};
 
+use super::Ran;
 use crate::cli::CronCommand;
 
 pub fn run(root: &InstallRoot, cmd: CronCommand, json: bool) -> anyhow::Result<ExitCode> {
@@ -57,14 +59,10 @@ pub fn run(root: &InstallRoot, cmd: CronCommand, json: bool) -> anyhow::Result<E
         CronCommand::List => list(root, json),
         CronCommand::Show { name } => show(root, &name, json),
         CronCommand::Run { name } => run_now(root, &name, json),
-        CronCommand::Pause { name } => set_enabled(root, &name, false, json),
-        CronCommand::Resume { name } => set_enabled(root, &name, true, json),
+        CronCommand::Pause { name } => set_enabled(root, CronOp::CronPause { name }, json),
+        CronCommand::Resume { name } => set_enabled(root, CronOp::CronResume { name }, json),
         CronCommand::Remove { name } => {
-            if !root.cron_db().exists() {
-                anyhow::bail!(warren_store::cron::CronError::NotFound(name));
-            }
-            super::stores(root).cron()?.remove(&name)?;
-            nudge(root);
+            control(root, CronOp::CronRemove { name: name.clone() })?;
             println!("removed cron job '{name}' and its run history");
             Ok(ExitCode::SUCCESS)
         }
@@ -80,7 +78,7 @@ fn daemon_pid(root: &InstallRoot) -> Option<Option<u32>> {
     }
 }
 
-/// What a running daemon said when told to re-read the store.
+/// Who fires the stored jobs, as the verb's executor saw it.
 enum Daemon {
     /// No daemon runs on this root.
     None,
@@ -88,31 +86,25 @@ enum Daemon {
     Scheduling(Option<u32>),
     /// It runs with `[cron] enabled = false`: nothing fires (pid).
     SchedulerOff(Option<u32>),
-    /// It runs but did not answer (pid).
-    Unreached(Option<u32>),
 }
 
-/// Tells a running daemon's scheduler to re-read the store.
-fn nudge(root: &InstallRoot) -> Daemon {
-    let Some(pid) = daemon_pid(root) else {
-        return Daemon::None;
+/// Runs a cron verb through the control seam: the daemon's scheduler or this process.
+fn control(root: &InstallRoot, op: CronOp) -> anyhow::Result<(Daemon, CronReply)> {
+    let (ran, body) = super::run_op(root, &AdminOp::Cron(op))?;
+    let reply: CronReply = serde_json::from_value(body)?;
+    let daemon = match (ran, reply.scheduler) {
+        (Ran::Daemon(pid), SchedulerState::Running) => Daemon::Scheduling(pid),
+        (Ran::Daemon(pid), _) => Daemon::SchedulerOff(pid),
+        (Ran::Here, _) => Daemon::None,
     };
-    match warren_gateway::client::admin_call(root, "POST", "/admin/cron/wake") {
-        Ok((200, answer)) if answer["scheduler"] == "running" => Daemon::Scheduling(pid),
-        Ok((200, answer)) if answer["scheduler"] == "off" => Daemon::SchedulerOff(pid),
-        Ok((status, answer)) => {
-            eprintln!(
-                "warning: the running daemon was not told about the change (HTTP {status}: {answer}); it picks it up at its next reload"
-            );
-            Daemon::Unreached(pid)
-        }
-        Err(e) => {
-            eprintln!(
-                "warning: the running daemon was not told about the change ({e}); it picks it up at its next reload"
-            );
-            Daemon::Unreached(pid)
-        }
-    }
+    Ok((daemon, reply))
+}
+
+/// The job a verb answered with.
+fn job_of(reply: CronReply) -> anyhow::Result<Job> {
+    reply
+        .job
+        .ok_or_else(|| anyhow::anyhow!("the cron verb answered without the job"))
 }
 
 /// What a stored job will do, honestly: scheduled by a running daemon's scheduler, or only
@@ -131,10 +123,6 @@ fn where_it_runs(daemon: &Daemon, job: &Job) -> String {
             "stored; the running daemon (pid {}) has its scheduler off ([cron] enabled = false), so it does not run (next fire time {next})",
             pid(p)
         ),
-        Daemon::Unreached(p) => format!(
-            "stored; the running daemon (pid {}) was not reached: it runs once the daemon reloads (next fire time {next})",
-            pid(p)
-        ),
         Daemon::None => {
             format!("stored; it runs when `warren daemon` is running (next fire time {next})")
         }
@@ -142,13 +130,14 @@ fn where_it_runs(daemon: &Daemon, job: &Job) -> String {
 }
 
 fn add(root: &InstallRoot, spec: JobSpec, json: bool) -> anyhow::Result<ExitCode> {
-    let config = ConfigStore::load(root.clone())?;
-    let name = spec.name.clone();
-    let job = spec
-        .into_job(config.snapshot().config(), "runtime")
-        .with_context(|| format!("cron job '{name}' not added"))?;
-    super::stores(root).cron()?.insert(&job)?;
-    let status = where_it_runs(&nudge(root), &job);
+    let (daemon, reply) = control(
+        root,
+        CronOp::CronAdd {
+            job: Box::new(spec),
+        },
+    )?;
+    let job = job_of(reply)?;
+    let status = where_it_runs(&daemon, &job);
     if json {
         super::print_json(&json!({"job": job, "status": status}))?;
     } else {
@@ -309,28 +298,10 @@ fn runs(root: &InstallRoot, name: &str, limit: u32, json: bool) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-fn set_enabled(
-    root: &InstallRoot,
-    name: &str,
-    enabled: bool,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    // A job that is not there creates no store.
-    if !root.cron_db().exists() {
-        anyhow::bail!(warren_store::cron::CronError::NotFound(name.into()));
-    }
-    let store = super::stores(root).cron()?;
-    let job = store
-        .get(name)?
-        .ok_or_else(|| warren_store::cron::CronError::NotFound(name.into()))?;
-    let next = if enabled {
-        schedule_of(&job)?.next_after(now_ms())
-    } else {
-        None
-    };
-    let reason = (!enabled).then_some("paused by the operator");
-    let job = store.set_enabled(name, enabled, reason, next)?;
-    let daemon = nudge(root);
+fn set_enabled(root: &InstallRoot, op: CronOp, json: bool) -> anyhow::Result<ExitCode> {
+    let enabled = matches!(op, CronOp::CronResume { .. });
+    let (daemon, reply) = control(root, op)?;
+    let job = job_of(reply)?;
     let status = if enabled {
         where_it_runs(&daemon, &job)
     } else {
@@ -339,46 +310,23 @@ fn set_enabled(
     if json {
         super::print_json(&json!({"job": job, "status": status}))?;
     } else {
-        println!("cron job '{name}': {status}");
+        println!("cron job '{}': {status}", job.name);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs the job now in this process, under the job's lock row (the daemon's scheduled runs
-/// and this one can never overlap).
+/// Runs the job now — in the running daemon, else in this process on its own stores — under
+/// the job's lock row (scheduled runs and this one can never overlap).
 fn run_now(root: &InstallRoot, name: &str, json: bool) -> anyhow::Result<ExitCode> {
-    // A job that is not there creates no store (the scheduler below opens them for writing).
-    let known = match open_read(root)? {
-        Some(store) => store.get(name)?.is_some(),
-        None => false,
-    };
-    if !known {
-        anyhow::bail!(warren_store::cron::CronError::NotFound(name.into()));
-    }
-    let store = ConfigStore::load(root.clone())?;
-    let snapshot = store.snapshot();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let run = runtime.block_on(async {
-        let host = Arc::new(
-            AgentHost::for_process(root, Arc::clone(&snapshot))
-                .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
-        );
-        let scheduler = Scheduler::open(root, host)?;
-        // The job lock this process takes must beat, or a daemon that cannot judge us (in
-        // another container) takes it once the heartbeat set at the claim goes stale.
-        warren_runtime::heartbeat::keep_beating(
-            root.control_plane_db(),
-            Some(root.cron_db()),
-            false,
-            warren_store::control_plane::HEARTBEAT,
-        );
-        anyhow::Ok(scheduler.run_now(name).await?)
-    })?;
-    nudge(root);
+    let (_, reply) = control(
+        root,
+        CronOp::CronRun {
+            name: name.to_string(),
+        },
+    )?;
+    let run = reply
+        .run
+        .ok_or_else(|| anyhow::anyhow!("the cron verb answered without the run"))?;
     if json {
         super::print_json(&serde_json::to_value(&run)?)?;
     } else {

@@ -1,25 +1,34 @@
 //! `warren pair [--device NAME]` and `warren tokens list|revoke` (STATE-15, STATE-16, STATE-21).
+//! Pairing and revoking are verbs of the control seam ([`super::control`]): pairing needs the
+//! running daemon (it holds the pending code and issues tokens); a revoke runs in the daemon,
+//! which reloads so the token stops working at once, or, with none, here.
 
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use warren_config::InstallRoot;
-use warren_gateway::client::admin_call;
+use warren_gateway::control::{AdminOp, SystemOp};
 use warren_gateway::devices::Devices;
 use warren_gateway::pairing::device_id;
 use warren_gateway::tokens;
 
+use super::Ran;
 use crate::cli::TokensCommand;
+
+/// A pairing verb: the daemon's answer, or why it refused.
+fn pairing(root: &InstallRoot, op: SystemOp, what: &str) -> anyhow::Result<serde_json::Value> {
+    let answer = super::control(root, &AdminOp::System(op))?;
+    answer.body.or_else(|body| {
+        bail!(
+            "the gateway refused to {what}: {}",
+            body["message"].as_str().unwrap_or("no reason given")
+        )
+    })
+}
 
 /// Asks the running daemon for a code and prints it here (the only place it is ever shown).
 pub fn pair(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
-    let (status, body) = admin_call(root, "POST", "/admin/paircode")?;
-    if status != 200 {
-        bail!(
-            "the gateway refused to issue a pairing code ({status}): {}",
-            body["message"].as_str().unwrap_or("no reason given")
-        );
-    }
+    let body = pairing(root, SystemOp::PairCode {}, "issue a pairing code")?;
     let code = body["code"].as_str().context("the gateway sent no code")?;
     let secs = body["expires_in_secs"].as_u64().unwrap_or(0);
     let addr = warren_gateway::read_endpoint(root).map(|e| e.addr.to_string());
@@ -45,15 +54,10 @@ pub fn pair(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
 /// local process flooding `POST /pair` cannot lock the operator out) and prints its token here
 /// (the only place it is ever shown).
 pub fn pair_device(root: &InstallRoot, device: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let body = serde_json::json!({ "device": device });
-    let (status, answer) =
-        warren_gateway::client::admin_call_json(root, "POST", "/admin/pair", Some(&body))?;
-    if status != 200 {
-        bail!(
-            "the gateway refused to pair '{device}' ({status}): {}",
-            answer["message"].as_str().unwrap_or("no reason given")
-        );
-    }
+    let op = SystemOp::Pair {
+        device: device.to_string(),
+    };
+    let answer = pairing(root, op, &format!("pair '{device}'"))?;
     let token = answer["token"]
         .as_str()
         .context("the gateway sent no token")?;
@@ -71,7 +75,7 @@ pub fn pair_device(root: &InstallRoot, device: &str, json: bool) -> anyhow::Resu
 pub fn tokens(root: &InstallRoot, cmd: TokensCommand, json: bool) -> anyhow::Result<ExitCode> {
     let store = super::load_checked(root)?;
     // A read never creates the registry: without one, every token is listed unnamed.
-    let devices = if root.devices_db().exists() || matches!(cmd, TokensCommand::Revoke { .. }) {
+    let devices = if root.devices_db().exists() && matches!(cmd, TokensCommand::List) {
         Some(Devices::open(&root.devices_db())?)
     } else {
         None
@@ -109,24 +113,21 @@ pub fn tokens(root: &InstallRoot, cmd: TokensCommand, json: bool) -> anyhow::Res
             }
         }
         TokensCommand::Revoke { id } => {
-            let hash = tokens::revoke_blocking(&store, devices.as_ref(), &id)?;
-            let reloaded = match warren_runtime::probe(root)? {
-                warren_runtime::DaemonStatus::Running { .. } => {
-                    match admin_call(root, "POST", "/admin/reload") {
-                        Ok((200, _)) => "the running daemon reloaded: the token no longer works",
-                        _ => {
-                            "could not reach the running daemon: the token works until it reloads (SIGHUP)"
-                        }
-                    }
+            let (ran, body) = super::run_op(root, &AdminOp::System(SystemOp::TokenRevoke { id }))?;
+            let note = match ran {
+                Ran::Daemon(_) if body["reloaded_generation"].is_u64() => {
+                    "the running daemon reloaded: the token no longer works"
                 }
-                warren_runtime::DaemonStatus::NotRunning => "no daemon runs",
+                Ran::Daemon(_) => {
+                    "the running daemon did not reload: the token works until it reloads (SIGHUP)"
+                }
+                Ran::Here => "no daemon runs",
             };
+            let revoked = body["revoked"].as_str().unwrap_or_default();
             if json {
-                super::print_json(
-                    &serde_json::json!({"revoked": device_id(&hash), "note": reloaded}),
-                )?;
+                super::print_json(&serde_json::json!({"revoked": revoked, "note": note}))?;
             } else {
-                println!("revoked {} ({reloaded})", device_id(&hash));
+                println!("revoked {revoked} ({note})");
             }
         }
     }

@@ -171,10 +171,83 @@ pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
 }
 
 /// The store handles of this CLI process (control plane, cron, SOP runs): opened at their first
-/// use, once per process, like the daemon's (`warren_runtime::stores::Stores`).
-pub(crate) fn stores(root: &InstallRoot) -> &'static warren_runtime::stores::Stores {
-    static STORES: std::sync::OnceLock<warren_runtime::stores::Stores> = std::sync::OnceLock::new();
+/// use, once per process, like the daemon's (`warren_runtime::stores::Stores`). A run this
+/// process starts (`warren cron run`, `warren sop run` with no daemon) borrows them too.
+pub(crate) fn stores(
+    root: &InstallRoot,
+) -> &'static std::sync::Arc<warren_runtime::stores::Stores> {
+    static STORES: std::sync::OnceLock<std::sync::Arc<warren_runtime::stores::Stores>> =
+        std::sync::OnceLock::new();
     STORES.get_or_init(|| {
-        warren_runtime::stores::Stores::new(root, &warren_config::Config::default())
+        std::sync::Arc::new(warren_runtime::stores::Stores::new(
+            root,
+            &warren_config::Config::default(),
+        ))
     })
+}
+
+/// Who ran an admin verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// The daemon owning the root (its pid).
+    Daemon(Option<u32>),
+    /// This process: no daemon runs.
+    Here,
+}
+
+/// An admin verb's answer: its report, or the refusal `{"error": CODE, "message": TEXT}`.
+pub(crate) struct Answer {
+    pub ran: Ran,
+    pub body: Result<serde_json::Value, serde_json::Value>,
+}
+
+/// THE way the CLI runs an admin verb (issue 34 §3): one typed [`AdminOp`], run by the daemon
+/// when one owns the root ([`DaemonControl`]: `POST /admin/control`), else here
+/// ([`LocalControl`], on this process's one `Stores`). A refusal comes back as its body; a
+/// verb that could not be asked is an error.
+///
+/// [`AdminOp`]: warren_gateway::control::AdminOp
+/// [`DaemonControl`]: warren_gateway::client::DaemonControl
+/// [`LocalControl`]: warren_gateway::control::LocalControl
+pub(crate) fn control(
+    root: &InstallRoot,
+    op: &warren_gateway::control::AdminOp,
+) -> anyhow::Result<Answer> {
+    use warren_gateway::client::{DaemonControl, DaemonControlError};
+    use warren_gateway::control::{Control, LocalControl, LocalControlError};
+    let refusal =
+        |code: &str, message: String| serde_json::json!({"error": code, "message": message});
+    Ok(match warren_runtime::probe(root)? {
+        warren_runtime::DaemonStatus::Running { pid, .. } => Answer {
+            ran: Ran::Daemon(pid),
+            body: match DaemonControl::new(root).run(op) {
+                Ok(body) => Ok(body),
+                Err(DaemonControlError::Refused { body, .. }) => Err(body),
+                Err(e) => return Err(e.into()),
+            },
+        },
+        warren_runtime::DaemonStatus::NotRunning => Answer {
+            ran: Ran::Here,
+            body: match LocalControl::new(root, std::sync::Arc::clone(stores(root))).run(op) {
+                Ok(body) => Ok(body),
+                Err(LocalControlError::Lifecycle(e)) => Err(refusal(
+                    warren_gateway::lifecycle_api::status_and_code(&e).1,
+                    e.to_string(),
+                )),
+                Err(e) => return Err(e.into()),
+            },
+        },
+    })
+}
+
+/// [`control`] for a verb whose refusal is just an error (its message).
+pub(crate) fn run_op(
+    root: &InstallRoot,
+    op: &warren_gateway::control::AdminOp,
+) -> anyhow::Result<(Ran, serde_json::Value)> {
+    let answer = control(root, op)?;
+    match answer.body {
+        Ok(body) => Ok((answer.ran, body)),
+        Err(body) => anyhow::bail!("{}", body["message"].as_str().unwrap_or("request failed")),
+    }
 }

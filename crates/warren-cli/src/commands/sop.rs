@@ -1,10 +1,11 @@
 //! `warren sop list|show|validate|run|runs|approve|deny|cancel` (STATE-10).
 //!
 //! Definitions are files (`<install>/shared/sops/<name>.toml`); runs live in
-//! `data/sop/runs.db`. `warren sop run` asks the running daemon to start the run (its engine
+//! `data/sop/runs.db`. Run, approve, deny and cancel are verbs of the control seam
+//! ([`super::control`]): `warren sop run` asks the running daemon to start the run (its engine
 //! owns it: restores it after a crash, serves its approval gate); with no daemon the run goes
-//! in this process to its end (an approval gate waits for `warren sop approve` from another
-//! shell). Approve, deny and cancel write the decision to the store, where the run's owner
+//! in this process, on its own stores, to its end (an approval gate waits for `warren sop
+//! approve` from another shell). A decision or cancel reaches the store, where the run's owner
 //! picks it up. Read commands never create the store.
 
 use std::process::ExitCode;
@@ -14,9 +15,11 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde_json::{Value, json};
 use warren_config::{ConfigStore, InstallRoot};
-use warren_jobs::sop::{Engine, defs};
-use warren_runtime::{AgentHost, DaemonStatus};
+use warren_gateway::control::{AdminOp, SopOp};
+use warren_jobs::sop::defs;
 use warren_store::sop::{SopRun, SopStore};
+
+use super::Ran;
 
 /// `warren sop`.
 #[derive(Debug, Subcommand)]
@@ -74,50 +77,18 @@ pub fn run(root: &InstallRoot, cmd: SopCommand, json: bool) -> anyhow::Result<Ex
         SopCommand::Approve { run, step, reason } => decide(root, &run, &step, true, reason, json),
         SopCommand::Deny { run, step, reason } => decide(root, &run, &step, false, reason, json),
         SopCommand::Cancel { run } => {
-            if let Some(body) = via_daemon(root, &run, json!({"who": who()}))? {
-                return report(json, &body, || {
-                    println!(
-                        "asked run {run} of '{}' to stop; its owner (pid {}) acts on it within a second",
-                        body["sop"].as_str().unwrap_or("?"),
-                        body["owner_pid"]
-                    )
-                });
-            }
-            let store = super::stores(root).sop_runs_durable()?;
-            let r = store.request_cancel(&run, &who())?;
-            report(
-                json,
-                &json!({"run": r.id, "cancel_requested": true}),
-                || {
-                    println!(
-                        "asked run {} of '{}' to stop; its owner (pid {}) acts on it within a second",
-                        r.id, r.sop, r.owner_pid
-                    )
-                },
-            )
+            let op = SopOp::SopCancel { run, who: who() };
+            let (_, body) = super::run_op(root, &AdminOp::Sop(op))?;
+            report(json, &body, || {
+                println!(
+                    "asked run {} of '{}' to stop; its owner (pid {}) acts on it within a second",
+                    body["run"].as_str().unwrap_or("?"),
+                    body["sop"].as_str().unwrap_or("?"),
+                    body["owner_pid"]
+                )
+            })
         }
     }
-}
-
-/// Sends an approve/deny/cancel to the running daemon (`None` when none runs).
-fn via_daemon(root: &InstallRoot, run: &str, body: Value) -> anyhow::Result<Option<Value>> {
-    if !matches!(
-        warren_runtime::probe(root),
-        Ok(DaemonStatus::Running { .. })
-    ) {
-        return Ok(None);
-    }
-    let path = format!("/admin/sops/runs/{run}/action");
-    let (status, answer) =
-        warren_gateway::client::admin_call_json(root, "POST", &path, Some(&body))?;
-    if !(200..300).contains(&status) {
-        let message = answer["error"]["message"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| answer.to_string());
-        bail!("{message}");
-    }
-    Ok(Some(answer))
 }
 
 fn who() -> String {
@@ -328,20 +299,17 @@ fn decide(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let word = if approved { "approved" } else { "denied" };
-    let body = json!({"step": step, "approved": approved, "reason": reason, "who": who()});
-    if let Some(answer) = via_daemon(root, run, body)? {
-        return report(json, &answer, || {
-            println!("{word} step '{step}' of run {run}")
-        });
-    }
-    let store = open_existing(root)?
-        .ok_or_else(|| anyhow::anyhow!("no SOP run '{run}' (no run was ever stored)"))?;
-    store.decide(run, step, approved, &who(), reason.as_deref())?;
-    report(
-        json,
-        &json!({"run": run, "step": step, "decision": word}),
-        || println!("{word} step '{step}' of run {run}"),
-    )
+    let op = SopOp::SopDecide {
+        run: run.to_string(),
+        step: step.to_string(),
+        approved,
+        reason,
+        who: who(),
+    };
+    let (_, body) = super::run_op(root, &AdminOp::Sop(op))?;
+    report(json, &body, || {
+        println!("{word} step '{step}' of run {run}")
+    })
 }
 
 fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
@@ -363,89 +331,46 @@ fn start(
     input: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let input = parse_input(input)?;
-    if matches!(
-        warren_runtime::probe(root),
-        Ok(DaemonStatus::Running { .. })
-    ) {
-        let path = format!("/admin/sops/{name}/run");
-        let (status, body) = warren_gateway::client::admin_call_json(
-            root,
-            "POST",
-            &path,
-            Some(&json!({"input": input})),
-        )?;
-        if !(200..300).contains(&status) {
-            let message = body["error"]["message"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| body.to_string());
-            bail!("{message}");
-        }
-        if json {
-            super::print_json(&body)?;
-        } else {
-            if let Some(w) = body["warning"].as_str() {
-                eprintln!("warning: {w}");
-            }
-            println!(
-                "started run {} of '{name}' in the running daemon (follow it with `warren sop runs {name}`)",
-                body["run"]["id"].as_str().unwrap_or("?")
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let store = ConfigStore::load(root.clone())?;
-    let snapshot = store.snapshot();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let (run, warning) = runtime.block_on(async {
-        let host = Arc::new(
-            AgentHost::for_process(root, Arc::clone(&snapshot))
-                .map_err(|e| anyhow::anyhow!("creating the receipt key: {e}"))?,
-        );
-        let engine = Engine::open(root, host)?;
-        // The control-plane rows this process registers must beat, or a daemon that cannot
-        // judge us (in another container) marks them lost once the heartbeat goes stale.
-        warren_runtime::heartbeat::keep_beating(
-            root.control_plane_db(),
-            None,
-            false,
-            warren_store::control_plane::HEARTBEAT,
-        );
-        let warning = engine.fallback().map(str::to_string);
-        if let Some(w) = &warning {
-            eprintln!("warning: {w}");
-        }
-        let (run, handle) = engine.start_run(name, "manual", input).await?;
-        if !json {
-            eprintln!(
-                "run {} of '{name}' started in this process (no daemon runs); an approval gate waits for `warren sop approve`",
-                run.id
-            );
-        }
-        let ended = handle.await.ok().flatten().unwrap_or(run);
-        anyhow::Ok((ended, warning))
-    })?;
+    let op = SopOp::SopRun {
+        name: name.to_string(),
+        input: parse_input(input)?,
+    };
+    let (ran, body) = super::run_op(root, &AdminOp::Sop(op))?;
     if json {
-        super::print_json(&json!({"run": run, "warning": warning}))?;
-    } else {
-        println!(
-            "run {} of '{name}': {}{}",
-            run.id,
-            run.status,
-            run.error
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default()
-        );
+        super::print_json(&body)?;
     }
-    Ok(if run.status == "ok" {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let run = &body["run"];
+    match ran {
+        Ran::Daemon(_) => {
+            if !json {
+                if let Some(w) = body["warning"].as_str() {
+                    eprintln!("warning: {w}");
+                }
+                println!(
+                    "started run {} of '{name}' in the running daemon (follow it with `warren sop runs {name}`)",
+                    run["id"].as_str().unwrap_or("?")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        // The run went to its end in this process.
+        Ran::Here => {
+            if !json {
+                println!(
+                    "run {} of '{name}': {}{}",
+                    run["id"].as_str().unwrap_or("?"),
+                    run["status"].as_str().unwrap_or("?"),
+                    run["error"]
+                        .as_str()
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                );
+            }
+            Ok(if run["status"] == "ok" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
 }

@@ -1164,6 +1164,27 @@ fn reads_create_no_store_the_api_is_documented_and_a_scheduler_that_is_off_never
     assert_eq!(fake.requests().len(), 0, "nothing ran");
     let (_, listed) = http(port, "GET", "/api/cron", Some(&token), "")?;
     assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(2), "{listed}");
+    // The operator's `cron run` still runs the job, in the daemon (issue 34 §3: through its
+    // control route), with the scheduler off; the API's manual run is refused then.
+    let (status, body) = http(port, "POST", "/api/cron/quiet2/run", Some(&token), "")?;
+    assert_eq!(status, 409, "{body}");
+    let out = root.run(bin(), &["cron", "run", "quiet", "--json"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let run: Value = serde_json::from_str(&stdout)?;
+    assert_eq!(run["status"], "ok", "{run}");
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the manual run called the model once"
+    );
+    let plane = json_of(&root, &["runs", "list"])?;
+    assert!(
+        plane.as_array().is_some_and(|rows| rows
+            .iter()
+            .any(|r| r["label"] == "cron:quiet" && r["owner_pid"] == daemon.pid())),
+        "the daemon ran it: {plane}"
+    );
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));
     Ok(())

@@ -3,6 +3,7 @@
 mod alias_paths;
 mod chat;
 mod common;
+mod control;
 mod dashboard;
 mod memory_api;
 mod memory_backends;

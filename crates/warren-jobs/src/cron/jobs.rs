@@ -4,7 +4,7 @@
 //! into a stored [`Job`]. One routine for every source, so a job the API accepts is one the
 //! config would accept too.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use warren_config::Config;
 use warren_config::schema::cron::{
     CronJobDecl, HEARTBEAT_MESSAGE, Schedule, heartbeat_job, heartbeat_session, validate_name,
@@ -14,8 +14,8 @@ use warren_core::AgentAlias;
 use warren_store::cron::{Job, now_ms};
 use warren_store::timefmt;
 
-/// A job to add.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// A job to add (also the `job` of the control seam's `cron_add` verb).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     pub name: String,

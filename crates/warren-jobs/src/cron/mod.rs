@@ -16,6 +16,7 @@
 //! `[cron] max_failures` consecutive failures the job is paused with the reason. Missed fire
 //! times after downtime follow the job's `catch_up` (`skip` by default, or `once`).
 
+pub mod control;
 pub mod jobs;
 mod probe;
 mod run;

@@ -20,6 +20,7 @@
 //! run it starts says so (its `started` event, the log, the CLI and API answers).
 
 pub use warren_store::sop_defs as defs;
+pub mod control;
 mod exec;
 pub mod triggers;
 
