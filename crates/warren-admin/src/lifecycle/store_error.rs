@@ -62,16 +62,6 @@ impl StoreCause {
             cause: Box::new(self),
         }
     }
-
-    /// The cause of an export that cannot be encoded.
-    pub(crate) fn encode(e: serde_json::Error) -> Self {
-        Self::Store(StateCause::Encode(e))
-    }
-
-    /// The cause of an archive that does not parse.
-    pub(crate) fn archive_parse(e: serde_json::Error) -> Self {
-        Self::Store(StateCause::ArchiveParse(e))
-    }
 }
 
 /// Why one store's share of a delete (its export written into the archive) or of a restore

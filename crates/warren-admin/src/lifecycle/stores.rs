@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use warren_config::schema::MemoryBackendKind;
@@ -20,7 +21,7 @@ use warren_core::AgentAlias;
 use warren_memory::{MemoryEntry, MemoryError, MemoryStore, MemoryStores, MemoryVersion};
 use warren_store::acp::{AcpError, AcpSessionStore};
 pub use warren_store::agent_state::WorkspaceMove;
-use warren_store::agent_state::{AgentState, StateCause, StoreHandles};
+use warren_store::agent_state::{self, AgentState, StateCause, StoreHandles};
 use warren_store::control_plane::ControlPlane;
 use warren_store::cron::CronStore;
 use warren_store::sessions::{ChatSessions, OpenError, SessionBackend, open_chat_sessions};
@@ -245,12 +246,14 @@ impl<A: AgentState> AgentStateStore for InStore<A> {
     }
 }
 
+/// An export as archive JSON (the one encoding of `warren_store::agent_state`).
 fn json<T: Serialize>(v: &T) -> Result<Value, StoreCause> {
-    serde_json::to_value(v).map_err(StoreCause::encode)
+    Ok(agent_state::json(v)?)
 }
 
-fn from_json<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, StoreCause> {
-    serde_json::from_value(v).map_err(StoreCause::archive_parse)
+/// An archive's JSON back (the one decoding of `warren_store::agent_state`).
+fn from_json<T: DeserializeOwned>(v: Value) -> Result<T, StoreCause> {
+    Ok(agent_state::from_json(v)?)
 }
 
 // ---- memory (every backend) ------------------------------------------------------------------
