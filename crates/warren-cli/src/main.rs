@@ -45,6 +45,18 @@ fn main() -> ExitCode {
     completion::complete_if_asked();
     let _failpoints = warren_config::failpoint::init_from_env();
     let cli = cli::Cli::parse();
+    if let cli::Command::Completions { shell } = cli.command {
+        return match completion::registration(shell) {
+            Ok(script) => {
+                output::write_bytes(&script);
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("error: writing the completion script: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     logging::init(&cli);
     match commands::run(cli) {
         Ok(code) => code,

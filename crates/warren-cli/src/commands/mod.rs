@@ -26,10 +26,6 @@ use warren_config::{ConfigError, ConfigStore, InitOutcome, InstallRoot, StarterP
 use crate::cli::{Cli, Command};
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::Completions { shell } = cli.command {
-        crate::output::write_bytes(&crate::completion::registration(shell)?);
-        return Ok(ExitCode::SUCCESS);
-    }
     let root = InstallRoot::from_env(cli.config_dir.as_deref())?;
     match cli.command {
         Command::Init => init(&root, cli.json),
@@ -89,6 +85,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Backup(args) => backup::backup(&root, args, cli.json),
         Command::Restore { src, to, force } => backup::restore(&root, &src, to, force, cli.json),
         Command::Doctor => backup::doctor(&root, cli.json),
+        // Answered in main (the completion module sits beside, not below, the commands).
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     }
 }

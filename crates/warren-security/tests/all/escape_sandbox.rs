@@ -89,7 +89,8 @@ pub(crate) fn policy_with(
 
 pub(crate) fn sandbox(kind: SandboxKind, allowed: &[&str]) -> (Fixture, Sandbox) {
     let (f, p) = policy(kind, allowed);
-    let s = Sandbox::for_policy(&p).expect("the full sandbox (namespaces, Landlock, seccomp) is available");
+    let s = Sandbox::for_policy(&p)
+        .expect("the full sandbox (namespaces, Landlock, seccomp) is available");
     (f, s)
 }
 

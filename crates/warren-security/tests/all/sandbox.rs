@@ -64,7 +64,8 @@ fn run(sandbox: &Sandbox, script: &str) -> std::process::Output {
 #[test]
 fn bubblewrap_binds_the_workspace_and_grants_and_hides_the_rest_sbx2() {
     let (_d, root, policy) = setup(SandboxKind::Bubblewrap);
-    let sandbox = Sandbox::for_policy(&policy).expect("the full sandbox (namespaces, Landlock, seccomp) is available");
+    let sandbox = Sandbox::for_policy(&policy)
+        .expect("the full sandbox (namespaces, Landlock, seccomp) is available");
     assert_eq!(sandbox.backend(), Backend::Full);
     let stranger = root
         .agent_workspace(&AgentAlias::new("stranger").expect("alias"))
