@@ -5,11 +5,13 @@
 //!   the JSONL→SQLite migration and the per-session turn queue.
 //! - [`acp`]: ACP protocol sessions (STATE-7; SESS-3).
 //! - [`cron`]: cron jobs, their locks and run history (STATE-9).
+//! - [`channels`]: the channels' inbox, outbox and senders (issue 38).
 //! - [`control_plane`]: every background run with its owner (STATE-11).
 //!
 //! Live RPC/TUI sessions (STATE-8, SESS-4) are process-local and persist only through these.
 
 pub mod acp;
+pub mod channels;
 pub mod control_plane;
 pub mod cron;
 pub mod failpoints;

@@ -79,6 +79,7 @@ const OWNED_STORES: &[&str] = &[
     "SopStore::in_memory",
     "ActionWindow::open",
     "CostTracker::open",
+    "ChannelStore::open",
 ];
 
 /// Where those constructors may be called, and why.
