@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("warren-runtime", 4),
     ("warren-jobs", 5),
     ("warren-admin", 5),
+    ("warren-channels", 5),
     ("warren-daemon", 6),
     ("warren-gateway", 7),
     ("warren-acp", 7),

@@ -1,0 +1,5 @@
+//! Chat channels: the durable inbox/outbox, delivery, chunking, sender policy and the platform
+//! adapters (Telegram first); a layer-5 client of the engine, started by the daemon as a
+//! generation hook.
+
+pub mod chunk;
