@@ -3,3 +3,10 @@
 //! generation hook.
 
 pub mod chunk;
+pub mod health;
+pub mod inbound;
+pub mod outbound;
+pub mod supervisor;
+pub mod telegram;
+
+pub use supervisor::Channels;

@@ -7,6 +7,7 @@ mod agent_repl;
 mod backup;
 mod backup_escape;
 mod backup_sparse;
+mod channels;
 mod cli;
 mod common;
 mod config_faults;

@@ -1,0 +1,175 @@
+//! Telegram through the real daemon (issue 38, BEYOND-14/15): the script provider answers, a
+//! local server speaking the Bot API wire format ([`FakeTelegram`]) plays Telegram. A message
+//! gets exactly one reply; a long answer arrives as ordered chunks within the limit with
+//! balanced code fences; rejected markup is resent plain; a 429 is waited out; an unknown
+//! sender gets no reply and the owner is asked, and a button press by the owner lets them in;
+//! the token is never printed.
+
+use std::time::Duration;
+
+use crate::common::bin;
+use warren_testkit::telegram::{Fault, FakeTelegram, Sent};
+use warren_testkit::{DaemonChild, TempRoot, free_port, text};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(30);
+const OWNER: i64 = 7;
+
+/// A daemon in `root` with agent `main` on a script answering `replies` in order (one per
+/// user turn of a session), and channel `telegram.home` on `tg` owned by [`OWNER`].
+fn start(root: &TempRoot, tg: &FakeTelegram, replies: &[&str], extra: &str) -> Result<DaemonChild, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(root.path())?;
+    let turns: Vec<serde_json::Value> = replies
+        .iter()
+        .map(|r| serde_json::json!([{"text": r}]))
+        .collect();
+    let script = root.path().join("script.json");
+    std::fs::write(&script, serde_json::json!({"turns": turns}).to_string())?;
+    let port = free_port()?;
+    root.write_config(&format!(
+        "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\n\n\
+         [gateway]\nport = {port}\n\n[channels.telegram.home]\nagent = \"main\"\napi_base = \"{}\"\n\
+         owners = [\"{OWNER}\"]\npoll_timeout_secs = 1\nhealth_window_secs = 5\n{extra}",
+        script.display(),
+        tg.api_base()
+    ))?;
+    let out = root.run(
+        bin(),
+        &["config", "set", "channels.telegram.home.token", tg.token()],
+    )?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains(tg.token()) && !stderr.contains(tg.token()),
+        "the token was printed: {stdout}{stderr}"
+    );
+    assert!(!root.read_config()?.contains(tg.token()), "the token is stored in clear");
+    let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
+    daemon.wait_for("warren daemon ready", WAIT)?;
+    Ok(daemon)
+}
+
+fn messages_to(tg: &FakeTelegram, chat: i64) -> Vec<Sent> {
+    tg.sent()
+        .into_iter()
+        .filter(|s| s.method == "sendMessage" && s.chat_id == Some(chat))
+        .collect()
+}
+
+fn stop(mut daemon: DaemonChild) -> R {
+    daemon.signal("TERM")?;
+    daemon.wait(WAIT)?;
+    Ok(())
+}
+
+#[test]
+fn a_telegram_message_gets_exactly_one_reply_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["Hello from main."], "")?;
+    tg.push_text(OWNER, OWNER, "hi");
+    tg.wait_sent(1, WAIT)?;
+    // Time for a duplicate to show up, were there one.
+    std::thread::sleep(Duration::from_secs(2));
+    let replies = messages_to(&tg, OWNER);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].text.as_deref(), Some("Hello from main."));
+    assert_eq!(tg.pending_updates(), 0, "the update was confirmed");
+    let logs = daemon.stderr_seen().join("\n");
+    assert!(!logs.contains(tg.token()), "the token was logged");
+    stop(daemon)
+}
+
+#[test]
+fn a_long_answer_arrives_as_ordered_chunks_with_balanced_fences_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let mut long = String::from("Here it is.\n\n```rust\n");
+    let mut n = 0;
+    while long.len() < 10_000 {
+        long.push_str(&format!("let line_{n} = \"{}\";\n", "x".repeat(40)));
+        n += 1;
+    }
+    long.push_str("```\n\nDone.");
+    let daemon = start(&root, &tg, &[&long], "")?;
+    tg.push_text(OWNER, OWNER, "the long one");
+    let wait_until = std::time::Instant::now() + WAIT;
+    let mut chunks = Vec::new();
+    while std::time::Instant::now() < wait_until {
+        chunks = messages_to(&tg, OWNER);
+        let joined: String = chunks.iter().filter_map(|c| c.text.clone()).collect();
+        if joined.contains("Done.") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(chunks.len() >= 3, "10,000 characters in {} message(s)", chunks.len());
+    for c in &chunks {
+        let t = c.text.clone().unwrap_or_default();
+        assert!(t.encode_utf16().count() <= 4096, "a chunk over the limit");
+        assert_eq!(t.matches("```").count() % 2, 0, "unbalanced fence in {t:.80}");
+    }
+    assert!(chunks[0].text.as_deref().unwrap_or_default().starts_with("Here it is."));
+    assert!(chunks.last().and_then(|c| c.text.clone()).unwrap_or_default().ends_with("Done."));
+    stop(daemon)
+}
+
+#[test]
+fn rejected_markup_is_resent_plain_and_a_429_is_waited_out_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["*bold", "Second."], "")?;
+    tg.fail_next("sendMessage", Fault::BadMarkup);
+    tg.push_text(OWNER, OWNER, "one");
+    tg.wait_sent(1, WAIT)?;
+    let first = messages_to(&tg, OWNER);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!((first[0].text.as_deref(), first[0].parse_mode.as_deref()), (Some("*bold"), None));
+
+    tg.fail_next("sendMessage", Fault::RetryAfter(2));
+    let asked = std::time::Instant::now();
+    tg.push_text(OWNER, OWNER, "two");
+    tg.wait_sent(2, WAIT)?;
+    assert!(asked.elapsed() >= Duration::from_secs(2), "retry_after was not honoured");
+    let all = messages_to(&tg, OWNER);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1].text.as_deref(), Some("Second."));
+    stop(daemon)
+}
+
+#[test]
+fn an_unknown_sender_gets_no_reply_and_the_owner_decides_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let stranger = 99;
+    let daemon = start(&root, &tg, &["Welcome."], "")?;
+    tg.push_text(stranger, stranger, "let me in");
+    tg.wait_sent(1, WAIT)?;
+    let prompt = messages_to(&tg, OWNER);
+    assert_eq!(prompt.len(), 1, "{prompt:?}");
+    let text_of = prompt[0].text.clone().unwrap_or_default();
+    assert!(text_of.contains("wants to talk to main"), "{text_of}");
+    let markup = prompt[0].reply_markup.clone().unwrap_or_default().to_string();
+    assert!(markup.contains("allow:99") && markup.contains("block:99"), "{markup}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(messages_to(&tg, stranger).is_empty(), "a stranger got a reply");
+
+    // A press by the stranger is refused; the owner's press lets them in.
+    tg.push_callback(stranger, stranger, 1, "allow:99");
+    std::thread::sleep(Duration::from_secs(1));
+    tg.push_text(stranger, stranger, "still me");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(messages_to(&tg, stranger).is_empty(), "a stranger let themself in");
+    tg.push_callback(OWNER, OWNER, 1, "allow:99");
+    std::thread::sleep(Duration::from_secs(1));
+    tg.push_text(stranger, stranger, "hello now");
+    let deadline = std::time::Instant::now() + WAIT;
+    while messages_to(&tg, stranger).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let replies = messages_to(&tg, stranger);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].text.as_deref(), Some("Welcome."));
+    stop(daemon)
+}
