@@ -20,8 +20,10 @@
 //!   whitespace after it closes it. A piece ending inside a fence gets `\n` + the opening run
 //!   (```` ``` ````) appended; the next piece gets the opening line (```` ```rust ```` + `\n`)
 //!   prepended. A fence the text leaves open is closed at the end of the last piece. No cut
-//!   falls inside a fence line. Fence lines longer than an eighth of the limit are treated as
-//!   text (they could not be repeated in every piece), so a limit under 24 has no fences.
+//!   falls inside a fence line (unless the line alone costs over a quarter of the limit).
+//!   A fence whose reopen and close lines together cost over a third of the limit (a huge
+//!   info string, a tiny limit: under 36 for ```` ```rust ````) is not repeated: the pieces
+//!   of such a block are cut like plain text, the one case a piece may be unbalanced.
 //! - **Empty text** gives no pieces; no piece has an empty body.
 //! - A limit too small for one character (`Chars(0)`, or `Utf16(1)` before an emoji) still
 //!   makes progress: that piece holds one character and exceeds the limit.
@@ -200,11 +202,13 @@ const LINE: usize = 1;
 const SPACE: usize = 2;
 const HARD: usize = 3;
 
-/// An open code fence: its backtick run and info string.
+/// An open code fence: its backtick run and info string, and whether its reopen and close
+/// lines are small enough to repeat in every piece.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fence {
     ticks: usize,
     info: String,
+    repeatable: bool,
 }
 
 impl Fence {
@@ -217,39 +221,44 @@ impl Fence {
     }
 }
 
-/// The fence lines of a text: `(line start, line end, fence open after the line)`.
+/// The fence lines of a text, in order: `(line start, line end, fence open after the line,
+/// whether a cut may fall inside the line)`.
 struct Fences {
-    lines: Vec<(usize, usize, Option<Fence>)>,
+    lines: Vec<(usize, usize, Option<Fence>, bool)>,
 }
 
 impl Fences {
     fn scan(text: &str, limit: Limit) -> Fences {
-        let longest = limit.max() / 8;
+        let max = limit.max();
         let mut lines = Vec::new();
         let mut open: Option<Fence> = None;
         let mut ls = 0;
         for line in text.split('\n') {
             let le = ls + line.len();
-            if limit.cost(line) <= longest {
-                let indent = line.bytes().take_while(|&b| b == b' ').count();
-                let marked = &line[indent.min(line.len())..];
-                let ticks = marked.bytes().take_while(|&b| b == b'`').count();
-                let after = &marked[ticks..];
-                if indent <= 3 && ticks >= 3 {
-                    match &open {
-                        None if !after.contains('`') => {
-                            open = Some(Fence {
-                                ticks,
-                                info: after.trim().to_string(),
-                            });
-                            lines.push((ls, le, open.clone()));
-                        }
-                        Some(f) if ticks >= f.ticks && after.trim().is_empty() => {
-                            open = None;
-                            lines.push((ls, le, None));
-                        }
-                        _ => {}
+            let indent = line.bytes().take_while(|&b| b == b' ').count();
+            let marked = &line[indent..];
+            let ticks = marked.bytes().take_while(|&b| b == b'`').count();
+            let after = &marked[ticks..];
+            let cuttable = limit.cost(line) > max / 4;
+            if indent <= 3 && ticks >= 3 {
+                match &open {
+                    None if !after.contains('`') => {
+                        let mut fence = Fence {
+                            ticks,
+                            info: after.trim().to_string(),
+                            repeatable: false,
+                        };
+                        fence.repeatable = limit.cost(&fence.open_line())
+                            + limit.cost(&fence.close_line())
+                            <= max / 3;
+                        open = Some(fence);
+                        lines.push((ls, le, open.clone(), cuttable));
                     }
+                    Some(f) if ticks >= f.ticks && after.trim().is_empty() => {
+                        open = None;
+                        lines.push((ls, le, None, cuttable));
+                    }
+                    _ => {}
                 }
             }
             ls = le + 1;
@@ -257,26 +266,28 @@ impl Fences {
         Fences { lines }
     }
 
-    /// The fence open at a cut at `p` (after every fence line that ends at or before `p`).
+    /// The fence open at a cut at `p` (after every fence line that ends at or before `p`), if
+    /// it is repeatable.
     fn state_at(&self, p: usize) -> Option<&Fence> {
-        let n = self.lines.partition_point(|&(_, le, _)| le <= p);
+        let n = self.lines.partition_point(|&(_, le, _, _)| le <= p);
         n.checked_sub(1)
             .and_then(|i| self.lines.get(i))
-            .and_then(|(_, _, f)| f.as_ref())
+            .and_then(|(_, _, f, _)| f.as_ref())
+            .filter(|f| f.repeatable)
     }
 
-    /// Whether `p` falls strictly inside a fence line.
+    /// Whether `p` falls strictly inside a fence line no cut may split.
     fn inside_line(&self, p: usize) -> bool {
         self.line_end_if_inside(p).is_some()
     }
 
-    /// The end of the fence line `p` falls strictly inside.
+    /// The end of the uncuttable fence line `p` falls strictly inside.
     fn line_end_if_inside(&self, p: usize) -> Option<usize> {
-        let n = self.lines.partition_point(|&(_, le, _)| le < p);
+        let n = self.lines.partition_point(|&(_, le, _, _)| le < p);
         self.lines
             .get(n)
-            .filter(|&&(ls, le, _)| ls < p && p < le)
-            .map(|&(_, le, _)| le)
+            .filter(|&&(ls, le, _, cuttable)| ls < p && p < le && !cuttable)
+            .map(|&(_, le, _, _)| le)
     }
 }
 

@@ -199,12 +199,15 @@ fn a_fence_the_text_leaves_open_is_closed_in_the_last_piece() {
 }
 
 #[test]
-fn no_cut_falls_inside_a_fence_line() {
-    // Limit 40: a hard cut would otherwise split the opening fence line.
-    let text = format!("{}\n```typescript\nconst a = 1;\n```", "p".repeat(28));
-    for piece in check(&text, Limit::Chars(40)) {
-        assert!(!piece.ends_with("```typ"), "{piece:?}");
-    }
+fn prose_before_a_fence_is_cut_at_the_line_break_before_the_fence_line() {
+    let text = format!("{}\n```typescript\nconst a = 1;\n```", "p".repeat(74));
+    assert_eq!(
+        check(&text, Limit::Chars(80)),
+        vec![
+            "p".repeat(74),
+            "```typescript\nconst a = 1;\n```".to_string()
+        ]
+    );
 }
 
 #[test]
@@ -217,7 +220,7 @@ fn a_ten_thousand_character_answer_with_code_blocks_arrives_as_ordered_fitting_c
         ));
         if n % 5 == 2 {
             text.push_str("```rust\n");
-            for i in 0..40 {
+            for i in 0..120 {
                 text.push_str(&format!("    let value_{n}_{i} = compute({i}); // step\n"));
             }
             text.push_str("```\n\n");
@@ -254,39 +257,45 @@ fn document() -> impl Strategy<Value = String> {
     ];
     let line = prop::collection::vec(word, 0..8).prop_map(|w| w.join(" "));
     let code_line = ("[ ]{0,6}", "[a-z(); =]{0,50}").prop_map(|(i, c)| format!("{i}{c}"));
+    let code = (
+        prop_oneof![Just(""), Just("rust"), Just("py")],
+        prop::collection::vec(code_line, 0..12),
+    )
+        .prop_map(|(info, lines)| {
+            let mut s = format!("```{info}\n");
+            for l in lines {
+                s.push_str(&l);
+                s.push('\n');
+            }
+            s
+        });
     let block = prop_oneof![
         prop::collection::vec(line.clone(), 1..6).prop_map(|l| l.join("\n")),
-        (
-            prop_oneof![Just(""), Just("rust"), Just("py")],
-            prop::collection::vec(code_line, 0..12),
-            any::<bool>(),
-        )
-            .prop_map(|(info, lines, closed)| {
-                let mut s = format!("```{info}\n");
-                for l in lines {
-                    s.push_str(&l);
-                    s.push('\n');
-                }
-                if closed {
-                    s.push_str("```");
-                }
-                s
-            }),
+        code.clone().prop_map(|c| c + "```"),
     ];
     let sep = prop_oneof![Just("\n"), Just("\n\n"), Just("\n\n\n"), Just(" \n")];
-    (prop::collection::vec((block, sep), 0..8), any::<bool>()).prop_map(|(blocks, trail)| {
-        let mut s = String::new();
-        for (b, sep) in &blocks {
-            s.push_str(b);
-            s.push_str(sep);
-        }
-        if !trail {
-            while s.ends_with('\n') {
-                s.pop();
+    // Every fence is closed but perhaps the last (an answer cut off inside a code block).
+    (
+        prop::collection::vec((block, sep), 0..8),
+        prop::option::of(code),
+        any::<bool>(),
+    )
+        .prop_map(|(blocks, open, trail)| {
+            let mut s = String::new();
+            for (b, sep) in &blocks {
+                s.push_str(b);
+                s.push_str(sep);
             }
-        }
-        s
-    })
+            if let Some(open) = open {
+                s.push_str(&open);
+            }
+            if !trail {
+                while s.ends_with('\n') {
+                    s.pop();
+                }
+            }
+            s
+        })
 }
 
 fn limit() -> impl Strategy<Value = Limit> {
