@@ -5,7 +5,6 @@
 pub mod chunk;
 pub mod health;
 pub mod inbound;
-pub mod outbound;
 pub mod supervisor;
 pub mod telegram;
 
