@@ -407,6 +407,11 @@ impl FakeTelegram {
         lock(&self.shared).confirmed_offset
     }
 
+    /// Whether a getUpdates long poll is being held right now (a second one would get 409).
+    pub fn polling(&self) -> bool {
+        lock(&self.shared).polling
+    }
+
     /// Updates not yet confirmed.
     pub fn pending_updates(&self) -> usize {
         lock(&self.shared).updates.len()

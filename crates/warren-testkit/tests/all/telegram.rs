@@ -201,8 +201,7 @@ fn a_second_concurrent_poller_gets_409_and_the_first_keeps_its_poll() {
         let tg = Arc::clone(&tg);
         thread::spawn(move || Bot::new(&tg).call("getUpdates", json!({"timeout": 10})))
     };
-    wait_until(|| !tg.requests().is_empty());
-    thread::sleep(Duration::from_millis(100));
+    wait_until(|| tg.polling());
     let (status, body) = Bot::new(&tg).call("getUpdates", json!({"timeout": 0}));
     assert_eq!((status, body), (409, error(CONFLICT, 409)));
     let id = tg.push_text(7, 7, "still here");
@@ -223,11 +222,12 @@ fn a_held_poll_whose_client_closed_its_socket_is_let_go() {
         tg.token()
     )
     .unwrap();
-    wait_until(|| !tg.requests().is_empty());
+    wait_until(|| tg.polling());
     // Held: a second poller is refused.
     assert_eq!(Bot::new(&tg).call("getUpdates", json!({})).0, 409);
     drop(raw);
-    thread::sleep(Duration::from_millis(300));
+    // Let go at once, not after its 30 s.
+    wait_until(|| !tg.polling());
     assert_eq!(Bot::new(&tg).ok("getUpdates", json!({})), json!([]));
 }
 
@@ -383,8 +383,7 @@ fn set_webhook_ends_a_held_poll_with_409() {
         let tg = Arc::clone(&tg);
         thread::spawn(move || Bot::new(&tg).call("getUpdates", json!({"timeout": 10})))
     };
-    wait_until(|| !tg.requests().is_empty());
-    thread::sleep(Duration::from_millis(100));
+    wait_until(|| tg.polling());
     Bot::new(&tg).ok("setWebhook", json!({"url": "https://bot.example.org/hook"}));
     assert_eq!(
         poll.join().unwrap(),
@@ -693,7 +692,7 @@ fn dropping_the_server_lets_held_requests_go() {
         thread::spawn(move || bot.try_call("sendMessage", json!({"chat_id": 1, "text": "x"})));
     let poller = Bot::new(&tg);
     let poll = thread::spawn(move || poller.try_call("getUpdates", json!({"timeout": 30})));
-    wait_until(|| tg.requests().len() == 2);
+    wait_until(|| tg.requests().len() == 2 && tg.polling());
     let started = Instant::now();
     drop(tg);
     assert!(hung.join().unwrap().is_err());
