@@ -145,6 +145,8 @@ struct State {
     next_callback: u64,
     sent: Vec<Sent>,
     requests: Vec<(String, Value)>,
+    /// Calls answered with an error: (method, status, description).
+    refused: Vec<(String, u16, String)>,
     faults: HashMap<String, VecDeque<Fault>>,
 }
 
@@ -379,13 +381,31 @@ impl FakeTelegram {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 let all = st.sent.clone();
-                let requests: Vec<String> = st.requests.iter().map(|(m, _)| m.clone()).collect();
-                drop(st);
-                panic!(
+                let polls = st
+                    .requests
+                    .iter()
+                    .filter(|(m, _)| m == "getUpdates")
+                    .count();
+                let others: Vec<&Value> = st
+                    .requests
+                    .iter()
+                    .filter(|(m, _)| m != "getUpdates")
+                    .map(|(_, p)| p)
+                    .collect();
+                let hint = if st.refused.iter().any(|r| r.2.ends_with("chat not found")) {
+                    "\n(\"chat not found\": the bot may write only to chats that wrote to it; \
+                     push a message from that chat first or call FakeTelegram::know_chat)"
+                } else {
+                    ""
+                };
+                let message = format!(
                     "fake Telegram: {n} messages not sent within {timeout:?}; sent {}: {all:#?}\n\
-                     requests: {requests:?}",
-                    messages.len()
+                     refused: {:#?}\nother requests ({polls} getUpdates besides): {others:#?}{hint}",
+                    messages.len(),
+                    st.refused,
                 );
+                drop(st);
+                panic!("{message}");
             }
             st = self
                 .shared
@@ -393,6 +413,12 @@ impl FakeTelegram {
                 .wait_timeout(st, left)
                 .map_or_else(|p| p.into_inner().0, |(g, _)| g);
         }
+    }
+
+    /// Every call answered with an error (faults included), in order: (method, status,
+    /// description).
+    pub fn refused(&self) -> Vec<(String, u16, String)> {
+        lock(&self.shared).refused.clone()
     }
 
     /// Every request, in arrival order: (method as in the URL, parameters; an uploaded file's
@@ -553,6 +579,14 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             Some(f) => fault_reply(shared, f),
         }
     };
+    if let Reply::Json(status, body) = &reply
+        && *status != 200
+    {
+        let description = body["description"].as_str().unwrap_or_default().to_string();
+        lock(shared)
+            .refused
+            .push((method.to_string(), *status, description));
+    }
     let _ = answer(&mut stream, reply);
 }
 

@@ -321,3 +321,30 @@ fn wait_sent_panics_with_what_was_sent_on_timeout() {
     Bot::new(&tg).ok("sendMessage", json!({"chat_id": 1, "text": "only one"}));
     tg.wait_sent(3, Duration::from_millis(200));
 }
+
+#[test]
+fn refused_calls_are_listed_and_a_chat_that_never_wrote_is_not_found() {
+    let tg = FakeTelegram::start().unwrap();
+    let bot = Bot::new(&tg);
+    assert_eq!(
+        bot.call("sendMessage", json!({"chat_id": 31, "text": "hi"}))
+            .0,
+        400
+    );
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tg.wait_sent(1, Duration::from_millis(100))
+    }));
+    let panic = waited.unwrap_err();
+    let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.contains("FakeTelegram::know_chat"), "{text}");
+    tg.push_text(31, 31, "hello bot");
+    bot.ok("sendMessage", json!({"chat_id": 31, "text": "hi"}));
+    assert_eq!(
+        tg.refused(),
+        vec![(
+            "sendMessage".to_string(),
+            400,
+            "Bad Request: chat not found".to_string()
+        )]
+    );
+}
