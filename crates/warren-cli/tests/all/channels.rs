@@ -268,12 +268,16 @@ fn a_hung_poll_turns_the_channel_down_and_it_recovers_without_a_daemon_restart_i
     let down = saw_down.ok_or("the hung channel never turned down")?;
     assert_eq!(down["status"], "degraded", "{down}");
     assert_eq!(down["components"]["channels"]["status"], "down", "{down}");
-    let (_, metrics) = warren_testkit::http_text(port, "GET", "/metrics", Some(&token), "")
-        .map(|t| (t.status, t.body))?;
-    assert!(
-        metrics.contains("warren_channel_up{channel=\"telegram.home\"} 0"),
-        "{metrics}"
-    );
+    // /metrics says so too (its gauge is set by the channel's watchdog, a tick later).
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let metrics = warren_testkit::http_text(port, "GET", "/metrics", Some(&token), "")?.body;
+        if metrics.contains("warren_channel_up{channel=\"telegram.home\"} 0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // It restarts alone and answers again; the daemon is the same process.
     let deadline = std::time::Instant::now() + WAIT;
     while channel(&health()?)["status"] != "ok" {
@@ -290,5 +294,100 @@ fn a_hung_poll_turns_the_channel_down_and_it_recovers_without_a_daemon_restart_i
     tg.push_text(OWNER, OWNER, "still there?");
     let replies = tg.wait_sent(1, WAIT);
     assert_eq!(replies[0].text.as_deref(), Some("Back."));
+    stop(daemon)
+}
+
+#[test]
+fn the_operator_lists_checks_and_decides_senders_from_the_cli_and_the_api_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["Welcome.", "Again."], "")?;
+    let port: u16 = root
+        .read_config()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("port = ")
+                .and_then(|p| p.trim().parse().ok())
+        })
+        .ok_or("no port")?;
+    let stranger = 99;
+    tg.push_text(stranger, stranger, "let me in");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let senders = crate::common::json_of(&root, &["channels", "senders", "home"])?;
+        if senders["senders"].to_string().contains("\"99\"") {
+            assert!(senders.to_string().contains("pending"), "{senders}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{senders}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = crate::common::json_of(&root, &["channels", "status", "telegram.home"])?;
+    assert_eq!(status["refused"][0]["sender_id"], "99", "{status}");
+    let out = root.run(bin(), &["channels", "status"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("telegram.home  agent main  ok"), "{stdout}");
+    let out = root.run(bin(), &["channels", "test", "home"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("bot @warren_test_bot"), "{stdout}");
+    assert!(!stdout.contains(tg.token()) && !stderr.contains(tg.token()));
+
+    let out = root.run(bin(), &["channels", "allow", "home", "99"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    tg.push_text(stranger, stranger, "hello now");
+    let deadline = std::time::Instant::now() + WAIT;
+    while messages_to(&tg, stranger).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the allowed sender got no reply"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        messages_to(&tg, stranger)[0].text.as_deref(),
+        Some("Welcome.")
+    );
+
+    // The API: the same views and decisions; a token is needed; unknown channels are 404.
+    let token = pair(&root, bin(), port, "ci")?;
+    let (code, _) = http(port, "GET", "/api/channels", None, "")?;
+    assert_eq!(code, 401);
+    let (code, list) = http(port, "GET", "/api/channels", Some(&token), "")?;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["channels"][0]["health"]["status"], "ok", "{list}");
+    assert!(!list.to_string().contains(tg.token()), "{list}");
+    let (code, blocked) = http(
+        port,
+        "POST",
+        "/api/channels/home/senders/99/block",
+        Some(&token),
+        "",
+    )?;
+    assert_eq!(
+        (code, blocked["status"].clone()),
+        (200, "blocked".into()),
+        "{blocked}"
+    );
+    let (code, _) = http(port, "GET", "/api/channels/nope", Some(&token), "")?;
+    assert_eq!(code, 404);
+    let (code, _) = http(
+        port,
+        "POST",
+        "/api/channels/home/senders/bob/allow",
+        Some(&token),
+        "",
+    )?;
+    assert_eq!(code, 400);
+    tg.push_text(stranger, stranger, "and now?");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        messages_to(&tg, stranger).len(),
+        1,
+        "a blocked sender was answered"
+    );
+    let senders = crate::common::json_of(&root, &["channels", "senders", "home"])?;
+    assert!(senders.to_string().contains("blocked"), "{senders}");
     stop(daemon)
 }
