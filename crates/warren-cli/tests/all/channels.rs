@@ -24,13 +24,23 @@ fn start(
     replies: &[&str],
     extra: &str,
 ) -> Result<DaemonChild, Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(root.path())?;
     let turns: Vec<serde_json::Value> = replies
         .iter()
         .map(|r| serde_json::json!([{"text": r}]))
         .collect();
+    start_with(root, tg, &serde_json::json!({"turns": turns}), extra)
+}
+
+/// [`start`] with a whole script (`{"turns": [...]}`); `extra` continues the channel's table.
+fn start_with(
+    root: &TempRoot,
+    tg: &FakeTelegram,
+    script_json: &serde_json::Value,
+    extra: &str,
+) -> Result<DaemonChild, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(root.path())?;
     let script = root.path().join("script.json");
-    std::fs::write(&script, serde_json::json!({"turns": turns}).to_string())?;
+    std::fs::write(&script, script_json.to_string())?;
     let port = free_port()?;
     root.write_config(&format!(
         "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\n\n\
@@ -389,5 +399,36 @@ fn the_operator_lists_checks_and_decides_senders_from_the_cli_and_the_api_issue3
     );
     let senders = crate::common::json_of(&root, &["channels", "senders", "home"])?;
     assert!(senders.to_string().contains("blocked"), "{senders}");
+    stop(daemon)
+}
+
+#[test]
+fn a_non_owners_message_taints_the_turn_so_side_effects_are_refused_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let write = serde_json::json!({"turns": [[
+        {"text": "", "tool_calls": [{"name": "file_write", "arguments": {"path": "note.md", "content": "x"}}]},
+        {"text": "Done."}
+    ]]});
+    // Autonomy full: the owner's call runs unasked; the allowed stranger's needs approval.
+    let daemon = start_with(
+        &root,
+        &tg,
+        &write,
+        "allow = [\"55\"]\n\n[risk_profiles.default]\nautonomy = \"full\"\n",
+    )?;
+    let note = root.path().join("agents/main/workspace/note.md");
+    tg.push_text(55, 55, "please write the note");
+    tg.wait_sent(1, WAIT);
+    assert!(
+        !note.exists(),
+        "a non-owner's turn wrote a file without approval"
+    );
+    tg.push_text(OWNER, OWNER, "please write the note");
+    tg.wait_sent(2, WAIT);
+    assert!(
+        note.exists(),
+        "the owner's identical turn did not write (the test proves nothing)"
+    );
     stop(daemon)
 }
