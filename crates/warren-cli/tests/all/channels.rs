@@ -367,6 +367,11 @@ fn the_operator_lists_checks_and_decides_senders_from_the_cli_and_the_api_issue3
     let (code, list) = http(port, "GET", "/api/channels", Some(&token), "")?;
     assert_eq!(code, 200, "{list}");
     assert_eq!(list["channels"][0]["health"]["status"], "ok", "{list}");
+    assert!(list["channels"][0]["health"]["lag_ms"].is_u64(), "{list}");
+    assert!(
+        list["channels"][0]["health"]["last_send_ok"].is_string(),
+        "{list}"
+    );
     assert!(!list.to_string().contains(tg.token()), "{list}");
     let (code, blocked) = http(
         port,
