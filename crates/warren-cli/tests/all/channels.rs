@@ -437,3 +437,37 @@ fn a_non_owners_message_taints_the_turn_so_side_effects_are_refused_issue38() ->
     );
     stop(daemon)
 }
+
+#[test]
+fn conflicts_server_errors_and_dropped_connections_are_outlasted_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["Made it."], "")?;
+    // Another poller on the token twice, a 502, a connection cut: the poller never gives up.
+    tg.fail_next("getUpdates", Fault::Conflict409);
+    tg.fail_next("getUpdates", Fault::Conflict409);
+    tg.fail_next("getUpdates", Fault::ServerError(502));
+    tg.fail_next("getUpdates", Fault::DropConnection);
+    // And the reply's first attempt meets a 500.
+    tg.fail_next("sendMessage", Fault::ServerError(500));
+    tg.push_text(OWNER, OWNER, "are you there?");
+    let replies = tg.wait_sent(1, Duration::from_secs(60));
+    assert_eq!(replies[0].text.as_deref(), Some("Made it."));
+    let refused = tg.refused();
+    assert!(
+        refused
+            .iter()
+            .filter(|r| r.0.eq_ignore_ascii_case("getUpdates"))
+            .count()
+            >= 3
+            && refused.iter().any(|r| r.0 == "sendMessage" && r.1 == 500),
+        "the faults were not met: {refused:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        messages_to(&tg, OWNER).len(),
+        1,
+        "the 500 led to a second reply"
+    );
+    stop(daemon)
+}
