@@ -471,3 +471,33 @@ fn conflicts_server_errors_and_dropped_connections_are_outlasted_issue38() -> R 
     );
     stop(daemon)
 }
+
+#[test]
+fn a_reload_stops_and_restarts_the_channel_without_losing_or_repeating_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let mut daemon = start(&root, &tg, &["One.", "Two."], "")?;
+    tg.push_text(OWNER, OWNER, "first");
+    tg.wait_sent(1, WAIT);
+    // A config change reloads the daemon in place: the new generation's channel takes over.
+    let out = root.run(
+        bin(),
+        &["config", "set", "channels.telegram.home.allow", "[\"5\"]"],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    daemon.saw_or_wait_for("generation=2", WAIT)?;
+    tg.push_text(OWNER, OWNER, "second");
+    tg.wait_sent(2, WAIT);
+    std::thread::sleep(Duration::from_secs(2));
+    let replies: Vec<Option<String>> = messages_to(&tg, OWNER)
+        .into_iter()
+        .map(|s| s.text)
+        .collect();
+    assert_eq!(
+        replies,
+        vec![Some("One.".to_string()), Some("Two.".to_string())]
+    );
+    let conflicts = tg.refused().into_iter().filter(|r| r.1 == 409).count();
+    assert_eq!(conflicts, 0, "two pollers on one token after the reload");
+    stop(daemon)
+}
