@@ -125,6 +125,10 @@ impl InstallRoot {
     pub fn cron_db(&self) -> PathBuf {
         self.data_dir().join("cron").join("jobs.db")
     }
+    /// The channels' inbox, outbox and senders (issue 38).
+    pub fn channels_db(&self) -> PathBuf {
+        self.data_dir().join("channels").join("channels.db")
+    }
     pub fn sop_runs_db(&self) -> PathBuf {
         self.data_dir().join("sop").join("runs.db")
     }

@@ -79,6 +79,7 @@ const SECRET_FIELDS: &[&[&str]] = &[
     &["memory", "postgres", "url"],
     &["gateway", "paired_tokens", "[]"],
     &["secrets", "*", "value"],
+    &["channels", "telegram", "*", "token"],
 ];
 
 fn shape_matches(shape: &[&str], path: &[Segment], prefix_only: bool) -> bool {

@@ -301,6 +301,10 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
         &agent_names,
     ));
     out.extend(crate::schema::cron::validate_heartbeats(config));
+    out.extend(crate::schema::channels::validate(
+        config.channels.telegram.iter(),
+        &agent_names,
+    ));
     out.extend(crate::schema::telemetry::validate(config));
     out.extend(crate::schema::rates::validate(config));
     out

@@ -5,12 +5,16 @@
 //! declared jobs reconciled, missed fire times caught up) and the SOP engine (STATE-10: active
 //! runs of a dead owner or of the previous generation continue at their first incomplete step).
 //!
+//! The channels' supervisor (issue 38) starts last: one task per configured channel, each
+//! restarted alone when it fails; a reload stops them all with the generation.
+//!
 //! The scheduler and the engine are kept in the generation's [`Jobs`], where the gateway finds
 //! them; the engine (`warren-runtime`) never holds a pointer to either.
 
 use std::sync::{Arc, OnceLock, Weak};
 
 use tokio::sync::oneshot;
+use warren_channels::Channels;
 use warren_jobs::cron::Scheduler;
 use warren_jobs::sop::Engine;
 use warren_runtime::RunningSubsystem;
@@ -23,6 +27,7 @@ use crate::{Generation, GenerationHook, HookError, StartFuture};
 pub struct Jobs {
     cron: OnceLock<Weak<Scheduler>>,
     sop: OnceLock<Weak<Engine>>,
+    channels: OnceLock<Arc<Channels>>,
 }
 
 impl Jobs {
@@ -34,6 +39,11 @@ impl Jobs {
     /// The generation's SOP engine while it runs.
     pub fn sop(&self) -> Option<Arc<Engine>> {
         self.sop.get().and_then(Weak::upgrade)
+    }
+
+    /// The generation's channels and their health, once their hook started them.
+    pub fn channels(&self) -> Option<Arc<Channels>> {
+        self.channels.get().cloned()
     }
 
     /// Records a scheduler started outside the daemon loop (tests of the crates above).
@@ -55,6 +65,7 @@ pub fn engine() -> Vec<Arc<dyn GenerationHook>> {
         Arc::new(Sessions),
         Arc::new(Cron),
         Arc::new(Sop),
+        Arc::new(ChannelsHook),
     ]
 }
 
@@ -147,6 +158,22 @@ impl GenerationHook for Sop {
                 tracing::info!(runs = restored.len(), "SOP runs restored");
             }
             Ok(engine.start())
+        })
+    }
+}
+
+struct ChannelsHook;
+
+impl GenerationHook for ChannelsHook {
+    fn name(&self) -> &'static str {
+        "channels"
+    }
+
+    fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
+        Box::pin(async move {
+            let (channels, running) = Channels::start(&generation.host);
+            let _ = generation.jobs.channels.set(channels);
+            Ok(running)
         })
     }
 }

@@ -116,6 +116,8 @@ struct Metrics {
     denials: Family<Labels<2>, Counter>,
     queue_depth: Family<Labels<1>, Gauge>,
     cron_runs: Family<Labels<2>, Counter>,
+    channel_up: Family<Labels<1>, Gauge>,
+    channel_failures: Family<Labels<1>, Gauge>,
     rss: Gauge,
 }
 
@@ -185,6 +187,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Cron runs by job and final status",
         cron_runs.clone(),
     );
+    let channel_up = Family::default();
+    registry.register(
+        "warren_channel_up",
+        "1 while the channel completed a round-trip with its platform within its health window",
+        channel_up.clone(),
+    );
+    let channel_failures = Family::default();
+    registry.register(
+        "warren_channel_consecutive_failures",
+        "Failed round-trips of the channel since its last success",
+        channel_failures.clone(),
+    );
     let rss = Gauge::default();
     registry.register(
         "warren_process_resident_memory_bytes",
@@ -208,6 +222,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         denials,
         queue_depth,
         cron_runs,
+        channel_up,
+        channel_failures,
         rss,
     }
 });
@@ -310,6 +326,18 @@ pub fn cron_run(job: &str, status: &str) {
         m.cron_runs
             .get_or_create(&[("job", job.into()), ("status", status.into())])
             .inc();
+    }
+}
+
+/// A channel's health as measured end to end (issue 38): `up` = a round-trip within its window.
+pub fn channel_health(channel: &str, up: bool, failures: u64) {
+    if let Some(m) = m() {
+        m.channel_up
+            .get_or_create(&[("channel", channel.into())])
+            .set(i64::from(up));
+        m.channel_failures
+            .get_or_create(&[("channel", channel.into())])
+            .set(i64::try_from(failures).unwrap_or(i64::MAX));
     }
 }
 

@@ -31,6 +31,8 @@ pub const GATEWAY_CHANNEL: &str = "gateway";
 pub const CRON_CHANNEL: &str = "cron";
 /// The channel of sessions started by an editor over ACP (`warren acp`).
 pub const ACP_CHANNEL: &str = "acp";
+/// The channel of sessions started by a Telegram bot (issue 38).
+pub const TELEGRAM_CHANNEL: &str = "telegram";
 
 /// Where a turn comes from: it labels the sessions the turn starts and derives the default
 /// session key, one per channel and agent, so defaults never collide (SESS-1).
@@ -47,6 +49,10 @@ pub enum Channel {
     /// `warren acp` (editors over the Agent Client Protocol): sessions labelled `acp`, default
     /// key `Agent-<alias>-acp` (ACP prompts name their session, so the default is rarely used).
     Acp,
+    /// A Telegram bot (`[channels.telegram.<name>]`, issue 38): sessions labelled `telegram`;
+    /// the channel names its sessions (`tg_<bot>_<chat>_<sender>`), default key
+    /// `Agent-<alias>-telegram`.
+    Telegram,
 }
 
 impl Channel {
@@ -57,6 +63,7 @@ impl Channel {
             Channel::Gateway => GATEWAY_CHANNEL,
             Channel::Cron => CRON_CHANNEL,
             Channel::Acp => ACP_CHANNEL,
+            Channel::Telegram => TELEGRAM_CHANNEL,
         }
     }
 
@@ -80,7 +87,13 @@ pub enum DefaultKeyError {
 /// The prefix of every namespaced default key.
 pub const DEFAULT_KEY_PREFIX: &str = "Agent-";
 
-const CHANNELS: [Channel; 4] = [Channel::Cli, Channel::Gateway, Channel::Cron, Channel::Acp];
+const CHANNELS: [Channel; 5] = [
+    Channel::Cli,
+    Channel::Gateway,
+    Channel::Cron,
+    Channel::Acp,
+    Channel::Telegram,
+];
 
 /// A turn asked for a default key of another agent that does not exist yet (or has no owner).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +113,7 @@ pub fn channel_word(channel: Channel) -> &'static str {
         Channel::Gateway => "http",
         Channel::Cron => "cron",
         Channel::Acp => "acp",
+        Channel::Telegram => "telegram",
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`Stores`]: the one owner of the process-wide store handles (issue 34 §2, LAYOUT-3) — the
 //! control plane (STATE-11), the cron store (STATE-9), the SOP run store (STATE-10), the
-//! `max_actions_per_hour` window and the cost ledger (STATE-14). Each SQLite store is opened
+//! `max_actions_per_hour` window, the cost ledger (STATE-14) and the channels' inbox, outbox
+//! and senders (issue 38). Each SQLite store is opened
 //! once per process, at its first use, and borrowed by everything that needs it: the door's
 //! turns, the cron scheduler and SOP engine of every generation, a lifecycle operation, the
 //! gateway's handlers and the CLI. Nothing else opens these files (the architecture test
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use warren_config::InstallRoot;
 use warren_config::schema::{CostConfig, SopConfig};
+use warren_store::channels::{ChannelStore, ChannelStoreError};
 use warren_store::control_plane::{ControlPlane, ControlPlaneError};
 use warren_store::cron::{CronError, CronStore};
 use warren_store::sop::{SopStore, SopStoreError};
@@ -34,6 +36,7 @@ pub struct Stores {
     /// The in-memory SOP run store of the running engine when its runs are not durable
     /// (`[sop] durable_runs = false`, or the durable store would not open).
     sop_memory: Slot<SopStore>,
+    channels: Slot<ChannelStore>,
     actions: Arc<ActionWindow>,
     /// Opened at the first use with these rates (a `cron list` never reads the ledger).
     costs: OnceLock<Arc<CostTracker>>,
@@ -58,6 +61,7 @@ impl Stores {
             cron: Mutex::new(None),
             sop: Mutex::new(None),
             sop_memory: Mutex::new(None),
+            channels: Mutex::new(None),
             actions: Arc::new(ActionWindow::open(root)),
             costs: OnceLock::new(),
             cost_config: config.cost.clone(),
@@ -105,6 +109,16 @@ impl Stores {
     /// The cron store if its file exists.
     pub fn cron_existing(&self) -> Result<Option<Arc<CronStore>>, CronError> {
         open_slot(&self.cron, &self.root.cron_db(), CronStore::open)
+    }
+
+    /// The channels' store (`data/channels/channels.db`), created if missing.
+    pub fn channels(&self) -> Result<Arc<ChannelStore>, ChannelStoreError> {
+        open_created(&self.channels, &self.root.channels_db(), ChannelStore::open)
+    }
+
+    /// The channels' store if its file exists (a reader never creates it).
+    pub fn channels_existing(&self) -> Result<Option<Arc<ChannelStore>>, ChannelStoreError> {
+        open_slot(&self.channels, &self.root.channels_db(), ChannelStore::open)
     }
 
     /// The durable SOP run store, created if missing.

@@ -5,6 +5,7 @@
 //!   the JSONL→SQLite migration and the per-session turn queue.
 //! - [`acp`]: ACP protocol sessions (STATE-7; SESS-3).
 //! - [`cron`]: cron jobs, their locks and run history (STATE-9).
+//! - [`channels`]: the channels' inbox, outbox and senders (issue 38).
 //! - [`control_plane`]: every background run with its owner (STATE-11).
 //! - [`sop`]: SOP runs, their steps and events; [`sop_defs`]: the SOP definition files.
 //! - [`agent_state`]: each store's share of an agent rename/delete/restore
@@ -18,6 +19,7 @@
 
 pub mod acp;
 pub mod agent_state;
+pub mod channels;
 pub mod control_plane;
 pub mod cron;
 pub mod failpoints;

@@ -7,6 +7,8 @@ mod agent_repl;
 mod backup;
 mod backup_escape;
 mod backup_sparse;
+mod channels;
+mod channels_crash;
 mod cli;
 mod common;
 mod config_faults;

@@ -6,6 +6,7 @@
 //! is the one list of them (encryption on save, decryption on load, redaction).
 
 mod agents;
+pub mod channels;
 pub mod cron;
 pub mod mcp;
 pub(crate) mod mcp_secrets;
@@ -146,6 +147,14 @@ impl Config {
         for (i, token) in self.gateway.paired_tokens.iter_mut().enumerate() {
             out.push((format!("gateway.paired_tokens[{i}]"), token));
         }
+        for (name, channel) in &mut self.channels.telegram {
+            if let Some(token) = channel.token.as_mut() {
+                out.push((
+                    format!("channels.telegram.{}.token", crate::keypath::quote(name)),
+                    token,
+                ));
+            }
+        }
         for (name, secret) in &mut self.secrets {
             out.push((
                 format!("secrets.{}.value", crate::keypath::quote(name)),
@@ -187,6 +196,13 @@ mod tests {
                 hosts: vec!["api.github.com".into()],
             },
         );
+        config.channels.telegram.insert(
+            "home".into(),
+            channels::TelegramChannel {
+                token: Some(Secret::new("x")),
+                ..toml::from_str("agent = \"main\"").unwrap()
+            },
+        );
         let listed = config.secrets_mut().len();
 
         let value = toml::Value::try_from(&config).unwrap_or(toml::Value::Boolean(false));
@@ -199,7 +215,7 @@ mod tests {
             }
         }
         assert_eq!(count(&value), listed);
-        assert_eq!(listed, 7);
+        assert_eq!(listed, 8);
     }
 
     #[test]

@@ -233,6 +233,9 @@ pub struct ChannelsConfig {
     pub session_queue_depth: usize,
     /// How long a turn waits for its session before it is refused (the gateway answers 408).
     pub session_queue_timeout_secs: u64,
+    /// `[channels.telegram.<name>]`: Telegram bots, each serving one agent (issue 38).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub telegram: BTreeMap<String, super::channels::TelegramChannel>,
 }
 
 impl Default for ChannelsConfig {
@@ -243,6 +246,7 @@ impl Default for ChannelsConfig {
             session_store_on_error: SessionStoreOnError::default(),
             session_queue_depth: 8,
             session_queue_timeout_secs: 120,
+            telegram: BTreeMap::new(),
         }
     }
 }

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("warren-runtime", 4),
     ("warren-jobs", 5),
     ("warren-admin", 5),
+    ("warren-channels", 5),
     ("warren-daemon", 6),
     ("warren-gateway", 7),
     ("warren-acp", 7),
@@ -81,6 +82,7 @@ const OWNED_STORES: &[&str] = &[
     "SopStore::in_memory",
     "ActionWindow::open",
     "CostTracker::open",
+    "ChannelStore::open",
 ];
 
 /// Where those constructors may be called, and why.
