@@ -145,10 +145,13 @@ fn status_reports_root_config_and_no_daemon() -> R {
 #[test]
 fn completions_and_version() -> R {
     let root = TempRoot::new()?;
+    // The script registers `warren` with bash; the subcommands come from the binary on Tab.
     let bash = ok(&root, &["completions", "bash"])?;
+    assert!(bash.contains("_clap_complete_warren"), "bash completion script: {bash}");
+    let offered = tab(&root, &["ag"])?;
     assert!(
-        bash.contains("_warren") && bash.contains("agents"),
-        "bash completion script"
+        offered.iter().any(|c| c == "agents") && offered.iter().any(|c| c == "agent"),
+        "{offered:?}"
     );
     let version = ok(&root, &["--version"])?;
     assert_eq!(
