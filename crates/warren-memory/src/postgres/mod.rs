@@ -31,7 +31,7 @@ mod rows;
 mod vectors;
 mod writes;
 
-use rows::*;
+use rows::{VERSION_COLUMNS, big, limit_param};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 

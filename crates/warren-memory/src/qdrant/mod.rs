@@ -30,23 +30,24 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 use warren_config::schema::MemoryBackendKind;
 use warren_config::schema::memory_backends::QdrantConfig;
 use warren_core::AgentAlias;
 
 use crate::embed::Embedder;
 use crate::entry::{
-    AgentId, DEFAULT_HISTORY_VERSIONS, ListQuery, MemoryEntry, MemoryVersion, NewEntry, Provenance,
-    RecallHit, RecallQuery, ScopeRule, VersionState, now, scope_allows,
+    AgentId, DEFAULT_HISTORY_VERSIONS, ListQuery, MemoryEntry, MemoryVersion, NewEntry, RecallHit,
+    RecallQuery, ScopeRule, VersionState, now, scope_allows,
 };
 use crate::error::MemoryError;
 use crate::store::{MemFuture, MemoryStore};
 
 mod history;
+mod points;
 mod recall;
 mod rest;
 use history::{archive, no_version, prune, undo_plan, version_of};
+use points::{Row, agent_filter, key_filter, live, micros, newer, not_live, payload, row_of};
 use recall::{drop_stale, newest_per_key, recall_filter};
 use rest::Http;
 
@@ -218,150 +219,6 @@ impl Http {
             message: m.to_string(),
         })
     }
-}
-
-/// One decoded point.
-struct Row {
-    entry: MemoryEntry,
-    score: f64,
-    /// The point's own id (each version is a point; `entry.id` stays the key's id).
-    point: String,
-    state: VersionState,
-    archived_at: Option<OffsetDateTime>,
-}
-
-/// Whether `a` is a later version of its key than `b`: higher version, then later update,
-/// then the larger point id (so every reader picks the same one of two equal writes).
-fn newer(a: &Row, b: &Row) -> bool {
-    (a.entry.version, a.entry.updated_at, &a.point)
-        > (b.entry.version, b.entry.updated_at, &b.point)
-}
-
-/// The condition that leaves out kept versions (`state` replaced or forgotten): live rows.
-fn not_live() -> Value {
-    json!({ "key": "state", "match": { "any": ["replaced", "forgotten"] } })
-}
-
-/// `filter` limited to live rows.
-fn live(mut filter: Value) -> Value {
-    match filter["must_not"].as_array_mut() {
-        Some(m) => m.push(not_live()),
-        None => filter["must_not"] = json!([not_live()]),
-    }
-    filter
-}
-
-fn micros(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
-}
-
-/// Why a point does not decode into a memory row (the store adds its URL and collection).
-#[derive(Debug, thiserror::Error)]
-enum PointError {
-    #[error("point {point} has no text field {field:?}")]
-    NoText { point: Value, field: String },
-    #[error("point {point} has no integer field {field:?}")]
-    NoInteger { point: Value, field: String },
-    #[error("point {point} has an unknown state {state}")]
-    State { point: String, state: Value },
-    #[error("{0}")]
-    Time(#[from] time::error::ComponentRange),
-    #[error("{0}")]
-    Agent(#[from] warren_core::AliasError),
-}
-
-fn instant(us: i64) -> Result<OffsetDateTime, PointError> {
-    Ok(OffsetDateTime::from_unix_timestamp_nanos(
-        i128::from(us) * 1000,
-    )?)
-}
-
-fn row_of(point: &Value) -> Result<Row, PointError> {
-    let p = &point["payload"];
-    let text = |field: &str| {
-        p[field]
-            .as_str()
-            .map(String::from)
-            .ok_or_else(|| PointError::NoText {
-                point: point["id"].clone(),
-                field: field.into(),
-            })
-    };
-    let int = |field: &str| {
-        p[field].as_i64().ok_or_else(|| PointError::NoInteger {
-            point: point["id"].clone(),
-            field: field.into(),
-        })
-    };
-    let point_id = match &point["id"] {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let id = p["id"]
-        .as_str()
-        .map_or_else(|| point_id.clone(), String::from);
-    let state = p["state"]
-        .as_str()
-        .map_or(Some(VersionState::Current), VersionState::parse)
-        .ok_or_else(|| PointError::State {
-            point: point_id.clone(),
-            state: p["state"].clone(),
-        })?;
-    let archived_at = match p["archived_at"].as_i64() {
-        Some(us) => Some(instant(us)?),
-        None => None,
-    };
-    let agent = AgentAlias::new(text("agent_id")?)?;
-    let provenance: Provenance =
-        serde_json::from_value(p["provenance"].clone()).unwrap_or_default();
-    Ok(Row {
-        entry: MemoryEntry {
-            id,
-            agent,
-            key: text("key")?,
-            content: text("content")?,
-            category: text("category")?,
-            session: p["session"].as_str().map(String::from),
-            created_at: instant(int("created_at")?)?,
-            updated_at: instant(int("updated_at")?)?,
-            version: p["version"].as_u64().unwrap_or(0),
-            provenance,
-        },
-        score: point["score"].as_f64().unwrap_or(1.0),
-        point: point_id,
-        state,
-        archived_at,
-    })
-}
-
-fn agent_filter(agent: &AgentId) -> Value {
-    json!({ "must": [ { "key": "agent_id", "match": { "value": agent.as_str() } } ] })
-}
-
-fn key_filter(agent: &AgentId, key: &str) -> Value {
-    json!({ "must": [
-        { "key": "agent_id", "match": { "value": agent.as_str() } },
-        { "key": "key", "match": { "value": key } }
-    ] })
-}
-
-fn payload(agent: &AgentId, e: &MemoryEntry) -> Value {
-    let mut p = json!({
-        "id": e.id,
-        "state": VersionState::Current.as_str(),
-        "agent_id": agent.as_str(),
-        "key": e.key,
-        "content": e.content,
-        "category": e.category,
-        "created_at": micros(e.created_at),
-        "updated_at": micros(e.updated_at),
-        "version": e.version,
-        "provenance": e.provenance,
-    });
-    if let Some(s) = &e.session {
-        p["session"] = json!(s);
-    }
-    p
 }
 
 /// Upserts `entry` as a new live point, then marks the older live versions of its key

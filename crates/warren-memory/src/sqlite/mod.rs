@@ -34,9 +34,12 @@ mod rows;
 mod schema;
 mod vectors;
 
-use rows::*;
-use schema::*;
-use vectors::*;
+use rows::{
+    agent_in, alias_of, archive, current_row, entries, kept_versions, keyword_recall, next_version,
+    prune, recent_recall, registered, sql,
+};
+use schema::{SCHEMA, SCHEMA_VERSION, migrate};
+use vectors::{VectorSync, agent_version, encode_vector, load_vectors};
 
 pub(crate) use rows::micros;
 pub use rows::registered_agents_at;
