@@ -75,6 +75,15 @@ fn scheduler(state: &AppState) -> Option<Arc<Scheduler>> {
     state.jobs().cron()
 }
 
+/// Why the scheduler is off: `[cron] enabled = false`, or the error that kept it from
+/// starting (issue 36 §2: a damaged store is named, not blamed on the setting).
+pub(crate) fn off_reason(state: &AppState) -> String {
+    state
+        .jobs()
+        .cron_off_reason(state.host().snapshot().config())
+        .unwrap_or_else(|| "it has not started yet".to_string())
+}
+
 fn job_json(job: &Job) -> Value {
     let state = match (&job.lock_run, job.enabled) {
         (Some(_), _) => "running",
@@ -153,7 +162,7 @@ pub(crate) async fn create(
             s.wake();
             "scheduled"
         }
-        None => "stored; the scheduler is off ([cron] enabled = false)",
+        None => &format!("stored; the scheduler is off ({})", off_reason(&state)),
     };
     Ok((
         StatusCode::CREATED,
@@ -183,7 +192,10 @@ pub(crate) async fn run(
         ApiError::new(
             StatusCode::CONFLICT,
             "scheduler_off",
-            format!("{ROUTE}: the cron scheduler is not running ([cron] enabled = false)"),
+            format!(
+                "{ROUTE}: the cron scheduler is not running ({})",
+                off_reason(&state)
+            ),
         )
     })?;
     let run = scheduler
@@ -345,14 +357,13 @@ pub(crate) async fn cancel_run(
 }
 
 pub(crate) async fn wake(State(state): State<AppState>) -> Json<Value> {
-    let running = match scheduler(&state) {
+    match scheduler(&state) {
         Some(s) => {
             s.wake();
-            true
+            Json(json!({"scheduler": "running"}))
         }
-        None => false,
-    };
-    Json(json!({"scheduler": if running { "running" } else { "off" }}))
+        None => Json(json!({"scheduler": "off", "reason": off_reason(&state)})),
+    }
 }
 
 /// The request bodies, query parameters, path parameter schemas and status codes of the cron

@@ -1,7 +1,8 @@
 //! What the gateway reports about itself (STATE-17): liveness (`GET /health`, which the listener
 //! also answers while no generation's routes are installed) and each component's health
 //! (`GET /api/health`: gateway, config, devices, sessions, agents, cron, SOP, memory backends,
-//! resident memory, stores).
+//! resident memory, stores). A store that does not open is listed under `stores.degraded` by
+//! name, file and error, and the whole status is then `degraded` (issue 36 §1).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -107,12 +108,15 @@ pub(crate) async fn report(state: &AppState) -> Value {
         .into_iter()
         .map(|(path, reason)| json!({"path": path, "reason": reason}))
         .collect();
-    let all_ok = all_ok && read_only.is_empty();
-    let stores = if read_only.is_empty() {
-        json!({"status": "ok"})
-    } else {
-        json!({"status": "read_only", "read_only": read_only})
+    // Stores that do not open (issue 36 §1): each by name, file and error; the rest run on.
+    let degraded = inner.host.store_faults();
+    let stores = match (read_only.is_empty(), degraded.is_empty()) {
+        (true, true) => json!({"status": "ok"}),
+        (false, true) => json!({"status": "read_only", "read_only": read_only}),
+        _ => json!({"status": "degraded", "degraded": degraded, "read_only": read_only}),
     };
+    let cron = cron(state).await;
+    let all_ok = all_ok && stores["status"] == "ok" && cron["status"] != "error";
     json!({
         "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
@@ -123,7 +127,7 @@ pub(crate) async fn report(state: &AppState) -> Value {
             "devices": devices,
             "sessions": sessions,
             "agents": agents,
-            "cron": cron(state).await,
+            "cron": cron,
             "sop": sop(state).await,
             "memory_backends": memory_backends,
             "resident_memory": memory,
@@ -150,10 +154,18 @@ fn config_health(state: &AppState) -> Value {
 }
 
 /// `/api/health`'s `cron` component: whether the scheduler runs and the paused jobs with
-/// their reasons.
+/// their reasons; an error naming the cause when `[cron] enabled` but it did not start.
 async fn cron(state: &AppState) -> Value {
     let stores = Arc::clone(state.stores());
     let running = state.jobs().cron().is_some();
+    if !running
+        && state.host().snapshot().cron.enabled
+        && let Some(why) = state
+            .jobs()
+            .cron_off_reason(state.host().snapshot().config())
+    {
+        return json!({"status": "error", "scheduler": "off", "error": why});
+    }
     let jobs = tokio::task::spawn_blocking(move || {
         stores
             .cron_existing()

@@ -214,7 +214,7 @@ fn success_schema(method: &str, path: &str) -> Value {
     match (method, path) {
         ("GET", "/health") => obj(&[("status", "string")]),
         ("POST", "/pair") => obj(&[("token", "string"), ("device", "object")]),
-        ("GET", "/api/health") => obj(&[
+        ("GET", "/api/health" | "/admin/health") => obj(&[
             ("status", "string"),
             ("pid", "integer"),
             ("uptime_secs", "integer"),

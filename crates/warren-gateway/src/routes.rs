@@ -48,6 +48,14 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "GET",
+        path: "/admin/health",
+        access: Access::Admin,
+        summary: "The report of GET /api/health for the local CLI (`warren status`, `warren doctor`)",
+        request: None,
+        handler: || get(crate::system_api::api_health),
+    },
+    Route {
+        method: "GET",
         path: "/api/status",
         access: Access::Token,
         summary: "Agents with their sandbox posture, config generation, uptime",

@@ -86,8 +86,9 @@ enum Daemon {
     None,
     /// Its scheduler runs and re-reads the store (pid).
     Scheduling(Option<u32>),
-    /// It runs with `[cron] enabled = false`: nothing fires (pid).
-    SchedulerOff(Option<u32>),
+    /// Its scheduler is off (`[cron] enabled = false`, or a store that does not open:
+    /// the daemon's reason): nothing fires (pid, reason).
+    SchedulerOff(Option<u32>, String),
     /// It runs but did not answer (pid).
     Unreached(Option<u32>),
 }
@@ -99,7 +100,13 @@ fn nudge(root: &InstallRoot) -> Daemon {
     };
     match warren_gateway::client::admin_call(root, "POST", "/admin/cron/wake") {
         Ok((200, answer)) if answer["scheduler"] == "running" => Daemon::Scheduling(pid),
-        Ok((200, answer)) if answer["scheduler"] == "off" => Daemon::SchedulerOff(pid),
+        Ok((200, answer)) if answer["scheduler"] == "off" => Daemon::SchedulerOff(
+            pid,
+            answer["reason"]
+                .as_str()
+                .unwrap_or("[cron] enabled = false")
+                .to_string(),
+        ),
         Ok((status, answer)) => {
             eprintln!(
                 "warning: the running daemon was not told about the change (HTTP {status}: {answer}); it picks it up at its next reload"
@@ -127,8 +134,8 @@ fn where_it_runs(daemon: &Daemon, job: &Job) -> String {
             "scheduled by the running daemon (pid {}); next run at {next}",
             pid(p)
         ),
-        Daemon::SchedulerOff(p) => format!(
-            "stored; the running daemon (pid {}) has its scheduler off ([cron] enabled = false), so it does not run (next fire time {next})",
+        Daemon::SchedulerOff(p, reason) => format!(
+            "stored; the running daemon (pid {}) has its scheduler off ({reason}), so it does not run (next fire time {next})",
             pid(p)
         ),
         Daemon::Unreached(p) => format!(

@@ -46,5 +46,6 @@ mod sessions_faults;
 mod sessions_policy;
 mod skills;
 mod sop;
+mod store_faults;
 mod stores_disk_full;
 mod subagent_http;
