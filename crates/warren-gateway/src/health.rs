@@ -1,5 +1,6 @@
-//! What the gateway reports about itself (STATE-17): liveness (`GET /health`, which the listener
-//! also answers while no generation's routes are installed) and each component's health
+//! What the gateway reports about itself (STATE-17): liveness (`GET /health`) and readiness
+//! (`GET /ready`), which the listener also answers while no generation's routes are installed
+//! (issue 36 §4), and each component's health
 //! (`GET /api/health`: gateway, config, devices, sessions, agents, cron, SOP, memory backends,
 //! resident memory, stores). A store that does not open is listed under `stores.degraded` by
 //! name, file and error, and the whole status is then `degraded` (issue 36 §1).
@@ -7,25 +8,52 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use warren_jobs::sop::defs;
 
 use crate::state::AppState;
 
-/// `GET /health`'s answer: liveness only. The listener gives it too while no generation's
-/// routes are installed (the daemon's start-up, a reload's gap).
-pub(crate) fn health_response() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        r#"{"status":"ok"}"#,
-    )
+/// The two probes: liveness (`/health`) and readiness (`/ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    Health,
+    Ready,
 }
 
-/// Whether a request is the liveness probe (`GET` or `HEAD /health`).
-pub(crate) fn is_health(method: &axum::http::Method, path: &str) -> bool {
-    path == "/health" && (method == axum::http::Method::GET || method == axum::http::Method::HEAD)
+/// A probe's answer (issue 36 §4). `/health` is 200 while the process is up: `starting` until
+/// the daemon was ready once, then `ok`. `/ready` is 200 `ready` only while a generation's
+/// routes serve (every subsystem started, the admin key published), else 503 `starting` (the
+/// first start) or `reloading`. The listener answers both while no generation serves; the
+/// generation's routes answer them as ready.
+pub(crate) fn probe_response(probe: Probe, was_ready: bool, serving: bool) -> Response {
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    match probe {
+        Probe::Health if was_ready || serving => (json, r#"{"status":"ok"}"#).into_response(),
+        Probe::Health => (json, r#"{"status":"starting"}"#).into_response(),
+        Probe::Ready if serving => (json, r#"{"status":"ready"}"#).into_response(),
+        Probe::Ready => {
+            let body = if was_ready {
+                r#"{"status":"reloading"}"#
+            } else {
+                r#"{"status":"starting"}"#
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, json, body).into_response()
+        }
+    }
+}
+
+/// Which probe a request is (`GET` or `HEAD` of `/health` or `/ready`).
+pub(crate) fn probe_of(method: &axum::http::Method, path: &str) -> Option<Probe> {
+    if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+        return None;
+    }
+    match path {
+        "/health" => Some(Probe::Health),
+        "/ready" => Some(Probe::Ready),
+        _ => None,
+    }
 }
 
 /// Seconds since `since` (0 if the clock went back).

@@ -29,6 +29,12 @@ pub fn document(routes: &[Route]) -> Value {
                 json!({"schema": {"type": "string"}});
             op["responses"]["202"] = turn_accepted();
         }
+        if route.path == "/ready" {
+            op["responses"]["503"] = json!({
+                "description": "not ready: {\"status\": \"starting\"} or {\"status\": \"reloading\"}",
+                "content": {"application/json": {"schema": success_schema("GET", "/ready")}},
+            });
+        }
         if route.path == "/api/events" {
             op["responses"]["200"]["content"] =
                 json!({"text/event-stream": {"schema": {"type": "string"}}});
@@ -212,7 +218,7 @@ fn success_schema(method: &str, path: &str) -> Value {
         ("converged", "boolean"),
     ];
     match (method, path) {
-        ("GET", "/health") => obj(&[("status", "string")]),
+        ("GET", "/health" | "/ready") => obj(&[("status", "string")]),
         ("POST", "/pair") => obj(&[("token", "string"), ("device", "object")]),
         ("GET", "/api/health" | "/admin/health") => obj(&[
             ("status", "string"),

@@ -18,9 +18,17 @@ pub const ROUTES: &[Route] = &[
         method: "GET",
         path: "/health",
         access: Access::Public,
-        summary: "Liveness: {\"status\":\"ok\"} and nothing else",
+        summary: "Liveness: {\"status\":\"ok\"}, or {\"status\":\"starting\"} until the daemon was ready once; nothing else",
         request: None,
         handler: || get(crate::system_api::health),
+    },
+    Route {
+        method: "GET",
+        path: "/ready",
+        access: Access::Public,
+        summary: "Readiness: 200 {\"status\":\"ready\"} once every subsystem started and the admin key is published; 503 {\"status\":\"starting\"} or {\"status\":\"reloading\"} otherwise",
+        request: None,
+        handler: || get(crate::system_api::ready),
     },
     Route {
         method: "GET",

@@ -37,6 +37,7 @@ mod oneshot_spans;
 mod openai_endpoint;
 mod pairing_lockout;
 mod readme_try;
+mod ready;
 mod secrets_cli;
 mod security;
 mod security_selftest;
