@@ -379,7 +379,7 @@ fn responses(access: Access) -> Value {
             r["502"] = with_description(&error, "the agent's provider failed");
             r["503"] = with_description(
                 &error,
-                "sessions, memory or the agent's sandbox are unavailable; or the turn was cancelled by a reload",
+                "sessions, memory, the cost ledger or the agent's sandbox are unavailable; or the turn was cancelled by a reload",
             );
         }
     }

@@ -46,6 +46,7 @@ mod sessions_crash;
 mod sessions_faults;
 mod sessions_policy;
 mod skills;
+mod small_faults;
 mod sop;
 mod store_faults;
 mod stores_disk_full;
