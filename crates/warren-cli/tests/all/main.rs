@@ -38,6 +38,7 @@ mod openai_endpoint;
 mod pairing_lockout;
 mod readme_try;
 mod ready;
+mod reload_drain;
 mod secrets_cli;
 mod security;
 mod security_selftest;
