@@ -66,7 +66,7 @@ pub enum ConfigError {
     Stale { path: PathBuf, generation: u64 },
     #[error("cannot take the config write lock {path}: {cause}")]
     Lock { path: PathBuf, cause: io::Error },
-    #[error("{key}: {message}")]
+    #[error("{key}: {}", cut_long_values(message))]
     Edit { key: String, message: String },
     #[error(transparent)]
     KeyPath(#[from] KeyPathError),
@@ -127,12 +127,63 @@ impl fmt::Display for ProblemLine<'_> {
         if let Some(key) = &p.key {
             write!(f, "{key}: ")?;
         }
-        f.write_str(&p.message)?;
+        f.write_str(&cut_long_values(&p.message))?;
         if let Some(hint) = &p.hint {
-            write!(f, " ({hint})")?;
+            write!(f, " ({})", cut_long_values(hint))?;
         }
         Ok(())
     }
+}
+
+/// Values longer than this are cut in messages (issue 36 §7).
+const VALUE_SHOWN: usize = 200;
+/// A message still longer than this after its values were cut is cut too.
+const MESSAGE_SHOWN: usize = 2000;
+
+/// `message` with every long value cut (issue 36 §7): a run of more than 200 bytes without
+/// whitespace, quote or backtick (what a schema or rule error echoes of a value) keeps its
+/// first 200 characters and says `… (N bytes)`; a message still over 2,000 bytes keeps its
+/// first 2,000 characters. A 5 MB value never becomes a 5 MB line.
+pub fn cut_long_values(message: &str) -> std::borrow::Cow<'_, str> {
+    let delimiter = |c: char| c.is_whitespace() || matches!(c, '`' | '"' | '\'');
+    let long = message.split(delimiter).any(|run| run.len() > VALUE_SHOWN);
+    if !long && message.len() <= MESSAGE_SHOWN {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let mut out = String::with_capacity(MESSAGE_SHOWN + 64);
+    let mut rest = message;
+    while !rest.is_empty() {
+        let end = rest.find(delimiter).unwrap_or(rest.len());
+        let (run, after) = rest.split_at(end);
+        if run.len() > VALUE_SHOWN {
+            out.extend(run.chars().take(VALUE_SHOWN));
+            out.push_str(&format!("… ({} bytes)", run.len()));
+        } else {
+            out.push_str(run);
+        }
+        let mut chars = after.chars();
+        if let Some(d) = chars.next() {
+            out.push(d);
+        }
+        rest = chars.as_str();
+    }
+    if out.len() > MESSAGE_SHOWN {
+        let total = out.len();
+        out = out.chars().take(MESSAGE_SHOWN).collect();
+        out.push_str(&format!("… ({total} bytes in all)"));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Where a TOML error without a position most likely is: the line with the most dotted
+/// parts (a recursion-limit error on a deeply dotted header or key has no span; issue 36 §7).
+pub(crate) fn deepest_line(text: &str) -> Option<(usize, usize)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (l.matches('.').count(), i))
+        .filter(|(dots, _)| *dots > 0)
+        .max_by_key(|(dots, i)| (*dots, std::cmp::Reverse(*i)))
+        .map(|(_, i)| (i + 1, 1))
 }
 
 /// 1-based line and column (in characters) of byte `offset` in `text`.

@@ -28,7 +28,7 @@ mod store;
 mod validate;
 
 pub use checks::StateCheck;
-pub use error::{ConfigError, Problem, did_you_mean};
+pub use error::{ConfigError, Problem, cut_long_values, did_you_mean};
 pub use keypath::{KeyPath, KeyPathError, Segment};
 pub use paths::{HOME_ENV, InstallRoot, LegacyMigration, PathError};
 pub use redact::{Redactor, mask_url};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use toml_edit::{Document, DocumentMut};
 
-use crate::error::{ConfigError, Problem, did_you_mean, line_col};
+use crate::error::{ConfigError, Problem, deepest_line, did_you_mean, line_col};
 use crate::keypath::{KeyPath, Segment};
 use crate::redact::Redactor;
 use crate::schema::Config;
@@ -26,7 +26,10 @@ pub(crate) fn parse(file: &Path, text: &str, key_file: &Path) -> Result<Parsed, 
             file,
             Problem {
                 key: None,
-                position: e.span().map(|s| line_col(text, s.start)),
+                position: e
+                    .span()
+                    .map(|s| line_col(text, s.start))
+                    .or_else(|| deepest_line(text)),
                 message: format!("TOML syntax error: {}", e.message().trim_end()),
                 hint: e.message().contains("duplicate key").then(|| {
                     "a key or [table] (such as [agents.<alias>]) may be defined only once"
@@ -78,7 +81,10 @@ pub(crate) fn parse_config(
             file,
             Problem {
                 key: None,
-                position: e.span().map(|s| line_col(text, s.start)),
+                position: e
+                    .span()
+                    .map(|s| line_col(text, s.start))
+                    .or_else(|| deepest_line(text)),
                 message: format!("TOML syntax error: {}", e.message().trim_end()),
                 hint: None,
             },

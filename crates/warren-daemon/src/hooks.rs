@@ -28,6 +28,8 @@ pub struct Jobs {
     cron: OnceLock<Weak<Scheduler>>,
     sop: OnceLock<Weak<Engine>>,
     channels: OnceLock<Arc<Channels>>,
+    /// Why the scheduler did not start although `[cron] enabled` (issue 36 §2).
+    cron_error: OnceLock<String>,
 }
 
 impl Jobs {
@@ -44,6 +46,19 @@ impl Jobs {
     /// The generation's channels and their health, once their hook started them.
     pub fn channels(&self) -> Option<Arc<Channels>> {
         self.channels.get().cloned()
+    }
+
+    /// Why the scheduler is off this generation: `[cron] enabled = false`, the error that
+    /// kept it from starting (a damaged store: its file and error; issue 36 §2), or `None`
+    /// while it runs (or has not started yet).
+    pub fn cron_off_reason(&self, config: &warren_config::Config) -> Option<String> {
+        if self.cron().is_some() {
+            return None;
+        }
+        if !config.cron.enabled {
+            return Some("[cron] enabled = false".to_string());
+        }
+        self.cron_error.get().cloned()
     }
 
     /// Records a scheduler started outside the daemon loop (tests of the crates above).
@@ -113,6 +128,8 @@ impl GenerationHook for Sessions {
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
         Box::pin(async move {
             generation.host.open_sessions().await;
+            // A damaged store is reported from the start, not at its first use (issue 36 §1).
+            generation.host.probe_stores().await;
             Ok(done("sessions"))
         })
     }
@@ -130,8 +147,16 @@ impl GenerationHook for Cron {
             if !generation.snapshot.cron.enabled {
                 return Ok(done("cron"));
             }
-            let scheduler = Scheduler::open(&generation.root, Arc::clone(&generation.host))
-                .map_err(HookError::Cron)?;
+            let scheduler = match Scheduler::open(&generation.root, Arc::clone(&generation.host)) {
+                Ok(scheduler) => scheduler,
+                Err(e) => {
+                    let _ = generation
+                        .jobs
+                        .cron_error
+                        .set(format!("the scheduler cannot start: {e}"));
+                    return Err(HookError::Cron(e));
+                }
+            };
             if let Err(e) = scheduler.prepare().await {
                 tracing::error!("cron: {e}");
             }

@@ -61,6 +61,25 @@ pub fn admin_call_json(
     let endpoint = wait_for_endpoint(root).ok_or_else(|| ClientError::NoGateway {
         path: root.gateway_admin().display().to_string(),
     })?;
+    let answer = call(&endpoint, method, path, body)?;
+    // A daemon that restarted publishes a new admin key: a 401 with another key in
+    // data/gateway.json now was the previous daemon's key; retried once (issue 36 §4).
+    if answer.0 == 401
+        && let Some(fresh) = read_endpoint(root)
+        && fresh.admin_key != endpoint.admin_key
+    {
+        return call(&fresh, method, path, body);
+    }
+    Ok(answer)
+}
+
+/// One admin request to `endpoint`.
+fn call(
+    endpoint: &crate::server::AdminEndpoint,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(u16, serde_json::Value), ClientError> {
     let addr = endpoint.addr.to_string();
     let io = |cause| ClientError::Io {
         addr: addr.clone(),

@@ -226,6 +226,7 @@ impl LocalControl {
             scheduler,
             state: SchedulerState::NoDaemon,
             run_host: None,
+            off_reason: None,
         };
         Ok(encode(control.execute(op).await?))
     }

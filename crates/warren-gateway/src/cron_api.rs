@@ -80,6 +80,15 @@ fn scheduler(state: &AppState) -> Option<Arc<Scheduler>> {
     state.jobs().cron()
 }
 
+/// Why the scheduler is off: `[cron] enabled = false`, or the error that kept it from
+/// starting (issue 36 §2: a damaged store is named, not blamed on the setting).
+pub(crate) fn off_reason(state: &AppState) -> String {
+    state
+        .jobs()
+        .cron_off_reason(state.host().snapshot().config())
+        .unwrap_or_else(|| "it has not started yet".to_string())
+}
+
 fn job_json(job: &Job) -> Value {
     let state = match (&job.lock_run, job.enabled) {
         (Some(_), _) => "running",
@@ -149,9 +158,16 @@ pub(crate) async fn create(
         },
     )
     .await?;
+    let off;
     let status = match reply.scheduler {
         SchedulerState::Running => "scheduled",
-        _ => "stored; the scheduler is off ([cron] enabled = false)",
+        _ => {
+            off = format!(
+                "stored; the scheduler is off ({})",
+                reply.reason.clone().unwrap_or_else(|| off_reason(&state))
+            );
+            off.as_str()
+        }
     };
     let job = reply.job.as_ref().map(job_json).unwrap_or(Value::Null);
     Ok((
@@ -222,6 +238,7 @@ async fn execute_with(
             Some(_) => SchedulerState::Running,
             None => SchedulerState::Off,
         },
+        off_reason: scheduler.is_none().then(|| off_reason(state)),
         scheduler,
         run_host,
     };
@@ -250,10 +267,10 @@ fn control_error(route: &str, e: CronControlError) -> ApiError {
         CronControlError::Store(e) => cron_error(route, e),
         CronControlError::Run(e) => run_error(route, e),
         CronControlError::Spec { spec, .. } => ApiError::bad_field(route, spec.field, spec.message),
-        CronControlError::SchedulerOff => ApiError::new(
+        CronControlError::SchedulerOff(reason) => ApiError::new(
             StatusCode::CONFLICT,
             "scheduler_off",
-            format!("{route}: the cron scheduler is not running ([cron] enabled = false)"),
+            format!("{route}: the cron scheduler is not running ({reason})"),
         ),
         other @ (CronControlError::Schedule(_) | CronControlError::Task(_)) => {
             ApiError::internal(route, other)
@@ -340,14 +357,13 @@ pub(crate) async fn cancel_run(
 }
 
 pub(crate) async fn wake(State(state): State<AppState>) -> Json<Value> {
-    let running = match scheduler(&state) {
+    match scheduler(&state) {
         Some(s) => {
             s.wake();
-            true
+            Json(json!({"scheduler": "running"}))
         }
-        None => false,
-    };
-    Json(json!({"scheduler": if running { "running" } else { "off" }}))
+        None => Json(json!({"scheduler": "off", "reason": off_reason(&state)})),
+    }
 }
 
 /// The request bodies, query parameters, path parameter schemas and status codes of the cron

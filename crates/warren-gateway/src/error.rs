@@ -67,7 +67,7 @@ impl ApiError {
                 err.problems = problems
                     .iter()
                     .map(
-                        |p| serde_json::json!({"key": p.key, "message": p.message, "hint": p.hint}),
+                        |p| serde_json::json!({"key": p.key, "message": warren_config::cut_long_values(&p.message), "hint": p.hint.as_deref().map(warren_config::cut_long_values)}),
                     )
                     .collect();
                 err

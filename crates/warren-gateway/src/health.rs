@@ -1,30 +1,60 @@
-//! What the gateway reports about itself (STATE-17): liveness (`GET /health`, which the listener
-//! also answers while no generation's routes are installed) and each component's health
+//! What the gateway reports about itself (STATE-17): liveness (`GET /health`) and readiness
+//! (`GET /ready`), which the listener also answers while no generation's routes are installed
+//! (issue 36 §4), and each component's health
 //! (`GET /api/health`: gateway, config, devices, sessions, agents, cron, SOP, memory backends,
-//! resident memory, stores, channels).
+//! resident memory, stores, channels). A store that does not open is listed under
+//! `stores.degraded` by name, file and error, and the whole status is then `degraded` (issue
+//! 36 §1).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use warren_jobs::sop::defs;
 
 use crate::state::AppState;
 
-/// `GET /health`'s answer: liveness only. The listener gives it too while no generation's
-/// routes are installed (the daemon's start-up, a reload's gap).
-pub(crate) fn health_response() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        r#"{"status":"ok"}"#,
-    )
+/// The two probes: liveness (`/health`) and readiness (`/ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    Health,
+    Ready,
 }
 
-/// Whether a request is the liveness probe (`GET` or `HEAD /health`).
-pub(crate) fn is_health(method: &axum::http::Method, path: &str) -> bool {
-    path == "/health" && (method == axum::http::Method::GET || method == axum::http::Method::HEAD)
+/// A probe's answer (issue 36 §4). `/health` is 200 while the process is up: `starting` until
+/// the daemon was ready once, then `ok`. `/ready` is 200 `ready` only while a generation's
+/// routes serve (every subsystem started, the admin key published), else 503 `starting` (the
+/// first start) or `reloading`. The listener answers both while no generation serves; the
+/// generation's routes answer them as ready.
+pub(crate) fn probe_response(probe: Probe, was_ready: bool, serving: bool) -> Response {
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    match probe {
+        Probe::Health if was_ready || serving => (json, r#"{"status":"ok"}"#).into_response(),
+        Probe::Health => (json, r#"{"status":"starting"}"#).into_response(),
+        Probe::Ready if serving => (json, r#"{"status":"ready"}"#).into_response(),
+        Probe::Ready => {
+            let body = if was_ready {
+                r#"{"status":"reloading"}"#
+            } else {
+                r#"{"status":"starting"}"#
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, json, body).into_response()
+        }
+    }
+}
+
+/// Which probe a request is (`GET` or `HEAD` of `/health` or `/ready`).
+pub(crate) fn probe_of(method: &axum::http::Method, path: &str) -> Option<Probe> {
+    if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+        return None;
+    }
+    match path {
+        "/health" => Some(Probe::Health),
+        "/ready" => Some(Probe::Ready),
+        _ => None,
+    }
 }
 
 /// Seconds since `since` (0 if the clock went back).
@@ -107,14 +137,17 @@ pub(crate) async fn report(state: &AppState) -> Value {
         .into_iter()
         .map(|(path, reason)| json!({"path": path, "reason": reason}))
         .collect();
-    let all_ok = all_ok && read_only.is_empty();
     let channels = channels(state);
     let all_ok = all_ok && channels["status"] != "down";
-    let stores = if read_only.is_empty() {
-        json!({"status": "ok"})
-    } else {
-        json!({"status": "read_only", "read_only": read_only})
+    // Stores that do not open (issue 36 §1): each by name, file and error; the rest run on.
+    let degraded = inner.host.store_faults();
+    let stores = match (read_only.is_empty(), degraded.is_empty()) {
+        (true, true) => json!({"status": "ok"}),
+        (false, true) => json!({"status": "read_only", "read_only": read_only}),
+        _ => json!({"status": "degraded", "degraded": degraded, "read_only": read_only}),
     };
+    let cron = cron(state).await;
+    let all_ok = all_ok && stores["status"] == "ok" && cron["status"] != "error";
     json!({
         "status": if all_ok { "ok" } else if starting { "starting" } else { "degraded" },
         "pid": std::process::id(),
@@ -125,7 +158,7 @@ pub(crate) async fn report(state: &AppState) -> Value {
             "devices": devices,
             "sessions": sessions,
             "agents": agents,
-            "cron": cron(state).await,
+            "cron": cron,
             "sop": sop(state).await,
             "memory_backends": memory_backends,
             "resident_memory": memory,
@@ -174,10 +207,18 @@ fn channels(state: &AppState) -> Value {
 }
 
 /// `/api/health`'s `cron` component: whether the scheduler runs and the paused jobs with
-/// their reasons.
+/// their reasons; an error naming the cause when `[cron] enabled` but it did not start.
 async fn cron(state: &AppState) -> Value {
     let stores = Arc::clone(state.stores());
     let running = state.jobs().cron().is_some();
+    if !running
+        && state.host().snapshot().cron.enabled
+        && let Some(why) = state
+            .jobs()
+            .cron_off_reason(state.host().snapshot().config())
+    {
+        return json!({"status": "error", "scheduler": "off", "error": why});
+    }
     let jobs = tokio::task::spawn_blocking(move || {
         stores
             .cron_existing()

@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -79,6 +79,14 @@ pub(crate) struct Serving {
     pub drain: mpsc::Sender<()>,
 }
 
+/// What a connection routes its requests by: the installed generation, and whether one was
+/// ever installed (what the probes answer meanwhile).
+#[derive(Clone)]
+struct Routes {
+    slot: watch::Receiver<Option<Serving>>,
+    served: Arc<AtomicBool>,
+}
+
 /// A listening socket with its accept loop (stops when dropped).
 pub(crate) struct Listening {
     pub bind: String,
@@ -86,6 +94,8 @@ pub(crate) struct Listening {
     pub addr: SocketAddr,
     slot: Arc<watch::Sender<Option<Serving>>>,
     stop: watch::Sender<bool>,
+    /// A generation was installed once (the daemon was ready): the gaps after it are reloads.
+    served: Arc<AtomicBool>,
 }
 
 impl Listening {
@@ -101,18 +111,25 @@ impl Listening {
         let (slot, _) = watch::channel(None::<Serving>);
         let slot = Arc::new(slot);
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, limits, slot.subscribe(), stopped));
+        let served = Arc::new(AtomicBool::new(false));
+        let routes = Routes {
+            slot: slot.subscribe(),
+            served: Arc::clone(&served),
+        };
+        tokio::spawn(accept_loop(listener, limits, routes, stopped));
         Ok(Self {
             bind: bind.to_string(),
             port,
             addr,
             slot,
             stop,
+            served,
         })
     }
 
     /// Routes every following request to `serving`.
     pub fn install(&self, serving: Serving) {
+        self.served.store(true, Ordering::Release);
         self.slot.send_replace(Some(serving));
     }
 
@@ -172,7 +189,7 @@ impl Drop for OpenGuard {
 async fn accept_loop(
     listener: TcpListener,
     initial: ConnLimits,
-    slot: watch::Receiver<Option<Serving>>,
+    routes: Routes,
     mut stop: watch::Receiver<bool>,
 ) {
     let count = Arc::new(OpenCount::default());
@@ -181,7 +198,7 @@ async fn accept_loop(
     let mut warned: Option<Instant> = None;
     let mut reached = 0u64;
     loop {
-        if let Some(serving) = slot.borrow().as_ref() {
+        if let Some(serving) = routes.slot.borrow().as_ref() {
             current = serving.limits;
         }
         // The cap: wait (in the kernel's backlog) until a connection closes.
@@ -227,7 +244,7 @@ async fn accept_loop(
             stream,
             peer,
             current,
-            slot.clone(),
+            routes.clone(),
             stop.clone(),
             guard,
         ));
@@ -379,7 +396,7 @@ async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     limits: ConnLimits,
-    slot: watch::Receiver<Option<Serving>>,
+    routes: Routes,
     mut stop: watch::Receiver<bool>,
     _open: OpenGuard,
 ) {
@@ -391,7 +408,7 @@ async fn serve_connection(
     });
     let service = {
         let activity = Arc::clone(&activity);
-        service_fn(move |req| route(req, peer, Arc::clone(&activity), slot.clone()))
+        service_fn(move |req| route(req, peer, Arc::clone(&activity), routes.clone()))
     };
     let conn = http1::Builder::new()
         .keep_alive(true)
@@ -437,17 +454,23 @@ async fn route(
     mut req: Request<Incoming>,
     peer: SocketAddr,
     activity: Arc<Activity>,
-    mut slot: watch::Receiver<Option<Serving>>,
+    routes: Routes,
 ) -> Result<Response<Body>, Infallible> {
+    let Routes { mut slot, served } = routes;
     let busy = activity.begin();
     let installed = slot.borrow_and_update().clone();
     let serving = match installed {
         Some(serving) => Ok(serving),
-        // Liveness needs no generation: the process is up and serving (issue 26: the daemon
-        // binds before its start-up work; a reload's gap answers it too).
-        None if crate::health::is_health(req.method(), req.uri().path()) => {
+        // The probes need no generation (issue 26: the daemon binds before its start-up work;
+        // a reload's gap answers them too): liveness says `starting` until the daemon was
+        // ready once, readiness is 503 while no generation serves (issue 36 §4).
+        None if let Some(probe) = crate::health::probe_of(req.method(), req.uri().path()) => {
             drop(busy);
-            return Ok(crate::health::health_response().into_response());
+            return Ok(crate::health::probe_response(
+                probe,
+                served.load(Ordering::Acquire),
+                false,
+            ));
         }
         None => {
             match tokio::time::timeout(BETWEEN_GENERATIONS, slot.wait_for(Option::is_some)).await {

@@ -29,6 +29,12 @@ pub fn document(routes: &[Route]) -> Value {
                 json!({"schema": {"type": "string"}});
             op["responses"]["202"] = turn_accepted();
         }
+        if route.path == "/ready" {
+            op["responses"]["503"] = json!({
+                "description": "not ready: {\"status\": \"starting\"} or {\"status\": \"reloading\"}",
+                "content": {"application/json": {"schema": success_schema("GET", "/ready")}},
+            });
+        }
         if route.path == "/api/events" {
             op["responses"]["200"]["content"] =
                 json!({"text/event-stream": {"schema": {"type": "string"}}});
@@ -218,9 +224,9 @@ fn success_schema(method: &str, path: &str) -> Value {
         ("converged", "boolean"),
     ];
     match (method, path) {
-        ("GET", "/health") => obj(&[("status", "string")]),
+        ("GET", "/health" | "/ready") => obj(&[("status", "string")]),
         ("POST", "/pair") => obj(&[("token", "string"), ("device", "object")]),
-        ("GET", "/api/health") => obj(&[
+        ("GET", "/api/health" | "/admin/health") => obj(&[
             ("status", "string"),
             ("pid", "integer"),
             ("uptime_secs", "integer"),
@@ -396,7 +402,7 @@ fn responses(access: Access) -> Value {
             r["502"] = with_description(&error, "the agent's provider failed");
             r["503"] = with_description(
                 &error,
-                "sessions, memory or the agent's sandbox are unavailable; or the turn was cancelled by a reload",
+                "sessions, memory, the cost ledger or the agent's sandbox are unavailable; or the turn was cancelled by a reload",
             );
         }
     }

@@ -57,6 +57,9 @@ pub struct GatewayHook {
     published: Mutex<Option<(InstallRoot, AdminEndpoint)>>,
     /// Numbers the generations installed into the listener.
     installed: AtomicU64,
+    /// The started generation's routes, installed once every subsystem of it started
+    /// ([`GenerationHook::ready`]; issue 36 §4).
+    pending: Mutex<Option<(Arc<Listening>, Serving)>>,
 }
 
 impl GatewayHook {
@@ -93,6 +96,21 @@ impl GenerationHook for GatewayHook {
 
     fn start<'a>(&'a self, generation: &'a Generation) -> StartFuture<'a> {
         Box::pin(async move { self.start_generation(generation).await })
+    }
+
+    /// Ready means ready (issue 36 §4): the generation's routes are installed only now, after
+    /// the admin key was published and every subsystem (sessions, cron, SOP) started; until
+    /// then the listener answers `/health` (`starting`) and `/ready` (503) itself and other
+    /// requests wait.
+    fn ready(&self, _generation: &Generation) {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((listening, serving)) = pending {
+            listening.install(serving);
+        }
     }
 
     /// Binds the listener before the rest of the daemon's start-up (issue 26): `/health`
@@ -155,18 +173,18 @@ impl GatewayHook {
         // After the bind: the first start opens the device registry here.
         let process = self.process(&generation.root)?;
 
-        // Serve first (start-up latency): /health answers while the registry is reconciled,
-        // the agents' sandboxes are probed and the endpoint file is written.
+        // The routes are installed once the daemon is ready (`ready`); `/health` answers
+        // meanwhile, and the endpoint file with the new admin key is written first.
         let state = AppState::starting(generation, Arc::clone(&process), Some(addr));
         let shutdown = state.shutdown().clone();
         let (drain, mut drained) = mpsc::channel::<()>(1);
         let id = self.installed.fetch_add(1, Ordering::Relaxed);
-        listening.install(Serving {
+        let serving = Serving {
             id,
             router: router(state.clone()),
             limits,
             drain,
-        });
+        };
         let vacate = listening.vacater(id);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -212,6 +230,7 @@ impl GatewayHook {
             let _ = stop.send(());
             return Err(e);
         }
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some((listening, serving));
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((generation.root.clone(), endpoint));
         tracing::info!(%addr, generation = snapshot.generation(), "gateway listening");

@@ -1,4 +1,5 @@
 //! The gateway's own routes (STATE-16, STATE-17, STATE-19): `GET /health` (liveness only),
+//! `GET /ready` (readiness, issue 36 §4),
 //! `GET /api/health` (each component, [`crate::health`]), `GET /api/status`, the device
 //! registry (`GET /api/devices`, `DELETE /api/devices/{id}`) and `POST /admin/reload`.
 
@@ -11,13 +12,19 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::health::{health_response, uptime_secs};
+use crate::health::{Probe, probe_response, uptime_secs};
 use crate::pairing::device_id;
 use crate::state::AppState;
 use crate::tokens;
 
+/// `GET /health` from the generation's routes: installed only once the daemon is ready.
 pub(crate) async fn health() -> impl IntoResponse {
-    health_response()
+    probe_response(Probe::Health, true, true)
+}
+
+/// `GET /ready` from the generation's routes: they serve, so the daemon is ready.
+pub(crate) async fn ready() -> impl IntoResponse {
+    probe_response(Probe::Ready, true, true)
 }
 
 pub(crate) async fn api_health(State(state): State<AppState>) -> Json<Value> {

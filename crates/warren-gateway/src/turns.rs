@@ -268,15 +268,18 @@ pub(crate) fn turn_error(route: &'static str, e: &TurnError) -> ApiError {
         TurnError::Cost(CostError::LimitReached { .. }) => {
             (StatusCode::TOO_MANY_REQUESTS, "cost_limit_reached")
         }
+        // The ledger cannot take the turn's cost (issue 36 §7): refused, nothing stored.
+        TurnError::Cost(CostError::Io { .. }) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "cost_ledger_unavailable")
+        }
         TurnError::Provider(_) | TurnError::SingleToolViolation { .. } => {
             (StatusCode::BAD_GATEWAY, "provider_error")
         }
         TurnError::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled"),
         TurnError::Agent(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
-        TurnError::Cost(_)
-        | TurnError::Session(_)
-        | TurnError::SessionKey(_)
-        | TurnError::Task(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        TurnError::Session(_) | TurnError::SessionKey(_) | TurnError::Task(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+        }
     };
     ApiError::new(status, code, format!("{route}: {e}"))
 }

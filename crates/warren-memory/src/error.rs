@@ -50,6 +50,10 @@ pub enum MemoryError {
     /// An agent rename or purge cannot proceed.
     #[error("memory of agent '{agent}': {message}")]
     Lifecycle { agent: String, message: String },
+    /// The agent's store did not open this generation (a damaged file): every memory call
+    /// says so, the rest of the agent runs on (issue 36 §1).
+    #[error("memory is unavailable ({backend} backend): {message}")]
+    Unavailable { backend: String, message: String },
     /// SQLite failed on the store file.
     #[error("SQLite memory store {path}: {source}")]
     Sqlite {

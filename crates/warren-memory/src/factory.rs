@@ -35,6 +35,8 @@ pub struct MemoryStores {
     qdrant: OnceCell<Arc<QdrantStore>>,
     lucid: OnceCell<Arc<LucidStore>>,
     markdown: Arc<MarkdownStore>,
+    /// Why the SQLite store did not open at its last try (cleared when it opens; issue 36 §1).
+    sqlite_error: std::sync::Mutex<Option<String>>,
 }
 
 impl MemoryStores {
@@ -46,7 +48,18 @@ impl MemoryStores {
             postgres: OnceCell::new(),
             qdrant: OnceCell::new(),
             lucid: OnceCell::new(),
+            sqlite_error: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Why the SQLite store (`data/memory/memory.db`) did not open at its last try; `None`
+    /// once it opened or before any try. Memory calls fail with this error meanwhile; nothing
+    /// is written to the file.
+    pub fn sqlite_error(&self) -> Option<String> {
+        self.sqlite_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn root(&self) -> &InstallRoot {
@@ -60,7 +73,8 @@ impl MemoryStores {
             config.memory.embedder.vector_weight,
             config.memory.history_versions,
         );
-        self.sqlite
+        let opened = self
+            .sqlite
             .get_or_try_init(|| async move {
                 let open = move || SqliteStore::open(&path).map(|s| s.with_history_limit(history));
                 let store = tokio::task::spawn_blocking(open)
@@ -73,7 +87,10 @@ impl MemoryStores {
                 Ok(Arc::new(store))
             })
             .await
-            .cloned()
+            .cloned();
+        *self.sqlite_error.lock().unwrap_or_else(|p| p.into_inner()) =
+            opened.as_ref().err().map(ToString::to_string);
+        opened
     }
 
     /// The PostgreSQL store of `[memory.postgres]`. Connecting is lazy: a server that is down
@@ -215,7 +232,15 @@ pub async fn create_memory_for_agent(
         })?;
     let kind = config.memory_backend_of(agent);
     let grants = resolve_grants(config, alias)?;
-    let store = stores.store(config, kind).await?;
+    // A store that does not open (a damaged file) stops only memory: the agent runs on and
+    // its memory calls say why (issue 36 §1; `/api/health` names the store).
+    let store = match stores.store(config, kind).await {
+        Ok(store) => store,
+        Err(e) => {
+            tracing::debug!(agent = %alias, "memory is unavailable to this agent: {e}");
+            Arc::new(crate::none::UnavailableStore::new(kind, &e))
+        }
+    };
     let mut embedder: Option<Arc<dyn Embedder>> = match kind {
         MemoryBackendKind::Sqlite
         | MemoryBackendKind::Postgres

@@ -7,9 +7,10 @@
 //! [`BackendLock`] is a [`StateCheck`] for [`warren_config::ConfigStore`]: on a write or
 //! reload it probes only agents whose effective backend changed; on `check_current` (config
 //! validate, daemon start) it probes every agent. The error names where the rows live. A
-//! Qdrant server that does not answer blocks only agents on another backend (whose rows there
-//! cannot be ruled out); the agents that stay on it start, their memory calls failing until it
-//! answers. An unreachable PostgreSQL server is an error (the rule cannot be checked).
+//! Qdrant server that does not answer (or a damaged SQLite file) blocks only agents on another
+//! backend (whose rows there cannot be ruled out); the agents that stay on it start, their
+//! memory calls failing until it answers. A damaged SQLite file does not block the start
+//! (issue 36 §1: it stops only memory, reported as a degraded store). An unreachable PostgreSQL server is an error (the rule cannot be checked).
 
 use std::collections::BTreeMap;
 
@@ -74,7 +75,11 @@ impl StateCheck for BackendLock {
                 .filter(|(_, k)| store_of(*k) != store_of(*kind))
                 .map(|(a, _)| a)
                 .collect();
-            if blocked.is_empty() {
+            // A damaged SQLite store at start (nothing changes: the config on disk is checked
+            // against the stores) stops only memory (issue 36 §1): the daemon starts and
+            // reports the store as degraded; a change of backend is still refused below.
+            let at_start = previous.is_none() && *kind == MemoryBackendKind::Sqlite;
+            if blocked.is_empty() || at_start {
                 tracing::warn!(backend = name(*kind), %location, %error, "memory backend unreachable; the agents on it start without memory until it answers");
                 continue;
             }
@@ -142,8 +147,8 @@ pub fn holdings(
     }
 }
 
-/// What the stores answered: the holdings of those that answered, and each Qdrant server
-/// that did not (backend, location, error).
+/// What the stores answered: the holdings of those that answered, and each store that did
+/// not (a Qdrant server down, a damaged SQLite file: backend, location, error).
 struct Probe {
     held: BTreeMap<String, Vec<Holding>>,
     unreachable: Vec<(MemoryBackendKind, String, MemoryError)>,
@@ -157,12 +162,18 @@ fn probe(
     let mut out: BTreeMap<String, Vec<Holding>> = BTreeMap::new();
     let mut unreachable = Vec::new();
     let db = root.memory_db();
-    for (alias, _backend, rows) in crate::sqlite::registered_agents_at(&db)? {
-        out.entry(alias).or_default().push((
-            MemoryBackendKind::Sqlite,
-            db.display().to_string(),
-            rows,
-        ));
+    // A damaged file hides its rows as a server that does not answer does (issue 36 §1).
+    match crate::sqlite::registered_agents_at(&db) {
+        Ok(found) => {
+            for (alias, _backend, rows) in found {
+                out.entry(alias).or_default().push((
+                    MemoryBackendKind::Sqlite,
+                    db.display().to_string(),
+                    rows,
+                ));
+            }
+        }
+        Err(e) => unreachable.push((MemoryBackendKind::Sqlite, db.display().to_string(), e)),
     }
     for (alias, _) in config.agents() {
         let rows = crate::markdown::rows_of(root, &alias)?;

@@ -36,6 +36,39 @@ impl AppendFile {
         }
     }
 
+    /// Whether the file can be appended to (opened now if need be; nothing is written): a
+    /// writer asks before it commits to work whose record must land here (issue 36 §7).
+    pub(crate) fn writable(&mut self) -> std::io::Result<()> {
+        let current = std::fs::metadata(&self.path).ok();
+        self.handle(current.as_ref()).map(drop)
+    }
+
+    /// The append handle of the file `current` describes (`None`: no file yet), reopened
+    /// when the path names another file than the one held.
+    fn handle(
+        &mut self,
+        current: Option<&std::fs::Metadata>,
+    ) -> std::io::Result<&mut (File, (u64, u64))> {
+        let id = current.map(|m| (m.dev(), m.ino()));
+        if self.open.as_ref().map(|(_, held)| *held) != id {
+            self.open = None;
+        }
+        if self.open.is_none() {
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)?;
+            let m = f.metadata()?;
+            self.open = Some((f, (m.dev(), m.ino())));
+        }
+        self.open
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the append handle did not open"))
+    }
+
     /// Appends `line` (a complete line, newline included). With `rotate_at`, a file that has
     /// reached that many bytes is first renamed to `<path>.1` (replacing an older one).
     pub(crate) fn append(
@@ -52,29 +85,15 @@ impl AppendFile {
             std::fs::rename(&self.path, rotated)?;
             current = None;
         }
-        let id = current.as_ref().map(|m| (m.dev(), m.ino()));
-        if self.open.as_ref().map(|(_, held)| *held) != id {
-            self.open = None;
-        }
-        let (file, (_, ino)) = match &mut self.open {
-            Some(handle) => handle,
-            None => {
-                if let Some(dir) = self.path.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&self.path)?;
-                let m = f.metadata()?;
-                self.open.insert((f, (m.dev(), m.ino())))
-            }
+        let ino = {
+            let (file, (_, ino)) = self.handle(current.as_ref())?;
+            file.write_all(line)?;
+            *ino
         };
-        file.write_all(line)?;
         self.dirty = true;
         Ok(Appended {
             before: current.map_or(0, |m| m.len()),
-            ino: *ino,
+            ino,
         })
     }
 

@@ -337,6 +337,58 @@ impl AgentHost {
         }
     }
 
+    /// Tries the stores a damaged file would otherwise hide until their first use (the
+    /// process's stores whose file exists, and the SQLite memory store when an agent uses it),
+    /// so [`Self::store_faults`] reports them from the start (issue 36 §1). Creates nothing.
+    pub async fn probe_stores(&self) {
+        let stores = Arc::clone(&self.process.stores);
+        let _ = tokio::task::spawn_blocking(move || stores.probe()).await;
+        let config = self.snapshot.config();
+        let uses_sqlite = config.agents().any(|(_, agent)| {
+            matches!(
+                config.memory_backend_of(agent),
+                warren_config::schema::MemoryBackendKind::Sqlite
+                    | warren_config::schema::MemoryBackendKind::Lucid
+            )
+        });
+        if uses_sqlite
+            && self.root.memory_db().exists()
+            && let Err(e) = self.memory.sqlite(config).await
+        {
+            tracing::error!(
+                "memory is unavailable this generation (the other subsystems run on): {e}"
+            );
+        }
+    }
+
+    /// Every store of this generation and of the process that would not open, by name, file
+    /// and error (issue 36 §1): the process's ([`Stores::faults`]), the chat and ACP session
+    /// stores, and the SQLite memory store. What `/api/health` reports as degraded.
+    pub fn store_faults(&self) -> Vec<crate::stores::StoreFault> {
+        use crate::stores::StoreFault;
+        let mut faults = self.process.stores.faults();
+        if let Some(opened) = self.sessions.get() {
+            if let Err(e) = &opened.chat {
+                let file = match self.snapshot.channels.session_backend {
+                    warren_config::schema::SessionBackendKind::Jsonl => self.root.sessions_dir(),
+                    warren_config::schema::SessionBackendKind::Sqlite => self.root.sessions_db(),
+                };
+                faults.push(StoreFault::new("sessions", &file, e));
+            }
+            if let Some(e) = &opened.acp_error {
+                faults.push(StoreFault::new(
+                    "acp_sessions",
+                    &self.root.acp_sessions_db(),
+                    e,
+                ));
+            }
+        }
+        if let Some(e) = self.memory.sqlite_error() {
+            faults.push(StoreFault::new("memory", &self.root.memory_db(), e));
+        }
+        faults
+    }
+
     /// Whether the chat sessions of this host survive the process (`None` until opened).
     pub fn sessions_durable(&self) -> Option<bool> {
         match self.sessions.get()?.chat.as_ref() {

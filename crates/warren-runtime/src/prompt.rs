@@ -149,7 +149,10 @@ pub async fn system_prompt(
         match memory {
             Some(memory) => Some(
                 memory
-                    .recall(RecallQuery::new(user_message.to_string(), RECALL_LIMIT))
+                    .recall(RecallQuery::new(
+                        recall_text(user_message).to_string(),
+                        RECALL_LIMIT,
+                    ))
                     .await,
             ),
             None => None,
@@ -183,6 +186,17 @@ pub async fn system_prompt(
     out
 }
 
+/// The recall query of a user message: its first [`warren_memory::MAX_QUERY_BYTES`] bytes
+/// (cut at a character boundary), so a long message recalls on its beginning instead of
+/// failing the recall every turn (issue 36 §7).
+fn recall_text(user_message: &str) -> &str {
+    let mut end = user_message.len().min(warren_memory::MAX_QUERY_BYTES);
+    while !user_message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &user_message[..end]
+}
+
 /// Escapes the delimiters so recalled text cannot close the block it sits in.
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -193,6 +207,20 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_message_recalls_on_its_first_kilobyte_cut_at_a_character_issue36() {
+        let long = format!("{}{}", "a".repeat(1023), "é".repeat(600));
+        let query = recall_text(&long);
+        assert_eq!(query.len(), 1023, "é straddles byte 1024: cut before it");
+        assert!(long.starts_with(query));
+        assert_eq!(recall_text("short"), "short");
+        let exact = "b".repeat(warren_memory::MAX_QUERY_BYTES);
+        assert_eq!(recall_text(&exact), exact);
+        // Without the cut the store refuses the query: what the turn used to warn about.
+        let refused = RecallQuery::new(long.clone(), RECALL_LIMIT);
+        assert!(refused.text.len() > warren_memory::MAX_QUERY_BYTES);
+    }
 
     #[tokio::test]
     async fn identity_files_are_included_in_order() {

@@ -304,6 +304,8 @@ pub struct SessionStores {
     pub chat: Result<ChatSessions, ChatUnavailable>,
     /// `None` when not opened (a CLI process needs no ACP store) or when it failed.
     pub acp: Option<AcpSessionStore>,
+    /// Why the ACP store did not open (issue 36 §1: reported as a degraded store).
+    pub acp_error: Option<String>,
     /// Legacy JSONL files the import left in place on their own account (no valid message, a
     /// symlink, ...), each with what to do; the rest of the store is open (MIG-5, issue 15 §7).
     pub skipped: Vec<String>,
@@ -333,18 +335,23 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
                 Err(ChatUnavailable::Open(Arc::new(e)))
             }
         };
-        let acp = if with_acp {
+        let (acp, acp_error) = if with_acp {
             match AcpSessionStore::open(&root) {
-                Ok(store) => Some(store),
+                Ok(store) => (Some(store), None),
                 Err(e) => {
                     tracing::error!("ACP sessions stopped for this generation: {e}");
-                    None
+                    (None, Some(e.to_string()))
                 }
             }
         } else {
-            None
+            (None, None)
         };
-        SessionStores { chat, acp, skipped }
+        SessionStores {
+            chat,
+            acp,
+            acp_error,
+            skipped,
+        }
     })
     .await;
     opened.unwrap_or_else(|e| {
@@ -352,6 +359,7 @@ pub async fn open(root: &InstallRoot, channels: &ChannelsConfig, with_acp: bool)
         SessionStores {
             chat: Err(ChatUnavailable::Task(Arc::new(e))),
             acp: None,
+            acp_error: None,
             skipped: Vec::new(),
         }
     })

@@ -10,8 +10,15 @@
 //! A store whose file does not exist yet is not created by a reader: [`Stores::cron_existing`]
 //! and friends answer `None` until a writer ([`Stores::cron`]) creates it. A failed open is not
 //! kept: the next call tries again (a store repaired by the operator is picked up).
+//!
+//! A store that does not open is recorded as a [`StoreFault`] (its name, file and error) until
+//! an open succeeds: [`Stores::faults`] is what `/api/health`, `warren status` and
+//! `warren doctor` report as degraded (issue 36 §1). The generation's own stores (sessions,
+//! memory) add theirs in [`crate::host::AgentHost::store_faults`]. Nothing here writes to a
+//! store that failed to open.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use warren_config::InstallRoot;
@@ -27,6 +34,62 @@ use crate::cost::CostTracker;
 /// A store handle opened at most once.
 type Slot<T> = Mutex<Option<Arc<T>>>;
 
+/// A store that would not open (issue 36 §1): which store (its row of the state map), its
+/// file, and the error. Reported as `degraded` by `/api/health`, `warren status` and
+/// `warren doctor`; the file is left as it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoreFault {
+    pub store: String,
+    pub file: PathBuf,
+    pub error: String,
+}
+
+impl StoreFault {
+    pub fn new(store: &str, file: &Path, error: impl std::fmt::Display) -> Self {
+        Self {
+            store: store.to_string(),
+            file: file.to_path_buf(),
+            error: error.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "store {} ({}) cannot be used: {}",
+            self.store,
+            self.file.display(),
+            self.error
+        )
+    }
+}
+
+/// The faults of the process's stores, by store name.
+#[derive(Debug, Default)]
+struct Faults(Mutex<BTreeMap<&'static str, StoreFault>>);
+
+impl Faults {
+    /// Records `result` of opening `store` at `path`: its error, or (it opened) no fault.
+    fn note<T, E: std::fmt::Display>(
+        &self,
+        store: &'static str,
+        path: &Path,
+        result: &Result<T, E>,
+    ) {
+        let mut faults = lock(&self.0);
+        match result {
+            Ok(_) => {
+                faults.remove(store);
+            }
+            Err(e) => {
+                faults.insert(store, StoreFault::new(store, path, e));
+            }
+        }
+    }
+}
+
 /// The process's store handles (see the module doc).
 pub struct Stores {
     root: InstallRoot,
@@ -41,6 +104,7 @@ pub struct Stores {
     /// Opened at the first use with these rates (a `cron list` never reads the ledger).
     costs: OnceLock<Arc<CostTracker>>,
     cost_config: CostConfig,
+    faults: Faults,
 }
 
 impl std::fmt::Debug for Stores {
@@ -65,6 +129,7 @@ impl Stores {
             actions: Arc::new(ActionWindow::open(root)),
             costs: OnceLock::new(),
             cost_config: config.cost.clone(),
+            faults: Faults::default(),
         }
     }
 
@@ -87,28 +152,49 @@ impl Stores {
         })
     }
 
+    /// The stores of this process that would not open at their last try (see [`StoreFault`]).
+    pub fn faults(&self) -> Vec<StoreFault> {
+        lock(&self.faults.0).values().cloned().collect()
+    }
+
+    /// Tries every process store whose file exists (the daemon's start-up: a damaged one is
+    /// reported at once, not at its first use); opens nothing that is missing.
+    pub fn probe(&self) {
+        let _ = self.control_plane_existing();
+        let _ = self.cron_existing();
+        let _ = self.sop_runs();
+    }
+
     /// The control plane, created if missing.
     pub fn control_plane(&self) -> Result<Arc<ControlPlane>, ControlPlaneError> {
-        open_created(&self.control, &self.root.control_plane_db(), |p| {
-            ControlPlane::open(p)
-        })
+        let path = self.root.control_plane_db();
+        let opened = open_created(&self.control, &path, ControlPlane::open);
+        self.faults.note(CONTROL_PLANE, &path, &opened);
+        opened
     }
 
     /// The control plane if its file exists (a reader never creates it).
     pub fn control_plane_existing(&self) -> Result<Option<Arc<ControlPlane>>, ControlPlaneError> {
-        open_slot(&self.control, &self.root.control_plane_db(), |p| {
-            ControlPlane::open(p)
-        })
+        let path = self.root.control_plane_db();
+        let opened = open_slot(&self.control, &path, ControlPlane::open);
+        self.faults.note(CONTROL_PLANE, &path, &opened);
+        opened
     }
 
     /// The cron store, created if missing.
     pub fn cron(&self) -> Result<Arc<CronStore>, CronError> {
-        open_created(&self.cron, &self.root.cron_db(), CronStore::open)
+        let path = self.root.cron_db();
+        let opened = open_created(&self.cron, &path, CronStore::open);
+        self.faults.note(CRON, &path, &opened);
+        opened
     }
 
     /// The cron store if its file exists.
     pub fn cron_existing(&self) -> Result<Option<Arc<CronStore>>, CronError> {
-        open_slot(&self.cron, &self.root.cron_db(), CronStore::open)
+        let path = self.root.cron_db();
+        let opened = open_slot(&self.cron, &path, CronStore::open);
+        self.faults.note(CRON, &path, &opened);
+        opened
     }
 
     /// The channels' store (`data/channels/channels.db`), created if missing.
@@ -123,7 +209,10 @@ impl Stores {
 
     /// The durable SOP run store, created if missing.
     pub fn sop_runs_durable(&self) -> Result<Arc<SopStore>, SopStoreError> {
-        open_created(&self.sop, &self.root.sop_runs_db(), SopStore::open)
+        let path = self.root.sop_runs_db();
+        let opened = open_created(&self.sop, &path, SopStore::open);
+        self.faults.note(SOP_RUNS, &path, &opened);
+        opened
     }
 
     /// The SOP runs a lifecycle operation or a reader works on: the running engine's in-memory
@@ -132,7 +221,10 @@ impl Stores {
         if let Some(memory) = lock(&self.sop_memory).clone() {
             return Ok(Some(memory));
         }
-        open_slot(&self.sop, &self.root.sop_runs_db(), SopStore::open)
+        let path = self.root.sop_runs_db();
+        let opened = open_slot(&self.sop, &path, SopStore::open);
+        self.faults.note(SOP_RUNS, &path, &opened);
+        opened
     }
 
     /// The run store of a new SOP engine with `settings`: the durable store, or (runs not
@@ -163,6 +255,11 @@ impl Stores {
         Ok((memory, Some(why)))
     }
 }
+
+/// The store names of [`StoreFault::store`] for the process's stores.
+pub const CONTROL_PLANE: &str = "control_plane";
+pub const CRON: &str = "cron";
+pub const SOP_RUNS: &str = "sop_runs";
 
 fn lock<T>(slot: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     slot.lock().unwrap_or_else(|p| p.into_inner())

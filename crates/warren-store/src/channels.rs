@@ -296,7 +296,7 @@ impl ChannelStore {
         let conn = SharedConn::open_store(path, Sync::Full, SCHEMA).map_err(|cause| {
             ChannelStoreError::Db {
                 path: path.to_path_buf(),
-                cause,
+                cause: cause.cause(),
             }
         })?;
         Ok(Self { conn })

@@ -148,6 +148,13 @@ pub fn doctor(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
             report.problems.push(format!("memory backend {line}"));
         }
     }
+    // What the running daemon could not open (issue 36 §1): each store by name and file.
+    if report.daemon_running {
+        let health = super::status::daemon_health(root);
+        report
+            .problems
+            .extend(health.iter().flat_map(super::status::degraded_lines));
+    }
     if json {
         let mut value = serde_json::to_value(&report)?;
         value["memory_backends"] = memory.unwrap_or_default();

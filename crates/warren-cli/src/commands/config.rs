@@ -263,7 +263,8 @@ fn validate(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
                 .map(|p| {
                     serde_json::json!({
                         "key": p.key, "line": p.position.map(|x| x.0), "column": p.position.map(|x| x.1),
-                        "message": p.message, "hint": p.hint,
+                        "message": warren_config::cut_long_values(&p.message),
+                        "hint": p.hint.as_deref().map(warren_config::cut_long_values),
                     })
                 })
                 .collect();

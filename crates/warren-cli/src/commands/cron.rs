@@ -84,8 +84,9 @@ enum Daemon {
     None,
     /// Its scheduler runs and re-reads the store (pid).
     Scheduling(Option<u32>),
-    /// It runs with `[cron] enabled = false`: nothing fires (pid).
-    SchedulerOff(Option<u32>),
+    /// Its scheduler is off (`[cron] enabled = false`, or a store that does not open: the
+    /// daemon's reason): nothing fires (pid, reason).
+    SchedulerOff(Option<u32>, String),
 }
 
 /// Runs a cron verb through the control seam: the daemon's scheduler or this process.
@@ -94,7 +95,13 @@ fn control(root: &InstallRoot, op: CronOp) -> anyhow::Result<(Daemon, CronReply)
     let reply: CronReply = serde_json::from_value(body)?;
     let daemon = match (ran, reply.scheduler) {
         (Ran::Daemon(pid), SchedulerState::Running) => Daemon::Scheduling(pid),
-        (Ran::Daemon(pid), _) => Daemon::SchedulerOff(pid),
+        (Ran::Daemon(pid), _) => Daemon::SchedulerOff(
+            pid,
+            reply
+                .reason
+                .clone()
+                .unwrap_or_else(|| "[cron] enabled = false".to_string()),
+        ),
         (Ran::Here, _) => Daemon::None,
     };
     Ok((daemon, reply))
@@ -119,8 +126,8 @@ fn where_it_runs(daemon: &Daemon, job: &Job) -> String {
             "scheduled by the running daemon (pid {}); next run at {next}",
             pid(p)
         ),
-        Daemon::SchedulerOff(p) => format!(
-            "stored; the running daemon (pid {}) has its scheduler off ([cron] enabled = false), so it does not run (next fire time {next})",
+        Daemon::SchedulerOff(p, reason) => format!(
+            "stored; the running daemon (pid {}) has its scheduler off ({reason}), so it does not run (next fire time {next})",
             pid(p)
         ),
         Daemon::None => {

@@ -1,4 +1,6 @@
-//! `warren status`: install root, config, and whether a daemon owns the root.
+//! `warren status`: install root, config, and whether a daemon owns the root; with a running
+//! daemon, its health (`ok`, `starting`, `degraded`) and each store that does not open, by
+//! name, file and error, and why its scheduler is off (issue 36 §1, §2).
 
 use std::process::ExitCode;
 
@@ -28,8 +30,14 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
         }
         DaemonStatus::NotRunning => None,
     };
+    let health = match &daemon {
+        DaemonStatus::Running { .. } => daemon_health(root),
+        DaemonStatus::NotRunning => None,
+    };
     if json {
         super::print_json(&serde_json::json!({
+            "health": health.as_ref().map(|h| &h["status"]),
+            "degraded_stores": health.as_ref().map(|h| &h["components"]["stores"]["degraded"]),
             "gateway": gateway,
             "install_root": root.root(),
             "config_file": root.config_file(),
@@ -67,6 +75,11 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
                 Some(addr) => println!("gateway:           http://{addr}"),
                 None => println!("gateway:           not listening"),
             }
+            if let Some(health) = &health {
+                for line in health_lines(health) {
+                    println!("{line}");
+                }
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -74,4 +87,46 @@ pub fn run(root: &InstallRoot, json: bool) -> anyhow::Result<ExitCode> {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or(s)
+}
+
+/// The running daemon's `/admin/health` report (`None` when it does not answer).
+pub(crate) fn daemon_health(root: &InstallRoot) -> Option<serde_json::Value> {
+    match warren_gateway::client::admin_call(root, "GET", "/admin/health") {
+        Ok((200, report)) => Some(report),
+        _ => None,
+    }
+}
+
+/// The stores a health report lists as degraded (each `store NAME (FILE) cannot be used:
+/// ERROR`), and why the scheduler is off when that is an error.
+pub(crate) fn degraded_lines(health: &serde_json::Value) -> Vec<String> {
+    let components = &health["components"];
+    let mut lines: Vec<String> = components["stores"]["degraded"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            serde_json::from_value::<warren_runtime::stores::StoreFault>(f.clone()).ok()
+        })
+        .map(|f| f.to_string())
+        .collect();
+    if components["cron"]["status"] == "error" {
+        lines.push(format!(
+            "cron scheduler off: {}",
+            components["cron"]["error"].as_str().unwrap_or("unknown")
+        ));
+    }
+    lines
+}
+
+/// `warren status`'s lines for a health report.
+fn health_lines(health: &serde_json::Value) -> Vec<String> {
+    let status = health["status"].as_str().unwrap_or("unknown");
+    let mut lines = vec![format!("health:            {status}")];
+    lines.extend(
+        degraded_lines(health)
+            .into_iter()
+            .map(|l| format!("degraded:          {l}")),
+    );
+    lines
 }

@@ -74,6 +74,10 @@ pub struct CronReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<Run>,
     pub scheduler: SchedulerState,
+    /// Why the daemon's scheduler is off (`[cron] enabled = false`, or a store that does not
+    /// open: the real cause, issue 36 §2); `None` when it runs or no daemon answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Why a cron verb did not run.
@@ -87,8 +91,10 @@ pub enum CronControlError {
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Run(CronRunError),
-    #[error("the cron scheduler is not running ([cron] enabled = false)")]
-    SchedulerOff,
+    /// The scheduler is off; the reason is the daemon's (`[cron] enabled = false`, or the store
+    /// that kept it from starting).
+    #[error("the cron scheduler is not running ({0})")]
+    SchedulerOff(String),
     #[error("the cron store task failed: {0}")]
     Task(String),
 }
@@ -114,6 +120,8 @@ pub struct CronControl<'a> {
     /// With no `scheduler`, a manual run opens a one-off scheduler on this host (`warren cron
     /// run` runs the job daemon or not, `[cron] enabled = false` included); `None`: refused.
     pub run_host: Option<Arc<AgentHost>>,
+    /// Why the scheduler is off, reported with every reply (see [`CronReply::reason`]).
+    pub off_reason: Option<String>,
 }
 
 impl CronControl<'_> {
@@ -125,6 +133,7 @@ impl CronControl<'_> {
             removed,
             run,
             scheduler: self.state,
+            reason: self.off_reason.clone(),
         };
         let stores = Arc::clone(self.stores);
         let done = match op {
@@ -172,7 +181,13 @@ impl CronControl<'_> {
                 let scheduler = match (&self.scheduler, &self.run_host) {
                     (Some(s), _) => Arc::clone(s),
                     (None, Some(host)) => Scheduler::open(self.stores.root(), Arc::clone(host))?,
-                    (None, None) => return Err(CronControlError::SchedulerOff),
+                    (None, None) => {
+                        return Err(CronControlError::SchedulerOff(
+                            self.off_reason
+                                .clone()
+                                .unwrap_or_else(|| "[cron] enabled = false".to_string()),
+                        ));
+                    }
                 };
                 let run = scheduler.run_now(name).await?;
                 return Ok(reply(None, None, Some(run)));

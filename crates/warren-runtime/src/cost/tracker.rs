@@ -567,6 +567,22 @@ impl CostTracker {
         Ok(n)
     }
 
+    /// Whether the ledger can take this turn's records (`[cost] enabled`): the door asks
+    /// before the user's message is stored, so an unusable ledger (a directory, no
+    /// permission) refuses the turn naming the file instead of failing it half-way
+    /// (issue 36 §7).
+    pub fn usable(&self) -> Result<(), CostError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        self.ledger
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .writable()
+            .map_err(|e| self.io_error(e))
+    }
+
     /// Makes the records appended so far durable (one `fdatasync`; nothing when none were
     /// appended). The loop calls it when a turn ends.
     pub fn sync(&self) -> Result<(), CostError> {

@@ -28,6 +28,9 @@ impl AgentRunner {
     ) -> Result<TurnOutcome, TurnError> {
         // SESS-1: only a session claimed for this agent (the claim refused another owner's).
         session.check(&self.alias)?;
+        // Issue 36 §7: a ledger that cannot take the turn's cost refuses it before the user's
+        // message is stored.
+        self.services.costs.usable()?;
         let key = session.key();
         // The prompt (identity files off the async workers, memory recall) is built while
         // the session's history loads.
