@@ -24,7 +24,9 @@
 //!   A fence whose reopen and close lines together cost over a third of the limit (a huge
 //!   info string, a tiny limit: under 36 for ```` ```rust ````) is not repeated: the pieces
 //!   of such a block are cut like plain text, the one case a piece may be unbalanced.
-//! - **Empty text** gives no pieces; no piece has an empty body.
+//! - **Empty text** gives no pieces; no piece has an empty body. [`chunk`] also leaves out a
+//!   piece that is only whitespace (a platform rejects a blank message; only a long whitespace
+//!   run can make one), so whitespace-only text gives no message; [`pieces`] keeps them.
 //! - A limit too small for one character (`Chars(0)`, or `Utf16(1)` before an emoji) still
 //!   makes progress: that piece holds one character and exceeds the limit.
 
@@ -91,9 +93,13 @@ impl Piece {
 /// Splits `text` into pieces of at most `limit` (see the module doc for the exact rules):
 /// paragraph breaks first, then line breaks, then spaces, then a hard cut on a char boundary;
 /// a code fence open at a cut is closed in the piece and reopened with its info string in the
-/// next. Empty text gives no pieces.
+/// next. Empty or whitespace-only text gives no pieces, and no piece is whitespace only.
 pub fn chunk(text: &str, limit: Limit) -> Vec<String> {
-    pieces(text, limit).iter().map(|p| p.text(text)).collect()
+    pieces(text, limit)
+        .iter()
+        .map(|p| p.text(text))
+        .filter(|t| !t.trim().is_empty())
+        .collect()
 }
 
 /// [`chunk`] as byte ranges of `text` plus the fence lines each piece gained.
@@ -136,11 +142,7 @@ fn cut(
     let max = limit.max();
     let prefix = reopen.map_or(0, |r| limit.cost(r));
     let total = |end: usize, body: usize| {
-        prefix
-            + body
-            + fences
-                .state_at(end)
-                .map_or(0, |f| limit.cost(&f.close_line()))
+        prefix + body + fences.state_at(end).map_or(0, |f| f.close_cost())
     };
     // The furthest fitting cut of each kind: (end, next start, piece cost).
     let mut best: [Option<(usize, usize, usize)>; 4] = [None; 4];
@@ -218,6 +220,11 @@ impl Fence {
 
     fn close_line(&self) -> String {
         format!("\n{}", "`".repeat(self.ticks))
+    }
+
+    /// What [`Fence::close_line`] costs under any limit (ASCII only).
+    fn close_cost(&self) -> usize {
+        1 + self.ticks
     }
 }
 
@@ -313,8 +320,15 @@ mod tests {
     /// Checks every rule of the module doc on `text` chunked to `limit`; returns the pieces.
     fn check(text: &str, limit: Limit) -> Vec<String> {
         let ps = pieces(text, limit);
-        let sent = chunk(text, limit);
-        assert_eq!(sent, ps.iter().map(|p| p.text(text)).collect::<Vec<_>>());
+        let sent: Vec<String> = ps.iter().map(|p| p.text(text)).collect();
+        let blank = |t: &String| t.trim().is_empty();
+        assert_eq!(
+            chunk(text, limit),
+            sent.iter()
+                .filter(|t| !blank(t))
+                .cloned()
+                .collect::<Vec<_>>()
+        );
         let mut rebuilt = String::new();
         for (i, p) in ps.iter().enumerate() {
             let piece = &sent[i];
@@ -361,6 +375,30 @@ mod tests {
     #[test]
     fn empty_text_gives_no_pieces() {
         assert_eq!(chunk("", Limit::TELEGRAM), Vec::<String>::new());
+        assert_eq!(chunk(" \n\n \n", Limit::TELEGRAM), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_whitespace_only_piece_is_left_out_of_the_messages() {
+        let text = format!(
+            "{}\n\n{}\n\n{}",
+            "a".repeat(30),
+            " ".repeat(30),
+            "b".repeat(30)
+        );
+        let all: Vec<String> = pieces(&text, Limit::Chars(32))
+            .iter()
+            .map(|p| p.text(&text))
+            .collect();
+        assert_eq!(all, vec!["a".repeat(30), " ".repeat(30), "b".repeat(30)]);
+        assert_eq!(
+            check(&text, Limit::Chars(32)),
+            vec!["a".repeat(30), " ".repeat(30), "b".repeat(30)]
+        );
+        assert_eq!(
+            chunk(&text, Limit::Chars(32)),
+            vec!["a".repeat(30), "b".repeat(30)]
+        );
     }
 
     #[test]
@@ -374,9 +412,9 @@ mod tests {
     }
 
     #[test]
-    fn a_paragraph_break_is_preferred_to_a_later_line_break() {
-        // Limit 30: the paragraph break at 12 is past half (15)? No: 12 < 15, so the line break
-        // at 20 wins; at limit 22 the paragraph break (12 >= 11) wins over the line break at 20.
+    fn a_paragraph_break_is_preferred_to_a_later_line_break_when_it_fills_half_the_limit() {
+        // Limit 22: the paragraph break at 12 fills half (11), so it wins over the line break
+        // at 22. Limit 30: 12 is under half (15), so the furthest line break (22) wins.
         let text = "aaaa bbbb cc\n\ndddd eee\nffff gggg hhhh";
         assert_eq!(
             check(text, Limit::Chars(22)),

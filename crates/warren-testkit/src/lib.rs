@@ -1,6 +1,6 @@
 //! Test helpers shared by Warren's crates (dev-dependency only): temporary install roots, a
-//! runner for the real `warren` binary, the failpoint crash runner, a daemon child handle and
-//! the local fake LLM server ([`fake_llm`]).
+//! runner for the real `warren` binary, the failpoint crash runner, a daemon child handle, the
+//! local fake LLM server ([`fake_llm`]) and the local fake Telegram Bot API ([`telegram`]).
 //!
 //! Nothing here mutates the test process's environment: every child gets its environment
 //! explicitly (`WARREN_HOME` and `FAILPOINTS` removed unless a test sets them).
@@ -9,6 +9,7 @@ pub mod browser;
 pub mod fake_llm;
 pub mod otlp;
 pub mod qdrant;
+pub mod telegram;
 
 use std::fs;
 use std::io::{self, BufRead, BufReader};
