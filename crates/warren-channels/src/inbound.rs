@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use warren_config::schema::channels::{SessionScope, TelegramChannel};
 use warren_core::SessionKey;
-use warren_runtime::approval::{Approver, DenyAll};
+use warren_runtime::approval::Approver;
 use warren_runtime::cancel::CancelToken;
 use warren_runtime::host::{AgentHost, TurnRequest};
 use warren_runtime::turn::taint::Taint;
@@ -231,6 +231,20 @@ impl Worker {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        // Issue 38 §4: Approve / Deny on an approval prompt (crate::approvals).
+        let guard = crate::approvals::Guard::Owners;
+        match crate::approvals::press(self.host.approvals(), &self.name, &self.config.owners, &row.sender_id, &row.text, guard) {
+            Some(crate::approvals::Press::Decided { toast, note }) => {
+                (self.toast)(&query, &toast);
+                let (name, id) = (self.name.clone(), row.id);
+                return self.blocking(move |s| s.finish_turn(&name, id, Some(&note), None)).await;
+            }
+            Some(crate::approvals::Press::Refused { toast, note }) => {
+                (self.toast)(&query, &toast);
+                return self.close(row, "refused", note, Vec::new()).await;
+            }
+            None => {}
+        }
         let decision = row
             .text
             .split_once(':')
@@ -349,7 +363,8 @@ impl Worker {
             session: Some(session),
             channel: Channel::Telegram,
             input: row.text.clone(),
-            approver: Arc::new(DenyAll) as Arc<dyn Approver>,
+            // Issue 38 §4: the process's pending approvals (the owners' phones, the API).
+            approver: Arc::clone(self.host.approvals()) as Arc<dyn Approver>,
             cancel,
             events: Arc::new(|_| {}) as TurnEvents,
         };

@@ -38,6 +38,7 @@ impl Channels {
         let stop = CancelToken::new();
         let mut health = Vec::new();
         let mut tasks = Vec::new();
+        let mut tokens = Vec::new();
         for (short, channel) in &config.channels.telegram {
             let name = format!("telegram.{short}");
             let h = Arc::new(Health::new(
@@ -58,6 +59,7 @@ impl Channels {
                 }));
                 continue;
             };
+            tokens.push((short.clone(), token.clone())); // issue 38 §4: approvals
             let (host, stop, short, channel) =
                 (Arc::clone(host), stop.clone(), short.clone(), channel.clone());
             tasks.push(tokio::spawn(async move {
@@ -65,9 +67,12 @@ impl Channels {
             }));
         }
         let channels = Arc::new(Self { health });
+        // Issue 38 §4: the channels' owners are asked about approvals until the channels stop.
+        let approvals = crate::approvals::register(host, &tokens);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = rx.await;
+            drop(approvals);
             stop.cancel();
             for t in tasks {
                 let _ = t.await;
