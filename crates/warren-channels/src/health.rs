@@ -56,7 +56,10 @@ fn stamp(t: SystemTime) -> String {
         .unwrap_or_default();
     time::OffsetDateTime::from_unix_timestamp(i64::try_from(secs).unwrap_or_default())
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_default()
 }
 

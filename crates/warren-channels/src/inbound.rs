@@ -77,6 +77,11 @@ pub fn session_key(short: &str, scope: &str, generation: i64) -> String {
     }
 }
 
+/// Shows the typing action in a chat (and topic).
+pub type Typing = Arc<dyn Fn(&str, Option<&str>) + Send + Sync>;
+/// Answers a button press (its query id) with a toast.
+pub type Toast = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 /// What the worker shares with its turn tasks.
 pub(crate) struct Worker {
     /// `telegram.<name>`.
@@ -89,9 +94,9 @@ pub(crate) struct Worker {
     /// Wakes the sender when a reply is queued.
     pub queued: Arc<tokio::sync::Notify>,
     /// Shows the typing action (best effort; never a reply).
-    pub typing: Arc<dyn Fn(&str, Option<&str>) + Send + Sync>,
+    pub typing: Typing,
     /// Answers a button press with a toast (best effort).
-    pub toast: Arc<dyn Fn(&str, &str) + Send + Sync>,
+    pub toast: Toast,
     /// The last turn task of each session (the next one waits for it) and its cancel token.
     pub running: Mutex<HashMap<String, (JoinHandle<()>, CancelToken)>>,
 }
@@ -149,7 +154,13 @@ impl Worker {
         Ok(())
     }
 
-    async fn close(&self, row: &InboxRow, state: &'static str, note: String, out: Vec<Outbound>) -> Result<(), ChannelStoreError> {
+    async fn close(
+        &self,
+        row: &InboxRow,
+        state: &'static str,
+        note: String,
+        out: Vec<Outbound>,
+    ) -> Result<(), ChannelStoreError> {
         let (name, id) = (self.name.clone(), row.id);
         self.blocking(move |s| s.close_without_turn(&name, id, state, &note, &out))
             .await?;
@@ -158,7 +169,11 @@ impl Worker {
     }
 
     async fn decide(self: &Arc<Self>, row: InboxRow) -> Result<(), ChannelStoreError> {
-        let (name, config, sender) = (self.name.clone(), self.config.clone(), row.sender_id.clone());
+        let (name, config, sender) = (
+            self.name.clone(),
+            self.config.clone(),
+            row.sender_id.clone(),
+        );
         let standing = self
             .blocking(move |s| standing(s, &name, &config, &sender))
             .await?;
@@ -167,7 +182,12 @@ impl Worker {
         }
         if payload(&row)["addressed"] == false && self.config.groups.require_mention {
             return self
-                .close(&row, "ignored", "a group message not addressed to the bot".into(), Vec::new())
+                .close(
+                    &row,
+                    "ignored",
+                    "a group message not addressed to the bot".into(),
+                    Vec::new(),
+                )
                 .await;
         }
         match standing {
@@ -220,8 +240,13 @@ impl Worker {
                 });
             }
         }
-        self.close(row, "refused", "unknown sender (no reply; the owners were asked)".into(), prompts)
-            .await
+        self.close(
+            row,
+            "refused",
+            "unknown sender (no reply; the owners were asked)".into(),
+            prompts,
+        )
+        .await
     }
 
     /// A button: `allow:<id>` / `block:<id>` from an owner decides a sender; anyone else's
@@ -251,17 +276,34 @@ impl Worker {
             .filter(|(verb, _)| matches!(*verb, "allow" | "block"));
         let Some((verb, target)) = decision else {
             (self.toast)(&query, "This button is no longer valid.");
-            return self.close(row, "ignored", format!("unknown button '{}'", row.text), Vec::new()).await;
+            return self
+                .close(
+                    row,
+                    "ignored",
+                    format!("unknown button '{}'", row.text),
+                    Vec::new(),
+                )
+                .await;
         };
         if standing != Standing::Owner {
             (self.toast)(&query, "Only the bot's owners can decide this.");
             return self
-                .close(row, "refused", format!("a button press by non-owner {}", row.sender_id), Vec::new())
+                .close(
+                    row,
+                    "refused",
+                    format!("a button press by non-owner {}", row.sender_id),
+                    Vec::new(),
+                )
                 .await;
         }
-        let status = if verb == "allow" { "allowed" } else { "blocked" };
+        let status = if verb == "allow" {
+            "allowed"
+        } else {
+            "blocked"
+        };
         let (name, who) = (self.name.clone(), target.to_string());
-        self.blocking(move |s| s.set_sender(&name, &who, status)).await?;
+        self.blocking(move |s| s.set_sender(&name, &who, status))
+            .await?;
         (self.toast)(&query, &format!("{target} {status}"));
         let (name, id) = (self.name.clone(), row.id);
         let note = format!("sender {target} {status} by owner {}", row.sender_id);
@@ -283,7 +325,9 @@ impl Worker {
         let text = match row.text.as_str() {
             "/new" => {
                 let (name, s2) = (self.name.clone(), scope.clone());
-                let generation = self.blocking(move |s| s.next_generation(&name, &s2)).await?;
+                let generation = self
+                    .blocking(move |s| s.next_generation(&name, &s2))
+                    .await?;
                 format!(
                     "New session started ({}).",
                     session_key(&self.short, &scope, generation)
@@ -311,10 +355,7 @@ impl Worker {
                 } else {
                     "allowed sender (turns are untrusted)"
                 };
-                format!(
-                    "Agent: {}\nSession: {key}\nYou: {trust}",
-                    self.config.agent
-                )
+                format!("Agent: {}\nSession: {key}\nYou: {trust}", self.config.agent)
             }
             _ => format!("Hi! You are talking to {}.", self.config.agent),
         };
@@ -327,7 +368,11 @@ impl Worker {
     }
 
     /// Claims the row for its one turn, then runs it after the session's previous turn.
-    async fn turn(self: &Arc<Self>, row: InboxRow, standing: Standing) -> Result<(), ChannelStoreError> {
+    async fn turn(
+        self: &Arc<Self>,
+        row: InboxRow,
+        standing: Standing,
+    ) -> Result<(), ChannelStoreError> {
         let (_, key) = self.session_of(&row).await?;
         let session = match SessionKey::sanitize(&key) {
             Ok(s) => s,
@@ -356,7 +401,13 @@ impl Worker {
         Ok(())
     }
 
-    async fn run_turn(&self, row: InboxRow, session: SessionKey, standing: Standing, cancel: CancelToken) {
+    async fn run_turn(
+        &self,
+        row: InboxRow,
+        session: SessionKey,
+        standing: Standing,
+        cancel: CancelToken,
+    ) {
         (self.typing)(&row.chat_id, row.thread_id.as_deref());
         let request = TurnRequest {
             agent: self.config.agent.clone(),

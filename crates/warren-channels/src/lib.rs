@@ -6,7 +6,6 @@ pub mod approvals;
 pub mod chunk;
 pub mod health;
 pub mod inbound;
-pub mod outbound;
 pub mod supervisor;
 pub mod telegram;
 

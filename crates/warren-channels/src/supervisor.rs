@@ -53,15 +53,21 @@ impl Channels {
                 .filter(|t| !t.is_empty());
             let Some(token) = token.filter(|_| channel.enabled) else {
                 h.stopped(Some(if channel.enabled {
-                    format!("no token: set it with `warren config set --secret channels.{name}.token`")
+                    format!(
+                        "no token: set it with `warren config set --secret channels.{name}.token`"
+                    )
                 } else {
                     "disabled (enabled = false)".to_string()
                 }));
                 continue;
             };
             tokens.push((short.clone(), token.clone())); // issue 38 §4: approvals
-            let (host, stop, short, channel) =
-                (Arc::clone(host), stop.clone(), short.clone(), channel.clone());
+            let (host, stop, short, channel) = (
+                Arc::clone(host),
+                stop.clone(),
+                short.clone(),
+                channel.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 supervise(host, name, short, channel, token, h, stop).await;
             }));

@@ -14,8 +14,8 @@
 use std::sync::{Arc, OnceLock, Weak};
 
 use tokio::sync::oneshot;
-use warren_jobs::cron::Scheduler;
 use warren_channels::Channels;
+use warren_jobs::cron::Scheduler;
 use warren_jobs::sop::Engine;
 use warren_runtime::RunningSubsystem;
 

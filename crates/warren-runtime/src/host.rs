@@ -379,29 +379,32 @@ impl AgentHost {
         // message marks it untrusted first (`Taint::scope` + `Taint::mark`), and the turn's
         // calls with side effects then need approval (the taint rule, issue 24 §4).
         // And the submitter's attachments (issue 38 §5: a photo sent to a channel).
-        let done = tokio::spawn(crate::attachments::Attachments::carry(crate::turn::taint::Taint::carry(context.scope(async move {
-            // The generation's cancel (a reload's grace passed) stops the turn too.
-            let generation = host.cancel.clone();
-            let turn_cancel = cancel.clone();
-            let watch = tokio::spawn(async move {
-                generation.cancelled().await;
-                turn_cancel.cancel();
-            });
-            let io = TurnIo {
-                approver,
-                cancel,
-                events,
-            };
-            // A repeated input a failed turn left unanswered is not stored twice.
-            let sessions = crate::sessions::for_turn(&sessions, claimed.key(), &input);
-            let chat = runner.chat(&sessions, &claimed, &input, &io);
-            let (alias, label) = (runner.alias().as_str(), channel.label());
-            let result = crate::telemetry::turn(alias, runner.model(), label, &input, chat).await;
-            watch.abort();
-            drop((slot, queued));
-            drop(host); // the generation's stores live until the turn ends
-            result
-        }))));
+        let done = tokio::spawn(crate::attachments::Attachments::carry(
+            crate::turn::taint::Taint::carry(context.scope(async move {
+                // The generation's cancel (a reload's grace passed) stops the turn too.
+                let generation = host.cancel.clone();
+                let turn_cancel = cancel.clone();
+                let watch = tokio::spawn(async move {
+                    generation.cancelled().await;
+                    turn_cancel.cancel();
+                });
+                let io = TurnIo {
+                    approver,
+                    cancel,
+                    events,
+                };
+                // A repeated input a failed turn left unanswered is not stored twice.
+                let sessions = crate::sessions::for_turn(&sessions, claimed.key(), &input);
+                let chat = runner.chat(&sessions, &claimed, &input, &io);
+                let (alias, label) = (runner.alias().as_str(), channel.label());
+                let result =
+                    crate::telemetry::turn(alias, runner.model(), label, &input, chat).await;
+                watch.abort();
+                drop((slot, queued));
+                drop(host); // the generation's stores live until the turn ends
+                result
+            })),
+        ));
         Ok(Turn {
             agent,
             session: key,

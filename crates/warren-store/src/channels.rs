@@ -545,11 +545,10 @@ impl ChannelStore {
     pub fn chunk_sent(&self, id: i64, message_id: &str) -> Result<(), ChannelStoreError> {
         crash_point(SEND_AFTER_SEND);
         self.with(|conn| {
-            let ids: String = conn.query_row(
-                "SELECT message_ids FROM outbox WHERE id = ?1",
-                [id],
-                |r| r.get(0),
-            )?;
+            let ids: String =
+                conn.query_row("SELECT message_ids FROM outbox WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })?;
             let mut ids: Vec<String> = serde_json::from_str(&ids).unwrap_or_default();
             ids.push(message_id.to_string());
             conn.execute(
@@ -604,7 +603,11 @@ impl ChannelStore {
     }
 
     /// The sender `sender_id` of `channel`, if seen.
-    pub fn sender(&self, channel: &str, sender_id: &str) -> Result<Option<Sender>, ChannelStoreError> {
+    pub fn sender(
+        &self,
+        channel: &str,
+        sender_id: &str,
+    ) -> Result<Option<Sender>, ChannelStoreError> {
         self.with(|conn| {
             conn.query_row(
                 "SELECT channel, sender_id, name, status, first_seen, updated_at FROM senders \

@@ -160,7 +160,11 @@ impl Api {
 
     /// `getUpdates` from `offset` (confirming every update below it), waiting up to
     /// `timeout_secs` for news.
-    pub fn get_updates(&self, offset: Option<i64>, timeout_secs: u64) -> Result<Vec<Value>, ApiError> {
+    pub fn get_updates(
+        &self,
+        offset: Option<i64>,
+        timeout_secs: u64,
+    ) -> Result<Vec<Value>, ApiError> {
         let mut body = json!({
             "timeout": timeout_secs,
             "allowed_updates": ["message", "callback_query"],

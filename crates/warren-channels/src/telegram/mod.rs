@@ -7,9 +7,10 @@
 //!   waits its `retry_after`; any other failure backs off. One poller per token in the
 //!   process: a restarted channel's poller waits for the old one to end;
 //! - the **worker** ([`crate::inbound`]): rows → refusals, commands and turns;
-//! - the **sender** ([`crate::outbound`]): due outbox rows → `sendMessage`.
+//! - the **sender** ([`send`]): due outbox rows → `sendMessage`.
 
 pub mod api;
+pub mod send;
 pub mod updates;
 
 use std::collections::HashMap;
@@ -24,15 +25,18 @@ use warren_store::channels::ChannelStore;
 
 use crate::health::Health;
 use crate::inbound::{Worker, interrupted_notice};
-use crate::outbound::{Delivery, deliver};
 use api::Api;
+use send::{Delivery, deliver};
 use updates::Bot;
 
 /// Why a channel stopped (its supervisor restarts it after a backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelError {
     #[error("channels.{channel}: getMe failed, the bot cannot start: {cause}")]
-    GetMe { channel: String, cause: api::ApiError },
+    GetMe {
+        channel: String,
+        cause: api::ApiError,
+    },
     #[error("channels.{channel}: {cause}")]
     Store {
         channel: String,
@@ -108,18 +112,17 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
     let bot = Bot { id, username };
     if first_start(&ctx.name) {
         let (store, name) = (Arc::clone(&ctx.store), ctx.name.clone());
-        let settled = tokio::task::spawn_blocking(move || {
-            store.interrupt_started(&name, interrupted_notice)
-        })
-        .await
-        .map_err(|e| ChannelError::Task {
-            channel: ctx.name.clone(),
-            cause: e.to_string(),
-        })?
-        .map_err(|cause| ChannelError::Store {
-            channel: ctx.name.clone(),
-            cause,
-        })?;
+        let settled =
+            tokio::task::spawn_blocking(move || store.interrupt_started(&name, interrupted_notice))
+                .await
+                .map_err(|e| ChannelError::Task {
+                    channel: ctx.name.clone(),
+                    cause: e.to_string(),
+                })?
+                .map_err(|cause| ChannelError::Store {
+                    channel: ctx.name.clone(),
+                    cause,
+                })?;
         if !settled.is_empty() {
             tracing::warn!(channel = %ctx.name, rows = settled.len(), "turns interrupted by the last stop were not run again; their senders are told");
         }
@@ -128,8 +131,17 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
     let queued = Arc::new(Notify::new());
 
     let poller = {
-        let (store, health, name) = (Arc::clone(&ctx.store), Arc::clone(&ctx.health), ctx.name.clone());
-        let (api, stop, received, poll) = (api.clone(), stop.clone(), Arc::clone(&received), ctx.config.poll_timeout_secs);
+        let (store, health, name) = (
+            Arc::clone(&ctx.store),
+            Arc::clone(&ctx.health),
+            ctx.name.clone(),
+        );
+        let (api, stop, received, poll) = (
+            api.clone(),
+            stop.clone(),
+            Arc::clone(&received),
+            ctx.config.poll_timeout_secs,
+        );
         let lock = token_lock(&ctx.token);
         tokio::task::spawn_blocking(move || {
             let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -147,7 +159,11 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
         store: Arc::clone(&ctx.store),
         queued: Arc::clone(&queued),
         typing: Arc::new(move |chat: &str, thread: Option<&str>| {
-            let (api, chat, thread) = (typing_api.clone(), chat.to_string(), thread.map(str::to_string));
+            let (api, chat, thread) = (
+                typing_api.clone(),
+                chat.to_string(),
+                thread.map(str::to_string),
+            );
             tokio::task::spawn_blocking(move || {
                 let _ = api.typing(&chat, thread.as_deref());
             });
@@ -176,12 +192,24 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
         })
     };
     let send = {
-        let (stop, store, health, name) = (stop.clone(), Arc::clone(&ctx.store), Arc::clone(&ctx.health), ctx.name.clone());
+        let (stop, store, health, name) = (
+            stop.clone(),
+            Arc::clone(&ctx.store),
+            Arc::clone(&ctx.health),
+            ctx.name.clone(),
+        );
         let send_api = api.fresh(Duration::from_secs(30));
         tokio::spawn(async move {
             loop {
-                let (store2, health2, name2, api2) = (Arc::clone(&store), Arc::clone(&health), name.clone(), send_api.clone());
-                let pass = tokio::task::spawn_blocking(move || send_due(&store2, &api2, &health2, &name2)).await;
+                let (store2, health2, name2, api2) = (
+                    Arc::clone(&store),
+                    Arc::clone(&health),
+                    name.clone(),
+                    send_api.clone(),
+                );
+                let pass =
+                    tokio::task::spawn_blocking(move || send_due(&store2, &api2, &health2, &name2))
+                        .await;
                 if let Ok(Err(e)) = pass {
                     health.failure(&e.to_string());
                 }
@@ -201,7 +229,12 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
     Ok(())
 }
 
-fn send_due(store: &ChannelStore, api: &Api, health: &Health, name: &str) -> Result<(), warren_store::channels::ChannelStoreError> {
+fn send_due(
+    store: &ChannelStore,
+    api: &Api,
+    health: &Health,
+    name: &str,
+) -> Result<(), warren_store::channels::ChannelStoreError> {
     for row in store.due(name, ChannelStore::now_ms())? {
         match deliver(store, api, health, &row)? {
             Delivery::Sent | Delivery::Failed => {}
@@ -237,7 +270,7 @@ fn poll_loop(
                 if let Err(e) = store.receive(name, &rows) {
                     health.failure(&e.to_string());
                     failures += 1;
-                    sleep_unless(stop, crate::outbound::backoff(failures).min(Duration::from_secs(30)));
+                    sleep_unless(stop, send::backoff(failures).min(Duration::from_secs(30)));
                     continue;
                 }
                 if let Some(max) = batch.iter().filter_map(updates::update_id).max() {
@@ -256,7 +289,7 @@ fn poll_loop(
                     (_, Some(secs)) => Duration::from_secs(secs),
                     // Another poller holds the token: never give up, new connection each time.
                     (Some(409), None) => Duration::from_secs(2),
-                    _ => crate::outbound::backoff(failures).min(Duration::from_secs(30)),
+                    _ => send::backoff(failures).min(Duration::from_secs(30)),
                 };
                 tracing::warn!(channel = %name, "{e}; polling again in {wait:?}");
                 sleep_unless(stop, wait);

@@ -49,7 +49,8 @@ pub fn inbound(update: &Value, bot: &Bot) -> Option<Inbound> {
         return Some(Inbound {
             platform_id,
             kind: "callback".into(),
-            chat_id: id_text(&message["chat"]["id"]).unwrap_or_else(|| id_text(&from["id"]).unwrap_or_default()),
+            chat_id: id_text(&message["chat"]["id"])
+                .unwrap_or_else(|| id_text(&from["id"]).unwrap_or_default()),
             thread_id: id_text(&message["message_thread_id"]),
             message_id: id_text(&message["message_id"]),
             sender_id: id_text(&from["id"])?,
@@ -70,8 +71,8 @@ pub fn inbound(update: &Value, bot: &Bot) -> Option<Inbound> {
         .into_iter()
         .find(|k| message.get(*k).is_some());
     let mention = format!("@{}", bot.username);
-    let mentioned = !bot.username.is_empty()
-        && raw.to_lowercase().contains(&mention.to_lowercase());
+    let mentioned =
+        !bot.username.is_empty() && raw.to_lowercase().contains(&mention.to_lowercase());
     let replied_to_bot = message["reply_to_message"]["from"]["id"].as_i64() == Some(bot.id);
     let addressed = !group || mentioned || replied_to_bot;
     let mut text = if mentioned {
@@ -142,18 +143,34 @@ mod tests {
         let private = json!({"update_id": 5, "message": {"message_id": 9, "chat": {"id": 7, "type": "private"},
             "from": {"id": 7, "first_name": "Ann", "username": "ann"}, "text": "hello"}});
         let row = inbound(&private, &bot()).unwrap();
-        assert_eq!((row.platform_id.as_str(), row.kind.as_str(), row.text.as_str()), ("5", "text", "hello"));
+        assert_eq!(
+            (
+                row.platform_id.as_str(),
+                row.kind.as_str(),
+                row.text.as_str()
+            ),
+            ("5", "text", "hello")
+        );
         assert_eq!(row.sender_name, "Ann (@ann)");
         assert!(row.payload.unwrap().contains("\"addressed\":true"));
 
         let group = json!({"update_id": 6, "message": {"message_id": 10, "chat": {"id": -100, "type": "supergroup"},
             "from": {"id": 8, "first_name": "Bo"}, "text": "lunch?"}});
-        assert!(inbound(&group, &bot()).unwrap().payload.unwrap().contains("\"addressed\":false"));
+        assert!(
+            inbound(&group, &bot())
+                .unwrap()
+                .payload
+                .unwrap()
+                .contains("\"addressed\":false")
+        );
         let mention = json!({"update_id": 7, "message": {"message_id": 11, "chat": {"id": -100, "type": "supergroup"},
             "from": {"id": 8, "first_name": "Bo"}, "text": "@Home_Bot what time is it", "is_topic_message": true,
             "message_thread_id": 3}});
         let row = inbound(&mention, &bot()).unwrap();
-        assert_eq!((row.text.as_str(), row.thread_id.as_deref()), ("what time is it", Some("3")));
+        assert_eq!(
+            (row.text.as_str(), row.thread_id.as_deref()),
+            ("what time is it", Some("3"))
+        );
         assert!(row.payload.unwrap().contains("\"addressed\":true"));
 
         let cmd = json!({"update_id": 8, "message": {"message_id": 12, "chat": {"id": 7, "type": "private"},
@@ -164,7 +181,10 @@ mod tests {
         let press = json!({"update_id": 9, "callback_query": {"id": "q1", "data": "allow:9",
             "from": {"id": 7, "first_name": "Ann"}, "message": {"message_id": 13, "chat": {"id": 7}}}});
         let row = inbound(&press, &bot()).unwrap();
-        assert_eq!((row.kind.as_str(), row.text.as_str(), row.sender_id.as_str()), ("callback", "allow:9", "7"));
+        assert_eq!(
+            (row.kind.as_str(), row.text.as_str(), row.sender_id.as_str()),
+            ("callback", "allow:9", "7")
+        );
         assert!(row.payload.unwrap().contains("q1"));
 
         let edited = json!({"update_id": 10, "edited_message": {"text": "x"}});

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::common::bin;
-use warren_testkit::telegram::{Fault, FakeTelegram, Sent};
+use warren_testkit::telegram::{FakeTelegram, Fault, Sent};
 use warren_testkit::{DaemonChild, TempRoot, free_port, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -18,7 +18,12 @@ const OWNER: i64 = 7;
 
 /// A daemon in `root` with agent `main` on a script answering `replies` in order (one per
 /// user turn of a session), and channel `telegram.home` on `tg` owned by [`OWNER`].
-fn start(root: &TempRoot, tg: &FakeTelegram, replies: &[&str], extra: &str) -> Result<DaemonChild, Box<dyn std::error::Error>> {
+fn start(
+    root: &TempRoot,
+    tg: &FakeTelegram,
+    replies: &[&str],
+    extra: &str,
+) -> Result<DaemonChild, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(root.path())?;
     let turns: Vec<serde_json::Value> = replies
         .iter()
@@ -44,7 +49,10 @@ fn start(root: &TempRoot, tg: &FakeTelegram, replies: &[&str], extra: &str) -> R
         !stdout.contains(tg.token()) && !stderr.contains(tg.token()),
         "the token was printed: {stdout}{stderr}"
     );
-    assert!(!root.read_config()?.contains(tg.token()), "the token is stored in clear");
+    assert!(
+        !root.read_config()?.contains(tg.token()),
+        "the token is stored in clear"
+    );
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
     Ok(daemon)
@@ -104,14 +112,34 @@ fn a_long_answer_arrives_as_ordered_chunks_with_balanced_fences_issue38() -> R {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(chunks.len() >= 3, "10,000 characters in {} message(s)", chunks.len());
+    assert!(
+        chunks.len() >= 3,
+        "10,000 characters in {} message(s)",
+        chunks.len()
+    );
     for c in &chunks {
         let t = c.text.clone().unwrap_or_default();
         assert!(t.encode_utf16().count() <= 4096, "a chunk over the limit");
-        assert_eq!(t.matches("```").count() % 2, 0, "unbalanced fence in {t:.80}");
+        assert_eq!(
+            t.matches("```").count() % 2,
+            0,
+            "unbalanced fence in {t:.80}"
+        );
     }
-    assert!(chunks[0].text.as_deref().unwrap_or_default().starts_with("Here it is."));
-    assert!(chunks.last().and_then(|c| c.text.clone()).unwrap_or_default().ends_with("Done."));
+    assert!(
+        chunks[0]
+            .text
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("Here it is.")
+    );
+    assert!(
+        chunks
+            .last()
+            .and_then(|c| c.text.clone())
+            .unwrap_or_default()
+            .ends_with("Done.")
+    );
     stop(daemon)
 }
 
@@ -125,13 +153,19 @@ fn rejected_markup_is_resent_plain_and_a_429_is_waited_out_issue38() -> R {
     tg.wait_sent(1, WAIT)?;
     let first = messages_to(&tg, OWNER);
     assert_eq!(first.len(), 1, "{first:?}");
-    assert_eq!((first[0].text.as_deref(), first[0].parse_mode.as_deref()), (Some("*bold"), None));
+    assert_eq!(
+        (first[0].text.as_deref(), first[0].parse_mode.as_deref()),
+        (Some("*bold"), None)
+    );
 
     tg.fail_next("sendMessage", Fault::RetryAfter(2));
     let asked = std::time::Instant::now();
     tg.push_text(OWNER, OWNER, "two");
     tg.wait_sent(2, WAIT)?;
-    assert!(asked.elapsed() >= Duration::from_secs(2), "retry_after was not honoured");
+    assert!(
+        asked.elapsed() >= Duration::from_secs(2),
+        "retry_after was not honoured"
+    );
     let all = messages_to(&tg, OWNER);
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[1].text.as_deref(), Some("Second."));
@@ -150,17 +184,30 @@ fn an_unknown_sender_gets_no_reply_and_the_owner_decides_issue38() -> R {
     assert_eq!(prompt.len(), 1, "{prompt:?}");
     let text_of = prompt[0].text.clone().unwrap_or_default();
     assert!(text_of.contains("wants to talk to main"), "{text_of}");
-    let markup = prompt[0].reply_markup.clone().unwrap_or_default().to_string();
-    assert!(markup.contains("allow:99") && markup.contains("block:99"), "{markup}");
+    let markup = prompt[0]
+        .reply_markup
+        .clone()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        markup.contains("allow:99") && markup.contains("block:99"),
+        "{markup}"
+    );
     std::thread::sleep(Duration::from_secs(2));
-    assert!(messages_to(&tg, stranger).is_empty(), "a stranger got a reply");
+    assert!(
+        messages_to(&tg, stranger).is_empty(),
+        "a stranger got a reply"
+    );
 
     // A press by the stranger is refused; the owner's press lets them in.
     tg.push_callback(stranger, stranger, 1, "allow:99");
     std::thread::sleep(Duration::from_secs(1));
     tg.push_text(stranger, stranger, "still me");
     std::thread::sleep(Duration::from_secs(2));
-    assert!(messages_to(&tg, stranger).is_empty(), "a stranger let themself in");
+    assert!(
+        messages_to(&tg, stranger).is_empty(),
+        "a stranger let themself in"
+    );
     tg.push_callback(OWNER, OWNER, 1, "allow:99");
     std::thread::sleep(Duration::from_secs(1));
     tg.push_text(stranger, stranger, "hello now");

@@ -5,14 +5,15 @@
 //! error. A delivery resumed after a crash continues after the last recorded chunk, so at most
 //! the one chunk in flight at the kill is sent twice. Text is chunked to the platform's limit
 //! (code fences closed and reopened by [`crate::chunk`]); rejected markup is resent plain.
+//! Telegram's `sendMessage` is the platform call.
 
 use std::time::Duration;
 
 use warren_store::channels::{ChannelStore, ChannelStoreError, OutboxRow};
 
+use super::api::{Api, ApiError};
 use crate::chunk::{Limit, chunk};
 use crate::health::Health;
-use crate::telegram::api::{Api, ApiError};
 
 /// Attempts before a transiently failing message is given up as `failed`.
 pub const MAX_ATTEMPTS: u32 = 12;
@@ -44,7 +45,11 @@ pub fn deliver(
     let mut plain = row.plain;
     let start = usize::try_from(row.chunks_sent).unwrap_or(usize::MAX);
     for (i, text) in chunks.iter().enumerate().skip(start) {
-        let markup = if i == last { row.markup.as_deref() } else { None };
+        let markup = if i == last {
+            row.markup.as_deref()
+        } else {
+            None
+        };
         let result = loop {
             match api.send_message(&row.chat_id, row.thread_id.as_deref(), text, !plain, markup) {
                 Err(e) if e.bad_markup() && !plain => {
