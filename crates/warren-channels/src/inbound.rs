@@ -97,6 +97,8 @@ pub(crate) struct Worker {
     pub typing: Typing,
     /// Answers a button press with a toast (best effort).
     pub toast: Toast,
+    /// The bot's API (issue 38 §5: fetching media).
+    pub api: crate::telegram::api::Api,
     /// The last turn task of each session (the next one waits for it) and its cancel token.
     pub running: Mutex<HashMap<String, (JoinHandle<()>, CancelToken)>>,
 }
@@ -409,11 +411,15 @@ impl Worker {
         cancel: CancelToken,
     ) {
         (self.typing)(&row.chat_id, row.thread_id.as_deref());
+        // Issue 38 §5: media saved into the workspace and attached (crate::media).
+        let Some((input, images)) = self.take_media(&row).await else {
+            return;
+        };
         let request = TurnRequest {
             agent: self.config.agent.clone(),
             session: Some(session),
             channel: Channel::Telegram,
-            input: row.text.clone(),
+            input,
             // Issue 38 §4: the process's pending approvals (the owners' phones, the API).
             approver: Arc::clone(self.host.approvals()) as Arc<dyn Approver>,
             cancel,
@@ -428,7 +434,7 @@ impl Worker {
             if standing != Standing::Owner {
                 Taint::mark(source);
             }
-            match host.submit(request).await {
+            match warren_runtime::attachments::Attachments::scope(images, host.submit(request)).await {
                 Ok(turn) => turn.finish().await,
                 Err(e) => Err(e),
             }

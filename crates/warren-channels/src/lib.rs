@@ -6,6 +6,7 @@ pub mod approvals;
 pub mod chunk;
 pub mod health;
 pub mod inbound;
+pub mod media;
 pub mod supervisor;
 pub mod telegram;
 

@@ -110,6 +110,15 @@ impl PendingApprovals {
         n
     }
 
+    /// Whether any watcher is registered (someone besides the API is asked).
+    pub fn watched(&self) -> bool {
+        !self
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     /// Unregisters watcher `n`.
     pub fn unwatch(&self, n: u64) {
         self.watchers

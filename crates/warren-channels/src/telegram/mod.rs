@@ -158,6 +158,7 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
         host: Arc::clone(&ctx.host),
         store: Arc::clone(&ctx.store),
         queued: Arc::clone(&queued),
+        api: api.clone(),
         typing: Arc::new(move |chat: &str, thread: Option<&str>| {
             let (api, chat, thread) = (
                 typing_api.clone(),

@@ -8,6 +8,7 @@ mod backup;
 mod backup_escape;
 mod backup_sparse;
 mod channels;
+mod channels_approvals;
 mod cli;
 mod common;
 mod config_faults;
