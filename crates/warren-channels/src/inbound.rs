@@ -260,11 +260,20 @@ impl Worker {
             .to_string();
         // Issue 38 §4: Approve / Deny on an approval prompt (crate::approvals).
         let guard = crate::approvals::Guard::Owners;
-        match crate::approvals::press(self.host.approvals(), &self.name, &self.config.owners, &row.sender_id, &row.text, guard) {
+        match crate::approvals::press(
+            self.host.approvals(),
+            &self.name,
+            &self.config.owners,
+            &row.sender_id,
+            &row.text,
+            guard,
+        ) {
             Some(crate::approvals::Press::Decided { toast, note }) => {
                 (self.toast)(&query, &toast);
                 let (name, id) = (self.name.clone(), row.id);
-                return self.blocking(move |s| s.finish_turn(&name, id, Some(&note), None)).await;
+                return self
+                    .blocking(move |s| s.finish_turn(&name, id, Some(&note), None))
+                    .await;
             }
             Some(crate::approvals::Press::Refused { toast, note }) => {
                 (self.toast)(&query, &toast);
@@ -434,7 +443,9 @@ impl Worker {
             if standing != Standing::Owner {
                 Taint::mark(source);
             }
-            match warren_runtime::attachments::Attachments::scope(images, host.submit(request)).await {
+            match warren_runtime::attachments::Attachments::scope(images, host.submit(request))
+                .await
+            {
                 Ok(turn) => turn.finish().await,
                 Err(e) => Err(e),
             }

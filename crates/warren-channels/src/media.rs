@@ -56,7 +56,9 @@ impl MediaError {
                 } else {
                     format!("{limit} bytes")
                 };
-                format!("That {kind} is too large: this bot takes files up to {most}. Nothing was saved.")
+                format!(
+                    "That {kind} is too large: this bot takes files up to {most}. Nothing was saved."
+                )
             }
             _ => "Sorry, that file could not be received; nothing was saved.".to_string(),
         }
@@ -72,11 +74,26 @@ pub fn describe(message: &Value) -> Value {
         let files: Vec<Value> = sizes.iter().map(file).collect();
         ("photo", files, Value::Null, json!("image/jpeg"))
     } else if let Some(doc) = message.get("document") {
-        ("document", vec![file(doc)], doc["file_name"].clone(), doc["mime_type"].clone())
+        (
+            "document",
+            vec![file(doc)],
+            doc["file_name"].clone(),
+            doc["mime_type"].clone(),
+        )
     } else if let Some(voice) = message.get("voice") {
-        ("voice", vec![file(voice)], Value::Null, voice["mime_type"].clone())
+        (
+            "voice",
+            vec![file(voice)],
+            Value::Null,
+            voice["mime_type"].clone(),
+        )
     } else if let Some(audio) = message.get("audio") {
-        ("audio", vec![file(audio)], audio["file_name"].clone(), audio["mime_type"].clone())
+        (
+            "audio",
+            vec![file(audio)],
+            audio["file_name"].clone(),
+            audio["mime_type"].clone(),
+        )
     } else {
         return Value::Null;
     };
@@ -97,7 +114,10 @@ pub struct Saved {
 impl Saved {
     /// The note the turn's input carries.
     pub fn note(&self) -> String {
-        format!("[{} saved in your workspace at {} ({} bytes)]", self.kind, self.path, self.size)
+        format!(
+            "[{} saved in your workspace at {} ({} bytes)]",
+            self.kind, self.path, self.size
+        )
     }
 }
 
@@ -138,12 +158,19 @@ pub fn sanitize(name: &str) -> String {
         .chars()
         .take(MAX_NAME)
         .collect();
-    if out.is_empty() { "file".to_string() } else { out }
+    if out.is_empty() {
+        "file".to_string()
+    } else {
+        out
+    }
 }
 
 /// Whether `mime` is an image type providers take.
 fn is_image(mime: &str) -> bool {
-    matches!(mime, "image/jpeg" | "image/png" | "image/gif" | "image/webp")
+    matches!(
+        mime,
+        "image/jpeg" | "image/png" | "image/gif" | "image/webp"
+    )
 }
 
 /// Fetches and saves the media of a row's `payload` for `channel` (blocking: run it on a
@@ -174,7 +201,10 @@ pub fn take_in(
         .find(|f| f["file_size"].as_u64().is_none_or(|s| s <= limit))
         .cloned();
     let Some(file) = chosen else {
-        let size = files.last().and_then(|f| f["file_size"].as_u64()).unwrap_or_default();
+        let size = files
+            .last()
+            .and_then(|f| f["file_size"].as_u64())
+            .unwrap_or_default();
         return Err(too_large(size.to_string()));
     };
     let fetch = |cause| MediaError::Fetch {
@@ -228,7 +258,11 @@ fn save(
     let dir_rel = format!("inbox/{date}");
     let failed = |path: String| {
         let channel = name.to_string();
-        move |cause| MediaError::Save { channel, path, cause }
+        move |cause| MediaError::Save {
+            channel,
+            path,
+            cause,
+        }
     };
     let top = ConfinedDir::open_root(&workspace)
         .map_err(failed(workspace.display().to_string()))?
@@ -249,7 +283,11 @@ fn save(
     };
     let mut candidate = file_name.to_string();
     let mut n = 1;
-    while dir.stat(&candidate).map_err(failed(format!("{dir_rel}/{candidate}")))?.is_some() {
+    while dir
+        .stat(&candidate)
+        .map_err(failed(format!("{dir_rel}/{candidate}")))?
+        .is_some()
+    {
         n += 1;
         candidate = format!("{stem}-{n}{ext}");
     }
@@ -303,9 +341,10 @@ impl crate::inbound::Worker {
             row.id,
             refusal.to_string(),
         );
-        let stored =
-            tokio::task::spawn_blocking(move || store.finish_turn(&name, id, Some(&note), Some(&reply)))
-                .await;
+        let stored = tokio::task::spawn_blocking(move || {
+            store.finish_turn(&name, id, Some(&note), Some(&reply))
+        })
+        .await;
         if !matches!(stored, Ok(Ok(_))) {
             tracing::error!(channel = %self.name, "the refusal of inbox row {id} was not stored");
         }
@@ -327,9 +366,19 @@ mod tests {
         assert_eq!(sanitize("report 2026.pdf"), "report 2026.pdf");
         assert_eq!(sanitize("C:\\Users\\x.doc"), "C__Users_x.doc");
         assert_eq!(sanitize(&"a".repeat(300)).len(), MAX_NAME);
-        for evil in ["../../etc/x", "/abs/path", "..\\..\\win", ".hidden", "a/../../b", "\u{7}"] {
+        for evil in [
+            "../../etc/x",
+            "/abs/path",
+            "..\\..\\win",
+            ".hidden",
+            "a/../../b",
+            "\u{7}",
+        ] {
             let s = sanitize(evil);
-            assert!(!s.contains('/') && !s.contains("..") && !s.starts_with('.'), "{evil} -> {s}");
+            assert!(
+                !s.contains('/') && !s.contains("..") && !s.starts_with('.'),
+                "{evil} -> {s}"
+            );
             assert!(!s.chars().any(char::is_control), "{evil} -> {s}");
         }
     }
@@ -338,7 +387,10 @@ mod tests {
     fn media_is_described_and_noted_issue38() {
         let photo = json!({"message_id": 5, "photo": [{"file_id": "s", "file_size": 10}, {"file_id": "l", "file_size": 40}]});
         let d = describe(&photo);
-        assert_eq!((d["kind"].as_str(), d["files"][1]["file_id"].as_str()), (Some("photo"), Some("l")));
+        assert_eq!(
+            (d["kind"].as_str(), d["files"][1]["file_id"].as_str()),
+            (Some("photo"), Some("l"))
+        );
         let doc = json!({"message_id": 6, "document": {"file_id": "d", "file_name": "a.pdf", "mime_type": "application/pdf"}});
         assert_eq!(describe(&doc)["name"], "a.pdf");
         assert_eq!(describe(&json!({"text": "hi"})), Value::Null);
@@ -349,7 +401,9 @@ mod tests {
             image: None,
         };
         let (text, images) = input_with("read this", Some(&saved));
-        assert!(text.starts_with("read this\n\n[document saved in your workspace at inbox/2026-12-02/a.pdf"));
+        assert!(text.starts_with(
+            "read this\n\n[document saved in your workspace at inbox/2026-12-02/a.pdf"
+        ));
         assert!(images.is_empty());
         assert_eq!(input_with("", Some(&saved)).0, saved.note());
     }

@@ -306,8 +306,16 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
         &agent_names,
     ));
     {
-        let channels: Vec<&str> = config.channels.telegram.keys().map(String::as_str).collect();
-        out.extend(crate::schema::approvals::validate(&config.approvals, &channels));
+        let channels: Vec<&str> = config
+            .channels
+            .telegram
+            .keys()
+            .map(String::as_str)
+            .collect();
+        out.extend(crate::schema::approvals::validate(
+            &config.approvals,
+            &channels,
+        ));
     }
     out.extend(crate::schema::telemetry::validate(config));
     out.extend(crate::schema::rates::validate(config));

@@ -220,7 +220,11 @@ impl Api {
             cause: self.scrub(&cause),
         };
         let url = format!("{}/file/bot{}/{file_path}", self.base, self.token);
-        let response = self.agent.get(&url).call().map_err(|e| transport(e.to_string()))?;
+        let response = self
+            .agent
+            .get(&url)
+            .call()
+            .map_err(|e| transport(e.to_string()))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             return Err(ApiError::Api {

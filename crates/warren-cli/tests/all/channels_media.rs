@@ -22,7 +22,12 @@ const OWNER: i64 = 7;
 
 /// A daemon with agent `main` on `fake` and channel `telegram.home` on `tg` owned by
 /// [`OWNER`], with `channel_extra` in the channel's table.
-fn start(root: &TempRoot, fake: &FakeOpenAi, tg: &FakeTelegram, channel_extra: &str) -> Result<DaemonChild, Box<dyn std::error::Error>> {
+fn start(
+    root: &TempRoot,
+    fake: &FakeOpenAi,
+    tg: &FakeTelegram,
+    channel_extra: &str,
+) -> Result<DaemonChild, Box<dyn std::error::Error>> {
     let config = fake_config(
         fake,
         "sk-media-secret",
@@ -36,7 +41,10 @@ fn start(root: &TempRoot, fake: &FakeOpenAi, tg: &FakeTelegram, channel_extra: &
     );
     std::fs::create_dir_all(root.path())?;
     root.write_config(&config)?;
-    let out = root.run(bin(), &["config", "set", "channels.telegram.home.token", tg.token()])?;
+    let out = root.run(
+        bin(),
+        &["config", "set", "channels.telegram.home.token", tg.token()],
+    )?;
     assert!(out.status.success(), "{:?}", text(&out));
     let mut daemon = DaemonChild::spawn(root.warren(bin(), &["daemon"]))?;
     daemon.wait_for("warren daemon ready", WAIT)?;
@@ -103,12 +111,24 @@ fn a_photo_reaches_the_provider(fake: FakeOpenAi, expect: impl Fn(&Image) -> Val
     let user = user_message(&fake);
     let parts = user["content"].as_array().cloned().unwrap_or_default();
     let image = Image::from_bytes("image/jpeg", &photo);
-    assert!(parts.contains(&expect(&image)), "no image part of the full-size photo in {user}");
-    let text = parts.first().map(|p| p["text"].to_string()).unwrap_or_default();
-    assert!(text.contains("what is this?") && text.contains("inbox/"), "{text}");
+    assert!(
+        parts.contains(&expect(&image)),
+        "no image part of the full-size photo in {user}"
+    );
+    let text = parts
+        .first()
+        .map(|p| p["text"].to_string())
+        .unwrap_or_default();
+    assert!(
+        text.contains("what is this?") && text.contains("inbox/"),
+        "{text}"
+    );
     let saved = files_under(&workspace(&root).join("inbox"));
     assert_eq!(saved.len(), 1, "{saved:?}");
-    assert_eq!(std::fs::read(workspace(&root).join("inbox").join(&saved[0]))?, photo);
+    assert_eq!(
+        std::fs::read(workspace(&root).join("inbox").join(&saved[0]))?,
+        photo
+    );
     stop(daemon)
 }
 
@@ -120,26 +140,47 @@ fn stop(mut daemon: DaemonChild) -> R {
 
 #[test]
 fn a_photo_reaches_an_openai_provider_as_an_image_url_part_issue38() -> R {
-    a_photo_reaches_the_provider(FakeOpenAi::start()?, |image| {
-        json!({"type": "image_url", "image_url": {"url": image.data_url()}})
-    })
+    a_photo_reaches_the_provider(
+        FakeOpenAi::start()?,
+        |image| json!({"type": "image_url", "image_url": {"url": image.data_url()}}),
+    )
 }
 
 #[test]
 fn a_photo_reaches_an_anthropic_provider_as_a_base64_image_block_issue38() -> R {
-    a_photo_reaches_the_provider(FakeOpenAi::start_anthropic()?, |image| {
-        json!({"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": image.base64}})
-    })
+    a_photo_reaches_the_provider(
+        FakeOpenAi::start_anthropic()?,
+        |image| json!({"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": image.base64}}),
+    )
 }
 
 #[test]
 fn an_oversized_document_is_refused_and_nothing_is_written_issue38() -> R {
-    let (root, fake, tg) = (TempRoot::new()?, FakeOpenAi::start()?, FakeTelegram::start()?);
+    let (root, fake, tg) = (
+        TempRoot::new()?,
+        FakeOpenAi::start()?,
+        FakeTelegram::start()?,
+    );
     let daemon = start(&root, &fake, &tg, "media_max_bytes = 1000")?;
-    tg.push_document(OWNER, OWNER, "big.bin", "application/octet-stream", vec![1; 5000]);
+    tg.push_document(
+        OWNER,
+        OWNER,
+        "big.bin",
+        "application/octet-stream",
+        vec![1; 5000],
+    );
     let refusal = reply_to_owner(&tg, "too large")?;
-    assert!(refusal.contains("1000 bytes") && refusal.contains("Nothing was saved"), "{refusal}");
-    assert!(files_under(&workspace(&root)).iter().all(|f| !f.starts_with("inbox")), "{:?}", files_under(&workspace(&root)));
+    assert!(
+        refusal.contains("1000 bytes") && refusal.contains("Nothing was saved"),
+        "{refusal}"
+    );
+    assert!(
+        files_under(&workspace(&root))
+            .iter()
+            .all(|f| !f.starts_with("inbox")),
+        "{:?}",
+        files_under(&workspace(&root))
+    );
     assert!(fake.requests().is_empty(), "a refused file made a turn");
     assert!(
         !tg.requests().iter().any(|(m, _)| m == "getFile"),
@@ -150,17 +191,30 @@ fn an_oversized_document_is_refused_and_nothing_is_written_issue38() -> R {
 
 #[test]
 fn a_document_named_to_escape_lands_sanitised_inside_inbox_issue38() -> R {
-    let (root, fake, tg) = (TempRoot::new()?, FakeOpenAi::start()?, FakeTelegram::start()?);
+    let (root, fake, tg) = (
+        TempRoot::new()?,
+        FakeOpenAi::start()?,
+        FakeTelegram::start()?,
+    );
     let daemon = start(&root, &fake, &tg, "")?;
     fake.push(FakeReply::text("Got the file."));
-    tg.push_document(OWNER, OWNER, "../../etc/x", "text/plain", b"hello\n".to_vec());
+    tg.push_document(
+        OWNER,
+        OWNER,
+        "../../etc/x",
+        "text/plain",
+        b"hello\n".to_vec(),
+    );
     reply_to_owner(&tg, "Got the file.")?;
     let inbox = workspace(&root).join("inbox");
     let saved = files_under(&inbox);
     assert_eq!(saved.len(), 1, "{saved:?}");
     assert!(saved[0].ends_with("/etc_x"), "{saved:?}");
     assert_eq!(std::fs::read_to_string(inbox.join(&saved[0]))?, "hello\n");
-    for outside in [root.path().join("agents").join("main").join("etc"), root.path().join("agents").join("etc")] {
+    for outside in [
+        root.path().join("agents").join("main").join("etc"),
+        root.path().join("agents").join("etc"),
+    ] {
         assert!(!outside.exists(), "{} was written", outside.display());
     }
     // The turn names the file's workspace path (a document is a note, not an image part).
