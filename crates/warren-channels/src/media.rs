@@ -34,13 +34,13 @@ pub enum MediaError {
     Fetch {
         channel: String,
         kind: String,
-        cause: ApiError,
+        cause: Box<ApiError>,
     },
     #[error("{channel}: saving {path} into the workspace failed: {cause}")]
     Save {
         channel: String,
         path: String,
-        cause: DirError,
+        cause: Box<DirError>,
     },
     #[error("{channel}: the agent's workspace {path} does not exist")]
     NoWorkspace { channel: String, path: String },
@@ -207,10 +207,10 @@ pub fn take_in(
             .unwrap_or_default();
         return Err(too_large(size.to_string()));
     };
-    let fetch = |cause| MediaError::Fetch {
+    let fetch = |cause: ApiError| MediaError::Fetch {
         channel: name.to_string(),
         kind: kind.to_string(),
-        cause,
+        cause: Box::new(cause),
     };
     let info = api
         .call("getFile", &json!({"file_id": file["file_id"]}))
@@ -258,10 +258,10 @@ fn save(
     let dir_rel = format!("inbox/{date}");
     let failed = |path: String| {
         let channel = name.to_string();
-        move |cause| MediaError::Save {
+        move |cause: DirError| MediaError::Save {
             channel,
             path,
-            cause,
+            cause: Box::new(cause),
         }
     };
     let top = ConfinedDir::open_root(&workspace)
