@@ -90,11 +90,14 @@ impl Health {
         &self.name
     }
 
-    /// The channel (re)starts: it gets a full window again.
+    /// The channel (re)starts: it gets a full window again. A channel restarted because it
+    /// was down stays `down` until its first round-trip.
     pub fn starting(&self, restart: bool) {
         let mut h = self.lock();
         h.started = Instant::now();
-        h.state = "starting";
+        if h.state != "down" {
+            h.state = "starting";
+        }
         if restart {
             h.restarts += 1;
         }
@@ -134,6 +137,16 @@ impl Health {
         if let Some(lag) = lag {
             h.lag_ms = Some(u64::try_from(lag.as_millis()).unwrap_or(u64::MAX));
         }
+        drop(h);
+        self.publish();
+    }
+
+    /// The channel completed no round-trip within its window (its supervisor restarts it).
+    pub fn down(&self, why: &str) {
+        let mut h = self.lock();
+        h.state = "down";
+        h.failures += 1;
+        h.last_error = Some(why.to_string());
         drop(h);
         self.publish();
     }

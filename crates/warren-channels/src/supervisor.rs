@@ -150,8 +150,7 @@ async fn supervise(
                     channel.health_window_secs
                 );
                 tracing::warn!("{why}");
-                health.failure(&why);
-                health.publish();
+                health.down(&why);
                 run_stop.cancel();
                 let _ = tokio::time::timeout(Duration::from_secs(5), &mut run).await;
             }

@@ -1,7 +1,7 @@
 //! What the gateway reports about itself (STATE-17): liveness (`GET /health`, which the listener
 //! also answers while no generation's routes are installed) and each component's health
 //! (`GET /api/health`: gateway, config, devices, sessions, agents, cron, SOP, memory backends,
-//! resident memory, stores).
+//! resident memory, stores, channels).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -108,6 +108,8 @@ pub(crate) async fn report(state: &AppState) -> Value {
         .map(|(path, reason)| json!({"path": path, "reason": reason}))
         .collect();
     let all_ok = all_ok && read_only.is_empty();
+    let channels = channels(state);
+    let all_ok = all_ok && channels["status"] != "down";
     let stores = if read_only.is_empty() {
         json!({"status": "ok"})
     } else {
@@ -128,6 +130,7 @@ pub(crate) async fn report(state: &AppState) -> Value {
             "memory_backends": memory_backends,
             "resident_memory": memory,
             "stores": stores,
+            "channels": channels,
         },
     })
 }
@@ -147,6 +150,27 @@ fn config_health(state: &AppState) -> Value {
                 .into();
     }
     config
+}
+
+/// `/api/health`'s `channels` component (issue 38): each channel's end-to-end health; `down`
+/// when any channel completed no round-trip with its platform within its window.
+fn channels(state: &AppState) -> Value {
+    let Some(channels) = state.jobs().channels() else {
+        return json!({"status": "off", "channels": {}});
+    };
+    let statuses = channels.statuses();
+    let status = if statuses.is_empty() {
+        "off"
+    } else if statuses.iter().any(|s| s.status == "down") {
+        "down"
+    } else {
+        "ok"
+    };
+    let each: serde_json::Map<String, Value> = statuses
+        .into_iter()
+        .map(|s| (s.name.clone(), json!(s)))
+        .collect();
+    json!({"status": status, "channels": each})
 }
 
 /// `/api/health`'s `cron` component: whether the scheduler runs and the paused jobs with

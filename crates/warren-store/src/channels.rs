@@ -321,6 +321,9 @@ impl ChannelStore {
     /// dropped (a redelivery). Returns how many rows are new. Only after this returns may the
     /// adapter tell the platform the messages were received.
     pub fn receive(&self, channel: &str, messages: &[Inbound]) -> Result<usize, ChannelStoreError> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
         let added = self.with(|conn| {
             let tx = conn.transaction()?;
             let t = now();

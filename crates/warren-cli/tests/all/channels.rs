@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::bin;
 use warren_testkit::telegram::{FakeTelegram, Fault, Sent};
-use warren_testkit::{DaemonChild, TempRoot, free_port, text};
+use warren_testkit::{DaemonChild, TempRoot, free_port, http, pair, text};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -35,7 +35,7 @@ fn start(
     root.write_config(&format!(
         "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\n\n\
          [gateway]\nport = {port}\n\n[channels.telegram.home]\nagent = \"main\"\napi_base = \"{}\"\n\
-         owners = [\"{OWNER}\"]\npoll_timeout_secs = 1\nhealth_window_secs = 5\n{extra}",
+         owners = [\"{OWNER}\"]\npoll_timeout_secs = 1\nhealth_window_secs = 3\n{extra}",
         script.display(),
         tg.api_base()
     ))?;
@@ -219,5 +219,76 @@ fn an_unknown_sender_gets_no_reply_and_the_owner_decides_issue38() -> R {
     let replies = messages_to(&tg, stranger);
     assert_eq!(replies.len(), 1, "{replies:?}");
     assert_eq!(replies[0].text.as_deref(), Some("Welcome."));
+    stop(daemon)
+}
+
+#[test]
+fn a_hung_poll_turns_the_channel_down_and_it_recovers_without_a_daemon_restart_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["Back."], "")?;
+    let port: u16 = root
+        .read_config()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("port = ")
+                .and_then(|p| p.trim().parse().ok())
+        })
+        .ok_or("no port")?;
+    let token = pair(&root, bin(), port, "ci")?;
+    let channel = |health: &serde_json::Value| {
+        health["components"]["channels"]["channels"]["telegram.home"].clone()
+    };
+    let health = || -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+        let (status, body) = http(port, "GET", "/api/health", Some(&token), "")?;
+        assert_eq!(status, 200, "{body}");
+        Ok(body)
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while channel(&health()?)["status"] != "ok" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ok: {}",
+            health()?
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The connection of the next poll dies silently: no answer, no error, ever.
+    tg.fail_next("getUpdates", Fault::HangForever);
+    let mut saw_down = None;
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        let h = health()?;
+        if channel(&h)["status"] == "down" {
+            saw_down = Some(h);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let down = saw_down.ok_or("the hung channel never turned down")?;
+    assert_eq!(down["status"], "degraded", "{down}");
+    assert_eq!(down["components"]["channels"]["status"], "down", "{down}");
+    let (_, metrics) = warren_testkit::http_text(port, "GET", "/metrics", Some(&token), "")
+        .map(|t| (t.status, t.body))?;
+    assert!(
+        metrics.contains("warren_channel_up{channel=\"telegram.home\"} 0"),
+        "{metrics}"
+    );
+    // It restarts alone and answers again; the daemon is the same process.
+    let deadline = std::time::Instant::now() + WAIT;
+    while channel(&health()?)["status"] != "ok" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never recovered: {}",
+            health()?
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let h = health()?;
+    assert!(channel(&h)["restarts"].as_u64() >= Some(1), "{h}");
+    assert_eq!(h["pid"], daemon.pid());
+    tg.push_text(OWNER, OWNER, "still there?");
+    let replies = tg.wait_sent(1, WAIT);
+    assert_eq!(replies[0].text.as_deref(), Some("Back."));
     stop(daemon)
 }

@@ -9,6 +9,7 @@ mod backup_escape;
 mod backup_sparse;
 mod channels;
 mod channels_approvals;
+mod channels_crash;
 mod channels_media;
 mod cli;
 mod common;
