@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::json;
 use warren_config::Redactor;
@@ -21,7 +20,14 @@ use warren_runtime::approval::ApprovalDecision;
 use warren_runtime::host::AgentHost;
 use warren_runtime::pending::{ApprovalWatcher, PendingApprovals, PendingView, Settled};
 
-use crate::telegram::api::Api;
+/// How the watcher reaches a chat (the Telegram adapter implements it on its Bot API client;
+/// this module stays below the adapter). Blocking: called on blocking threads.
+pub trait Messenger: Send + Sync {
+    /// Sends `text` with inline keyboard `markup` (JSON) to `chat`; the message id.
+    fn send(&self, chat: &str, text: &str, markup: &str) -> Result<i64, String>;
+    /// Replaces message `message` of `chat` with `text` and drops its keyboard.
+    fn edit(&self, chat: &str, message: i64, text: &str) -> Result<(), String>;
+}
 
 /// Characters of the arguments shown in a prompt.
 const ARGUMENTS_SHOWN: usize = 600;
@@ -47,7 +53,7 @@ pub struct PhoneApprovals {
     owners: Vec<String>,
     /// Listed in `[approvals] notify`: every approval, not only this channel's own.
     everything: bool,
-    api: Api,
+    api: Arc<dyn Messenger>,
     redactor: Redactor,
     /// Approval timeout by agent (its risk profile's), for the prompt.
     timeouts: HashMap<String, u64>,
@@ -77,9 +83,9 @@ impl Drop for Registered {
     }
 }
 
-/// Registers a watcher for every running channel of `host`'s config that has owners
-/// (`tokens`: each started channel's name and bot token).
-pub fn register(host: &AgentHost, tokens: &[(String, String)]) -> Registered {
+/// Registers a watcher for every running channel of `host`'s config that has owners (`bots`:
+/// each started channel's short name and its messenger).
+pub fn register(host: &AgentHost, bots: Vec<(String, Arc<dyn Messenger>)>) -> Registered {
     let config = host.snapshot().config();
     let redactor = Redactor::from_config(config);
     let timeouts: HashMap<String, u64> = config
@@ -93,8 +99,8 @@ pub fn register(host: &AgentHost, tokens: &[(String, String)]) -> Registered {
         .collect();
     let pending = Arc::clone(host.approvals());
     let mut ids = Vec::new();
-    for (short, token) in tokens {
-        let Some(channel) = config.channels.telegram.get(short) else {
+    for (short, messenger) in bots {
+        let Some(channel) = config.channels.telegram.get(&short) else {
             continue;
         };
         let name = format!("telegram.{short}");
@@ -106,9 +112,9 @@ pub fn register(host: &AgentHost, tokens: &[(String, String)]) -> Registered {
         }
         let watcher = PhoneApprovals::new(
             &name,
-            short,
+            &short,
             channel,
-            token,
+            messenger,
             config.approvals.notifies(&name),
             redactor.clone(),
             timeouts.clone(),
@@ -123,7 +129,7 @@ impl PhoneApprovals {
         name: &str,
         short: &str,
         channel: &TelegramChannel,
-        token: &str,
+        api: Arc<dyn Messenger>,
         everything: bool,
         redactor: Redactor,
         timeouts: HashMap<String, u64>,
@@ -133,7 +139,7 @@ impl PhoneApprovals {
             short: short.to_string(),
             owners: channel.owners.clone(),
             everything,
-            api: Api::new(name, &channel.api_base, token, Duration::from_secs(30)),
+            api,
             redactor,
             timeouts,
             prompts: Mutex::new(HashMap::new()),
@@ -186,12 +192,8 @@ impl PhoneApprovals {
         ]]})
         .to_string();
         for owner in &self.owners {
-            match self
-                .api
-                .send_message(owner, None, text, false, Some(&markup))
-            {
+            match self.api.send(owner, text, &markup) {
                 Ok(message) => {
-                    let message = message.parse::<i64>().unwrap_or_default();
                     self.lock()
                         .entry(id.to_string())
                         .or_default()
@@ -224,9 +226,10 @@ impl PhoneApprovals {
     /// Shows `outcome` under each prompt and drops its buttons (blocking).
     fn edit_all(&self, text: &str, messages: &[(String, i64)], outcome: &str) {
         for (chat, message) in messages {
-            let body = json!({"chat_id": chat, "message_id": message, "text": format!("{text}\n\n{outcome}"),
-                              "reply_markup": {"inline_keyboard": []}});
-            if let Err(e) = self.api.call("editMessageText", &body) {
+            if let Err(e) = self
+                .api
+                .edit(chat, *message, &format!("{text}\n\n{outcome}"))
+            {
                 tracing::warn!(channel = %self.name, "the approval prompt was not updated: {e}");
             }
         }
@@ -451,11 +454,20 @@ mod tests {
             "agent = \"main\"\nowners = [\"7\"]\napi_base = \"http://127.0.0.1:1\"\n",
         )
         .unwrap();
+        struct Nowhere;
+        impl Messenger for Nowhere {
+            fn send(&self, _: &str, _: &str, _: &str) -> Result<i64, String> {
+                Err("nowhere".into())
+            }
+            fn edit(&self, _: &str, _: i64, _: &str) -> Result<(), String> {
+                Err("nowhere".into())
+            }
+        }
         let watcher = PhoneApprovals::new(
             "telegram.home",
             "home",
             &channel,
-            "1:x",
+            Arc::new(Nowhere),
             false,
             Redactor::new(["sk-live-abcdefgh12345678"]),
             HashMap::from([("main".to_string(), 120)]),

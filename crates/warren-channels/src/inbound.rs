@@ -97,8 +97,8 @@ pub(crate) struct Worker {
     pub typing: Typing,
     /// Answers a button press with a toast (best effort).
     pub toast: Toast,
-    /// The bot's API (issue 38 §5: fetching media).
-    pub api: crate::telegram::api::Api,
+    /// Where media files come from (issue 38 §5: the bot's API).
+    pub files: Arc<dyn crate::media::FileSource>,
     /// The last turn task of each session (the next one waits for it) and its cancel token.
     pub running: Mutex<HashMap<String, (JoinHandle<()>, CancelToken)>>,
 }
@@ -421,7 +421,15 @@ impl Worker {
     ) {
         (self.typing)(&row.chat_id, row.thread_id.as_deref());
         // Issue 38 §5: media saved into the workspace and attached (crate::media).
-        let Some((input, images)) = self.take_media(&row).await else {
+        let intake = crate::media::Intake {
+            files: &self.files,
+            host: &self.host,
+            store: &self.store,
+            name: &self.name,
+            config: &self.config,
+        };
+        let Some((input, images)) = crate::media::take_media(intake, &row).await else {
+            self.queued.notify_one();
             return;
         };
         let request = TurnRequest {

@@ -12,9 +12,17 @@ use warren_config::schema::channels::TelegramChannel;
 use warren_core::Image;
 use warren_security::confined_dir::{ConfinedDir, DirError};
 
-use warren_store::channels::{InboxRow, Outbound};
+use warren_runtime::host::AgentHost;
+use warren_store::channels::{ChannelStore, InboxRow, Outbound};
 
-use crate::telegram::api::{Api, ApiError};
+/// Where files come from (the Telegram adapter implements it on its Bot API client; this
+/// module stays below the adapter). Blocking: called on blocking threads.
+pub trait FileSource: Send + Sync {
+    /// `getFile`: the file's download path and its size when known.
+    fn locate(&self, file_id: &str) -> Result<(String, Option<u64>), String>;
+    /// The file's bytes; `None` when it is over `limit` bytes (reading stops there).
+    fn fetch(&self, path: &str, limit: u64) -> Result<Option<Vec<u8>>, String>;
+}
 
 /// Longest saved file name (characters).
 const MAX_NAME: usize = 100;
@@ -34,7 +42,7 @@ pub enum MediaError {
     Fetch {
         channel: String,
         kind: String,
-        cause: Box<ApiError>,
+        cause: String,
     },
     #[error("{channel}: saving {path} into the workspace failed: {cause}")]
     Save {
@@ -176,7 +184,7 @@ fn is_image(mime: &str) -> bool {
 /// Fetches and saves the media of a row's `payload` for `channel` (blocking: run it on a
 /// blocking thread); `Ok(None)` when the message has none.
 pub fn take_in(
-    api: &Api,
+    source: &dyn FileSource,
     root: &InstallRoot,
     name: &str,
     channel: &TelegramChannel,
@@ -207,19 +215,18 @@ pub fn take_in(
             .unwrap_or_default();
         return Err(too_large(size.to_string()));
     };
-    let fetch = |cause: ApiError| MediaError::Fetch {
+    let fetch = |cause: String| MediaError::Fetch {
         channel: name.to_string(),
         kind: kind.to_string(),
-        cause: Box::new(cause),
+        cause,
     };
-    let info = api
-        .call("getFile", &json!({"file_id": file["file_id"]}))
+    let (remote, size) = source
+        .locate(file["file_id"].as_str().unwrap_or_default())
         .map_err(fetch)?;
-    if info["file_size"].as_u64().is_some_and(|s| s > limit) {
-        return Err(too_large(info["file_size"].to_string()));
+    if let Some(size) = size.filter(|s| *s > limit) {
+        return Err(too_large(size.to_string()));
     }
-    let remote = info["file_path"].as_str().unwrap_or_default().to_string();
-    let Some(bytes) = api.download(&remote, limit).map_err(fetch)? else {
+    let Some(bytes) = source.fetch(&remote, limit).map_err(fetch)? else {
         return Err(too_large(format!("more than {limit}")));
     };
     let extension = remote
@@ -296,61 +303,69 @@ fn save(
     Ok(format!("{dir_rel}/{candidate}"))
 }
 
-impl crate::inbound::Worker {
-    /// The input and images of `row`'s turn, its media saved first; `None` when the media was
-    /// refused (the sender is told, the row is done without a turn).
-    pub(crate) async fn take_media(&self, row: &InboxRow) -> Option<(String, Vec<Image>)> {
-        let payload: Value = row
-            .payload
-            .as_deref()
-            .and_then(|p| serde_json::from_str(p).ok())
-            .unwrap_or(Value::Null);
-        if payload["media"].is_null() {
-            return Some((row.text.clone(), Vec::new()));
-        }
-        let (api, root, name, config) = (
-            self.api.clone(),
-            self.host.root().clone(),
-            self.name.clone(),
-            self.config.clone(),
-        );
-        let taken =
-            tokio::task::spawn_blocking(move || take_in(&api, &root, &name, &config, &payload))
-                .await;
-        let refusal = match taken {
-            Ok(Ok(saved)) => return Some(input_with(&row.text, saved.as_ref())),
-            Ok(Err(e)) => e,
-            Err(e) => MediaError::NoWorkspace {
-                channel: self.name.clone(),
-                path: format!("(the fetch task failed: {e})"),
-            },
-        };
-        tracing::warn!(channel = %self.name, "{refusal}");
-        let reply = Outbound {
-            inbox_id: Some(row.id),
-            purpose: "reply".to_string(),
-            chat_id: row.chat_id.clone(),
-            thread_id: row.thread_id.clone(),
-            text: refusal.for_sender(),
-            markup: None,
-            plain: true,
-        };
-        let (store, name, id, note) = (
-            std::sync::Arc::clone(&self.store),
-            self.name.clone(),
-            row.id,
-            refusal.to_string(),
-        );
-        let stored = tokio::task::spawn_blocking(move || {
-            store.finish_turn(&name, id, Some(&note), Some(&reply))
-        })
-        .await;
-        if !matches!(stored, Ok(Ok(_))) {
-            tracing::error!(channel = %self.name, "the refusal of inbox row {id} was not stored");
-        }
-        self.queued.notify_one();
-        None
+/// What a channel's worker hands [`take_media`].
+pub struct Intake<'a> {
+    pub files: &'a std::sync::Arc<dyn FileSource>,
+    pub host: &'a AgentHost,
+    pub store: &'a std::sync::Arc<ChannelStore>,
+    /// `telegram.<name>`.
+    pub name: &'a str,
+    pub config: &'a TelegramChannel,
+}
+
+/// The input and images of `row`'s turn, its media saved first; `None` when the media was
+/// refused (the sender's reply is queued and the row done without a turn: wake the sender).
+pub async fn take_media(me: Intake<'_>, row: &InboxRow) -> Option<(String, Vec<Image>)> {
+    let payload: Value = row
+        .payload
+        .as_deref()
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or(Value::Null);
+    if payload["media"].is_null() {
+        return Some((row.text.clone(), Vec::new()));
     }
+    let (files, root, name, config) = (
+        std::sync::Arc::clone(me.files),
+        me.host.root().clone(),
+        me.name.to_string(),
+        me.config.clone(),
+    );
+    let taken = tokio::task::spawn_blocking(move || {
+        take_in(files.as_ref(), &root, &name, &config, &payload)
+    })
+    .await;
+    let refusal = match taken {
+        Ok(Ok(saved)) => return Some(input_with(&row.text, saved.as_ref())),
+        Ok(Err(e)) => e,
+        Err(e) => MediaError::NoWorkspace {
+            channel: me.name.to_string(),
+            path: format!("(the fetch task failed: {e})"),
+        },
+    };
+    tracing::warn!(channel = %me.name, "{refusal}");
+    let reply = Outbound {
+        inbox_id: Some(row.id),
+        purpose: "reply".to_string(),
+        chat_id: row.chat_id.clone(),
+        thread_id: row.thread_id.clone(),
+        text: refusal.for_sender(),
+        markup: None,
+        plain: true,
+    };
+    let (store, name, id, note) = (
+        std::sync::Arc::clone(me.store),
+        me.name.to_string(),
+        row.id,
+        refusal.to_string(),
+    );
+    let stored = tokio::task::spawn_blocking(move || {
+        store.finish_turn(&name, id, Some(&note), Some(&reply))
+    })
+    .await;
+    if !matches!(stored, Ok(Ok(_))) {
+        tracing::error!(channel = %me.name, "the refusal of inbox row {id} was not stored");
+    }
+    None
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ impl Channels {
         let stop = CancelToken::new();
         let mut health = Vec::new();
         let mut tasks = Vec::new();
-        let mut tokens = Vec::new();
+        let mut bots = Vec::new();
         for (short, channel) in &config.channels.telegram {
             let name = format!("telegram.{short}");
             let h = Arc::new(Health::new(
@@ -61,7 +61,13 @@ impl Channels {
                 }));
                 continue;
             };
-            tokens.push((short.clone(), token.clone())); // issue 38 §4: approvals
+            // Issue 38 §4: the bot that asks this channel's owners about approvals.
+            let api =
+                telegram::api::Api::new(&name, &channel.api_base, &token, Duration::from_secs(30));
+            bots.push((
+                short.clone(),
+                Arc::new(api) as Arc<dyn crate::approvals::Messenger>,
+            ));
             let (host, stop, short, channel) = (
                 Arc::clone(host),
                 stop.clone(),
@@ -74,7 +80,7 @@ impl Channels {
         }
         let channels = Arc::new(Self { health });
         // Issue 38 §4: the channels' owners are asked about approvals until the channels stop.
-        let approvals = crate::approvals::register(host, &tokens);
+        let approvals = crate::approvals::register(host, bots);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = rx.await;
