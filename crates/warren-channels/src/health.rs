@@ -28,7 +28,7 @@ struct Inner {
     last_error: Option<String>,
     restarts: u64,
     bot: Option<String>,
-    /// Seconds from receipt to the reply's send, of the last reply.
+    /// Milliseconds from a message's queueing to its last chunk's send, of the last message.
     lag_ms: Option<u64>,
 }
 
@@ -204,6 +204,35 @@ impl Health {
             &self.name,
             s.status == "ok",
             s.consecutive_failures,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_round_trip_within_the_window_is_down_until_the_next_poll_issue38() {
+        let h = Health::new("telegram.home", Duration::from_millis(150));
+        assert_eq!(h.status().status, "starting");
+        h.poll_ok();
+        assert_eq!(h.status().status, "ok");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(h.status().status, "down", "no poll within the window");
+        h.down("no round-trip");
+        h.starting(true);
+        assert_eq!(h.status().status, "down", "a restart is not a round-trip");
+        assert_eq!(h.status().restarts, 1);
+        h.poll_ok();
+        let s = h.status();
+        assert_eq!((s.status.as_str(), s.consecutive_failures), ("ok", 0));
+        h.stopped(Some("disabled".into()));
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            h.status().status,
+            "stopped",
+            "a stopped channel is not down"
         );
     }
 }

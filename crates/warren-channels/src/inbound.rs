@@ -400,6 +400,8 @@ impl Worker {
         let cancel = CancelToken::new();
         let worker = Arc::clone(self);
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        // Sessions whose turns all ended are forgotten (the map holds running work only).
+        running.retain(|k, (task, _)| k == &key || !task.is_finished());
         let previous = running.remove(&key).map(|(task, _)| task);
         let turn_cancel = cancel.clone();
         let task = tokio::spawn(async move {

@@ -2,6 +2,7 @@
 //! adapters (Telegram first); a layer-5 client of the engine, started by the daemon as a
 //! generation hook.
 
+pub mod admin;
 pub mod approvals;
 pub mod chunk;
 pub mod health;

@@ -76,6 +76,9 @@ pub enum Command {
     /// Scheduled jobs: add, list, show, run, pause, resume, remove, and their runs
     #[command(subcommand)]
     Cron(CronCommand),
+    /// Chat channels ([channels.telegram.<name>]): list, status, senders, allow, block, test
+    #[command(subcommand)]
+    Channels(crate::commands::channels::ChannelsCommand),
     /// Background runs (cron jobs) registered in the control plane: list, cancel
     #[command(subcommand)]
     Runs(RunsCommand),

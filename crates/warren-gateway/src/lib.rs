@@ -9,6 +9,7 @@
 mod agents_api;
 mod alias_path;
 pub mod auth;
+mod channels_api;
 pub mod client;
 mod config_api;
 mod config_write;

@@ -230,6 +230,23 @@ fn success_schema(method: &str, path: &str) -> Value {
             ("agents", "array?"),
         ]),
         ("GET", "/api/devices") => obj(&[("count", "integer"), ("devices", "array")]),
+        ("GET", "/api/channels" | "/admin/channels") => obj(&[("channels", "array")]),
+        ("GET", "/api/channels/{name}") => obj(&[
+            ("name", "string"),
+            ("agent", "string"),
+            ("health", "object"),
+        ]),
+        ("GET", "/api/channels/{name}/senders") => {
+            obj(&[("channel", "string"), ("senders", "array")])
+        }
+        (
+            "POST",
+            "/api/channels/{name}/senders/{id}/allow" | "/api/channels/{name}/senders/{id}/block",
+        ) => obj(&[
+            ("channel", "string"),
+            ("sender_id", "string"),
+            ("status", "string"),
+        ]),
         ("DELETE", "/api/devices/{id}") => obj(&[("revoked", "string")]),
         ("GET", "/api/config") => obj(&[("generation", "integer"), ("config", "object")]),
         ("PATCH", "/api/config") => obj(&[

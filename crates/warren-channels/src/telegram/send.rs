@@ -68,6 +68,11 @@ pub fn deliver(
         }
     }
     store.sent(row.id)?;
+    // The lag: from the reply's queueing (its turn's end, or the notice) to its last chunk.
+    let lag = warren_store::timefmt::parse(&row.created_at)
+        .map(|queued| warren_store::timefmt::now() - queued)
+        .and_then(|d| Duration::try_from(d).ok());
+    health.send_ok(lag);
     Ok(Delivery::Sent)
 }
 

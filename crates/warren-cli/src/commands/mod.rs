@@ -3,6 +3,7 @@
 mod agent;
 mod agents;
 mod backup;
+pub(crate) mod channels;
 mod config;
 mod costs;
 mod cron;
@@ -82,6 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => warren_acp::end_sessions(&root, alias),
         Command::Acp { alias, .. } => warren_acp::run(&root, alias),
         Command::Cron(cmd) => cron::run(&root, cmd, cli.json),
+        Command::Channels(cmd) => channels::run(&root, cmd, cli.json),
         Command::Runs(cmd) => runs::run(&root, cmd, cli.json),
         Command::Sop(cmd) => sop::run(&root, cmd, cli.json),
         Command::Mcp(cmd) => mcp::run(&root, cmd, cli.json),

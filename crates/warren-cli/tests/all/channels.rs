@@ -24,13 +24,23 @@ fn start(
     replies: &[&str],
     extra: &str,
 ) -> Result<DaemonChild, Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(root.path())?;
     let turns: Vec<serde_json::Value> = replies
         .iter()
         .map(|r| serde_json::json!([{"text": r}]))
         .collect();
+    start_with(root, tg, &serde_json::json!({"turns": turns}), extra)
+}
+
+/// [`start`] with a whole script (`{"turns": [...]}`); `extra` continues the channel's table.
+fn start_with(
+    root: &TempRoot,
+    tg: &FakeTelegram,
+    script_json: &serde_json::Value,
+    extra: &str,
+) -> Result<DaemonChild, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(root.path())?;
     let script = root.path().join("script.json");
-    std::fs::write(&script, serde_json::json!({"turns": turns}).to_string())?;
+    std::fs::write(&script, script_json.to_string())?;
     let port = free_port()?;
     root.write_config(&format!(
         "[providers.demo]\nkind = \"script\"\nscript = \"{}\"\n\n[agents.main]\nprovider = \"demo\"\n\n\
@@ -268,12 +278,16 @@ fn a_hung_poll_turns_the_channel_down_and_it_recovers_without_a_daemon_restart_i
     let down = saw_down.ok_or("the hung channel never turned down")?;
     assert_eq!(down["status"], "degraded", "{down}");
     assert_eq!(down["components"]["channels"]["status"], "down", "{down}");
-    let (_, metrics) = warren_testkit::http_text(port, "GET", "/metrics", Some(&token), "")
-        .map(|t| (t.status, t.body))?;
-    assert!(
-        metrics.contains("warren_channel_up{channel=\"telegram.home\"} 0"),
-        "{metrics}"
-    );
+    // /metrics says so too (its gauge is set by the channel's watchdog, a tick later).
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let metrics = warren_testkit::http_text(port, "GET", "/metrics", Some(&token), "")?.body;
+        if metrics.contains("warren_channel_up{channel=\"telegram.home\"} 0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // It restarts alone and answers again; the daemon is the same process.
     let deadline = std::time::Instant::now() + WAIT;
     while channel(&health()?)["status"] != "ok" {
@@ -290,5 +304,200 @@ fn a_hung_poll_turns_the_channel_down_and_it_recovers_without_a_daemon_restart_i
     tg.push_text(OWNER, OWNER, "still there?");
     let replies = tg.wait_sent(1, WAIT);
     assert_eq!(replies[0].text.as_deref(), Some("Back."));
+    stop(daemon)
+}
+
+#[test]
+fn the_operator_lists_checks_and_decides_senders_from_the_cli_and_the_api_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["Welcome.", "Again."], "")?;
+    let port: u16 = root
+        .read_config()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("port = ")
+                .and_then(|p| p.trim().parse().ok())
+        })
+        .ok_or("no port")?;
+    let stranger = 99;
+    tg.push_text(stranger, stranger, "let me in");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let senders = crate::common::json_of(&root, &["channels", "senders", "home"])?;
+        if senders["senders"].to_string().contains("\"99\"") {
+            assert!(senders.to_string().contains("pending"), "{senders}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{senders}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = crate::common::json_of(&root, &["channels", "status", "telegram.home"])?;
+    assert_eq!(status["refused"][0]["sender_id"], "99", "{status}");
+    let out = root.run(bin(), &["channels", "status"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("telegram.home  agent main  ok"), "{stdout}");
+    let out = root.run(bin(), &["channels", "test", "home"])?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("bot @warren_test_bot"), "{stdout}");
+    assert!(!stdout.contains(tg.token()) && !stderr.contains(tg.token()));
+
+    let out = root.run(bin(), &["channels", "allow", "home", "99"])?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    tg.push_text(stranger, stranger, "hello now");
+    let deadline = std::time::Instant::now() + WAIT;
+    while messages_to(&tg, stranger).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the allowed sender got no reply"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        messages_to(&tg, stranger)[0].text.as_deref(),
+        Some("Welcome.")
+    );
+
+    // The API: the same views and decisions; a token is needed; unknown channels are 404.
+    let token = pair(&root, bin(), port, "ci")?;
+    let (code, _) = http(port, "GET", "/api/channels", None, "")?;
+    assert_eq!(code, 401);
+    let (code, list) = http(port, "GET", "/api/channels", Some(&token), "")?;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["channels"][0]["health"]["status"], "ok", "{list}");
+    assert!(list["channels"][0]["health"]["lag_ms"].is_u64(), "{list}");
+    assert!(
+        list["channels"][0]["health"]["last_send_ok"].is_string(),
+        "{list}"
+    );
+    assert!(!list.to_string().contains(tg.token()), "{list}");
+    let (code, blocked) = http(
+        port,
+        "POST",
+        "/api/channels/home/senders/99/block",
+        Some(&token),
+        "",
+    )?;
+    assert_eq!(
+        (code, blocked["status"].clone()),
+        (200, "blocked".into()),
+        "{blocked}"
+    );
+    let (code, _) = http(port, "GET", "/api/channels/nope", Some(&token), "")?;
+    assert_eq!(code, 404);
+    let (code, _) = http(
+        port,
+        "POST",
+        "/api/channels/home/senders/bob/allow",
+        Some(&token),
+        "",
+    )?;
+    assert_eq!(code, 400);
+    tg.push_text(stranger, stranger, "and now?");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        messages_to(&tg, stranger).len(),
+        1,
+        "a blocked sender was answered"
+    );
+    let senders = crate::common::json_of(&root, &["channels", "senders", "home"])?;
+    assert!(senders.to_string().contains("blocked"), "{senders}");
+    stop(daemon)
+}
+
+#[test]
+fn a_non_owners_message_taints_the_turn_so_side_effects_are_refused_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let write = serde_json::json!({"turns": [[
+        {"text": "", "tool_calls": [{"name": "file_write", "arguments": {"path": "note.md", "content": "x"}}]},
+        {"text": "Done."}
+    ]]});
+    // Autonomy full: the owner's call runs unasked; the allowed stranger's needs approval.
+    let daemon = start_with(
+        &root,
+        &tg,
+        &write,
+        "allow = [\"55\"]\n\n[risk_profiles.default]\nautonomy = \"full\"\n",
+    )?;
+    let note = root.path().join("agents/main/workspace/note.md");
+    tg.push_text(55, 55, "please write the note");
+    tg.wait_sent(1, WAIT);
+    assert!(
+        !note.exists(),
+        "a non-owner's turn wrote a file without approval"
+    );
+    tg.push_text(OWNER, OWNER, "please write the note");
+    tg.wait_sent(2, WAIT);
+    assert!(
+        note.exists(),
+        "the owner's identical turn did not write (the test proves nothing)"
+    );
+    stop(daemon)
+}
+
+#[test]
+fn conflicts_server_errors_and_dropped_connections_are_outlasted_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let daemon = start(&root, &tg, &["Made it."], "")?;
+    // Another poller on the token twice, a 502, a connection cut: the poller never gives up.
+    tg.fail_next("getUpdates", Fault::Conflict409);
+    tg.fail_next("getUpdates", Fault::Conflict409);
+    tg.fail_next("getUpdates", Fault::ServerError(502));
+    tg.fail_next("getUpdates", Fault::DropConnection);
+    // And the reply's first attempt meets a 500.
+    tg.fail_next("sendMessage", Fault::ServerError(500));
+    tg.push_text(OWNER, OWNER, "are you there?");
+    let replies = tg.wait_sent(1, Duration::from_secs(60));
+    assert_eq!(replies[0].text.as_deref(), Some("Made it."));
+    let refused = tg.refused();
+    assert!(
+        refused
+            .iter()
+            .filter(|r| r.0.eq_ignore_ascii_case("getUpdates"))
+            .count()
+            >= 3
+            && refused.iter().any(|r| r.0 == "sendMessage" && r.1 == 500),
+        "the faults were not met: {refused:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        messages_to(&tg, OWNER).len(),
+        1,
+        "the 500 led to a second reply"
+    );
+    stop(daemon)
+}
+
+#[test]
+fn a_reload_stops_and_restarts_the_channel_without_losing_or_repeating_issue38() -> R {
+    let tg = FakeTelegram::start()?;
+    let root = TempRoot::new()?;
+    let mut daemon = start(&root, &tg, &["One.", "Two."], "")?;
+    tg.push_text(OWNER, OWNER, "first");
+    tg.wait_sent(1, WAIT);
+    // A config change reloads the daemon in place: the new generation's channel takes over.
+    let out = root.run(
+        bin(),
+        &["config", "set", "channels.telegram.home.allow", "[\"5\"]"],
+    )?;
+    assert!(out.status.success(), "{:?}", text(&out));
+    daemon.saw_or_wait_for("generation=2", WAIT)?;
+    tg.push_text(OWNER, OWNER, "second");
+    tg.wait_sent(2, WAIT);
+    std::thread::sleep(Duration::from_secs(2));
+    let replies: Vec<Option<String>> = messages_to(&tg, OWNER)
+        .into_iter()
+        .map(|s| s.text)
+        .collect();
+    assert_eq!(
+        replies,
+        vec![Some("One.".to_string()), Some("Two.".to_string())]
+    );
+    let conflicts = tg.refused().into_iter().filter(|r| r.1 == 409).count();
+    assert_eq!(conflicts, 0, "two pollers on one token after the reload");
     stop(daemon)
 }
