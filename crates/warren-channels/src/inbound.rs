@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use warren_config::schema::channels::{SessionScope, TelegramChannel};
 use warren_core::SessionKey;
-use warren_runtime::approval::{Approver, DenyAll};
+use warren_runtime::approval::Approver;
 use warren_runtime::cancel::CancelToken;
 use warren_runtime::host::{AgentHost, TurnRequest};
 use warren_runtime::turn::taint::Taint;
@@ -97,6 +97,8 @@ pub(crate) struct Worker {
     pub typing: Typing,
     /// Answers a button press with a toast (best effort).
     pub toast: Toast,
+    /// Where media files come from (issue 38 §5: the bot's API).
+    pub files: Arc<dyn crate::media::FileSource>,
     /// The last turn task of each session (the next one waits for it) and its cancel token.
     pub running: Mutex<HashMap<String, (JoinHandle<()>, CancelToken)>>,
 }
@@ -256,6 +258,29 @@ impl Worker {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        // Issue 38 §4: Approve / Deny on an approval prompt (crate::approvals).
+        let guard = crate::approvals::Guard::Owners;
+        match crate::approvals::press(
+            self.host.approvals(),
+            &self.name,
+            &self.config.owners,
+            &row.sender_id,
+            &row.text,
+            guard,
+        ) {
+            Some(crate::approvals::Press::Decided { toast, note }) => {
+                (self.toast)(&query, &toast);
+                let (name, id) = (self.name.clone(), row.id);
+                return self
+                    .blocking(move |s| s.finish_turn(&name, id, Some(&note), None))
+                    .await;
+            }
+            Some(crate::approvals::Press::Refused { toast, note }) => {
+                (self.toast)(&query, &toast);
+                return self.close(row, "refused", note, Vec::new()).await;
+            }
+            None => {}
+        }
         let decision = row
             .text
             .split_once(':')
@@ -397,12 +422,25 @@ impl Worker {
         cancel: CancelToken,
     ) {
         (self.typing)(&row.chat_id, row.thread_id.as_deref());
+        // Issue 38 §5: media saved into the workspace and attached (crate::media).
+        let intake = crate::media::Intake {
+            files: &self.files,
+            host: &self.host,
+            store: &self.store,
+            name: &self.name,
+            config: &self.config,
+        };
+        let Some((input, images)) = crate::media::take_media(intake, &row).await else {
+            self.queued.notify_one();
+            return;
+        };
         let request = TurnRequest {
             agent: self.config.agent.clone(),
             session: Some(session),
             channel: Channel::Telegram,
-            input: row.text.clone(),
-            approver: Arc::new(DenyAll) as Arc<dyn Approver>,
+            input,
+            // Issue 38 §4: the process's pending approvals (the owners' phones, the API).
+            approver: Arc::clone(self.host.approvals()) as Arc<dyn Approver>,
             cancel,
             events: Arc::new(|_| {}) as TurnEvents,
         };
@@ -415,7 +453,9 @@ impl Worker {
             if standing != Standing::Owner {
                 Taint::mark(source);
             }
-            match host.submit(request).await {
+            match warren_runtime::attachments::Attachments::scope(images, host.submit(request))
+                .await
+            {
                 Ok(turn) => turn.finish().await,
                 Err(e) => Err(e),
             }

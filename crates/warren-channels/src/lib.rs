@@ -3,9 +3,11 @@
 //! generation hook.
 
 pub mod admin;
+pub mod approvals;
 pub mod chunk;
 pub mod health;
 pub mod inbound;
+pub mod media;
 pub mod supervisor;
 pub mod telegram;
 

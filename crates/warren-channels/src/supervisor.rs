@@ -38,6 +38,7 @@ impl Channels {
         let stop = CancelToken::new();
         let mut health = Vec::new();
         let mut tasks = Vec::new();
+        let mut bots = Vec::new();
         for (short, channel) in &config.channels.telegram {
             let name = format!("telegram.{short}");
             let h = Arc::new(Health::new(
@@ -60,6 +61,13 @@ impl Channels {
                 }));
                 continue;
             };
+            // Issue 38 §4: the bot that asks this channel's owners about approvals.
+            let api =
+                telegram::api::Api::new(&name, &channel.api_base, &token, Duration::from_secs(30));
+            bots.push((
+                short.clone(),
+                Arc::new(api) as Arc<dyn crate::approvals::Messenger>,
+            ));
             let (host, stop, short, channel) = (
                 Arc::clone(host),
                 stop.clone(),
@@ -71,9 +79,12 @@ impl Channels {
             }));
         }
         let channels = Arc::new(Self { health });
+        // Issue 38 §4: the channels' owners are asked about approvals until the channels stop.
+        let approvals = crate::approvals::register(host, bots);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = rx.await;
+            drop(approvals);
             stop.cancel();
             for t in tasks {
                 let _ = t.await;

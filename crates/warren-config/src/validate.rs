@@ -305,6 +305,18 @@ pub(crate) fn validate(config: &Config) -> Vec<Problem> {
         config.channels.telegram.iter(),
         &agent_names,
     ));
+    {
+        let channels: Vec<&str> = config
+            .channels
+            .telegram
+            .keys()
+            .map(String::as_str)
+            .collect();
+        out.extend(crate::schema::approvals::validate(
+            &config.approvals,
+            &channels,
+        ));
+    }
     out.extend(crate::schema::telemetry::validate(config));
     out.extend(crate::schema::rates::validate(config));
     out

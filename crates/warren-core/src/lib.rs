@@ -11,5 +11,5 @@ mod session;
 pub mod sse;
 
 pub use alias::{AgentAlias, AliasError, RESERVED_ALIAS};
-pub use message::{ChatMessage, ToolCall, ToolDefinition, Usage};
+pub use message::{ChatMessage, Image, ToolCall, ToolDefinition, Usage};
 pub use session::{MAX_SESSION_KEY_LEN, Role, RoleError, SessionKey, SessionKeyError};

@@ -34,6 +34,51 @@ pub struct ChatMessage {
     /// For `Role::Tool`: the tool's name (providers without call ids need it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Images attached to a user message (a photo sent to a channel, issue 38 §5): providers
+    /// whose wire takes image parts send them beside the text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+}
+
+/// One image given to the model: its media type (`image/jpeg`, `image/png`, ...) and its bytes
+/// in standard base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub media_type: String,
+    pub base64: String,
+}
+
+impl Image {
+    /// An image of `media_type` with `bytes` (base64-encoded here, padded).
+    pub fn from_bytes(media_type: impl Into<String>, bytes: &[u8]) -> Self {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                chunk.get(1).copied().unwrap_or(0),
+                chunk.get(2).copied().unwrap_or(0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        Self {
+            media_type: media_type.into(),
+            base64: out,
+        }
+    }
+
+    /// A `data:` URL of the image (the OpenAI wire's `image_url`).
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.media_type, self.base64)
+    }
 }
 
 impl ChatMessage {
@@ -44,6 +89,7 @@ impl ChatMessage {
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            images: Vec::new(),
         }
     }
 
@@ -123,5 +169,27 @@ mod tests {
         let text = serde_json::to_string(&msgs).unwrap_or_default();
         let back: Vec<ChatMessage> = serde_json::from_str(&text).unwrap_or_default();
         assert_eq!(back, msgs);
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::Image;
+
+    #[test]
+    fn images_are_padded_base64_issue38() {
+        for (bytes, b64) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+        ] {
+            assert_eq!(Image::from_bytes("image/png", bytes).base64, b64);
+        }
+        assert_eq!(
+            Image::from_bytes("image/png", b"fo").data_url(),
+            "data:image/png;base64,Zm8="
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! One unattended turn through the turn door, for the callers no operator sits behind (cron
 //! jobs, SOP turn steps): the first call that needs approval is denied, the turn is cancelled
-//! and the reason kept, so the run fails saying which call wanted approval. Likewise one
-//! unattended tool call ([`tool_call`]: a cron command job, an SOP tool step).
+//! and the reason kept, so the run fails saying which call wanted approval — unless approvers
+//! sit on a channel (`[approvals] notify`, issue 38 §4): then the call waits for their answer
+//! like any other entry point's. Likewise one unattended tool call ([`tool_call`]: a cron
+//! command job, an SOP tool step).
 
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +75,15 @@ pub(crate) async fn turn(
         cancel: cancel.clone(),
         refusal,
     });
+    // Issue 38 §4: with approvers on a channel (`[approvals] notify`), the turn waits for their
+    // answer through the process's pending approvals like any other entry point's.
+    let asks_phones =
+        !host.snapshot().config().approvals.notify.is_empty() && host.approvals().watched();
+    let decider: Arc<dyn Approver> = if asks_phones {
+        Arc::clone(host.approvals()) as Arc<dyn Approver>
+    } else {
+        Arc::clone(&approver) as Arc<dyn Approver>
+    };
     let streamed = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&streamed);
     let request = TurnRequest {
@@ -80,7 +91,7 @@ pub(crate) async fn turn(
         session: Some(session),
         channel: Channel::Cron,
         input,
-        approver: Arc::clone(&approver) as Arc<dyn Approver>,
+        approver: decider,
         cancel: cancel.clone(),
         events: Arc::new(move |event| {
             if let TurnEvent::ToolResult {

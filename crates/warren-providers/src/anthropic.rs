@@ -178,7 +178,14 @@ fn blocks_of(m: &ChatMessage) -> (&'static str, Vec<Value>) {
                         "content": m.content,
                         "is_error": m.content.starts_with("Error:")})],
         ),
-        _ => ("user", vec![json!({"type": "text", "text": m.content})]),
+        _ => {
+            let mut blocks = vec![json!({"type": "text", "text": m.content})];
+            // Issue 38 §5: a photo sent to a channel, as a base64 image block.
+            blocks.extend(m.images.iter().map(|i| {
+                json!({"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.base64}})
+            }));
+            ("user", blocks)
+        }
     }
 }
 
@@ -353,5 +360,25 @@ mod tests {
             json!("t1")
         );
         assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn a_user_image_is_a_base64_image_block_issue38() {
+        let mut user = ChatMessage::user("what is this?");
+        user.images.push(warren_core::Image {
+            media_type: "image/jpeg".into(),
+            base64: "AAEC".into(),
+        });
+        let req = ChatRequest {
+            model: "claude".into(),
+            messages: vec![user],
+            ..ChatRequest::default()
+        };
+        let body = AnthropicProvider::body(&req);
+        assert_eq!(
+            body["messages"][0]["content"],
+            json!([{"type": "text", "text": "what is this?"},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "AAEC"}}])
+        );
     }
 }

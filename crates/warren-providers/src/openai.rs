@@ -308,6 +308,16 @@ fn wire_message(m: &ChatMessage) -> Value {
             "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
             "content": m.content,
         }),
+        // Issue 38 §5: a photo sent to a channel, as an `image_url` part with a data URL.
+        Role::User if !m.images.is_empty() => {
+            let mut parts = vec![json!({"type": "text", "text": m.content})];
+            parts.extend(
+                m.images
+                    .iter()
+                    .map(|i| json!({"type": "image_url", "image_url": {"url": i.data_url()}})),
+            );
+            json!({"role": "user", "content": parts})
+        }
         role => json!({"role": role.as_str(), "content": m.content}),
     }
 }
@@ -423,6 +433,25 @@ mod tests {
             OpenAiProvider::body(&request(false), true)
                 .get("parallel_tool_calls")
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_user_image_is_an_image_url_part_issue38() {
+        let mut req = request(false);
+        req.messages[0].images.push(warren_core::Image {
+            media_type: "image/png".into(),
+            base64: "iVBO".into(),
+        });
+        assert_eq!(
+            OpenAiProvider::body(&req, false)["messages"][0]["content"],
+            json!([{"type": "text", "text": "hi"},
+                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}])
+        );
+        assert_eq!(
+            OpenAiProvider::body(&request(false), false)["messages"][0]["content"],
+            json!("hi"),
+            "text-only messages keep the plain string"
         );
     }
 

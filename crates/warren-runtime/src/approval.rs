@@ -34,6 +34,9 @@ pub struct ApprovalRequest {
     pub arguments: serde_json::Value,
     /// Why approval is needed.
     pub reason: String,
+    /// The session of the turn that asks (who asked: `tg_home_7_7`, `cron-backup-12`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// The operator's answer.
@@ -66,6 +69,13 @@ pub trait Approver: Send + Sync {
     ) -> BoxFuture<'_, ApprovalDecision> {
         let _ = announce;
         self.ask(request)
+    }
+
+    /// Who decided the announced request `id` (`telegram.home:7`, `api`), for the trace; asked
+    /// once, after the decision. Channels that decide in place know no more than the decision.
+    fn decided_by(&self, id: &str) -> Option<String> {
+        let _ = id;
+        None
     }
 }
 
@@ -264,6 +274,7 @@ mod tests {
             tool: "t".into(),
             arguments: serde_json::json!({}),
             reason: "r".into(),
+            session: None,
         };
         let d = ask_with_timeout(&Never, req, Duration::from_millis(10)).await;
         assert_eq!(d, ApprovalDecision::TimedOut);

@@ -261,6 +261,11 @@ impl AgentHost {
         &self.snapshot
     }
 
+    /// The install root (agent workspaces, data directories).
+    pub fn root(&self) -> &InstallRoot {
+        &self.root
+    }
+
     pub fn approvals(&self) -> &Arc<PendingApprovals> {
         &self.process.approvals
     }
@@ -444,8 +449,9 @@ impl AgentHost {
         // So is the submitter's taint marker (issue 38): a channel that submits a stranger's
         // message marks it untrusted first (`Taint::scope` + `Taint::mark`), and the turn's
         // calls with side effects then need approval (the taint rule, issue 24 §4).
-        let done = tokio::spawn(crate::turn::taint::Taint::carry(context.scope(
-            async move {
+        // And the submitter's attachments (issue 38 §5: a photo sent to a channel).
+        let done = tokio::spawn(crate::attachments::Attachments::carry(
+            crate::turn::taint::Taint::carry(context.scope(async move {
                 // The generation's cancel (a reload's grace passed) stops the turn too.
                 let generation = host.cancel.clone();
                 let turn_cancel = cancel.clone();
@@ -468,8 +474,8 @@ impl AgentHost {
                 drop((slot, queued));
                 drop(host); // the generation's stores live until the turn ends
                 result
-            },
-        )));
+            })),
+        ));
         Ok(Turn {
             agent,
             session: key,

@@ -10,6 +10,7 @@ pub mod actions;
 pub mod agent;
 mod appendfile;
 pub mod approval;
+pub mod attachments;
 pub mod cancel;
 pub mod cost;
 pub mod delegate;

@@ -210,6 +210,44 @@ impl Api {
         self.call("sendChatAction", &body).map(drop)
     }
 
+    /// Downloads `file_path` (as `getFile` gave it) from `{api_base}/file/bot{token}/`;
+    /// `None` when it is over `limit` bytes (issue 38 §5: reading stops at the limit).
+    pub fn download(&self, file_path: &str, limit: u64) -> Result<Option<Vec<u8>>, ApiError> {
+        let method = "getFile download";
+        let transport = |cause: String| ApiError::Transport {
+            channel: self.channel.clone(),
+            method,
+            cause: self.scrub(&cause),
+        };
+        let url = format!("{}/file/bot{}/{file_path}", self.base, self.token);
+        let response = self
+            .agent
+            .get(&url)
+            .call()
+            .map_err(|e| transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(ApiError::Api {
+                channel: self.channel.clone(),
+                method,
+                code: status,
+                description: "the file could not be downloaded".into(),
+                retry_after: None,
+            });
+        }
+        match response
+            .into_body()
+            .with_config()
+            .limit(limit.saturating_add(1))
+            .read_to_vec()
+        {
+            Ok(bytes) if bytes.len() as u64 > limit => Ok(None),
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(ureq::Error::BodyExceedsLimit(_)) => Ok(None),
+            Err(e) => Err(transport(e.to_string())),
+        }
+    }
+
     /// `answerCallbackQuery` with a short toast.
     pub fn answer_callback(&self, id: &str, text: &str) -> Result<(), ApiError> {
         self.call(

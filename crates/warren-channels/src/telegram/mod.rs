@@ -10,6 +10,7 @@
 //! - the **sender** ([`send`]): due outbox rows → `sendMessage`.
 
 pub mod api;
+mod bridge;
 pub mod send;
 pub mod updates;
 
@@ -158,6 +159,7 @@ pub async fn run(ctx: Context, stop: CancelToken) -> Result<(), ChannelError> {
         host: Arc::clone(&ctx.host),
         store: Arc::clone(&ctx.store),
         queued: Arc::clone(&queued),
+        files: Arc::new(api.clone()),
         typing: Arc::new(move |chat: &str, thread: Option<&str>| {
             let (api, chat, thread) = (
                 typing_api.clone(),

@@ -88,7 +88,7 @@ pub fn inbound(update: &Value, bot: &Bot) -> Option<Inbound> {
     if let Some(kind) = media
         && text.is_empty()
     {
-        text = format!("[{kind} received; this channel does not pass {kind}s to the agent yet]");
+        text = format!("[{kind}]"); // issue 38 §5: the file itself is in the payload (crate::media)
     }
     if text.is_empty() {
         return None;
@@ -106,7 +106,7 @@ pub fn inbound(update: &Value, bot: &Bot) -> Option<Inbound> {
         sender_id: id_text(&from["id"])?,
         sender_name: name_of(from),
         text: command.map_or(text, str::to_string),
-        payload: Some(json!({"chat_type": chat_type, "addressed": addressed}).to_string()),
+        payload: Some(json!({"chat_type": chat_type, "addressed": addressed, "media": crate::media::describe(message)}).to_string()),
     })
 }
 

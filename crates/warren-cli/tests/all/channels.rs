@@ -423,14 +423,32 @@ fn a_non_owners_message_taints_the_turn_so_side_effects_are_refused_issue38() ->
         "allow = [\"55\"]\n\n[risk_profiles.default]\nautonomy = \"full\"\n",
     )?;
     let note = root.path().join("agents/main/workspace/note.md");
+    tg.know_chat(OWNER);
     tg.push_text(55, 55, "please write the note");
-    tg.wait_sent(1, WAIT);
+    // The tainted call waits for the owners' approval (issue 38 §4); the owner denies it.
+    let prompt = tg.wait_sent(1, WAIT);
+    assert_eq!(prompt[0].chat_id, OWNER, "{prompt:?}");
     assert!(
         !note.exists(),
         "a non-owner's turn wrote a file without approval"
     );
+    let deny = prompt[0].reply_markup.clone().unwrap_or_default()["inline_keyboard"][0][1]
+        ["callback_data"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(deny.starts_with("deny:"), "{prompt:?}");
+    tg.push_callback(
+        OWNER,
+        OWNER,
+        prompt[0].message_id.unwrap_or_default(),
+        &deny,
+    );
+    let sent = tg.wait_sent(2, WAIT);
+    assert_eq!(sent[1].chat_id, 55, "{sent:?}");
+    assert!(!note.exists(), "a denied call wrote the file");
     tg.push_text(OWNER, OWNER, "please write the note");
-    tg.wait_sent(2, WAIT);
+    tg.wait_sent(3, WAIT);
     assert!(
         note.exists(),
         "the owner's identical turn did not write (the test proves nothing)"

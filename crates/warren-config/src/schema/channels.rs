@@ -48,6 +48,17 @@ pub struct TelegramChannel {
     /// restarts (on its own; the daemon stays up).
     #[serde(default = "default_health_window")]
     pub health_window_secs: u64,
+    /// Issue 38 §5: the largest photo, document or voice note saved into the agent's workspace
+    /// (`inbox/<date>/`); a larger one is refused with a message to the sender.
+    #[serde(default = "default_media_max_bytes")]
+    pub media_max_bytes: u64,
+}
+
+/// 20 MiB: the most the public Bot API's getFile serves.
+pub const DEFAULT_MEDIA_MAX_BYTES: u64 = 20 * 1024 * 1024;
+
+fn default_media_max_bytes() -> u64 {
+    DEFAULT_MEDIA_MAX_BYTES
 }
 
 /// `session = "per_sender" | "per_chat" | "shared"`.

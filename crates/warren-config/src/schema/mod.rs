@@ -6,6 +6,7 @@
 //! is the one list of them (encryption on save, decryption on load, redaction).
 
 mod agents;
+pub mod approvals;
 pub mod channels;
 pub mod cron;
 pub mod mcp;
@@ -57,6 +58,9 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderConfig>,
     pub memory: MemoryConfig,
     pub channels: ChannelsConfig,
+    /// `[approvals]`: channels whose owners approve calls (issue 38 §4).
+    #[serde(skip_serializing_if = "approvals::ApprovalsConfig::is_empty")]
+    pub approvals: approvals::ApprovalsConfig,
     pub gateway: GatewayConfig,
     pub cron: CronConfig,
     /// `[sop]` as written, if present (the SOP engine's settings; [`Config::sop_settings`]

@@ -343,9 +343,12 @@ impl AgentRunner {
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
             reason: reason.clone(),
+            session: session.map(str::to_string),
         };
         let timeout_secs = self.kit.policy().approval_timeout().as_secs();
+        let announced = std::sync::Mutex::new(None::<String>);
         let announce = |approval: &str| {
+            *announced.lock().unwrap_or_else(|p| p.into_inner()) = Some(approval.to_string());
             events(TurnEvent::ApprovalPending {
                 call: Arc::clone(call),
                 approval: approval.to_string(),
@@ -363,11 +366,16 @@ impl AgentRunner {
             d = ask => d,
             () = cancel.cancelled() => return None,
         };
+        // Who decided (issue 38 §4: an approver on a channel, the API), kept in the trace.
+        let approval = announced.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let by = approval
+            .as_deref()
+            .and_then(|id| io.approver.decided_by(id));
         self.services.trace.emit(
             "approval",
             &self.alias,
             session,
-            json!({"tool": call.name, "id": call.id, "decision": decision}),
+            json!({"tool": call.name, "id": call.id, "decision": decision, "approval": approval, "by": by}),
         );
         crate::metrics::approval_decision(self.alias.as_str(), decision);
         Some(match decision {

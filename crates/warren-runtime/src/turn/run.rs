@@ -176,7 +176,9 @@ impl AgentRunner {
             Vec::with_capacity(history.len() + 4 + 2 * self.max_iterations() as usize);
         messages.push(ChatMessage::system(system));
         messages.extend(history);
-        let user = ChatMessage::user(user_message);
+        let mut user = ChatMessage::user(user_message);
+        // Issue 38 §5: images the submitter attached go with the user's message (not stored).
+        user.images = crate::attachments::Attachments::take();
         sink.push(&user).await?;
         let first_new = messages.len();
         messages.push(user);
