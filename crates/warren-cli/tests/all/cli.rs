@@ -147,7 +147,10 @@ fn completions_and_version() -> R {
     let root = TempRoot::new()?;
     // The script registers `warren` with bash; the subcommands come from the binary on Tab.
     let bash = ok(&root, &["completions", "bash"])?;
-    assert!(bash.contains("_clap_complete_warren"), "bash completion script: {bash}");
+    assert!(
+        bash.contains("_clap_complete_warren"),
+        "bash completion script: {bash}"
+    );
     let offered = tab(&root, &["ag"])?;
     assert!(
         offered.iter().any(|c| c == "agents") && offered.iter().any(|c| c == "agent"),
