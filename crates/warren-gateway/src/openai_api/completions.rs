@@ -20,6 +20,7 @@ use warren_runtime::{TurnEvent, TurnEvents};
 
 use super::history::InMessage;
 use super::retry::{self, Answer, Recent};
+use super::threads::Threads;
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
 use crate::auth::Caller;
@@ -62,6 +63,7 @@ pub(super) async fn chat_completions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(recent): Extension<Arc<Recent>>,
+    Extension(threads): Extension<Arc<Threads>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
@@ -84,7 +86,7 @@ pub(super) async fn chat_completions(
         messages: &request.messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &recent, &caller, &headers, ask).await?;
+    let placed = place(&state, &recent, &threads, &caller, &headers, ask).await?;
     let session = placed.session.clone();
     let stream = request.stream.unwrap_or(false);
     let include_usage = request
@@ -134,7 +136,9 @@ pub(super) async fn chat_completions(
     };
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let sink = tx.clone();
-    let sent_text = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The text the client is shown (every round's text and approval notices): a client holding
+    // many conversations sends it back as the assistant message, so it is remembered too.
+    let sent_text = Arc::new(std::sync::Mutex::new(String::new()));
     let events: TurnEvents = {
         let (chunk, sent_text) = (chunk.clone(), Arc::clone(&sent_text));
         Arc::new(move |event| {
@@ -151,21 +155,30 @@ pub(super) async fn chat_completions(
                 ),
                 _ => return,
             };
-            sent_text.store(true, std::sync::atomic::Ordering::Relaxed);
+            sent_text
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_str(&text);
             let _ = sink.send(chunk(json!({"content": text}), None));
         })
     };
     // Refusals before the turn starts (409, 429, ...) are the response's status.
     let pending = placed.answer(&state, &recent, events).await?;
+    let thread = placed.thread.clone();
+    let session_key = session.clone();
     let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), None));
     // The turn runs to its end even if the client goes away (on its own task: Recent::track).
     tokio::spawn(async move {
         match retry::wait(pending).await {
             Ok(outcome) => {
-                if !sent_text.load(std::sync::atomic::Ordering::Relaxed)
-                    && !outcome.reply.is_empty()
-                {
+                let shown =
+                    std::mem::take(&mut *sent_text.lock().unwrap_or_else(|e| e.into_inner()));
+                if shown.is_empty() && !outcome.reply.is_empty() {
                     let _ = tx.send(chunk(json!({"content": outcome.reply}), None));
+                } else if let Some(thread) = &thread
+                    && shown.trim() != outcome.reply.trim()
+                {
+                    thread.remember(&session_key, &shown);
                 }
                 let _ = tx.send(chunk(json!({}), Some("stop")));
                 if include_usage {

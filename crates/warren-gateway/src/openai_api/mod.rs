@@ -19,6 +19,9 @@
 //!   a 408 or a 5xx) joins the attempt it repeats instead of running the turn again
 //!   ([`retry`]).
 //!
+//! Any other `/v1` path answers 404 `unknown_url` in OpenAI's shape (not a route of the table:
+//! nothing is served there).
+//!
 //! These routes are not in [`crate::routes::ROUTES`]: their access check and error shape are
 //! OpenAI's, so they carry their own table ([`OPENAI_ROUTES`]), registered by
 //! [`crate::router::router_with_limits`] and documented by [`crate::openapi::document`]. Parts:
@@ -31,6 +34,7 @@ mod history;
 mod openapi;
 mod responses;
 mod retry;
+mod threads;
 mod turn;
 
 use std::sync::Arc;
@@ -40,7 +44,7 @@ use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, any, get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use warren_core::AgentAlias;
@@ -113,6 +117,7 @@ pub(crate) fn register(
     limits: TimeLimits,
 ) -> Router<AppState> {
     let recent = Arc::new(retry::Recent::default());
+    let threads = Arc::new(threads::Threads::default());
     for route in OPENAI_ROUTES {
         let limit = if route.turn {
             limits.chat
@@ -123,10 +128,30 @@ pub(crate) fn register(
             .route_layer(middleware::from_fn_with_state(state.clone(), gate))
             .route_layer(middleware::from_fn_with_state(limit, time_limit))
             .route_layer(DefaultBodyLimit::max(OPENAI_BODY_LIMIT))
-            .route_layer(Extension(Arc::clone(&recent)));
+            .route_layer(Extension(Arc::clone(&recent)))
+            .route_layer(Extension(Arc::clone(&threads)));
         router = router.route(route.path, handler);
     }
+    // Any other `/v1` path answers in OpenAI's shape, as OpenAI does (issue 37 §2).
     router
+        .route("/v1", any(unknown_url))
+        .route("/v1/{*rest}", any(unknown_url))
+}
+
+/// 404 in OpenAI's shape for a `/v1` path that is not one of [`OPENAI_ROUTES`].
+async fn unknown_url(req: Request) -> OpenAiError {
+    OpenAiError {
+        kind: "invalid_request_error",
+        ..OpenAiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_url",
+            format!(
+                "Invalid URL ({} {}): Warren serves GET /v1/models, GET /v1/models/{{model}}, POST /v1/chat/completions and POST /v1/responses",
+                req.method(),
+                req.uri().path()
+            ),
+        )
+    }
 }
 
 /// An error in OpenAI's shape.

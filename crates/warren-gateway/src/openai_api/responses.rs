@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::history::InMessage;
 use super::retry::{self, Recent};
+use super::threads::Threads;
 use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
 use super::{OpenAiError, unix_now};
 use crate::auth::Caller;
@@ -74,6 +75,7 @@ pub(super) async fn responses(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(recent): Extension<Arc<Recent>>,
+    Extension(threads): Extension<Arc<Threads>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
@@ -98,7 +100,7 @@ pub(super) async fn responses(
         messages: &messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &recent, &caller, &headers, ask).await?;
+    let placed = place(&state, &recent, &threads, &caller, &headers, ask).await?;
     let created = unix_now();
     let pending = placed.answer(&state, &recent, Arc::new(|_| {})).await?;
     let outcome = retry::wait(pending).await?;
