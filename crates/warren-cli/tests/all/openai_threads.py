@@ -25,21 +25,21 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def ask(messages, stream=False):
+def ask(messages, stream=False, **extra):
     """One completion: (reply text, session header)."""
     if stream:
         with client.chat.completions.with_streaming_response.create(
-                model="main", messages=messages, stream=True) as raw:
+                model="main", messages=messages, stream=True, **extra) as raw:
             session = raw.headers.get("x-warren-session")
             text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
             return text, session
-    raw = client.chat.completions.with_raw_response.create(model="main", messages=messages)
+    raw = client.chat.completions.with_raw_response.create(model="main", messages=messages, **extra)
     return raw.parse().choices[0].message.content, raw.headers.get("x-warren-session")
 
 
 # 12 unrelated conversations at once through one key: 12 sessions, none refused (429).
 def first(i):
-    return ask([{"role": "user", "content": f"parallel-{i}"}])
+    return ask([{"role": "user", "content": f"parallel-{i:02}"}])
 
 
 with ThreadPoolExecutor(max_workers=12) as pool:
@@ -52,9 +52,11 @@ check(len(set(parallel)) == 12, f"sessions: {parallel}")
 # One conversation continued by resending it in full (as `llm --cid` and chat UIs do): one
 # session, no 409. The second turn is streamed and its streamed text resent as the reply.
 conversation, sessions = [], []
+# The client's token caps reach the provider (the Rust test reads the provider's requests).
+caps = {"thread-one": {}, "thread-two": {"max_tokens": 7}, "thread-three": {"max_completion_tokens": 9}}
 for question, stream in [("thread-one", False), ("thread-two", True), ("thread-three", False)]:
     conversation.append({"role": "user", "content": question})
-    text, session = ask(conversation, stream=stream)
+    text, session = ask(conversation, stream=stream, **caps[question])
     sessions.append(session)
     conversation.append({"role": "assistant", "content": text})
 check(len(set(sessions)) == 1, f"one conversation, sessions: {sessions}")

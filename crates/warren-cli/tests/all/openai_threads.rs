@@ -3,7 +3,8 @@
 //! conversations get 12 sessions and no 429; a conversation resent in full (one turn streamed)
 //! stays in one session whose stored history holds each message once; an edited earlier
 //! message starts a new session (not 409) whose first turn quotes the conversation; an unknown
-//! `/v1` path answers 404 in OpenAI's error shape. The Python client is required: `.ci/prepare`
+//! `/v1` path answers 404 in OpenAI's error shape; `max_tokens` / `max_completion_tokens` reach
+//! the provider with their turn. The Python client is required: `.ci/prepare`
 //! installs it; a missing one fails the test.
 
 use crate::common::bin;
@@ -71,7 +72,7 @@ fn an_openai_client_holding_many_conversations_gets_one_session_each_issue37() -
     ))?;
     for i in 0..12 {
         fake.push_when(
-            &format!("parallel-{i}"),
+            &format!("parallel-{i:02}"),
             slow(&format!("Parallel reply {i}.")),
         );
     }
@@ -123,7 +124,7 @@ fn an_openai_client_holding_many_conversations_gets_one_session_each_issue37() -
         pretty_assertions::assert_eq!(
             stored(port, &token, key)?,
             pairs(&[
-                ("user", &format!("parallel-{i}")),
+                ("user", &format!("parallel-{i:02}")),
                 ("assistant", &format!("Parallel reply {i}.")),
             ])
         );
@@ -157,8 +158,24 @@ fn an_openai_client_holding_many_conversations_gets_one_session_each_issue37() -
         edited[1],
         ("assistant".to_string(), "Edited answer.".to_string())
     );
-    // One provider request per turn: 12 + 3 + 1.
-    assert_eq!(fake.requests().len(), 16);
+    // One provider request per turn: 12 + 3 + 1; the client's `max_tokens` and
+    // `max_completion_tokens` went to the provider with their turn only.
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 16);
+    let cap_of = |needle: &str| {
+        requests
+            .iter()
+            .find(|r| {
+                r.body["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .is_some_and(|m| m["content"].as_str() == Some(needle))
+            })
+            .map(|r| r.body["max_tokens"].clone())
+    };
+    assert_eq!(cap_of("thread-one"), Some(Value::Null));
+    assert_eq!(cap_of("thread-two"), Some(json!(7)));
+    assert_eq!(cap_of("thread-three"), Some(json!(9)));
 
     daemon.signal("TERM")?;
     assert_eq!(daemon.wait(WAIT)?.code(), Some(0));

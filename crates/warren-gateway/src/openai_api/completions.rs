@@ -21,7 +21,9 @@ use warren_runtime::{TurnEvent, TurnEvents};
 use super::history::InMessage;
 use super::retry::{self, Answer, Recent};
 use super::threads::Threads;
-use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
+use super::turn::{
+    Ask, output_cap, place, random_id, read_body, refuse_client_tools, with_session,
+};
 use super::{OpenAiError, unix_now};
 use crate::auth::Caller;
 use crate::state::AppState;
@@ -44,6 +46,11 @@ struct CompletionRequest {
     tool_choice: Option<Value>,
     #[serde(default)]
     n: Option<u64>,
+    /// Passed to the provider for this turn (`max_completion_tokens` wins).
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -86,7 +93,14 @@ pub(super) async fn chat_completions(
         messages: &request.messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &recent, &threads, &caller, &headers, ask).await?;
+    let cap = request.max_completion_tokens.or(request.max_tokens);
+    let param = if request.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    let mut placed = place(&state, &recent, &threads, &caller, &headers, ask).await?;
+    placed.max_output_tokens = output_cap(param, cap)?;
     let session = placed.session.clone();
     let stream = request.stream.unwrap_or(false);
     let include_usage = request

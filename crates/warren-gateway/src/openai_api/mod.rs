@@ -11,7 +11,8 @@
 //!   refused (400), since the agent's tools are Warren's.
 //! - Session: the `X-Warren-Session` header, else `oai-<hash of token, "user" and model>` (issue
 //!   35 §7; a session of the older `oai-<hash of token and "user">` that the model's agent
-//!   owns is still used). The last
+//!   owns is still used), else (no `user`) the session whose conversation the messages
+//!   continue, or a new one ([`threads`], issue 37 §2). The last
 //!   message is the turn's input; the earlier ones must equal the session's stored
 //!   conversation (user messages and final replies), so a client resending the whole
 //!   conversation does not duplicate it; a client whose history diverges gets 409 naming the
@@ -96,7 +97,7 @@ pub const OPENAI_ROUTES: &[OpenAiRoute] = &[
     OpenAiRoute {
         method: "POST",
         path: "/v1/chat/completions",
-        summary: "OpenAI-compatible chat completion: one agent turn (stream: true = SSE chunks, data: [DONE]); session from X-Warren-Session or token + user; resent history is checked, not duplicated",
+        summary: "OpenAI-compatible chat completion: one agent turn (stream: true = SSE chunks, data: [DONE]); session from X-Warren-Session, else token + user, else the conversation the messages continue (a new one otherwise); resent history is checked, not duplicated; max_tokens / max_completion_tokens reach the provider",
         turn: true,
         handler: || post(completions::chat_completions),
     },

@@ -70,6 +70,9 @@ pub(super) struct Placed {
     pub fingerprint: [u8; 32],
     /// The earlier attempt a retry repeats ([`retry`]).
     pub repeat: Option<Repeat>,
+    /// The client's `max_tokens` / `max_completion_tokens` / `max_output_tokens`: passed to
+    /// the provider for this turn.
+    pub max_output_tokens: Option<u32>,
     /// A conversation without a named session ([`threads`]): remembered once answered.
     pub thread: Option<Thread>,
 }
@@ -153,10 +156,23 @@ impl Placed {
             session: Some(self.session.clone()),
             channel: Channel::Gateway,
             input: self.input.clone(),
+            max_output_tokens: self.max_output_tokens,
             approver: Arc::clone(state.host().approvals()) as _,
             cancel: CancelToken::new(),
             events,
         }
+    }
+}
+
+/// A client's cap on output tokens (`param` names its field): at least 1.
+pub(super) fn output_cap(param: &str, cap: Option<u32>) -> Result<Option<u32>, OpenAiError> {
+    match cap {
+        Some(0) => Err(OpenAiError::bad(
+            param,
+            "invalid_max_tokens",
+            format!("{param} must be at least 1"),
+        )),
+        cap => Ok(cap),
     }
 }
 
@@ -227,6 +243,7 @@ pub(super) async fn place(
         input: input.clone(),
         fingerprint,
         repeat,
+        max_output_tokens: None,
         thread: None,
     };
     if (marked || !earlier.is_empty())
@@ -308,6 +325,7 @@ async fn place_thread(
         input,
         fingerprint,
         repeat,
+        max_output_tokens: None,
         thread: Some(thread.clone()),
     };
     let found = if earlier.is_empty() {
