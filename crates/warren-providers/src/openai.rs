@@ -40,6 +40,8 @@ pub struct OpenAiProvider {
     /// `stream = "auto"` learnt that this server mishandles streamed tool rounds (shared by
     /// the clones each call makes).
     unstreamed_tools: Arc<AtomicBool>,
+    /// `providers.<name>.max_output_tokens` (issue 37 §3).
+    max_output_tokens: u32,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -65,7 +67,14 @@ impl OpenAiProvider {
             single_tool_control: true,
             stream: StreamMode::Auto,
             unstreamed_tools: Arc::new(AtomicBool::new(false)),
+            max_output_tokens: warren_config::schema::DEFAULT_MAX_OUTPUT_TOKENS,
         }
+    }
+
+    /// Sets `providers.<name>.max_output_tokens` (issue 37 §3; at least 1).
+    pub fn with_max_output_tokens(mut self, max: u32) -> Self {
+        self.max_output_tokens = max.max(1);
+        self
     }
 
     /// Sets `providers.<name>.stream` (issue 16 §3).
@@ -177,7 +186,23 @@ impl OpenAiProvider {
         fresh: bool,
     ) -> Result<ChatResponse, ProviderError> {
         let url = self.url();
-        let body = Self::body(request, stream).to_string();
+        let mut body = Self::body(request, stream);
+        // The provider's cap bounds every request (a smaller one of the request wins);
+        // OpenAI's own API names it `max_completion_tokens` (its reasoning models refuse
+        // `max_tokens`), compatible servers `max_tokens`.
+        let cap = request
+            .max_tokens
+            .map_or(self.max_output_tokens, |m| m.min(self.max_output_tokens));
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("max_tokens");
+            let name = if self.base_url.contains("://api.openai.com") {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            fields.insert(name.to_string(), json!(cap));
+        }
+        let body = body.to_string();
         let auth = self
             .wire
             .api_key

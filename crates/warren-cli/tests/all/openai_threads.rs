@@ -67,7 +67,7 @@ fn an_openai_client_holding_many_conversations_gets_one_session_each_issue37() -
     let fake = FakeOpenAi::start()?;
     let port = free_port()?;
     root.write_config(&format!(
-        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n{}\n\n[gateway]\nport = {port}\n\n[gateway.openai]\nenabled = true\n",
+        "[agents.main]\nprovider = \"fake\"\nmodel = \"gpt-test\"\n\n{}\nmax_output_tokens = 500\n\n[gateway]\nport = {port}\n\n[gateway.openai]\nenabled = true\n",
         fake.provider_toml("fake", "sk-e2e-secret-value")
     ))?;
     for i in 0..12 {
@@ -158,8 +158,9 @@ fn an_openai_client_holding_many_conversations_gets_one_session_each_issue37() -
         edited[1],
         ("assistant".to_string(), "Edited answer.".to_string())
     );
-    // One provider request per turn: 12 + 3 + 1; the client's `max_tokens` and
-    // `max_completion_tokens` went to the provider with their turn only.
+    // One provider request per turn: 12 + 3 + 1; the provider's `max_output_tokens` (500)
+    // bounds every request (issue 37 §3), the client's smaller `max_tokens` and
+    // `max_completion_tokens` go to the provider with their turn.
     let requests = fake.requests();
     assert_eq!(requests.len(), 16);
     let cap_of = |needle: &str| {
@@ -173,7 +174,8 @@ fn an_openai_client_holding_many_conversations_gets_one_session_each_issue37() -
             })
             .map(|r| r.body["max_tokens"].clone())
     };
-    assert_eq!(cap_of("thread-one"), Some(Value::Null));
+    assert_eq!(cap_of("thread-one"), Some(json!(500)));
+    assert_eq!(cap_of("parallel-00"), Some(json!(500)));
     assert_eq!(cap_of("thread-two"), Some(json!(7)));
     assert_eq!(cap_of("thread-three"), Some(json!(9)));
 
