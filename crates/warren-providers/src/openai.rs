@@ -53,6 +53,17 @@ impl std::fmt::Debug for OpenAiProvider {
     }
 }
 
+/// The name of the output cap at `base_url`: `max_completion_tokens` on OpenAI's own API (its
+/// reasoning models refuse `max_tokens`), `max_tokens` on compatible servers (llama.cpp,
+/// Ollama, vLLM), which may not know the newer name.
+pub fn cap_field(base_url: &str) -> &'static str {
+    if base_url.contains("://api.openai.com") {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    }
+}
+
 impl OpenAiProvider {
     /// `base_url` like `https://api.openai.com/v1` (`/chat/completions` is appended).
     pub fn new(
@@ -195,12 +206,7 @@ impl OpenAiProvider {
             .map_or(self.max_output_tokens, |m| m.min(self.max_output_tokens));
         if let Some(fields) = body.as_object_mut() {
             fields.remove("max_tokens");
-            let name = if self.base_url.contains("://api.openai.com") {
-                "max_completion_tokens"
-            } else {
-                "max_tokens"
-            };
-            fields.insert(name.to_string(), json!(cap));
+            fields.insert(cap_field(&self.base_url).to_string(), json!(cap));
         }
         let body = body.to_string();
         let auth = self
@@ -489,5 +495,15 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn the_output_cap_is_named_for_the_server_issue37() {
+        assert_eq!(
+            cap_field("https://api.openai.com/v1"),
+            "max_completion_tokens"
+        );
+        assert_eq!(cap_field("http://127.0.0.1:8080/v1"), "max_tokens");
+        assert_eq!(cap_field("http://localhost:11434/v1"), "max_tokens");
     }
 }
