@@ -258,6 +258,7 @@ impl Server {
             .map_err(internal)?;
         let tracker = Arc::new(Mutex::new(Tracker::default()));
         let request = TurnRequest {
+            max_output_tokens: None,
             agent: self.alias.clone(),
             session: Some(key),
             channel: Channel::Acp,

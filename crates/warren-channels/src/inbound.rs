@@ -443,6 +443,8 @@ impl Worker {
             approver: Arc::clone(self.host.approvals()) as Arc<dyn Approver>,
             cancel,
             events: Arc::new(|_| {}) as TurnEvents,
+            // The provider's own cap (`providers.<name>.max_output_tokens`).
+            max_output_tokens: None,
         };
         let source = format!(
             "a message from {} sender {} ({}), who is not an owner",

@@ -211,6 +211,7 @@ pub(crate) async fn chat(
         .map_err(|e| ApiError::bad_field(ROUTE, "session", e.to_string()))?;
     let host = Arc::clone(state.host());
     let submit = |events: TurnEvents| TurnRequest {
+        max_output_tokens: None,
         agent: alias.clone(),
         session: session.clone(),
         channel: Channel::Gateway,

@@ -87,6 +87,7 @@ pub(crate) async fn turn(
     let streamed = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&streamed);
     let request = TurnRequest {
+        max_output_tokens: None,
         agent,
         session: Some(session),
         channel: Channel::Cron,
@@ -316,6 +317,7 @@ pub(crate) mod tests {
         let (events, _rx) = event_channel();
         let turn = host
             .submit(TurnRequest {
+                max_output_tokens: None,
                 agent: ada.clone(),
                 session: None,
                 channel: Channel::Cli,

@@ -31,6 +31,8 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub struct AnthropicProvider {
     wire: Wire,
     base_url: String,
+    /// `providers.<name>.max_output_tokens` (issue 37 §3).
+    max_output_tokens: u32,
 }
 
 impl std::fmt::Debug for AnthropicProvider {
@@ -57,7 +59,14 @@ impl AnthropicProvider {
         Self {
             wire: Wire::new(name.into(), timeout, api_key),
             base_url: base,
+            max_output_tokens: DEFAULT_MAX_TOKENS,
         }
+    }
+
+    /// Sets `providers.<name>.max_output_tokens` (issue 37 §3; at least 1).
+    pub fn with_max_output_tokens(mut self, max: u32) -> Self {
+        self.max_output_tokens = max.max(1);
+        self
     }
 
     /// The request body (public for the wire-format tests).
@@ -110,7 +119,14 @@ impl AnthropicProvider {
         events: &EventSink,
     ) -> Result<ChatResponse, ProviderError> {
         let url = format!("{}/v1/messages", self.base_url);
-        let body = Self::body(request).to_string();
+        let mut body = Self::body(request);
+        // The provider's cap bounds every request (a smaller one of the request wins).
+        body["max_tokens"] = json!(
+            request
+                .max_tokens
+                .map_or(self.max_output_tokens, |m| m.min(self.max_output_tokens))
+        );
+        let body = body.to_string();
         let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION)];
         if let Some(key) = &self.wire.api_key {
             headers.push(("x-api-key", key.as_str()));

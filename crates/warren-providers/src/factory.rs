@@ -89,7 +89,8 @@ fn build_one(
             }
             let provider = OpenAiProvider::new(name, base, key, timeout)
                 .with_single_tool_control(pc.parallel_call_control.unwrap_or(true))
-                .with_stream(pc.stream);
+                .with_stream(pc.stream)
+                .with_max_output_tokens(pc.max_output_tokens);
             Ok(Arc::new(provider))
         }
         ProviderKind::Anthropic => {
@@ -104,7 +105,10 @@ fn build_one(
                     detail: String::new(),
                 });
             }
-            Ok(Arc::new(AnthropicProvider::new(name, base, key, timeout)))
+            Ok(Arc::new(
+                AnthropicProvider::new(name, base, key, timeout)
+                    .with_max_output_tokens(pc.max_output_tokens),
+            ))
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct OpenAiProvider {
     /// `stream = "auto"` learnt that this server mishandles streamed tool rounds (shared by
     /// the clones each call makes).
     unstreamed_tools: Arc<AtomicBool>,
+    /// `providers.<name>.max_output_tokens` (issue 37 §3).
+    max_output_tokens: u32,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -48,6 +50,17 @@ impl std::fmt::Debug for OpenAiProvider {
             .field("name", &self.wire.name)
             .field("base_url", &self.base_url)
             .finish_non_exhaustive()
+    }
+}
+
+/// The name of the output cap at `base_url`: `max_completion_tokens` on OpenAI's own API (its
+/// reasoning models refuse `max_tokens`), `max_tokens` on compatible servers (llama.cpp,
+/// Ollama, vLLM), which may not know the newer name.
+pub fn cap_field(base_url: &str) -> &'static str {
+    if base_url.contains("://api.openai.com") {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
     }
 }
 
@@ -65,7 +78,14 @@ impl OpenAiProvider {
             single_tool_control: true,
             stream: StreamMode::Auto,
             unstreamed_tools: Arc::new(AtomicBool::new(false)),
+            max_output_tokens: warren_config::schema::DEFAULT_MAX_OUTPUT_TOKENS,
         }
+    }
+
+    /// Sets `providers.<name>.max_output_tokens` (issue 37 §3; at least 1).
+    pub fn with_max_output_tokens(mut self, max: u32) -> Self {
+        self.max_output_tokens = max.max(1);
+        self
     }
 
     /// Sets `providers.<name>.stream` (issue 16 §3).
@@ -177,7 +197,18 @@ impl OpenAiProvider {
         fresh: bool,
     ) -> Result<ChatResponse, ProviderError> {
         let url = self.url();
-        let body = Self::body(request, stream).to_string();
+        let mut body = Self::body(request, stream);
+        // The provider's cap bounds every request (a smaller one of the request wins);
+        // OpenAI's own API names it `max_completion_tokens` (its reasoning models refuse
+        // `max_tokens`), compatible servers `max_tokens`.
+        let cap = request
+            .max_tokens
+            .map_or(self.max_output_tokens, |m| m.min(self.max_output_tokens));
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("max_tokens");
+            fields.insert(cap_field(&self.base_url).to_string(), json!(cap));
+        }
+        let body = body.to_string();
         let auth = self
             .wire
             .api_key
@@ -493,5 +524,15 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn the_output_cap_is_named_for_the_server_issue37() {
+        assert_eq!(
+            cap_field("https://api.openai.com/v1"),
+            "max_completion_tokens"
+        );
+        assert_eq!(cap_field("http://127.0.0.1:8080/v1"), "max_tokens");
+        assert_eq!(cap_field("http://localhost:11434/v1"), "max_tokens");
     }
 }

@@ -182,6 +182,7 @@ fn measure(kind: &Kind, extra: &str, label: &str) -> Result<Figures, Box<dyn std
         rt.block_on(async {
             for _ in 0..n {
                 let io = TurnIo {
+                    max_output_tokens: None,
                     approver: Arc::new(DenyAll),
                     cancel: CancelToken::new(),
                     events: Arc::new(|_| {}),

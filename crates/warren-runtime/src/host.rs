@@ -135,6 +135,9 @@ pub struct TurnRequest {
     pub channel: Channel,
     /// The user's message.
     pub input: String,
+    /// The most output tokens each provider request of the turn may ask for (an OpenAI
+    /// client's `max_tokens`); `None` = the provider's own limit.
+    pub max_output_tokens: Option<u32>,
     /// Who decides the turn's approvals (the terminal, the HTTP approvals, `DenyAll`).
     pub approver: Arc<dyn Approver>,
     /// Cancels this turn; the generation's own cancel (after a reload's grace) stops it too.
@@ -414,6 +417,7 @@ impl AgentHost {
             session,
             channel,
             input,
+            max_output_tokens,
             approver,
             cancel,
             events,
@@ -460,6 +464,7 @@ impl AgentHost {
                     turn_cancel.cancel();
                 });
                 let io = TurnIo {
+                    max_output_tokens,
                     approver,
                     cancel,
                     events,

@@ -128,6 +128,7 @@ impl Agent {
         let cancel = CancelToken::new();
         let ctrl_c = cancel_on_ctrl_c(cancel.clone());
         let request = TurnRequest {
+            max_output_tokens: None,
             agent: self.alias.clone(),
             session: self.session.clone(),
             channel: Channel::Cli,

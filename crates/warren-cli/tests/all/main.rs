@@ -39,6 +39,7 @@ mod metrics;
 mod migrations;
 mod oneshot_spans;
 mod openai_endpoint;
+mod openai_threads;
 mod pairing_lockout;
 mod readme_try;
 mod ready;

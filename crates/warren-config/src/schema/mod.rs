@@ -34,10 +34,10 @@ pub use network::{
     TaintMode, normalize_host, parse_host_entry, secret_host_scheme,
 };
 pub use sections::{
-    ChannelsConfig, CostConfig, CronConfig, DEFAULT_DISK_RESERVE_MB, EmbedderConfig, EmbedderKind,
-    GatewayConfig, GatewayOpenAiConfig, LogConfig, LogPersistence, MemoryConfig, ModelRate,
-    PostgresConfig, ProviderConfig, ProviderKind, RuntimeConfig, RuntimeKind, SessionBackendKind,
-    SessionDurability, SessionStoreOnError, StreamMode,
+    ChannelsConfig, CostConfig, CronConfig, DEFAULT_DISK_RESERVE_MB, DEFAULT_MAX_OUTPUT_TOKENS,
+    EmbedderConfig, EmbedderKind, GatewayConfig, GatewayOpenAiConfig, LogConfig, LogPersistence,
+    MemoryConfig, ModelRate, PostgresConfig, ProviderConfig, ProviderKind, RuntimeConfig,
+    RuntimeKind, SessionBackendKind, SessionDurability, SessionStoreOnError, StreamMode,
 };
 pub use sop::SopConfig;
 pub use telemetry::{MetricsConfig, TelemetryConfig};

@@ -74,7 +74,13 @@ pub struct ProviderConfig {
     /// answer is asked again once without streaming either way.
     #[serde(skip_serializing_if = "StreamMode::is_auto")]
     pub stream: StreamMode,
+    /// The most output tokens any request asks for (issue 37 §3): bounds a runaway answer well
+    /// before `timeout_secs`; a client's smaller `max_tokens` wins.
+    pub max_output_tokens: u32,
 }
+
+/// `providers.<name>.max_output_tokens` by default.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
 impl Default for ProviderConfig {
     fn default() -> Self {
@@ -90,6 +96,7 @@ impl Default for ProviderConfig {
             retry_backoff_ms: 500,
             parallel_call_control: None,
             stream: StreamMode::Auto,
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
         }
     }
 }

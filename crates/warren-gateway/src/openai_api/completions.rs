@@ -20,7 +20,10 @@ use warren_runtime::{TurnEvent, TurnEvents};
 
 use super::history::InMessage;
 use super::retry::{self, Answer, Recent};
-use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
+use super::threads::Threads;
+use super::turn::{
+    Ask, output_cap, place, random_id, read_body, refuse_client_tools, with_session,
+};
 use super::{OpenAiError, unix_now};
 use crate::auth::Caller;
 use crate::state::AppState;
@@ -43,6 +46,11 @@ struct CompletionRequest {
     tool_choice: Option<Value>,
     #[serde(default)]
     n: Option<u64>,
+    /// Passed to the provider for this turn (`max_completion_tokens` wins).
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -62,6 +70,7 @@ pub(super) async fn chat_completions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(recent): Extension<Arc<Recent>>,
+    Extension(threads): Extension<Arc<Threads>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
@@ -84,7 +93,14 @@ pub(super) async fn chat_completions(
         messages: &request.messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &recent, &caller, &headers, ask).await?;
+    let cap = request.max_completion_tokens.or(request.max_tokens);
+    let param = if request.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    let mut placed = place(&state, &recent, &threads, &caller, &headers, ask).await?;
+    placed.max_output_tokens = output_cap(param, cap)?;
     let session = placed.session.clone();
     let stream = request.stream.unwrap_or(false);
     let include_usage = request
@@ -134,7 +150,9 @@ pub(super) async fn chat_completions(
     };
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
     let sink = tx.clone();
-    let sent_text = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The text the client is shown (every round's text and approval notices): a client holding
+    // many conversations sends it back as the assistant message, so it is remembered too.
+    let sent_text = Arc::new(std::sync::Mutex::new(String::new()));
     let events: TurnEvents = {
         let (chunk, sent_text) = (chunk.clone(), Arc::clone(&sent_text));
         Arc::new(move |event| {
@@ -151,21 +169,30 @@ pub(super) async fn chat_completions(
                 ),
                 _ => return,
             };
-            sent_text.store(true, std::sync::atomic::Ordering::Relaxed);
+            sent_text
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_str(&text);
             let _ = sink.send(chunk(json!({"content": text}), None));
         })
     };
     // Refusals before the turn starts (409, 429, ...) are the response's status.
     let pending = placed.answer(&state, &recent, events).await?;
+    let thread = placed.thread.clone();
+    let session_key = session.clone();
     let _ = tx.send(chunk(json!({"role": "assistant", "content": ""}), None));
     // The turn runs to its end even if the client goes away (on its own task: Recent::track).
     tokio::spawn(async move {
         match retry::wait(pending).await {
             Ok(outcome) => {
-                if !sent_text.load(std::sync::atomic::Ordering::Relaxed)
-                    && !outcome.reply.is_empty()
-                {
+                let shown =
+                    std::mem::take(&mut *sent_text.lock().unwrap_or_else(|e| e.into_inner()));
+                if shown.is_empty() && !outcome.reply.is_empty() {
                     let _ = tx.send(chunk(json!({"content": outcome.reply}), None));
+                } else if let Some(thread) = &thread
+                    && shown.trim() != outcome.reply.trim()
+                {
+                    thread.remember(&session_key, &shown);
                 }
                 let _ = tx.send(chunk(json!({}), Some("stop")));
                 if include_usage {

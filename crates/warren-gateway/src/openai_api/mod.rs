@@ -11,13 +11,17 @@
 //!   refused (400), since the agent's tools are Warren's.
 //! - Session: the `X-Warren-Session` header, else `oai-<hash of token, "user" and model>` (issue
 //!   35 §7; a session of the older `oai-<hash of token and "user">` that the model's agent
-//!   owns is still used). The last
+//!   owns is still used), else (no `user`) the session whose conversation the messages
+//!   continue, or a new one ([`threads`], issue 37 §2). The last
 //!   message is the turn's input; the earlier ones must equal the session's stored
 //!   conversation (user messages and final replies), so a client resending the whole
 //!   conversation does not duplicate it; a client whose history diverges gets 409 naming the
 //!   first differing index ([`check_history`]). A request an SDK retries (after its timeout,
 //!   a 408 or a 5xx) joins the attempt it repeats instead of running the turn again
 //!   ([`retry`]).
+//!
+//! Any other `/v1` path answers 404 `unknown_url` in OpenAI's shape (not a route of the table:
+//! nothing is served there).
 //!
 //! These routes are not in [`crate::routes::ROUTES`]: their access check and error shape are
 //! OpenAI's, so they carry their own table ([`OPENAI_ROUTES`]), registered by
@@ -31,6 +35,7 @@ mod history;
 mod openapi;
 mod responses;
 mod retry;
+mod threads;
 mod turn;
 
 use std::sync::Arc;
@@ -40,7 +45,7 @@ use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, any, get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use warren_core::AgentAlias;
@@ -92,7 +97,7 @@ pub const OPENAI_ROUTES: &[OpenAiRoute] = &[
     OpenAiRoute {
         method: "POST",
         path: "/v1/chat/completions",
-        summary: "OpenAI-compatible chat completion: one agent turn (stream: true = SSE chunks, data: [DONE]); session from X-Warren-Session or token + user; resent history is checked, not duplicated",
+        summary: "OpenAI-compatible chat completion: one agent turn (stream: true = SSE chunks, data: [DONE]); session from X-Warren-Session, else token + user, else the conversation the messages continue (a new one otherwise); resent history is checked, not duplicated; max_tokens / max_completion_tokens reach the provider",
         turn: true,
         handler: || post(completions::chat_completions),
     },
@@ -113,6 +118,7 @@ pub(crate) fn register(
     limits: TimeLimits,
 ) -> Router<AppState> {
     let recent = Arc::new(retry::Recent::default());
+    let threads = Arc::new(threads::Threads::default());
     for route in OPENAI_ROUTES {
         let limit = if route.turn {
             limits.chat
@@ -123,10 +129,30 @@ pub(crate) fn register(
             .route_layer(middleware::from_fn_with_state(state.clone(), gate))
             .route_layer(middleware::from_fn_with_state(limit, time_limit))
             .route_layer(DefaultBodyLimit::max(OPENAI_BODY_LIMIT))
-            .route_layer(Extension(Arc::clone(&recent)));
+            .route_layer(Extension(Arc::clone(&recent)))
+            .route_layer(Extension(Arc::clone(&threads)));
         router = router.route(route.path, handler);
     }
+    // Any other `/v1` path answers in OpenAI's shape, as OpenAI does (issue 37 §2).
     router
+        .route("/v1", any(unknown_url))
+        .route("/v1/{*rest}", any(unknown_url))
+}
+
+/// 404 in OpenAI's shape for a `/v1` path that is not one of [`OPENAI_ROUTES`].
+async fn unknown_url(req: Request) -> OpenAiError {
+    OpenAiError {
+        kind: "invalid_request_error",
+        ..OpenAiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_url",
+            format!(
+                "Invalid URL ({} {}): Warren serves GET /v1/models, GET /v1/models/{{model}}, POST /v1/chat/completions and POST /v1/responses",
+                req.method(),
+                req.uri().path()
+            ),
+        )
+    }
 }
 
 /// An error in OpenAI's shape.

@@ -17,7 +17,10 @@ use serde_json::{Value, json};
 
 use super::history::InMessage;
 use super::retry::{self, Recent};
-use super::turn::{Ask, place, random_id, read_body, refuse_client_tools, with_session};
+use super::threads::Threads;
+use super::turn::{
+    Ask, output_cap, place, random_id, read_body, refuse_client_tools, with_session,
+};
 use super::{OpenAiError, unix_now};
 use crate::auth::Caller;
 use crate::state::AppState;
@@ -36,6 +39,9 @@ struct ResponsesRequest {
     tools: Option<Vec<Value>>,
     #[serde(default)]
     tool_choice: Option<Value>,
+    /// Passed to the provider for this turn.
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
 }
 
 /// `input` as messages: a string is one user message; an array holds message items.
@@ -74,6 +80,7 @@ pub(super) async fn responses(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(recent): Extension<Arc<Recent>>,
+    Extension(threads): Extension<Arc<Threads>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
@@ -98,7 +105,8 @@ pub(super) async fn responses(
         messages: &messages,
         user: request.user.as_deref(),
     };
-    let placed = place(&state, &recent, &caller, &headers, ask).await?;
+    let mut placed = place(&state, &recent, &threads, &caller, &headers, ask).await?;
+    placed.max_output_tokens = output_cap("max_output_tokens", request.max_output_tokens)?;
     let created = unix_now();
     let pending = placed.answer(&state, &recent, Arc::new(|_| {})).await?;
     let outcome = retry::wait(pending).await?;

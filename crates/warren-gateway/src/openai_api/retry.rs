@@ -73,14 +73,24 @@ impl Recent {
             .then(|| entry.answer.clone())
     }
 
+    /// Whether the session's latest `/v1` turn is still running.
+    pub fn running(&self, session: &SessionKey) -> bool {
+        let turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        turns
+            .get(session)
+            .is_some_and(|entry| entry.answer.borrow().is_none())
+    }
+
     /// Records `turn` as the session's latest and finishes it on its own task (it runs to its
-    /// end whether or not a client still waits); returns the watch on its answer.
+    /// end whether or not a client still waits); returns the watch on its answer. `answered`
+    /// sees a successful answer before anyone waiting does.
     pub fn track(
         &self,
         session: SessionKey,
         fingerprint: [u8; 32],
         turn: Turn,
         fail: impl FnOnce(&TurnError) -> OpenAiError + Send + 'static,
+        answered: impl FnOnce(&Answer) + Send + 'static,
     ) -> Pending {
         let (tx, rx) = watch::channel(None);
         {
@@ -114,6 +124,9 @@ impl Recent {
                 }),
                 Err(e) => Err(fail(&e)),
             };
+            if let Ok(answer) = &outcome {
+                answered(answer);
+            }
             let _ = tx.send(Some(outcome));
         });
         rx

@@ -16,6 +16,7 @@ use warren_store::sessions::{Page, SessionHandle, SessionMeta};
 
 use super::history::{InMessage, Visible, check_history, conversation, repeated_reply};
 use super::retry::{self, Answer, Pending, Recent};
+use super::threads::{self, Threads};
 use super::{MAX_USER, OpenAiError, SESSION_HEADER, agent_of_model};
 use crate::auth::Caller;
 use crate::state::AppState;
@@ -69,6 +70,34 @@ pub(super) struct Placed {
     pub fingerprint: [u8; 32],
     /// The earlier attempt a retry repeats ([`retry`]).
     pub repeat: Option<Repeat>,
+    /// The client's `max_tokens` / `max_completion_tokens` / `max_output_tokens`: passed to
+    /// the provider for this turn.
+    pub max_output_tokens: Option<u32>,
+    /// A conversation without a named session ([`threads`]): remembered once answered.
+    pub thread: Option<Thread>,
+}
+
+/// A conversation placed by its content ([`threads`]).
+#[derive(Clone)]
+pub(super) struct Thread {
+    threads: Arc<Threads>,
+    prefix: String,
+    /// The conversation as the client holds it: its earlier messages and its input.
+    conversation: Vec<Visible>,
+}
+
+impl Thread {
+    /// Remembers that `session` holds this conversation followed by the reply `text` (as the
+    /// client shows it), so the client's next request continues it.
+    pub fn remember(&self, session: &SessionKey, text: &str) {
+        let messages = self
+            .conversation
+            .iter()
+            .map(|m| (m.role, m.text.as_str()))
+            .chain([(Role::Assistant, text)]);
+        let digest = threads::digest(&self.prefix, messages);
+        self.threads.remember(digest, session.clone());
+    }
 }
 
 /// The earlier attempt a retried request repeats.
@@ -111,7 +140,13 @@ impl Placed {
             .submit(self.turn(state, events))
             .await
             .map_err(|e| fail(&e))?;
-        Ok(recent.track(self.session.clone(), self.fingerprint, turn, fail))
+        let (thread, session) = (self.thread.clone(), self.session.clone());
+        let remember = move |answer: &Answer| {
+            if let Some(thread) = thread {
+                thread.remember(&session, &answer.reply);
+            }
+        };
+        Ok(recent.track(self.session.clone(), self.fingerprint, turn, fail, remember))
     }
 
     /// The request for the runtime's door (the one way every entry point runs a turn).
@@ -121,10 +156,23 @@ impl Placed {
             session: Some(self.session.clone()),
             channel: Channel::Gateway,
             input: self.input.clone(),
+            max_output_tokens: self.max_output_tokens,
             approver: Arc::clone(state.host().approvals()) as _,
             cancel: CancelToken::new(),
             events,
         }
+    }
+}
+
+/// A client's cap on output tokens (`param` names its field): at least 1.
+pub(super) fn output_cap(param: &str, cap: Option<u32>) -> Result<Option<u32>, OpenAiError> {
+    match cap {
+        Some(0) => Err(OpenAiError::bad(
+            param,
+            "invalid_max_tokens",
+            format!("{param} must be at least 1"),
+        )),
+        cap => Ok(cap),
     }
 }
 
@@ -150,6 +198,7 @@ fn answered(answer: Answer) -> Pending {
 pub(super) async fn place(
     state: &AppState,
     recent: &Recent,
+    threads: &Arc<Threads>,
     caller: &Caller,
     headers: &HeaderMap,
     ask: Ask<'_>,
@@ -163,6 +212,8 @@ pub(super) async fn place(
     } = ask;
     let alias = agent_of_model(state, model)?;
     let (earlier, input) = conversation(field, messages)?;
+    let fingerprint = retry::fingerprint(route, &alias, &earlier, &input);
+    let marked = retry::marked_retry(headers);
     let session = match session_of(headers, caller, user, &alias)? {
         Derived::Named(key) => key,
         Derived::Hashed { key, legacy } => {
@@ -172,9 +223,19 @@ pub(super) async fn place(
                 key
             }
         }
+        Derived::Thread => {
+            let request = ThreadRequest {
+                route,
+                prefix: threads::prefix(&caller.token_hash, &alias),
+                alias,
+                earlier,
+                input,
+                fingerprint,
+                marked,
+            };
+            return place_thread(state, recent, threads, request).await;
+        }
     };
-    let fingerprint = retry::fingerprint(route, &alias, &earlier, &input);
-    let marked = retry::marked_retry(headers);
     let placed = |repeat| Placed {
         route,
         alias: alias.clone(),
@@ -182,6 +243,8 @@ pub(super) async fn place(
         input: input.clone(),
         fingerprint,
         repeat,
+        max_output_tokens: None,
+        thread: None,
     };
     if (marked || !earlier.is_empty())
         && let Some(pending) = recent.find(&session, &fingerprint)
@@ -211,6 +274,159 @@ pub(super) async fn place(
     }
 }
 
+/// A request without a named session, as [`place`] read it.
+struct ThreadRequest {
+    route: &'static str,
+    prefix: String,
+    alias: AgentAlias,
+    earlier: Vec<(usize, Visible)>,
+    input: String,
+    fingerprint: [u8; 32],
+    marked: bool,
+}
+
+/// Places a request without a named session ([`threads`]): in the session whose conversation
+/// its earlier messages are, when that session is not running another request's turn and its
+/// stored conversation lines up ([`check_history`]); else in a new session, whose first turn
+/// quotes the earlier messages so the agent answers in context. Never 409: an edited
+/// conversation is a new one. Retries join their attempt as in [`place`]; the SDK's retry of a
+/// first message finds the session that message started.
+async fn place_thread(
+    state: &AppState,
+    recent: &Recent,
+    threads: &Arc<Threads>,
+    request: ThreadRequest,
+) -> Result<Placed, OpenAiError> {
+    let ThreadRequest {
+        route,
+        prefix,
+        alias,
+        earlier,
+        input,
+        fingerprint,
+        marked,
+    } = request;
+    let thread = Thread {
+        threads: Arc::clone(threads),
+        prefix: prefix.clone(),
+        conversation: earlier
+            .iter()
+            .map(|(_, m)| m.clone())
+            .chain([Visible {
+                role: Role::User,
+                text: input.clone(),
+            }])
+            .collect(),
+    };
+    let placed = |session: SessionKey, input: String, repeat| Placed {
+        route,
+        alias: alias.clone(),
+        session,
+        input,
+        fingerprint,
+        repeat,
+        max_output_tokens: None,
+        thread: Some(thread.clone()),
+    };
+    let found = if earlier.is_empty() {
+        // A first message: a new conversation, unless it is the SDK's retry of one.
+        marked
+            .then(|| threads.started(&prefix, &fingerprint))
+            .flatten()
+    } else {
+        let want = threads::digest(
+            &prefix,
+            earlier.iter().map(|(_, m)| (m.role, m.text.as_str())),
+        );
+        match threads.find(&want) {
+            Some(key) => Some(key),
+            None if threads.needs_scan(&prefix) => {
+                scan(route, state, threads, &prefix, &alias).await?;
+                threads.find(&want)
+            }
+            None => None,
+        }
+    };
+    if let Some(session) = found {
+        if (marked || !earlier.is_empty())
+            && let Some(pending) = recent.find(&session, &fingerprint)
+        {
+            return Ok(placed(session, input, Some(Repeat::Joined(pending))));
+        }
+        if let Some(stored) = stored_conversation(route, state, &session, &alias).await? {
+            let repeated = repeated_reply(&earlier, &input, &stored).map(str::to_string);
+            let lines_up = check_history(&earlier, &stored).is_ok();
+            match repeated {
+                Some(reply) if marked || !lines_up => {
+                    return Ok(placed(session, input, Some(Repeat::Stored(reply))));
+                }
+                _ if lines_up && !recent.running(&session) => {
+                    return Ok(placed(session, input.clone(), None));
+                }
+                _ => {} // another request's turn runs there, or it went on: a branch
+            }
+        }
+    }
+    let session = new_session(&prefix)?;
+    if earlier.is_empty() {
+        threads.start(&prefix, &fingerprint, session.clone());
+    }
+    let seeded = threads::seeded_input(&earlier, &input);
+    Ok(placed(session, seeded, None))
+}
+
+/// A new session of a token's conversations with one model: `prefix` and 16 random hex digits.
+fn new_session(prefix: &str) -> Result<SessionKey, OpenAiError> {
+    let mut buf = [0u8; 8];
+    let _ = getrandom::fill(&mut buf);
+    SessionKey::new(format!("{prefix}{}", warren_core::hex::encode(&buf))).map_err(|e| {
+        OpenAiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            e.to_string(),
+        )
+    })
+}
+
+/// Reads the stored sessions of `prefix` owned by `alias` (after a restart: the digests live in
+/// memory) and remembers every answered point of their conversations, newest session last so
+/// it wins a tie.
+async fn scan(
+    route: &str,
+    state: &AppState,
+    threads: &Threads,
+    prefix: &str,
+    alias: &AgentAlias,
+) -> Result<(), OpenAiError> {
+    let sessions = state
+        .host()
+        .chat_sessions()
+        .await
+        .map_err(|e| unavailable(route, e))?;
+    let list = sessions
+        .run(|b| b.list())
+        .await
+        .map_err(|e| unavailable(route, e))?;
+    let mine = list
+        .into_iter()
+        .rev()
+        .filter(|m| m.key.as_str().starts_with(prefix) && m.agent.as_ref() == Some(alias));
+    for meta in mine {
+        let history = sessions
+            .load(meta.key.clone(), Page::All)
+            .await
+            .map_err(|e| unavailable(route, e))?;
+        let visible = visible_of(&history);
+        for (i, m) in visible.iter().enumerate() {
+            if m.role == Role::Assistant {
+                let upto = visible.get(..=i).unwrap_or_default();
+                threads.remember(threads::digest_stored(prefix, upto), meta.key.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `prefix` and 24 random hex digits (`chatcmpl-...`, `resp_...`).
 pub(super) fn random_id(prefix: &str) -> String {
     let mut buf = [0u8; 12];
@@ -233,11 +449,14 @@ enum Derived {
     /// One per token, `user` and model; `legacy` is the key before issue 35 (token and `user`
     /// only), still used when its row exists and the model's agent owns it.
     Hashed { key: SessionKey, legacy: SessionKey },
+    /// Neither header nor `user`: the session is found by the conversation ([`threads`]).
+    Thread,
 }
 
 /// The session of a request: the `X-Warren-Session` header, else one per token, `user` and
 /// model (issue 35 §7: with the model left out, one `user` talking to two agents met the first
-/// agent's session and got 409).
+/// agent's session and got 409), else (no `user`, or an empty one) found by the conversation
+/// (issue 37 §2).
 fn session_of(
     headers: &HeaderMap,
     caller: &Caller,
@@ -261,6 +480,9 @@ fn session_of(
             "invalid_user",
             format!("at most {MAX_USER} characters"),
         ));
+    }
+    if user.is_empty() {
+        return Ok(Derived::Thread);
     }
     let key = |model: Option<&AgentAlias>| {
         let mut hash = Sha256::new();
@@ -343,18 +565,19 @@ async fn stored_conversation(
         .load(key.clone(), Page::All)
         .await
         .map_err(|e| unavailable(route, e))?;
-    Ok(Some(
-        history
-            .messages
-            .iter()
-            .map(warren_runtime::history::decode)
-            .filter(|m| {
-                m.role == Role::User || (m.role == Role::Assistant && m.tool_calls.is_empty())
-            })
-            .map(|m| Visible {
-                role: m.role,
-                text: m.content,
-            })
-            .collect(),
-    ))
+    Ok(Some(visible_of(&history)))
+}
+
+/// A stored history as a client shows it: user messages and final replies.
+fn visible_of(history: &warren_store::sessions::History) -> Vec<Visible> {
+    history
+        .messages
+        .iter()
+        .map(warren_runtime::history::decode)
+        .filter(|m| m.role == Role::User || (m.role == Role::Assistant && m.tool_calls.is_empty()))
+        .map(|m| Visible {
+            role: m.role,
+            text: m.content,
+        })
+        .collect()
 }

@@ -154,10 +154,11 @@ async fn the_v1_routes_are_off_by_default_and_answer_in_openai_error_shape_issue
         assert!(answer["error"]["message"].is_string(), "{answer}");
         assert!(answer["error"]["type"].is_string(), "{answer}");
     }
-    // A resent conversation may pass the 64 KiB limit of `/api` bodies (1 MiB here); one Warren
-    // never held is refused, naming the first message that does not line up.
+    // A resent conversation may pass the 64 KiB limit of `/api` bodies (1 MiB here); in a
+    // session named by `user`, one Warren never held is refused, naming the first message that
+    // does not line up.
     let long = "x".repeat(200 * 1024);
-    let body = ask(json!({"messages": [
+    let body = ask(json!({"user": "alice", "messages": [
         {"role": "user", "content": "earlier"},
         {"role": "assistant", "content": long},
         {"role": "user", "content": "now"},
@@ -173,6 +174,40 @@ async fn the_v1_routes_are_off_by_default_and_answer_in_openai_error_shape_issue
         .call("GET", "/api/agents/main/sessions", Some(&f.token), None)
         .await;
     assert_eq!(sessions["count"], 0, "{sessions}");
+    // Any other `/v1` path: 404 in OpenAI's shape (issue 37 §2), whatever the method.
+    for (method, path) in [
+        ("GET", "/v1/embeddings"),
+        ("POST", "/v1/completions"),
+        ("DELETE", "/v1/models/main/extra"),
+        ("GET", "/v1"),
+    ] {
+        let (status, answer) = f.call(method, path, Some(&f.token), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {answer}");
+        assert_eq!(
+            answer,
+            json!({"error": {
+                "message": answer["error"]["message"].as_str().unwrap(),
+                "type": "invalid_request_error",
+                "param": null,
+                "code": "unknown_url",
+            }}),
+            "{method} {path}"
+        );
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{method} {path}")),
+            "{answer}"
+        );
+    }
+    // Outside `/v1` the gateway's own 404 is unchanged.
+    let (status, answer) = f.call("GET", "/nowhere", Some(&f.token), None).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found")),
+        "{answer}"
+    );
 }
 
 /// The `data:` payloads of an SSE body.

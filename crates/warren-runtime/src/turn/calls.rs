@@ -573,6 +573,7 @@ mod tests {
         };
         let turn = read_only
             .scope(host.submit(TurnRequest {
+                max_output_tokens: None,
                 agent: ada.clone(),
                 session: None,
                 channel: Channel::Cli,

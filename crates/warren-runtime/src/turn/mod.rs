@@ -46,6 +46,9 @@ pub use crate::session_keys::{ACP_CHANNEL, CLI_CHANNEL, CRON_CHANNEL, Channel, G
 /// What one turn talks through: who approves its calls, what cancels it, where its events go.
 #[derive(Clone)]
 pub struct TurnIo {
+    /// The most output tokens each provider request of the turn may ask for (the client's
+    /// `max_tokens`); `None` = the provider's own limit.
+    pub max_output_tokens: Option<u32>,
     pub approver: Arc<dyn Approver>,
     pub cancel: CancelToken,
     pub events: TurnEvents,

@@ -191,7 +191,7 @@ impl AgentRunner {
             } else {
                 Arc::clone(&no_tools)
             },
-            max_tokens: None,
+            max_tokens: io.max_output_tokens,
             cancel: cancel.provider_flag(),
         });
 

@@ -64,6 +64,7 @@ impl AgentRunner {
             }
             // The child asks the same operator and stops with the parent; its events stay quiet.
             let child_io = TurnIo {
+                max_output_tokens: None,
                 approver: Arc::clone(&io.approver),
                 cancel: io.cancel.clone(),
                 events: Arc::new(|_| {}),
@@ -181,6 +182,7 @@ impl AgentRunner {
         );
         let cancel = CancelToken::new();
         let child_io = TurnIo {
+            max_output_tokens: None,
             approver: Arc::clone(&io.approver),
             cancel: cancel.clone(),
             events: Arc::new(|_| {}),

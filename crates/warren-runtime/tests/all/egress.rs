@@ -143,6 +143,7 @@ impl Fixture {
             .await
             .expect("claim");
         let io = TurnIo {
+            max_output_tokens: None,
             approver,
             cancel: CancelToken::new(),
             events: Arc::new(|_| {}),

@@ -57,6 +57,7 @@ fn alias(a: &str) -> AgentAlias {
 fn request(agent: &str, session: Option<&str>, channel: Channel) -> TurnRequest {
     let quiet: TurnEvents = Arc::new(|_| {});
     TurnRequest {
+        max_output_tokens: None,
         agent: alias(agent),
         session: session.map(|s| SessionKey::new(s).expect("key")),
         channel,

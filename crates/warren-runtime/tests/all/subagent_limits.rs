@@ -96,6 +96,7 @@ async fn a_subagent_asks_under_its_parents_always_ask_and_approval_timeout_perm7
     .unwrap();
     let approver = Arc::new(Silent::default());
     let io = TurnIo {
+        max_output_tokens: None,
         approver: Arc::clone(&approver) as Arc<dyn Approver>,
         cancel: CancelToken::new(),
         events: Arc::new(|_| {}),

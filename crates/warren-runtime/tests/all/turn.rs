@@ -111,6 +111,7 @@ impl std::ops::Deref for Runner {
 impl Runner {
     fn io(&self, cancel: &CancelToken, events: TurnEvents) -> TurnIo {
         TurnIo {
+            max_output_tokens: None,
             approver: Arc::clone(&self.approver),
             cancel: cancel.clone(),
             events,
@@ -1064,6 +1065,7 @@ async fn the_door_derives_keys_refuses_foreign_sessions_and_cancels_with_the_gen
     let host = Arc::new(AgentHost::for_process(&f.root, snapshot).expect("host"));
     let request =
         |agent: &str, session: Option<&str>, channel: Channel, events: TurnEvents| TurnRequest {
+            max_output_tokens: None,
             agent: AgentAlias::new(agent).expect("alias"),
             session: session.map(|s| SessionKey::new(s).expect("key")),
             channel,
