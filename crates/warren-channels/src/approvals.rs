@@ -20,13 +20,15 @@ use warren_runtime::approval::ApprovalDecision;
 use warren_runtime::host::AgentHost;
 use warren_runtime::pending::{ApprovalWatcher, PendingApprovals, PendingView, Settled};
 
+use crate::platform::PlatformError;
+
 /// How the watcher reaches a chat (the Telegram adapter implements it on its Bot API client;
 /// this module stays below the adapter). Blocking: called on blocking threads.
 pub trait Messenger: Send + Sync {
     /// Sends `text` with inline keyboard `markup` (JSON) to `chat`; the message id.
-    fn send(&self, chat: &str, text: &str, markup: &str) -> Result<i64, String>;
+    fn send(&self, chat: &str, text: &str, markup: &str) -> Result<i64, PlatformError>;
     /// Replaces message `message` of `chat` with `text` and drops its keyboard.
-    fn edit(&self, chat: &str, message: i64, text: &str) -> Result<(), String>;
+    fn edit(&self, chat: &str, message: i64, text: &str) -> Result<(), PlatformError>;
 }
 
 /// Characters of the arguments shown in a prompt.
@@ -456,11 +458,22 @@ mod tests {
         .unwrap();
         struct Nowhere;
         impl Messenger for Nowhere {
-            fn send(&self, _: &str, _: &str, _: &str) -> Result<i64, String> {
-                Err("nowhere".into())
+            fn send(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+            ) -> Result<i64, crate::platform::PlatformError> {
+                Err(crate::platform::PlatformError::new(
+                    "sendMessage",
+                    "nowhere",
+                ))
             }
-            fn edit(&self, _: &str, _: i64, _: &str) -> Result<(), String> {
-                Err("nowhere".into())
+            fn edit(&self, _: &str, _: i64, _: &str) -> Result<(), crate::platform::PlatformError> {
+                Err(crate::platform::PlatformError::new(
+                    "sendMessage",
+                    "nowhere",
+                ))
             }
         }
         let watcher = PhoneApprovals::new(

@@ -8,6 +8,7 @@ pub mod chunk;
 pub mod health;
 pub mod inbound;
 pub mod media;
+pub mod platform;
 pub mod supervisor;
 pub mod telegram;
 

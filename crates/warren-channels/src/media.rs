@@ -15,13 +15,15 @@ use warren_security::confined_dir::{ConfinedDir, DirError};
 use warren_runtime::host::AgentHost;
 use warren_store::channels::{ChannelStore, InboxRow, Outbound};
 
+use crate::platform::PlatformError;
+
 /// Where files come from (the Telegram adapter implements it on its Bot API client; this
 /// module stays below the adapter). Blocking: called on blocking threads.
 pub trait FileSource: Send + Sync {
     /// `getFile`: the file's download path and its size when known.
-    fn locate(&self, file_id: &str) -> Result<(String, Option<u64>), String>;
+    fn locate(&self, file_id: &str) -> Result<(String, Option<u64>), PlatformError>;
     /// The file's bytes; `None` when it is over `limit` bytes (reading stops there).
-    fn fetch(&self, path: &str, limit: u64) -> Result<Option<Vec<u8>>, String>;
+    fn fetch(&self, path: &str, limit: u64) -> Result<Option<Vec<u8>>, PlatformError>;
 }
 
 /// Longest saved file name (characters).
@@ -42,7 +44,7 @@ pub enum MediaError {
     Fetch {
         channel: String,
         kind: String,
-        cause: String,
+        cause: PlatformError,
     },
     #[error("{channel}: saving {path} into the workspace failed: {cause}")]
     Save {
@@ -215,7 +217,7 @@ pub fn take_in(
             .unwrap_or_default();
         return Err(too_large(size.to_string()));
     };
-    let fetch = |cause: String| MediaError::Fetch {
+    let fetch = |cause: PlatformError| MediaError::Fetch {
         channel: name.to_string(),
         kind: kind.to_string(),
         cause,

@@ -44,5 +44,6 @@ pub use openai::OpenAiEmbedder;
 pub use postgres::PostgresStore;
 pub use qdrant::QdrantStore;
 pub use scoped::{AgentScopedMemory, Grant};
+pub use sqlite::store_exists as sqlite_store_exists;
 pub use sqlite::{SqliteStore, VERSION_CRASH_POINTS, registered_agents_at};
 pub use store::{BoxFuture, MemFuture, Memory, MemoryStore};

@@ -360,7 +360,7 @@ impl AgentHost {
             )
         });
         if uses_sqlite
-            && self.root.memory_db().exists()
+            && warren_memory::sqlite_store_exists(&self.root)
             && let Err(e) = self.memory.sqlite(config).await
         {
             tracing::error!(

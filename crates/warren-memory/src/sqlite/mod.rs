@@ -752,3 +752,9 @@ impl MemoryStore for SqliteStore {
         })
     }
 }
+
+/// Whether the SQLite memory store's file (`data/memory/memory.db`) exists; creates nothing.
+/// A daemon start probes an existing store only (issue 36 §1).
+pub fn store_exists(root: &warren_config::InstallRoot) -> bool {
+    root.memory_db().exists()
+}

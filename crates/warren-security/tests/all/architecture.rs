@@ -232,8 +232,12 @@ const NOT_DAEMON_SIDE: &[(&str, &str)] = &[
 /// Modules of daemon-side crates that may use a plain file-system API, and why.
 const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
     (
-        "crates/warren-memory/src/sqlite.rs",
+        "crates/warren-memory/src/sqlite/mod.rs",
         "data/memory/memory.db (InstallRoot::memory_db), opened by SQLite",
+    ),
+    (
+        "crates/warren-memory/src/sqlite/rows.rs",
+        "data/memory/memory.db (InstallRoot::memory_db): looked for before a read-only open",
     ),
     (
         "crates/warren-memory/src/lucid.rs",
@@ -244,8 +248,12 @@ const PLAIN_FS_ALLOWED: &[(&str, &str)] = &[
         "append-only daemon files under data/state (cost ledger, runtime trace)",
     ),
     (
-        "crates/warren-runtime/src/cost.rs",
+        "crates/warren-runtime/src/cost/ledger.rs",
         "the cost ledger and its lock under data/state",
+    ),
+    (
+        "crates/warren-runtime/src/cost/tracker.rs",
+        "the cost ledger under data/state (its length and inode, read back)",
     ),
     (
         "crates/warren-runtime/src/actions.rs",
@@ -440,7 +448,7 @@ fn the_daemon_side_file_gate_fails_on_a_planted_std_fs_call_perm6() {
     let real = workspace_root();
     let copies = [
         ("warren-memory", "markdown.rs"),
-        ("warren-memory", "sqlite.rs"),
+        ("warren-memory", "sqlite/mod.rs"),
         ("warren-runtime", "prompt.rs"),
     ];
     for (krate, module) in copies {
