@@ -76,6 +76,7 @@ impl<'de> Deserialize<'de> for Secret {
 const SECRET_FIELDS: &[&[&str]] = &[
     &["providers", "*", "api_key"],
     &["memory", "embedder", "api_key"],
+    &["memory", "qdrant", "api_key"],
     &["memory", "postgres", "url"],
     &["gateway", "paired_tokens", "[]"],
     &["secrets", "*", "value"],
@@ -426,6 +427,9 @@ mod tests {
         }
         config.memory.embedder.api_key = Some(Secret::new("x"));
         config.memory.postgres.url = Some(Secret::new("x"));
+        // Was missing from SECRET_FIELDS: `config set memory.qdrant.api_key K` without
+        // `--secret` stored it as plain text and echoed it.
+        config.memory.qdrant.api_key = Some(Secret::new("x"));
         config.gateway.paired_tokens = vec![Secret::new("a"), Secret::new("b")];
         for (path, _) in config.secrets_mut() {
             let path: KeyPath = path.parse()?;
