@@ -13,9 +13,9 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 pub use warren_config::schema::normalize_host;
-use warren_config::schema::{HostEntry as Entry, HostPattern as Host, parse_host_entry};
-
-use super::error::BadHostEntry;
+use warren_config::schema::{
+    HostEntry as Entry, HostEntryError, HostPattern as Host, parse_host_entry,
+};
 
 /// A parsed allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +26,14 @@ pub struct Allowlist {
 
 /// Why a destination is refused. The message names the allowlist (or the address) and the
 /// key to change.
+/// An allowlist or `hosts` entry that is not a host pattern: the entry as written and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{raw}' is not a host pattern: {cause}")]
+pub struct BadHostEntry {
+    pub raw: String,
+    pub cause: HostEntryError,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     #[error(

@@ -4,18 +4,9 @@
 //! refused (naming the destination and the allowlist). Messages are scrubbed by the caller
 //! before they leave the daemon.
 
-use warren_config::schema::HostEntryError;
 use warren_core::AgentAlias;
 
-use super::allow::Refused;
-
-/// An allowlist or `hosts` entry that is not a host pattern: the entry as written and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{raw}' is not a host pattern: {cause}")]
-pub struct BadHostEntry {
-    pub raw: String,
-    pub cause: HostEntryError,
-}
+use super::allow::{BadHostEntry, Refused};
 
 /// An agent's egress cannot be built from the config: the key at fault and the entry.
 #[derive(Debug, thiserror::Error)]

@@ -29,11 +29,9 @@ use warren_core::AgentAlias;
 use warren_security::SecurityPolicy;
 use warren_tools::{BoxFuture, EgressRefused, HttpCall, HttpEgress, HttpReply};
 
-pub use allow::{Allowlist, Refused};
+pub use allow::{Allowlist, BadHostEntry, Refused};
 pub use broker::Broker;
-pub use error::{
-    BadHostEntry, BadUrl, EgressConfigError, ProxyRefusal, RequestError, SecretRefused,
-};
+pub use error::{BadUrl, EgressConfigError, ProxyRefusal, RequestError, SecretRefused};
 
 use crate::trace::Trace;
 
